@@ -1,0 +1,272 @@
+"""The microcode ISA: one table, one encoder, one decoder.
+
+Every instruction is one 64-bit word with a single layout::
+
+    63    58 57  54 53  50 49  46 45  42 41  38 37  32 31                 0
+    | op (6) | r1 4 | r2 4 | r3 4 | r4 4 | r5 4 | f (6) |      imm (32)      |
+
+Each opcode names which of these slots it uses and what they mean (:data:`OPCODES`). The
+gateware decodes with the same :data:`SLOTS` table, and ``docs/isa.md`` is generated from it
+(:func:`isa_markdown`), so the hardware, the assembler and the document cannot drift apart.
+Like :mod:`hwgen.config`, this module imports nothing else from the project.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+WORD_BITS = 64
+NUM_REGS = 16
+REG_BITS = 32
+
+#: Slot name -> (lowest bit, width) in the instruction word.
+SLOTS: dict[str, tuple[int, int]] = {
+    "op": (58, 6),
+    "r1": (54, 4),
+    "r2": (50, 4),
+    "r3": (46, 4),
+    "r4": (42, 4),
+    "r5": (38, 4),
+    "f": (32, 6),
+    "imm": (0, 32),
+}
+
+
+class Op(enum.IntEnum):
+    NOP = 0
+    HALT = 1
+    WAIT = 2
+    LI = 3
+    ADDI = 4
+    BNZD = 5
+    LOAD = 6
+    MATMUL = 7
+    EPIPASS = 8
+    CSRWI = 9
+
+
+class Dst(enum.IntEnum):
+    """Scratchpad a LOAD writes."""
+
+    A = 0  #: A operands, ``rows`` bytes a row
+    B = 1  #: B operands, ``cols`` bytes a row
+    E32 = 2  #: epilogue scratchpad, ``cols`` int32 lanes a row, from int32 data
+    E8 = 3  #: epilogue scratchpad, from int8 data, sign-extended into the lanes
+
+
+class Dt(enum.IntEnum):
+    """Element type the epilogue stores to memory."""
+
+    I32 = 0
+    I8 = 1  #: the low byte of each lane
+
+
+class Csr(enum.IntEnum):
+    """Epilogue control registers written by CSRWI."""
+
+    REQ_MULT = 0  #: requantize multiplier, signed 32-bit
+    REQ_SHIFT = 1  #: requantize right shift, 0..63
+    REQ_ZP = 2  #: requantize output zero point, signed
+    CLAMP_LO = 3  #: clamp lower bound, signed 32-bit
+    CLAMP_HI = 4  #: clamp upper bound, signed 32-bit
+
+
+class Unit(enum.IntFlag):
+    """Units a WAIT waits for."""
+
+    LOAD = 1  #: the DMA load engine is idle
+    FEED = 2  #: every queued MATMUL has read its operands from the scratchpads
+    EPI = 4  #: every queued job has been stored to memory (the compute unit is idle)
+    ALL = 7
+
+
+@dataclass(frozen=True)
+class Field:
+    """One operand of an instruction: its name, slot, bits within the slot, and kind."""
+
+    name: str
+    slot: str
+    lo: int
+    width: int
+    kind: str  # "reg", "uint", "sint", "label", or an enum name
+    doc: str
+
+    @property
+    def enum(self) -> type[enum.IntEnum] | None:
+        return {"dst": Dst, "dt": Dt, "csr": Csr}.get(self.kind)
+
+
+def _r(name: str, slot: str, doc: str) -> Field:
+    return Field(name, slot, 0, 4, "reg", doc)
+
+
+_MASK = Field("mask", "imm", 16, 5, "uint", "epilogue stages to apply: bit i = stage i of the variant's chain")
+_DT = Field("dt", "imm", 21, 1, "dt", "stored element type: i32 or i8")
+
+#: Opcode -> (fields, description).
+OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
+    Op.NOP: ((), "Do nothing."),
+    Op.HALT: ((), "Stop fetching. `done` rises once every unit is idle."),
+    Op.WAIT: (
+        (Field("units", "imm", 0, 3, "uint", "bit 0 load, bit 1 feed, bit 2 epilogue"),),
+        "Stall until every unit in `units` is idle.",
+    ),
+    Op.LI: (
+        (_r("rd", "r1", "destination register"),
+         Field("imm", "imm", 0, 32, "sint", "value")),
+        "`rd = imm`.",
+    ),
+    Op.ADDI: (
+        (_r("rd", "r1", "destination register"), _r("rs", "r2", "source register"),
+         Field("imm", "imm", 0, 32, "sint", "signed increment")),
+        "`rd = rs + imm` (32-bit, wrapping).",
+    ),
+    Op.BNZD: (
+        (_r("rc", "r1", "counter register"),
+         Field("target", "imm", 0, 16, "label", "instruction index to branch to")),
+        "`rc = rc - 1`; branch to `target` if `rc` is now non-zero. A loop body runs `rc` times.",
+    ),
+    Op.LOAD: (
+        (Field("dst", "f", 0, 2, "dst", "scratchpad: a, b, e32 or e8"),
+         _r("ext", "r1", "external word address of the first segment"),
+         _r("spad", "r2", "first scratchpad row written"),
+         _r("stride", "r3", "words from one segment's start to the next"),
+         Field("count", "imm", 16, 16, "uint", "segments"),
+         Field("len", "imm", 0, 16, "uint", "words per segment")),
+        "DMA `count` segments of `len` memory words into consecutive scratchpad rows. "
+        "Stalls while the previous LOAD runs; runs alongside compute.",
+    ),
+    Op.MATMUL: (
+        (_r("a", "r1", "A scratchpad row of k = 0"), _r("b", "r2", "B scratchpad row of k = 0"),
+         _r("out", "r3", "external word address of the output tile"),
+         _r("bias", "r4", "epilogue scratchpad row holding the bias vector"),
+         _r("res", "r5", "epilogue scratchpad row of the residual tile's first row"),
+         Field("k", "imm", 0, 16, "uint", "reduction steps"),
+         _MASK, _DT,
+         Field("last", "imm", 22, 1, "uint", "1: this ends the tile; drain it through the epilogue")),
+        "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
+        "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
+        "by row through the epilogue and is stored at `out`. Stalls only when the queue is full.",
+    ),
+    Op.EPIPASS: (
+        (_r("src", "r1", "first epilogue scratchpad row to read"),
+         _r("out", "r3", "external word address written"),
+         _r("bias", "r4", "epilogue scratchpad row holding the bias vector"),
+         _r("res", "r5", "epilogue scratchpad row of the residual's first row"),
+         Field("rows", "imm", 0, 16, "uint", "rows to process"),
+         _MASK, _DT),
+        "Queue a standalone memory-to-memory epilogue pass over `rows` rows of the epilogue "
+        "scratchpad. It starts once the array has drained.",
+    ),
+    Op.CSRWI: (
+        (Field("csr", "r1", 0, 4, "csr", "req_mult, req_shift, req_zp, clamp_lo or clamp_hi"),
+         Field("imm", "imm", 0, 32, "sint", "value")),
+        "Write an epilogue control register. Do it while the epilogue is idle (WAIT first).",
+    ),
+}
+
+
+class IsaError(ValueError):
+    """A malformed instruction or word."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One decoded instruction: an opcode and the values of its fields."""
+
+    op: Op
+    args: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        fields = OPCODES[self.op][0]
+        names = {f.name for f in fields}
+        extra = sorted(set(self.args) - names)
+        if extra:
+            raise IsaError(f"{self.op.name.lower()} has no field(s) {', '.join(extra)}; "
+                           f"its fields are {', '.join(sorted(names)) or 'none'}")
+        for f in fields:
+            value = self.args.get(f.name, 0)
+            lo, hi = ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.kind == "sint"
+                      else (0, (1 << f.width) - 1))
+            if f.kind == "sint":  # also accept the unsigned spelling of a 32-bit pattern
+                hi = (1 << f.width) - 1
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise IsaError(f"{self.op.name.lower()} field {f.name}={value!r} is out of "
+                               f"range {lo}..{hi}")
+
+    def get(self, name: str) -> int:
+        return self.args.get(name, 0)
+
+
+def encode(instr: Instr) -> int:
+    """Encode one instruction as a 64-bit word."""
+    word = int(instr.op) << SLOTS["op"][0]
+    for f in OPCODES[instr.op][0]:
+        value = instr.get(f.name) & ((1 << f.width) - 1)
+        word |= value << (SLOTS[f.slot][0] + f.lo)
+    return word
+
+
+def decode(word: int) -> Instr:
+    """Decode one 64-bit word; unused bits must be zero."""
+    if not 0 <= word < 1 << WORD_BITS:
+        raise IsaError(f"instruction word {word!r} is not a 64-bit unsigned value")
+    code = word >> SLOTS["op"][0]
+    try:
+        op = Op(code)
+    except ValueError:
+        raise IsaError(f"word {word:#018x} has unknown opcode {code}") from None
+    args = {}
+    used = ((1 << SLOTS["op"][1]) - 1) << SLOTS["op"][0]
+    for f in OPCODES[op][0]:
+        shift = SLOTS[f.slot][0] + f.lo
+        value = (word >> shift) & ((1 << f.width) - 1)
+        used |= ((1 << f.width) - 1) << shift
+        if f.kind == "sint" and value >> (f.width - 1):
+            value -= 1 << f.width
+        args[f.name] = value
+    if word & ~used:
+        raise IsaError(f"word {word:#018x} ({op.name.lower()}) sets bits its opcode does not use")
+    return Instr(op, args)
+
+
+def isa_markdown() -> str:
+    """The ISA reference (``docs/isa.md``), generated from :data:`OPCODES`."""
+    lines = [
+        "# hwgen microcode ISA",
+        "",
+        "Generated from `hwgen/isa.py` by `hwgen generate`; do not edit by hand.",
+        "",
+        "Every instruction is one 64-bit word with one layout:",
+        "",
+        "| slot | bits |",
+        "|---|---|",
+    ]
+    for name, (lo, width) in SLOTS.items():
+        lines.append(f"| {name} | {lo + width - 1}:{lo} |")
+    lines += [
+        "",
+        f"There are {NUM_REGS} registers `r0`..`r{NUM_REGS - 1}` of {REG_BITS} bits, all zero "
+        "at start. Addresses in registers count external memory words (`port_bytes` each), "
+        "or scratchpad rows.",
+        "",
+        "Assembler syntax: one instruction a line, `op field=value, field=value`; registers "
+        "are written `rN`, labels `name:` on a line of their own, comments start with `#`.",
+        "",
+    ]
+    for op, (fields, text) in OPCODES.items():
+        lines += [f"## `{op.name.lower()}` (opcode {int(op)})", "", text, ""]
+        if fields:
+            lines += ["| field | slot | bits | meaning |", "|---|---|---|---|"]
+            for f in fields:
+                lo = SLOTS[f.slot][0] + f.lo
+                lines.append(f"| {f.name} | {f.slot} | {lo + f.width - 1}:{lo} | {f.doc} |")
+            lines.append("")
+    lines += ["## Enumerations", ""]
+    for en in (Dst, Dt, Csr):
+        lines.append(f"- `{en.__name__.lower()}`: " + ", ".join(
+            f"{m.name.lower()} = {int(m)}" for m in en))
+    lines.append(f"- `units` (wait): " + ", ".join(
+        f"{m.name.lower()} = {int(m)}" for m in Unit if m is not Unit.ALL))
+    return "\n".join(lines) + "\n"
