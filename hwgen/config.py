@@ -115,8 +115,8 @@ class VariantConfig:
                 f"must be a whole number of memory words; port_bytes={self.port_bytes} "
                 f"does not divide it: use port_bytes <= {self.rows * self.cols}"
             )
-        if not 0 <= self.port_latency <= 64:
-            raise ValueError(f"port_latency must be from 0 to 64 cycles, not {self.port_latency!r}")
+        if not 1 <= self.port_latency <= 64:
+            raise ValueError(f"port_latency must be from 1 to 64 cycles, not {self.port_latency!r}")
         if not 8 <= self.mem_addr_bits <= 24:
             raise ValueError(f"mem_addr_bits must be from 8 to 24, not {self.mem_addr_bits!r}")
         for name in ("spad_a_depth", "spad_b_depth", "spad_e_depth", "imem_depth"):
