@@ -1,0 +1,217 @@
+"""The fused epilogue: a chain of stream stages between the array (or the epilogue
+scratchpad) and the store unit.
+
+Every beat is one row of ``cols`` int32 lanes plus the job it belongs to (enable mask, store
+type, addresses), so beats of two tiles can be in the pipeline at once. A stage whose bit is
+clear in the beat's mask passes the lanes through unchanged: the same chain runs fused (all
+bits) and as standalone memory-to-memory passes (one bit each).
+"""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from hwgen.config import EPILOGUE_STAGES, VariantConfig
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def lanes_layout(config: VariantConfig) -> data.ArrayLayout:
+    """One row of int32 lanes."""
+    return data.ArrayLayout(signed(config.acc_bits), config.cols)
+
+
+def beat_layout(config: VariantConfig) -> data.StructLayout:
+    """Payload of one epilogue beat."""
+    e_bits = ceil_log2(config.spad_e_depth)
+    return data.StructLayout({
+        "lanes": lanes_layout(config),
+        "mask": len(EPILOGUE_STAGES),
+        "dt": 1,  # hwgen.isa.Dt: 0 int32, 1 int8
+        "bias": e_bits,  # epilogue-scratchpad row of the bias vector
+        "res": e_bits,  # epilogue-scratchpad row of this beat's residual row
+        "out": config.mem_addr_bits,  # word address of the job's first store
+        "first": 1,  # first beat of a job: the store unit takes `out` from it
+    })
+
+
+def beat_signature(config: VariantConfig) -> stream.Signature:
+    return stream.Signature(beat_layout(config))
+
+
+def saturate(value, lo: int, hi: int):
+    """``value`` clamped to [lo, hi]."""
+    return Mux(value < lo, lo, Mux(value > hi, hi, value))
+
+
+class EpilogueStage(wiring.Component):
+    """Base of a pipeline stage: one register, stream handshake, optional bypass.
+
+    Subclasses set :attr:`name` and implement :meth:`lanes` (the new lane values, as
+    expressions of ``self.i.payload``) and may add ports through :meth:`ports`.
+    """
+
+    name = ""
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        self._bit = config.epilogue.index(self.name)
+        sig = beat_signature(config)
+        super().__init__({"i": In(sig), "o": Out(sig), **self.ports(config)})
+
+    def ports(self, config: VariantConfig) -> dict:
+        return {}
+
+    def lanes(self, m: Module) -> list:
+        raise NotImplementedError  # every concrete stage defines its arithmetic
+
+    def elaborate(self, platform):
+        m = Module()
+        new = self.lanes(m)
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+            with m.If(self.i.payload.mask[self._bit]):
+                m.d.sync += [self.o.payload.lanes[c].eq(v) for c, v in enumerate(new)]
+        return m
+
+
+class _ReadsScratchpad(EpilogueStage):
+    """A stage that reads one epilogue-scratchpad row (combinational read port)."""
+
+    field = ""
+
+    def ports(self, config):
+        return {"e_addr": Out(ceil_log2(config.spad_e_depth)), "e_data": In(lanes_layout(config))}
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.e_addr.eq(getattr(self.i.payload, self.field))
+        return m
+
+
+class BiasStage(_ReadsScratchpad):
+    """``x + bias[c]``, saturating to int32."""
+
+    name, field = "bias", "bias"
+
+    def lanes(self, m):
+        return [saturate(self.i.payload.lanes[c] + self.e_data[c], INT32_MIN, INT32_MAX)
+                for c in range(self._config.cols)]
+
+
+class ResidualStage(_ReadsScratchpad):
+    """``x + res[r][c]`` (an int8 tensor, sign-extended), saturating to int8."""
+
+    name, field = "residual", "res"
+
+    def lanes(self, m):
+        return [saturate(self.i.payload.lanes[c] + self.e_data[c], INT8_MIN, INT8_MAX)
+                for c in range(self._config.cols)]
+
+
+class RequantStage(EpilogueStage):
+    """Fixed-point requantization to int8.
+
+    ``y = sat8(((x * mult + round) >> shift) + zp)`` with ``round = 2**(shift-1)`` (0 when
+    ``shift`` is 0) and an arithmetic shift: rounding half toward +infinity. The product is
+    exact (64 bits); :func:`hwgen.reference.requantize` is the same rule in numpy.
+    """
+
+    name = "requant"
+
+    def ports(self, config):
+        return {"mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32))}
+
+    def lanes(self, m):
+        rnd = Signal(unsigned(64))
+        m.d.comb += rnd.eq((Const(1, 65) << self.shift) >> 1)
+        out = []
+        for c in range(self._config.cols):
+            scaled = (self.i.payload.lanes[c] * self.mult + rnd) >> self.shift
+            out.append(saturate(scaled + self.zp, INT8_MIN, INT8_MAX))
+        return out
+
+
+class ReluStage(EpilogueStage):
+    """``max(x, 0)``."""
+
+    name = "relu"
+
+    def lanes(self, m):
+        return [Mux(x < 0, 0, x) for x in (self.i.payload.lanes[c]
+                                         for c in range(self._config.cols))]
+
+
+class ClampStage(EpilogueStage):
+    """``min(max(x, lo), hi)``."""
+
+    name = "clamp"
+
+    def ports(self, config):
+        return {"lo": In(signed(32)), "hi": In(signed(32))}
+
+    def lanes(self, m):
+        out = []
+        for c in range(self._config.cols):
+            x = self.i.payload.lanes[c]
+            low = Mux(x < self.lo, self.lo, x)
+            out.append(Mux(low > self.hi, self.hi, low))
+        return out
+
+
+STAGE_CLASSES = {cls.name: cls for cls in
+                 (BiasStage, RequantStage, ReluStage, ClampStage, ResidualStage)}
+
+
+class EpiloguePipeline(wiring.Component):
+    """The variant's stages in order, joined by ``wiring.connect``.
+
+    Ports: ``i``/``o`` beat streams; ``bias_addr``/``bias_data`` and ``res_addr``/``res_data``
+    to read the epilogue scratchpad; the control registers ``mult``, ``shift``, ``zp``,
+    ``lo``, ``hi``; ``busy`` while any beat is inside.
+    """
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        sig = beat_signature(config)
+        e_bits = ceil_log2(config.spad_e_depth)
+        super().__init__({
+            "i": In(sig), "o": Out(sig),
+            "bias_addr": Out(e_bits), "bias_data": In(lanes_layout(config)),
+            "res_addr": Out(e_bits), "res_data": In(lanes_layout(config)),
+            "mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32)),
+            "lo": In(signed(32)), "hi": In(signed(32)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        stages = [STAGE_CLASSES[name](self._config) for name in self._config.epilogue]
+        if not stages:
+            wiring.connect(m, wiring.flipped(self.i), wiring.flipped(self.o))
+            return m
+        for stage in stages:
+            m.submodules[stage.name] = stage
+            if isinstance(stage, BiasStage):
+                m.d.comb += [self.bias_addr.eq(stage.e_addr), stage.e_data.eq(self.bias_data)]
+            elif isinstance(stage, ResidualStage):
+                m.d.comb += [self.res_addr.eq(stage.e_addr), stage.e_data.eq(self.res_data)]
+            elif isinstance(stage, RequantStage):
+                m.d.comb += [stage.mult.eq(self.mult), stage.shift.eq(self.shift),
+                             stage.zp.eq(self.zp)]
+            elif isinstance(stage, ClampStage):
+                m.d.comb += [stage.lo.eq(self.lo), stage.hi.eq(self.hi)]
+        wiring.connect(m, wiring.flipped(self.i), stages[0].i)
+        for up, down in zip(stages, stages[1:]):
+            wiring.connect(m, up.o, down.i)
+        wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
+        busy = 0
+        for stage in stages:
+            busy = busy | stage.o.valid
+        m.d.comb += self.busy.eq(busy)
+        return m
