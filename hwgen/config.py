@@ -63,13 +63,13 @@ class VariantConfig:
     operand_bits: int = 8
     acc_bits: int = 32
     epilogue: tuple[str, ...] = ("bias", "requant", "relu")
-    spad_a_depth: int = 1024
-    spad_b_depth: int = 1024
-    spad_e_depth: int = 128
+    spad_a_depth: int = 2048
+    spad_b_depth: int = 2048
+    spad_e_depth: int = 256
     port_bytes: int = 8
     port_latency: int = 4
     mem_addr_bits: int = 17
-    imem_depth: int = 256
+    imem_depth: int = 1024
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
