@@ -69,7 +69,7 @@ class VariantConfig:
     port_bytes: int = 8
     port_latency: int = 4
     mem_addr_bits: int = 17
-    imem_depth: int = 1024
+    imem_depth: int = 2048
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):

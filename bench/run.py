@@ -1,0 +1,92 @@
+"""``make bench``: the performance figures of issue 2, measured on Verilator.
+
+Prints one line per figure and writes them all to ``build/bench.json``. Every GEMM is also
+checked bit for bit; the benchmark fails if any is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench.sim_speed import measure
+from hwgen.config import VariantConfig
+from hwgen.emit import accelerator_verilog
+from sim.gemm_check import GemmCase, run_gemms
+from sim.run import MemoryImage
+
+V8 = VariantConfig(rows=8, cols=8, epilogue=("bias", "requant", "relu"))
+CHAIN = V8.epilogue
+
+
+def gemm_figures() -> dict:
+    cases = [
+        GemmCase(256, 256, 256),
+        GemmCase(256, 256, 256, stages=CHAIN),
+        GemmCase(256, 64, 256, stages=CHAIN),
+        GemmCase(256, 64, 256, stages=CHAIN, fused=False),
+    ]
+    plain, fused, fused64, unfused64 = run_gemms(V8, cases)
+    for r in (plain, fused, fused64, unfused64):
+        if not r.ok:
+            raise SystemExit(f"benchmark GEMM was not bit-exact: {r.summary()}")
+    return {
+        "gemm_256_plain": plain.to_dict(),
+        "gemm_256_fused": fused.to_dict(),
+        "utilization_256": round(plain.utilization, 4),
+        "fused_over_plain_cycles": round(fused.cycles / plain.cycles, 4),
+        "gemm_256x64x256_fused": fused64.to_dict(),
+        "gemm_256x64x256_unfused": unfused64.to_dict(),
+        "unfused_over_fused_cycles_k64": round(unfused64.cycles / fused64.cycles, 3),
+    }
+
+
+def sim_speed_figures() -> dict:
+    kernel = GemmCase(256, 256, 256).kernel(V8)
+    memory = MemoryImage(writes=tuple(kernel.memory), reads=kernel.reads)
+    report = measure(V8, kernel.program, memory)
+    cocotb = report["cocotb"]["cycles_per_second"]
+    binary = report["verilator_binary"]["cycles_per_second"]
+    report["cocotb_over_binary"] = round(cocotb / binary, 3)
+    return report
+
+
+def generation_figures() -> dict:
+    out = {}
+    for n in (4, 8, 16):
+        config = VariantConfig(rows=n, cols=n, epilogue=CHAIN)
+        began = time.perf_counter()
+        accelerator_verilog(config)
+        out[f"{n}x{n}"] = round(time.perf_counter() - began, 2)
+    return out
+
+
+def main() -> int:
+    results: dict = {"variant_8x8": V8.to_dict()}
+    print("Verilog generation (s):", end=" ", flush=True)
+    results["verilog_seconds"] = generation_figures()
+    print(results["verilog_seconds"])
+    print("Simulation speed, 8x8, GEMM 256^3 ...", flush=True)
+    speed = sim_speed_figures()
+    results["sim_speed"] = speed
+    print(f"  first build {speed['first_build_seconds']} s, cached {speed['cached_build_seconds']} s;"
+          f" cocotb {speed['cocotb']['cycles_per_second']:,} cycles/s, verilator --binary "
+          f"{speed['verilator_binary']['cycles_per_second']:,} cycles/s, ratio "
+          f"{speed['cocotb_over_binary']} (same cycle count: {speed['same_cycles']})")
+    print("GEMMs on the 8x8 variant ...", flush=True)
+    results.update(gemm_figures())
+    print(f"  256^3 utilization {results['utilization_256']} (target >= 0.85)")
+    print(f"  fused bias+requant+relu / plain cycles {results['fused_over_plain_cycles']} "
+          f"(target <= 1.05)")
+    print(f"  M=N=256, K=64: unfused/fused cycles {results['unfused_over_fused_cycles_k64']}")
+    out = Path("build/bench.json")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

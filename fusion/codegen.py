@@ -1,0 +1,270 @@
+"""Render microcode templates, assemble them, and check the result fits the variant.
+
+Kernels are Jinja templates in ``rtl_templates/microcode/`` (package data), rendered with
+:class:`jinja2.StrictUndefined` so that a context key the builder forgot fails at render time
+instead of becoming an empty operand. The environment is built once per process: rendering
+and assembling a kernel takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+from hwgen.asm import assemble_instrs, disassemble
+from hwgen.config import VariantConfig
+from hwgen.isa import Dst, Instr, Op, encode
+
+#: Largest value of the 16-bit LOAD ``count``/``len``, MATMUL ``k`` and EPIPASS ``rows``.
+FIELD_MAX = 0xFFFF
+
+#: Scratchpad row size in bytes for each LOAD destination, as a function of the config.
+_ROW_BYTES = {
+    Dst.A: lambda c: c.a_row_bytes,
+    Dst.B: lambda c: c.b_row_bytes,
+    Dst.E32: lambda c: c.e_row_bytes,
+    Dst.E8: lambda c: c.cols,
+}
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The Jinja environment over ``rtl_templates/microcode`` (built once)."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("rtl_templates", "microcode"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context: Any) -> str:
+    """Render one microcode template (e.g. ``"gemm.j2"``) to assembly text."""
+    return environment().get_template(template).render(**context)
+
+
+class ProgramTooLong(ValueError):
+    """A program longer than the variant's instruction memory (``length`` instructions)."""
+
+    def __init__(self, message: str, length: int) -> None:
+        super().__init__(message)
+        self.length = length
+
+
+@dataclass(frozen=True)
+class Program:
+    """An assembled microcode program.
+
+    Attributes
+    ----------
+    words : list of int
+        The 64-bit instruction words, in instruction-memory order.
+    text : str
+        The assembly source it came from (with the templates' comments).
+    instrs : list of Instr
+        The decoded instructions.
+    """
+
+    words: list[int]
+    text: str
+    instrs: list[Instr]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def listing(self) -> str:
+        """The canonical disassembly (every field spelled out)."""
+        return disassemble(self.words)
+
+
+def assemble_program(config: VariantConfig, text: str, *, what: str = "program") -> Program:
+    """Assemble ``text`` and check it fits ``config.imem_depth``.
+
+    Raises
+    ------
+    hwgen.asm.AsmError
+        If the text does not assemble.
+    ProgramTooLong
+        If the program is longer than the instruction memory, naming both sizes and the fix.
+    """
+    instrs = assemble_instrs(text)
+    if len(instrs) > config.imem_depth:
+        raise ProgramTooLong(
+            f"{what} needs {len(instrs)} instructions but the variant's instruction memory "
+            f"holds {config.imem_depth}: use larger super tiles (fewer of them are unrolled) "
+            f"or a variant with imem_depth >= {len(instrs)}",
+            len(instrs),
+        )
+    return Program([encode(i) for i in instrs], text, instrs)
+
+
+def load_row_bytes(config: VariantConfig, dst: Dst) -> int:
+    """Bytes of one scratchpad row written by a LOAD to ``dst``."""
+    return _ROW_BYTES[Dst(dst)](config)
+
+
+def check_load(config: VariantConfig, count: int, length: int, dst: Dst) -> None:
+    """Check a LOAD's segment geometry against the DMA's row-cutting rule.
+
+    Each segment (``length`` words) must be a whole number of scratchpad rows, or a row a whole
+    number of segments with the total a whole number of rows.
+    """
+    row = load_row_bytes(config, dst)
+    seg = length * config.port_bytes
+    ok = seg % row == 0 or (row % seg == 0 and (count * seg) % row == 0) if seg else False
+    if not ok or count < 1:
+        raise ValueError(
+            f"load of {count} segment(s) of {length} word(s) ({seg} bytes each) cannot be cut "
+            f"into {Dst(dst).name.lower()} scratchpad rows of {row} bytes"
+        )
+
+
+def load_context(config: VariantConfig, dst: Dst, ext: int, spad: int, count: int,
+                 length: int, stride: int, what: str) -> dict[str, Any]:
+    """The template context of one LOAD (macro ``load`` of ``common.j2``), checked.
+
+    ``stride`` is the segment stride in words (unused for one segment).
+    """
+    check_load(config, count, length, dst)
+    if count > FIELD_MAX or length > FIELD_MAX:
+        raise ValueError(f"load of {count} segment(s) of {length} words exceeds the 16-bit "
+                         f"count/len fields ({FIELD_MAX}); use smaller tiles")
+    return {"dst": Dst(dst).name.lower(), "ext": ext, "spad": spad, "count": count,
+            "len": length, "stride": stride if count > 1 else 0, "what": what}
+
+
+def grid_reg(reg: str, init: int, inner: int, outer: int, n_inner: int, n_outer: int, *,
+             base: str | None = None) -> dict[str, Any]:
+    """One register of a job grid (macro ``grid`` of ``common.j2``).
+
+    The register starts at ``init`` (plus register ``base``), moves ``inner`` per inner
+    iteration and ``outer`` per outer iteration. Loops of one iteration are not emitted, so
+    the steps they would take are folded into the adjust after the inner loop.
+    """
+    moved = n_inner * inner if n_inner > 1 else 0
+    return {"reg": reg, "base": base, "init": init, "inner": inner if n_inner > 1 else 0,
+            "adjust": outer - moved if n_outer > 1 else 0}
+
+
+#: Keys of a step context whose numbers are addresses or rows, free to vary in a rolled loop.
+_SLOT_KEYS = frozenset({"ext", "spad", "init"})
+
+
+def _slots(node: Any, path: tuple = ()) -> list[tuple[tuple, int]]:
+    if isinstance(node, dict):
+        return [item for key, value in node.items() for item in (
+            [(path + (key,), value)] if key in _SLOT_KEYS and isinstance(value, int)
+            else _slots(value, path + (key,)))]
+    if isinstance(node, list):
+        return [item for n, value in enumerate(node) for item in _slots(value, path + (n,))]
+    return []
+
+
+def _shape(node: Any) -> Any:
+    """A step with its slot numbers (and comments) blanked: what must match to roll it."""
+    if isinstance(node, dict):
+        return tuple(sorted((key, None if key in _SLOT_KEYS else _shape(value))
+                            for key, value in node.items() if key != "what"))
+    if isinstance(node, list):
+        return tuple(_shape(value) for value in node)
+    return node
+
+
+def _replace(node: Any, values: dict[tuple, Any], path: tuple = ()) -> Any:
+    if path in values:
+        return values[path]
+    if isinstance(node, dict):
+        return {key: _replace(value, values, path + (key,)) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_replace(value, values, path + (n,)) for n, value in enumerate(node)]
+    return node
+
+
+def roll_steps(steps: list[dict], period: int, registers: Sequence[str]) -> list[dict]:
+    """Fold runs of steps that repeat with evenly advancing numbers into loop items.
+
+    A run is ``count >= 2`` repetitions of ``period`` consecutive steps with the same shape
+    (:func:`_shape`), each slot (``ext``, ``spad``, ``init``) advancing by a constant delta per
+    repetition. Slots with equal deltas share one of ``registers``; a run needing more
+    registers than that is left unrolled. Each item is ``{"step": step}`` or
+    ``{"count", "runs": [{"reg", "init", "delta"}], "body": [steps with {base, off} slots]}``.
+    """
+    items, t = [], 0
+    while t < len(steps):
+        first = steps[t:t + period]
+        shapes = [_shape(s) for s in first]
+        delta, count = None, 1
+        while t + (count + 1) * period <= len(steps):
+            prev = steps[t + (count - 1) * period:t + count * period]
+            nxt = steps[t + count * period:t + (count + 1) * period]
+            if [_shape(s) for s in nxt] != shapes:
+                break
+            step_delta = [b - a for p, q in zip(prev, nxt, strict=True)
+                          for (_, a), (_, b) in zip(_slots(p), _slots(q), strict=True)]
+            if delta is not None and step_delta != delta:
+                break
+            delta, count = step_delta, count + 1
+        deltas = sorted({d for d in delta or [] if d})
+        if count < 2 or len(deltas) > len(registers):
+            items.append({"step": steps[t]})
+            t += 1
+            continue
+        reg_of = dict(zip(deltas, registers, strict=False))
+        runs: dict[int, dict[str, Any]] = {}
+        body, n = [], 0
+        for step in first:
+            values = {}
+            for path, value in _slots(step):
+                d = delta[n]
+                n += 1
+                if d:
+                    run = runs.setdefault(d, {"reg": reg_of[d], "init": value, "delta": d})
+                    values[path] = {"base": run["reg"], "off": value - run["init"]}
+            body.append(_replace(step, values))
+        body[0] = {**body[0], "what": f"{first[0]['what']} (and {count - 1} more like it)"}
+        items.append({"count": count, "runs": list(runs.values()), "body": body})
+        t += count * period
+    return items
+
+
+def loop_ranges(instrs: Sequence[Instr]) -> list[tuple[int, int]]:
+    """``(target, branch)`` index pairs of every backward ``bnzd``: the loop bodies."""
+    return [(i.get("target"), n) for n, i in enumerate(instrs)
+            if i.op is Op.BNZD and i.get("target") <= n]
+
+
+def load_bytes(config: VariantConfig, instrs: Sequence[Instr]) -> int:
+    """Bytes the program's LOADs read from memory (what the ``bytes_read`` counter counts).
+
+    Static: each LOAD's ``count * len * port_bytes`` times the trip counts of the hardware
+    loops around it. The kernels set a loop's counter with ``li`` right before its first
+    instruction (and nowhere else), which gives the trip count.
+
+    Raises
+    ------
+    ValueError
+        If a LOAD sits in a loop whose trip count cannot be read that way.
+    """
+    trips = []
+    for lo, hi in loop_ranges(instrs):
+        rc = instrs[hi].get("rc")
+        setter = instrs[lo - 1] if lo > 0 else None
+        ok = setter is not None and setter.op is Op.LI and setter.get("rd") == rc
+        trips.append((lo, hi, setter.get("imm") & 0xFFFFFFFF if ok else None))
+    total = 0
+    for n, instr in enumerate(instrs):
+        if instr.op is not Op.LOAD:
+            continue
+        times = 1
+        for lo, hi, count in trips:
+            if lo <= n <= hi:
+                if not count:
+                    raise ValueError(f"instruction {n} (a load) sits in the loop at {lo}..{hi} "
+                                     f"whose counter is not set by an li just before it")
+                times *= count
+        total += times * instr.get("count") * instr.get("len") * config.port_bytes
+    return total

@@ -1,0 +1,197 @@
+"""Memory layouts of the GEMM kernels, and allocation of external memory regions.
+
+External memory is word-addressed (``config.port_bytes`` bytes a word, little-endian inside a
+word), and every region starts on a word boundary. With R = ``config.rows`` and
+C = ``config.cols``, an M x K by K x N GEMM is padded to
+
+- ``Kp``: K rounded up to a multiple of ``config.k_align``, so that every operand block (and
+  every k-tile of it) is a whole number of words;
+- ``Mb = ceil(M / R)`` row blocks and ``Nb = ceil(N / C)`` column blocks.
+
+All padding is zeros. The layouts, outermost index first:
+
+``A``  ``[Mb][Kp][R]`` int8
+    Blocked and K-major: block ``i`` holds ``A[i*R:(i+1)*R, :]`` transposed, so one k step of
+    a block is one A scratchpad row, and a k-tile of a block is one contiguous segment.
+``B``  ``[Nb][Kp][C]`` int8
+    Block ``j`` holds ``B[:, j*C:(j+1)*C]``: one k step is one B scratchpad row.
+``bias``  ``[Nb][C]`` int32, padded to whole words
+    Loaded with ``e32``: one epilogue scratchpad row per column block.
+``tiles``  ``[Mb][Nb][R][C]`` int8 or int32
+    Outputs, the residual and the unfused int32 intermediates: tile ``(i, j)`` is one
+    contiguous ``R x C`` block, exactly what one drained output tile stores, and ``R`` rows of
+    the epilogue scratchpad when loaded (``e32`` for int32, ``e8`` for int8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hwgen.config import VariantConfig
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class GemmDims:
+    """The padded geometry of an M x K by K x N GEMM on one variant."""
+
+    config: VariantConfig
+    M: int
+    K: int
+    N: int
+
+    def __post_init__(self) -> None:
+        for name in ("M", "K", "N"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+    @property
+    def R(self) -> int:  # noqa: N802 - the array's rows, as in the layout docs
+        return self.config.rows
+
+    @property
+    def C(self) -> int:  # noqa: N802
+        return self.config.cols
+
+    @property
+    def W(self) -> int:  # noqa: N802
+        return self.config.port_bytes
+
+    @property
+    def Kp(self) -> int:  # noqa: N802
+        align = self.config.k_align
+        return _ceil_div(self.K, align) * align
+
+    @property
+    def Mb(self) -> int:  # noqa: N802
+        return _ceil_div(self.M, self.R)
+
+    @property
+    def Nb(self) -> int:  # noqa: N802
+        return _ceil_div(self.N, self.C)
+
+    def tile_bytes(self, itemsize: int) -> int:
+        """Bytes of one R x C tile of ``itemsize``-byte elements (always whole words)."""
+        return self.R * self.C * itemsize
+
+    def tile_words(self, itemsize: int) -> int:
+        return self.tile_bytes(itemsize) // self.W
+
+    @property
+    def bias_rows(self) -> int:
+        """Epilogue scratchpad rows a bias load writes: ``Nb``, plus padding to a whole word."""
+        row = self.config.e_row_bytes
+        return _ceil_div(self.Nb * row, self.W) * self.W // row if row < self.W else self.Nb
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named region of external memory: a word address and a size in bytes."""
+
+    name: str
+    addr: int
+    nbytes: int
+
+    def words(self, port_bytes: int) -> int:
+        return _ceil_div(self.nbytes, port_bytes)
+
+
+class Allocator:
+    """Hands out word-aligned regions of the external memory, first fit from ``base``.
+
+    Each region starts on a multiple of ``align_bytes`` (at least one word), so that regions
+    start on round addresses in memory dumps and never share a word.
+    """
+
+    def __init__(self, config: VariantConfig, *, base: int = 0, align_bytes: int = 64) -> None:
+        self._config = config
+        self._align = max(1, align_bytes // config.port_bytes)
+        self._next = base
+        self.regions: dict[str, Region] = {}
+
+    def alloc(self, name: str, nbytes: int) -> Region:
+        """Reserve ``nbytes`` (rounded up to whole words) under a unique ``name``."""
+        if name in self.regions:
+            raise ValueError(f"memory region {name!r} is allocated twice")
+        if nbytes < 1:
+            raise ValueError(f"memory region {name!r} needs a positive size, not {nbytes}")
+        addr = _ceil_div(self._next, self._align) * self._align
+        region = Region(name, addr, nbytes)
+        end = addr + region.words(self._config.port_bytes)
+        if end > self._config.mem_words:
+            raise ValueError(
+                f"memory region {name!r} ({nbytes} bytes) ends at word {end}, beyond the "
+                f"{self._config.mem_words} words of external memory "
+                f"(mem_addr_bits={self._config.mem_addr_bits}); use a smaller problem or a "
+                f"variant with more mem_addr_bits"
+            )
+        self._next = end
+        self.regions[name] = region
+        return region
+
+    @property
+    def used_words(self) -> int:
+        return self._next
+
+
+def _check(x: np.ndarray, shape: tuple[int, ...], dtype: type, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, not {x.shape}")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array, not {x.dtype}")
+    info = np.iinfo(dtype)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+        raise ValueError(f"{name} has values outside {np.dtype(dtype).name} "
+                         f"({int(x.min())}..{int(x.max())})")
+    return x.astype(dtype)
+
+
+def pack_a(dims: GemmDims, a: np.ndarray) -> bytes:
+    """A (M x K int8) in the ``[Mb][Kp][R]`` layout."""
+    a = _check(a, (dims.M, dims.K), np.int8, "a")
+    padded = np.zeros((dims.Mb * dims.R, dims.Kp), np.int8)
+    padded[: dims.M, : dims.K] = a
+    return padded.reshape(dims.Mb, dims.R, dims.Kp).transpose(0, 2, 1).tobytes()
+
+
+def pack_b(dims: GemmDims, b: np.ndarray) -> bytes:
+    """B (K x N int8) in the ``[Nb][Kp][C]`` layout."""
+    b = _check(b, (dims.K, dims.N), np.int8, "b")
+    padded = np.zeros((dims.Kp, dims.Nb * dims.C), np.int8)
+    padded[: dims.K, : dims.N] = b
+    return padded.reshape(dims.Kp, dims.Nb, dims.C).transpose(1, 0, 2).tobytes()
+
+
+def pack_bias(dims: GemmDims, bias: np.ndarray) -> bytes:
+    """The bias (N int32) in the ``[Nb][C]`` layout, padded to :attr:`GemmDims.bias_rows`."""
+    bias = _check(bias, (dims.N,), np.int32, "bias")
+    padded = np.zeros(dims.bias_rows * dims.C, "<i4")
+    padded[: dims.N] = bias
+    return padded.tobytes()
+
+
+def pack_tiles(dims: GemmDims, x: np.ndarray, dtype: type = np.int8) -> bytes:
+    """An M x N tensor in the tile-blocked ``[Mb][Nb][R][C]`` layout."""
+    x = _check(x, (dims.M, dims.N), dtype, "tensor")
+    padded = np.zeros((dims.Mb * dims.R, dims.Nb * dims.C), np.dtype(dtype).newbyteorder("<"))
+    padded[: dims.M, : dims.N] = x
+    return padded.reshape(dims.Mb, dims.R, dims.Nb, dims.C).transpose(0, 2, 1, 3).tobytes()
+
+
+def unpack_tiles(dims: GemmDims, data: bytes, dtype: type = np.int8) -> np.ndarray:
+    """The M x N tensor back from its ``[Mb][Nb][R][C]`` bytes (extra trailing bytes ignored)."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    need = dims.Mb * dims.Nb * dims.tile_bytes(dt.itemsize)
+    if len(data) < need:
+        raise ValueError(f"a {dims.M} x {dims.N} {dt.name} tile-blocked tensor needs {need} "
+                         f"bytes, got {len(data)}")
+    tiles = np.frombuffer(bytes(data[:need]), dt).reshape(dims.Mb, dims.Nb, dims.R, dims.C)
+    full = tiles.transpose(0, 2, 1, 3).reshape(dims.Mb * dims.R, dims.Nb * dims.C)
+    return full[: dims.M, : dims.N].astype(np.dtype(dtype).newbyteorder("="))
