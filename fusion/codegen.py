@@ -9,6 +9,7 @@ and assembling a kernel takes milliseconds.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +82,49 @@ class Program:
         return disassemble(self.words)
 
 
+_LI = re.compile(r"^\s*li\s+rd=(r\d+),\s*imm=(-?\d+)\s*(#.*)?$")
+_ADDI = re.compile(r"^\s*addi\s+rd=(r\d+),\s*rs=(r\d+),\s*imm=(-?\d+)\s*(#.*)?$")
+_WRITES = re.compile(r"^\s*bnzd\s+rc=(r\d+)")
+
+
+def drop_redundant_li(text: str) -> str:
+    """Remove each ``li`` that sets a register to the value it already holds.
+
+    The templates set every operand register before use, which keeps them simple; in
+    straight-line code many of those writes repeat a value (the same half, the same row).
+    Values are tracked from ``li`` and ``addi`` and forgotten at every label (a branch may
+    arrive there) and at ``bnzd`` (it decrements its counter). An ``li`` right before a label
+    is always kept: it sets a loop's trip count, which :func:`load_bytes` reads.
+    """
+    lines = text.splitlines()
+    known: dict[str, int] = {}
+    out = []
+    for n, line in enumerate(lines):
+        body = line.split("#", 1)[0].strip()
+        if body.endswith(":"):
+            known.clear()
+        elif m := _LI.match(line):
+            rd, value = m.group(1), int(m.group(2)) & 0xFFFFFFFF
+            following = next((x.split("#", 1)[0].strip() for x in lines[n + 1:]
+                              if x.split("#", 1)[0].strip()), "")
+            if known.get(rd) == value and not following.endswith(":") and rd != "r0":
+                continue
+            known[rd] = value
+        elif m := _ADDI.match(line):
+            rd, rs, imm = m.group(1), m.group(2), int(m.group(3))
+            base = 0 if rs == "r0" else known.get(rs)
+            if base is None:
+                known.pop(rd, None)
+            else:
+                known[rd] = (base + imm) & 0xFFFFFFFF
+        elif m := _WRITES.match(line):
+            known.pop(m.group(1), None)
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
 def assemble_program(config: VariantConfig, text: str, *, what: str = "program") -> Program:
-    """Assemble ``text`` and check it fits ``config.imem_depth``.
+    """Assemble ``text`` (after :func:`drop_redundant_li`) and check it fits ``imem_depth``.
 
     Raises
     ------
@@ -91,6 +133,7 @@ def assemble_program(config: VariantConfig, text: str, *, what: str = "program")
     ProgramTooLong
         If the program is longer than the instruction memory, naming both sizes and the fix.
     """
+    text = drop_redundant_li(text)
     instrs = assemble_instrs(text)
     if len(instrs) > config.imem_depth:
         raise ProgramTooLong(

@@ -3,8 +3,11 @@
 Fused, one ``gemm.j2`` program drains every tile through the epilogue stages straight to the
 output. Unfused, the GEMM stores int32 tiles (mask 0) into an intermediate, then one
 ``epilogue_pass.j2`` pass per stage, in chain order, ping-pongs between two intermediates and
-the last writes the same output region in the same layout; the results are identical.
-Memory layouts are those of :mod:`fusion.layout`; super tiles those of :mod:`fusion.tiling`.
+the last writes the same output region in the same layout. An intermediate is stored as int8
+only where that is exact (:func:`fusion.epilogue_pass.pass_dtypes`), so the results are
+identical. Memory layouts are those of :mod:`fusion.layout`; super tiles those of
+:mod:`fusion.tiling`. Without an explicit tiling, the best-ranked tiling whose program fits
+the instruction memory is used.
 """
 
 from __future__ import annotations
@@ -104,8 +107,13 @@ def _grid(dims: GemmDims, order: str, tme: int, tne: int, kte: int, *, regs: dic
         if name not in regs:
             ops[name] = "r0"  # unused by this matmul (no such stage, or not the last k tile)
             continue
-        ops[name] = reg
         outer, inner = (step_i, step_j) if order == "mn" else (step_j, step_i)
+        if n_outer == n_inner == 1:  # one matmul: operands of equal value share a register
+            same = next((r for r in grid_regs if r["init"] == regs[name]), None)
+            if same is not None:
+                ops[name] = same["reg"]
+                continue
+        ops[name] = reg
         grid_regs.append(grid_reg(reg, regs[name], inner, outer, n_inner, n_outer))
     return {"n_outer": n_outer, "n_inner": n_inner, "regs": grid_regs, "ops": ops, "k": kte,
             "mask": f"{mask:#b}", "dt": dt, "last": int(last)}

@@ -97,9 +97,11 @@ class Accelerator(wiring.Component):
                      dma.rd_data.eq(self.mem.rd_data.payload)]
         wiring.connect(m, cu.wr, wiring.flipped(self.mem.wr))
 
-        dma_idle = ~dma.busy & ~load_q.r_rdy
-        feed_idle = cu.feed_idle & ~job_q.r_rdy
-        compute_idle = cu.idle & ~job_q.r_rdy
+        # `level`, not `r_rdy`: a buffered FIFO shows a new entry on its read side a cycle
+        # after the write, and a WAIT right behind a LOAD must not see an empty queue then.
+        dma_idle = ~dma.busy & (load_q.level == 0)
+        feed_idle = cu.feed_idle & (job_q.level == 0)
+        compute_idle = cu.idle & (job_q.level == 0)
         done = Signal()
         m.d.comb += [
             seq.start.eq(self.start),

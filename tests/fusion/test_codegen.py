@@ -72,6 +72,28 @@ def test_load_bytes_multiplies_by_loop_trip_counts():
         load_bytes(cfg, bad)
 
 
+def test_redundant_li_is_dropped_only_where_the_value_is_known():
+    text = """
+    li rd=r2, imm=0
+    li rd=r2, imm=0          # dropped: r2 holds 0
+    addi rd=r3, rs=r2, imm=5
+    li rd=r3, imm=5          # dropped: r3 = r2 + 5 = 5
+    li rd=r12, imm=3         # kept although r12 is unknown anyway
+loop:
+    li rd=r2, imm=0          # kept: a branch arrives at the label
+    bnzd rc=r12, target=loop
+    li rd=r12, imm=3         # kept: bnzd changed r12
+    li rd=r12, imm=3         # kept: it sets the trip count of the loop below
+again:
+    nop
+"""
+    kept = [line.split("#")[0].strip() for line in
+            codegen.drop_redundant_li(text).splitlines() if line.strip()]
+    assert kept == ["li rd=r2, imm=0", "addi rd=r3, rs=r2, imm=5", "li rd=r12, imm=3", "loop:",
+                    "li rd=r2, imm=0", "bnzd rc=r12, target=loop", "li rd=r12, imm=3",
+                    "li rd=r12, imm=3", "again:", "nop"]
+
+
 def _value(node, regs):
     if isinstance(node, dict) and set(node) == {"base", "off"}:
         return regs[node["base"]] + node["off"]
