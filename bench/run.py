@@ -71,8 +71,9 @@ def main() -> int:
     print("Simulation speed, 8x8, GEMM 256^3 ...", flush=True)
     speed = sim_speed_figures()
     results["sim_speed"] = speed
-    print(f"  first build {speed['first_build_seconds']} s, cached {speed['cached_build_seconds']} s;"
-          f" cocotb {speed['cocotb']['cycles_per_second']:,} cycles/s, verilator --binary "
+    print(f"  first build {speed['first_build_seconds']} s, "
+          f"cached {speed['cached_build_seconds']} s; "
+          f"cocotb {speed['cocotb']['cycles_per_second']:,} cycles/s, verilator --binary "
           f"{speed['verilator_binary']['cycles_per_second']:,} cycles/s, ratio "
           f"{speed['cocotb_over_binary']} (same cycle count: {speed['same_cycles']})")
     print("GEMMs on the 8x8 variant ...", flush=True)

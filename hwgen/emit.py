@@ -12,25 +12,9 @@ from amaranth.back import verilog
 from hwgen.accelerator import Accelerator
 from hwgen.config import VariantConfig
 from hwgen.isa import isa_markdown
+from hwgen.sources import gateware_digest
 
 TOP_NAME = "hwgen_accel"
-
-#: The gateware sources; their digest is part of every build-cache key, so that a change to
-#: the RTL rebuilds every variant.
-GATEWARE_FILES = ("config.py", "isa.py", "ports.py", "pe.py", "array.py", "epilogue.py",
-                  "dma.py", "compute.py", "sequencer.py", "counters.py", "accelerator.py",
-                  "emit.py")
-
-
-def gateware_digest() -> str:
-    """A hash of the generator's source (16 hex digits)."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in GATEWARE_FILES:
-        h.update(name.encode())
-        h.update((here / name).read_bytes())
-    return h.hexdigest()[:16]
-
 
 def accelerator_verilog(config: VariantConfig) -> str:
     """The Verilog of the variant's accelerator, top module ``hwgen_accel``."""

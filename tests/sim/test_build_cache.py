@@ -120,3 +120,10 @@ def test_verilog_without_the_contracted_interface_is_refused_before_verilator():
         sim_build.check_interface(text.replace("perf__instret,", ""), CONFIG)
     with pytest.raises(sim_build.BuildError, match=r"no 64-bit memory imem in submodule seq"):
         sim_build.check_interface(text.replace(" imem [", " program [", 1), CONFIG)
+
+
+def test_a_build_folder_with_a_space_is_refused_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv(COUNTER_ENV, str(tmp_path / "calls"))
+    with pytest.raises(sim_build.BuildError, match=r"has a space.*set HWGEN_BUILD_DIR"):
+        build(tmp_path / "my builds")
+    assert calls(tmp_path / "calls") == 0
