@@ -72,12 +72,12 @@ class Accelerator(wiring.Component):
             shape=c.b_row_bytes * 8, depth=c.spad_b_depth, init=[])
         m.submodules.spad_e = spad_e = memory.Memory(
             shape=lanes_layout(c), depth=c.spad_e_depth, init=[])
-        for spad, prefix, reader in ((spad_a, "a", "a"), (spad_b, "b", "b")):
+        for spad, name in ((spad_a, "a"), (spad_b, "b")):
             wp, rp = spad.write_port(), spad.read_port(transparent_for=())
             m.d.comb += [
-                wp.addr.eq(getattr(dma, f"{prefix}_addr")), wp.data.eq(getattr(dma, f"{prefix}_data")),
-                wp.en.eq(getattr(dma, f"{prefix}_en")),
-                rp.addr.eq(getattr(cu, f"{reader}_addr")), getattr(cu, f"{reader}_data").eq(rp.data),
+                wp.addr.eq(getattr(dma, f"{name}_addr")), wp.data.eq(getattr(dma, f"{name}_data")),
+                wp.en.eq(getattr(dma, f"{name}_en")),
+                rp.addr.eq(getattr(cu, f"{name}_addr")), getattr(cu, f"{name}_data").eq(rp.data),
             ]
         wp = spad_e.write_port()
         m.d.comb += [wp.addr.eq(dma.e_addr), wp.data.eq(dma.e_data), wp.en.eq(dma.e_en)]

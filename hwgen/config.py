@@ -201,7 +201,8 @@ class VariantConfig:
         values = dict(data)
         if "epilogue" in values:
             if not isinstance(values["epilogue"], list | tuple):
-                raise ValueError(f"epilogue must be a list of stage names, not {values['epilogue']!r}")
+                raise ValueError(
+                    f"epilogue must be a list of stage names, not {values['epilogue']!r}")
             values["epilogue"] = tuple(values["epilogue"])
         return cls(**values)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from hwgen.config import VariantConfig
 from hwgen.epilogue import beat_signature

@@ -207,7 +207,7 @@ class EpiloguePipeline(wiring.Component):
             elif isinstance(stage, ClampStage):
                 m.d.comb += [stage.lo.eq(self.lo), stage.hi.eq(self.hi)]
         wiring.connect(m, wiring.flipped(self.i), stages[0].i)
-        for up, down in zip(stages, stages[1:]):
+        for up, down in zip(stages, stages[1:], strict=False):
             wiring.connect(m, up.o, down.i)
         wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
         busy = 0

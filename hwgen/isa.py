@@ -101,7 +101,8 @@ def _r(name: str, slot: str, doc: str) -> Field:
     return Field(name, slot, 0, 4, "reg", doc)
 
 
-_MASK = Field("mask", "imm", 16, 5, "uint", "epilogue stages to apply: bit i = stage i of the variant's chain")
+_MASK = Field("mask", "imm", 16, 5, "uint",
+              "epilogue stages to apply: bit i = stage i of the variant's chain")
 _DT = Field("dt", "imm", 21, 1, "dt", "stored element type: i32 or i8")
 
 #: Opcode -> (fields, description).
@@ -144,7 +145,8 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          _r("res", "r5", "epilogue scratchpad row of the residual tile's first row"),
          Field("k", "imm", 0, 16, "uint", "reduction steps"),
          _MASK, _DT,
-         Field("last", "imm", 22, 1, "uint", "1: this ends the tile; drain it through the epilogue")),
+         Field("last", "imm", 22, 1, "uint",
+               "1: this ends the tile; drain it through the epilogue")),
         "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
         "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
         "by row through the epilogue and is stored at `out`. Stalls only when the queue is full.",
@@ -267,6 +269,6 @@ def isa_markdown() -> str:
     for en in (Dst, Dt, Csr):
         lines.append(f"- `{en.__name__.lower()}`: " + ", ".join(
             f"{m.name.lower()} = {int(m)}" for m in en))
-    lines.append(f"- `units` (wait): " + ", ".join(
+    lines.append("- `units` (wait): " + ", ".join(
         f"{m.name.lower()} = {int(m)}" for m in Unit if m is not Unit.ALL))
     return "\n".join(lines) + "\n"

@@ -161,9 +161,9 @@ def run_gemms(config: VariantConfig, cases: Sequence[GemmCase]) -> list[GemmRepo
     jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(k.memory), reads=k.reads),
                 name=f"gemm {c.M}x{c.K}x{c.N} {','.join(c.stages) or 'none'} "
                      f"{'fused' if c.fused else 'unfused'}")
-            for c, k in zip(cases, kernels)]
+            for c, k in zip(cases, kernels, strict=True)]
     results = run_programs(config, jobs)
-    return [report(config, c, k, r) for c, k, r in zip(cases, kernels, results)]
+    return [report(config, c, k, r) for c, k, r in zip(cases, kernels, results, strict=True)]
 
 
 def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803

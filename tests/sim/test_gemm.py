@@ -42,7 +42,7 @@ def test_every_stage_alone_and_chained_fused_and_unfused_agree(v4x4):
             cases.append(GemmCase(9, 20, 11, stages=stages, fused=fused, seed=100 + i))
     reports = run_gemms(v4x4, cases)
     assert_ok(reports)
-    for fused, unfused in zip(reports[::2], reports[1::2]):
+    for fused, unfused in zip(reports[::2], reports[1::2], strict=True):
         np.testing.assert_array_equal(fused.got, unfused.got)
         # separate passes move the intermediates through memory: they must cost cycles
         if fused.stages:
@@ -112,7 +112,7 @@ def test_a_wrong_expected_output_is_detected(v4x4):
 
 def test_output_the_program_never_writes_is_detected(v4x4):
     # Drop every MATMUL: the output region keeps the harness's poison pattern.
-    from hwgen.isa import Op, decode, encode, Instr
+    from hwgen.isa import Instr, Op, decode, encode
 
     case = GemmCase(8, 16, 8, seed=8)
     kernel = case.kernel(v4x4)
