@@ -77,22 +77,16 @@ def _read_variant(path: str) -> VariantConfig:
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from fusion.layout import GemmDims
     from fusion.tiling import default_tiling
     from sim.gemm_check import run_gemm
 
     config = _read_variant(args.variant)
     stages = config.epilogue if args.epilogue is None else args.epilogue
-    tiling = None
-    overrides = {name: value for name, value in (("tm", args.tm), ("tn", args.tn),
-                 ("kt", args.kt), ("order", args.loop_order)) if value is not None}
-    if args.no_double_buffer:
-        overrides["double_buffer"] = False
-    if overrides:
-        dims = GemmDims(config, args.m, args.k, args.n)
-        tiling = dataclasses.replace(default_tiling(dims, tuple(stages)), **overrides)
+    # Choices given on the command line are kept; the tiler fits the rest around them.
+    tiling = default_tiling(GemmDims(config, args.m, args.k, args.n), tuple(stages),
+                            tm=args.tm, tn=args.tn, kt=args.kt, order=args.loop_order,
+                            double_buffer=False if args.no_double_buffer else None)
     report = run_gemm(config, args.m, args.k, args.n, stages=stages, fused=not args.unfused,
                       seed=args.seed, tiling=tiling)
     if args.json:

@@ -17,7 +17,7 @@ from amaranth.utils import ceil_log2
 from hwgen.array import SystolicArray, array_latency
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.dma import SPAD_ADDR_BITS, StoreUnit
-from hwgen.epilogue import EpiloguePipeline, beat_signature, lanes_layout
+from hwgen.epilogue import EpiloguePipeline, lanes_layout
 from hwgen.ports import write_layout
 
 
@@ -154,5 +154,3 @@ class ComputeUnit(wiring.Component):
         ]
         return m
 
-
-__all__ = ["ComputeUnit", "job_layout", "beat_signature"]

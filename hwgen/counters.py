@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,5 +34,3 @@ class PerfCounters(wiring.Component):
                 m.d.sync += counter.eq(counter + step)
         return m
 
-
-__all__ = ["PerfCounters", "Signal"]

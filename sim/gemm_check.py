@@ -16,7 +16,7 @@ import numpy as np
 from fusion.gemm_kernel import GemmKernel, build_gemm
 from fusion.tiling import Tiling
 from hwgen.config import VariantConfig
-from hwgen.reference import INT32_MAX, INT32_MIN, EpilogueParams
+from hwgen.reference import EpilogueParams
 from sim.run import Job, MemoryImage, RunResult, run_programs
 
 
@@ -193,6 +193,3 @@ def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
     case = GemmCase(M=M, K=K, N=N, stages=tuple(stages), fused=fused, tiling=tiling, seed=seed)
     return run_gemms(config, [case])[0]
 
-
-__all__ = ["GemmCase", "GemmReport", "Problem", "ideal_cycles", "random_problem", "report",
-           "run_gemm", "run_gemms", "INT32_MAX", "INT32_MIN"]

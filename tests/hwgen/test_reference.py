@@ -131,7 +131,14 @@ def test_params_are_validated(kwargs, match):
 def test_quantize_multiplier_is_precise(scale):
     mult, shift = ref.quantize_multiplier(scale)
     assert INT32_MIN <= mult <= INT32_MAX and 0 <= shift <= 63
-    assert abs(mult / 2.0**shift - scale) <= abs(scale) * 2.0**-29
+    error = abs(mult / 2.0**shift - scale)
+    if shift < 63:
+        # full precision: abs(mult) in [2**30, 2**31), rounded to the nearest
+        assert 1 << 30 <= abs(mult) < 1 << 31
+        assert error <= abs(scale) * 2.0**-31
+    else:
+        # the shift limit binds (abs(scale) < 2**-33): rounded to the nearest 2**-63
+        assert error <= 2.0**-64
     assert (mult < 0) == (scale < 0)
 
 
