@@ -17,8 +17,9 @@ setup: $(STAMP)
 demo: setup
 	$(PY) -m hwgen.cli doctor
 	$(PY) -m hwgen.cli generate --rows 8 --cols 8 --epilogue bias,requant,relu -o build/v8x8
-	$(PY) -m hwgen.cli gemm --variant build/v8x8 --m 64 --k 64 --n 64 --epilogue bias,requant,relu
-	$(PY) -m hwgen.cli gemm --variant build/v8x8 --m 64 --k 64 --n 64 --epilogue bias,requant,relu --unfused
+	$(PY) -m hwgen.cli gemm --variant build/v8x8 --m 256 --k 256 --n 256 --epilogue bias,requant,relu
+	$(PY) -m hwgen.cli gemm --variant build/v8x8 --m 256 --k 64 --n 256 --epilogue bias,requant,relu
+	$(PY) -m hwgen.cli gemm --variant build/v8x8 --m 256 --k 64 --n 256 --epilogue bias,requant,relu --unfused
 
 test: setup
 	$(PY) -m pytest -n $(JOBS) -q tests
