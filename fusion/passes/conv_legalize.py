@@ -1,0 +1,162 @@
+"""Conv legalization: ``qconv2d`` into GEMM form with an explicit ``im2col`` layout node.
+
+The PE array only multiplies matrices, so a convolution
+
+    ``y[N, M, OH, OW] = qconv2d(x[N, C, H, W], w[M, C, kH, kW])``  (group 1)
+
+becomes
+
+    ``cols = im2col(x)``                 ``[N, OH*OW, C*kH*kW]``, padding with x's zero point
+    ``acc = qmatmul(cols, wT)``          ``[N, OH*OW, M]``, ``wT = w.reshape(M, -1).T``
+    ``y = reshape(transpose(acc, (0, 2, 1)), (N, M, OH, OW))``
+
+which :mod:`fusion.ops` documents as bit-exact. The per-channel epilogue that follows the
+conv (``bias_add``/``requant`` along the channel axis, ``relu``, ``clamp``) moves in front of
+the transpose, onto the GEMM's columns, so that it can fuse with the matmul; the layout goes
+back to NCHW once, at the end, on the int8 result.
+
+The original convolution stays recoverable: :func:`original_convs` rebuilds each ``qconv2d``
+(its name, input, attributes and weights) from the ``im2col``/``qmatmul`` pair, for reference
+runs and shadow checks.
+
+What it refuses: grouped and depthwise convolutions (no single GEMM computes them; they stay
+``qconv2d``), and convolutions whose weights are not constant (the transposed weight matrix
+is computed once, here).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusion.ir import Graph, Node, Quant
+from fusion.passes._edit import Edit
+
+#: Ops of the per-channel epilogue that move onto the GEMM's columns.
+EPILOGUE = ("bias_add", "requant", "relu", "clamp")
+
+
+def _moved(quant: Quant | None, axis: int) -> Quant | None:
+    """``quant`` with a per-channel axis 1 (NCHW channels) moved to ``axis``."""
+    if quant is None or not quant.per_channel:
+        return quant
+    return Quant(quant.scale, quant.zero_point, axis)
+
+
+def _epilogue_chain(graph: Graph, start: str) -> list[Node]:
+    """The per-channel nodes after the conv output ``start``, while each has one reader."""
+    chain, cur = [], start
+    while cur not in graph.outputs and len(graph.consumers(cur)) == 1:
+        node = graph.consumers(cur)[0]
+        if node.op not in EPILOGUE or node.inputs[0] != cur:
+            break
+        if node.op == "bias_add" and node.attr("axis", -1) % 4 != 1:
+            break
+        if node.op == "requant" and isinstance(node.attr("mult"), tuple) and \
+                node.attr("axis", -1) % 4 != 1:
+            break
+        chain.append(node)
+        cur = node.outputs[0]
+    return chain
+
+
+def refusal(graph: Graph, node: Node) -> str | None:
+    """Why ``node`` (a ``qconv2d``) cannot be legalized, or None when it can."""
+    if node.attr("group", 1) != 1:
+        return (f"qconv2d {node.name!r} has group {node.attr('group')}; a grouped or depthwise "
+                f"convolution is not one GEMM and stays qconv2d")
+    if node.inputs[1] not in graph.initializers:
+        return f"qconv2d {node.name!r} has computed weights {node.inputs[1]!r}; they must be constant"
+    return None
+
+
+def legalize_one(graph: Graph, node: Node) -> Graph:
+    """``graph`` with the ``qconv2d`` ``node`` in GEMM form (see the module docstring)."""
+    x, w = node.inputs
+    out = graph.tensors[node.outputs[0]]
+    n, m, oh, ow = out.shape
+    wv = graph.initializers[w]
+    wq = graph.tensors[w].quant
+    base = node.name
+    edit = Edit(graph)
+    chain = _epilogue_chain(graph, node.outputs[0])
+    edit.drop(node, *chain)
+    cols = edit.node(f"{base}/im2col", "im2col", [x], quant=graph.tensors[x].quant,
+                     kernel_shape=tuple(wv.shape[2:]), strides=node.attr("strides", (1, 1)),
+                     pads=node.attr("pads", (0, 0, 0, 0)),
+                     dilations=node.attr("dilations", (1, 1)))
+    wt = edit.const(f"{w}/kxm", np.ascontiguousarray(wv.reshape(m, -1).T),
+                    quant=_moved(wq, 1))
+    cur = edit.node(f"{base}/qmatmul", "qmatmul", [cols, wt], quant=_moved(out.quant, 2))
+    for step in chain:
+        attrs = step.attr_dict
+        if "axis" in attrs or step.op == "bias_add":
+            attrs["axis"] = 2
+        cur = edit.node(step.name, step.op, [cur, *step.inputs[1:]],
+                        output=edit.fresh(f"{step.outputs[0]}/gemm"),
+                        quant=_moved(graph.tensors[step.outputs[0]].quant, 2), **attrs)
+    last = chain[-1].outputs[0] if chain else node.outputs[0]
+    last_quant = graph.tensors[last].quant
+    t = edit.node(f"{base}/transpose", "transpose", [cur], perm=(0, 2, 1),
+                  quant=_moved(edit.tensors[cur].quant, 1))
+    edit.node(f"{base}/reshape", "reshape", [t], output=last, quant=last_quant,
+              shape=(n, m, oh, ow))
+    return edit.apply()
+
+
+def run(graph: Graph) -> tuple[Graph, bool]:
+    """Put every group-1 ``qconv2d`` with constant weights into GEMM form.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    graph : Graph
+    changed : bool
+    """
+    changed = False
+    while True:
+        for node in graph.topo_order():
+            if node.op == "qconv2d" and refusal(graph, node) is None:
+                graph, changed = legalize_one(graph, node), True
+                break
+        else:
+            return graph, changed
+
+
+def explain(graph: Graph) -> list[str]:
+    """Why each ``qconv2d`` left in ``graph`` was not legalized."""
+    return [why for node in graph.topo_order() if node.op == "qconv2d"
+            for why in [refusal(graph, node)] if why]
+
+
+def original_convs(graph: Graph) -> dict[str, tuple[Node, np.ndarray]]:
+    """The convolutions a legalized graph computes, rebuilt from its ``im2col``/``qmatmul``.
+
+    Returns
+    -------
+    dict
+        For each ``qmatmul`` that reads an ``im2col``: the ``qconv2d`` node it replaced (its
+        original name, input and attributes; its weights input is named ``<weights>``
+        without the ``/kxm`` suffix) and the ``[M, C, kH, kW]`` weights. Its output is the
+        qmatmul's own output name, so it can be run next to the GEMM form.
+    """
+    found = {}
+    for node in graph.topo_order():
+        if node.op != "qmatmul":
+            continue
+        producer = graph.producer(node.inputs[0])
+        wt = node.inputs[1]
+        if producer is None or producer.op != "im2col" or wt not in graph.initializers:
+            continue
+        x = producer.inputs[0]
+        c = graph.tensors[x].shape[1]
+        kh, kw = producer.attr("kernel_shape")
+        weights = np.ascontiguousarray(graph.initializers[wt].T.reshape(-1, c, kh, kw))
+        name = producer.name.removesuffix("/im2col")
+        conv = Node(name, "qconv2d", (x, wt.removesuffix("/kxm")), node.outputs,
+                    {"strides": producer.attr("strides"), "pads": producer.attr("pads"),
+                     "dilations": producer.attr("dilations"), "group": 1})
+        found[node.name] = (conv, weights)
+    return found

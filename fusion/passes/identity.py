@@ -1,0 +1,112 @@
+"""Identity and no-op removal.
+
+A node is removed when its output provably equals its input (same shape, dtype and
+quantization):
+
+* ``Identity``;
+* ``Reshape``/``reshape``/``Flatten``/``flatten`` whose output shape is the input's;
+* ``Transpose``/``transpose`` with the identity permutation;
+* ``relu``/``Relu`` of a value already known to be non-negative (the output of a relu, of a
+  clamp with ``lo >= 0``, of a ``Clip`` with a constant ``min >= 0``, or any uint8 value);
+* ``clamp`` whose bounds contain every value its input can hold (the input's dtype range, or
+  the bounds of a clamp before it);
+* a ``relu`` read only by clamps with ``lo >= 0``, which discard what the relu did.
+
+What it refuses: a no-op between a graph input (or initializer) and a graph output, since
+removing it would rename the graph's interface; and a no-op whose output is annotated
+differently from its input (different quantization), since that annotation carries meaning.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusion import ops
+from fusion.ir import Graph, Node
+from fusion.passes._edit import bypass
+
+_RESHAPES = ("Reshape", "reshape", "Flatten", "flatten")
+_TRANSPOSES = ("Transpose", "transpose")
+
+
+def _bounds(graph: Graph, name: str) -> tuple[float, float]:
+    """Lower and upper bounds of the values tensor ``name`` can hold."""
+    t = graph.tensors[name]
+    lo, hi = ops.INT_RANGE.get(t.dtype, (-np.inf, np.inf))
+    node = graph.producer(name)
+    if node is None:
+        return lo, hi
+    if node.op in ("relu", "Relu"):
+        inner_lo, inner_hi = _bounds(graph, node.inputs[0])
+        return max(lo, inner_lo, 0), min(hi, inner_hi)
+    if node.op == "clamp":
+        return max(lo, node.attr("lo")), min(hi, node.attr("hi"))
+    if node.op == "Clip":
+        for slot, pick in ((1, max), (2, min)):
+            if len(node.inputs) > slot and node.inputs[slot] in graph.initializers:
+                bound = float(np.asarray(graph.initializers[node.inputs[slot]]).ravel()[0])
+                lo, hi = (pick(lo, bound), hi) if slot == 1 else (lo, pick(hi, bound))
+    return lo, hi
+
+
+def _same_value_type(graph: Graph, node: Node) -> bool:
+    src = node.inputs[0] if node.inputs else ""
+    if not src or len(node.outputs) != 1:
+        return False
+    x, y = graph.tensors[src], graph.tensors[node.outputs[0]]
+    return (x.shape, x.dtype, x.quant) == (y.shape, y.dtype, y.quant)
+
+
+def _is_noop(graph: Graph, node: Node) -> bool:
+    src = node.inputs[0]
+    x = graph.tensors[src]
+    if node.op == "Identity" or node.op in _RESHAPES:
+        return True  # same shape: a reshape keeps the element order
+    if node.op in _TRANSPOSES:
+        perm = node.attr("perm")
+        rank = len(x.shape)
+        return tuple(perm) == tuple(range(rank)) if perm is not None else rank <= 1
+    if node.op in ("relu", "Relu"):
+        return _bounds(graph, src)[0] >= 0
+    if node.op == "clamp":
+        lo, hi = _bounds(graph, src)
+        return lo >= node.attr("lo") and hi <= node.attr("hi")
+    return False
+
+
+def _relu_before_clamps(graph: Graph, node: Node) -> bool:
+    if node.op != "relu" or node.outputs[0] in graph.outputs:
+        return False
+    readers = graph.consumers(node.outputs[0])
+    return bool(readers) and all(r.op == "clamp" and r.attr("lo") >= 0 for r in readers)
+
+
+def run(graph: Graph) -> tuple[Graph, bool]:
+    """Remove identity and no-op nodes (see the module docstring for the list).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    graph : Graph
+    changed : bool
+    """
+    changed = False
+    skip: set[str] = set()
+    while True:
+        for node in graph.topo_order():
+            if node.name in skip:
+                continue
+            if not _same_value_type(graph, node):
+                continue
+            if _is_noop(graph, node) or _relu_before_clamps(graph, node):
+                result = bypass(graph, node, node.inputs[0], node.outputs[0])
+                if result is None:
+                    skip.add(node.name)  # input-to-output no-op: it stays (see docstring)
+                    continue
+                graph, changed = result, True
+                break
+        else:
+            return graph, changed
