@@ -96,6 +96,30 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"--input-shape takes NAME=D0,D1,... with non-negative integer dimensions "
+            f"(e.g. x=1,3,32,32), not {text!r}")
+    return name, shape
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from fusion.graph_report import inspect_model, load_model, render
+
+    shapes = dict(args.input_shape or ())
+    if len(shapes) != len(args.input_shape or ()):
+        raise ValueError("--input-shape names an input more than once; give each input once")
+    report = inspect_model(load_model(args.model, shapes), legalize=not args.no_legalize)
+    print(json.dumps(report) if args.json else render(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hwgen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-double-buffer", dest="no_double_buffer", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_gemm)
+
+    p = sub.add_parser("inspect", help="print a model's graph after the passes: ops, shapes, "
+                                       "quantization per tensor")
+    p.add_argument("model", help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
+    p.add_argument("--input-shape", dest="input_shape", type=_input_shape, action="append",
+                   metavar="NAME=D0,D1,...",
+                   help="static shape of an ONNX input with dynamic dimensions (repeatable)")
+    p.add_argument("--no-legalize", dest="no_legalize", action="store_true",
+                   help="stop after Q/DQ folding (leave convolutions as qconv2d)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_inspect)
     return parser
 
 

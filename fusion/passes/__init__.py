@@ -1,5 +1,12 @@
 """Graph passes: each module's ``run(graph) -> (graph, changed)`` returns a new graph.
 
-:mod:`fusion.passes.driver` runs a list of them to a fixed point; :data:`PRUNE` and
-:data:`LEGALIZE` there are the pipelines ``hwgen inspect`` (and later the compiler) uses.
+=================  ==========================================================================
+``dce``            drop nodes and constants no output depends on
+``identity``       remove identities and no-ops (same-shape reshapes, identity transposes ...)
+``constant_fold``  evaluate initializer-only nodes with the reference executor
+``qdq_fold``       fold ONNX Q/DQ and QOperator patterns into hwgen's integer ops
+``conv_legalize``  ``qconv2d`` into ``im2col`` + ``qmatmul`` (GEMM form)
+``driver``         run passes to a fixed point; :func:`~fusion.passes.driver.optimize` is the
+                   default pipeline (prune, legalize, prune)
+=================  ==========================================================================
 """

@@ -8,7 +8,7 @@ the order a person would have built it, and ``before``/``expected`` tests stay r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -113,8 +113,9 @@ class Edit:
         """
         have = self.tensors[name]
         if have.quant is not None and have.quant != quant:
-            return (f"tensor {name!r} is quantized both as {_q(have.quant)} and {_q(quant)}; "
-                    f"one integer tensor cannot carry two quantizations")
+            return (f"tensor {name!r} is quantized both as {describe_quant(have.quant)} and "
+                    f"{describe_quant(quant)}; one integer tensor cannot carry two "
+                    f"quantizations")
         self.tensors[name] = Tensor(name, have.shape, have.dtype, quant)
         return None
 
@@ -140,11 +141,13 @@ class Edit:
             nodes.extend(self.added)
         nodes = [self._renamed(n) for n in nodes]
         outputs = tuple(self._resolve(o) for o in self.graph.outputs)
-        graph = Graph(nodes, self.tensors, self.graph.inputs, outputs, self.initializers,
-                      self.graph.name)
-        used = set(graph.outputs) | set(graph.inputs) | {i for n in graph.nodes for i in n.inputs}
-        initializers = {k: v for k, v in graph.initializers.items() if k in used}
-        return graph.replace(initializers=initializers)
+        # Build the graph once (construction checks and sorts it): drop what nothing uses.
+        read = set(outputs) | set(self.graph.inputs) | {i for n in nodes for i in n.inputs if i}
+        used = read | {o for n in nodes for o in n.outputs}
+        return Graph(nodes, {k: v for k, v in self.tensors.items() if k in used},
+                     self.graph.inputs, outputs,
+                     {k: v for k, v in self.initializers.items() if k in read},
+                     self.graph.name)
 
     def _resolve(self, name: str) -> str:
         seen = set()
@@ -160,10 +163,6 @@ class Edit:
         return Node(node.name, node.op, inputs, node.outputs, node.attrs)
 
 
-def _q(quant: Quant) -> str:
-    return describe_quant(quant)
-
-
 def describe_quant(quant: Quant | None) -> str:
     """``scale=0.05 zp=-3`` (per tensor) or ``axis=1 scale=[...] zp=[...]`` (per channel)."""
     if quant is None:
@@ -174,12 +173,6 @@ def describe_quant(quant: Quant | None) -> str:
     zps = ", ".join(str(z) for z in quant.zero_point[:4])
     more = ", ..." if len(quant.scale) > 4 else ""
     return f"axis={quant.axis} scale=[{scales}{more}] zp=[{zps}{more}]"
-
-
-def only_reader(graph: Graph, tensor: str, node: Node) -> bool:
-    """True when ``node`` is the one reader of ``tensor`` and it is not a graph output."""
-    readers = graph.consumers(tensor)
-    return tensor not in graph.outputs and len(readers) == 1 and readers[0].name == node.name
 
 
 def bypass(graph: Graph, node: Node, src: str, dst: str) -> Graph | None:
@@ -213,9 +206,3 @@ def reads_constants(graph: Graph, node: Node) -> bool:
     """True when every present input of ``node`` is an initializer (and it has some)."""
     present = [i for i in node.inputs if i]
     return bool(present) and all(i in graph.initializers for i in present)
-
-
-def nodes_of(graph: Graph, ops_: Iterable[str]) -> list[Node]:
-    """The nodes whose op is in ``ops_``, in topological order."""
-    wanted = set(ops_)
-    return [n for n in graph.topo_order() if n.op in wanted]

@@ -65,7 +65,8 @@ def refusal(graph: Graph, node: Node) -> str | None:
         return (f"qconv2d {node.name!r} has group {node.attr('group')}; a grouped or depthwise "
                 f"convolution is not one GEMM and stays qconv2d")
     if node.inputs[1] not in graph.initializers:
-        return f"qconv2d {node.name!r} has computed weights {node.inputs[1]!r}; they must be constant"
+        return (f"qconv2d {node.name!r} has computed weights {node.inputs[1]!r}; they must be "
+                f"constant")
     return None
 
 

@@ -13,8 +13,9 @@ quantization):
 * a ``relu`` read only by clamps with ``lo >= 0``, which discard what the relu did.
 
 What it refuses: a no-op between a graph input (or initializer) and a graph output, since
-removing it would rename the graph's interface; and a no-op whose output is annotated
-differently from its input (different quantization), since that annotation carries meaning.
+removing it would rename the graph's interface; and a no-op whose output is annotated with a
+different quantization than its input, since some hwgen ops read zero points from annotations
+(an unannotated output takes its input's unless such an op reads it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from fusion import ops
 from fusion.ir import Graph, Node
 from fusion.passes._edit import bypass
 
+#: hwgen ops whose result depends on their inputs' Quant (see :mod:`fusion.ops`).
+READS_QUANT = frozenset({"qmatmul", "qconv2d", "qadd", "im2col", "dequantize"})
 _RESHAPES = ("Reshape", "reshape", "Flatten", "flatten")
 _TRANSPOSES = ("Transpose", "transpose")
 
@@ -54,7 +57,13 @@ def _same_value_type(graph: Graph, node: Node) -> bool:
     if not src or len(node.outputs) != 1:
         return False
     x, y = graph.tensors[src], graph.tensors[node.outputs[0]]
-    return (x.shape, x.dtype, x.quant) == (y.shape, y.dtype, y.quant)
+    if (x.shape, x.dtype) != (y.shape, y.dtype):
+        return False
+    if y.quant == x.quant:
+        return True
+    # An unannotated output (as ONNX import leaves an Identity's) may take the input's
+    # quantization unless a reader takes zero points or scales from its input annotations.
+    return y.quant is None and not any(r.op in READS_QUANT for r in graph.consumers(y.name))
 
 
 def _is_noop(graph: Graph, node: Node) -> bool:

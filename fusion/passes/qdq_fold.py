@@ -38,7 +38,6 @@ from fusion import ops
 from fusion.ir import Graph, GraphError, Node, Quant
 from fusion.passes._edit import Edit, bypass
 from fusion.passes._qdq_common import (
-    DQ_OPS,
     Q_OPS,
     Refused,
     dq_source,
@@ -163,10 +162,11 @@ def _fold_pair(graph: Graph, node: Node) -> Graph | None:
     return bypass(graph, node, q, y)
 
 
-def _lower(graph: Graph, node: Node) -> Graph | None:
-    """An ONNX QuantizeLinear/DequantizeLinear as hwgen's quantize/dequantize."""
-    edit = Edit(graph)
-    edit.drop(node)
+def _lower(edit: Edit, graph: Graph, node: Node) -> None:
+    """Record in ``edit``: an ONNX QuantizeLinear/DequantizeLinear as quantize/dequantize.
+
+    Raises :class:`Refused` before touching ``edit`` when it cannot be lowered.
+    """
     inputs = node.inputs + ("",) * 2
     if node.op == "DequantizeLinear":
         (q, quant) = dq_source(graph, node.outputs[0])
@@ -181,8 +181,22 @@ def _lower(graph: Graph, node: Node) -> Graph | None:
     why = edit.annotate(tensor, quant)
     if why:
         raise Refused(why)
+    edit.drop(node)
     edit.node(node.name, op, [node.inputs[0]], output=node.outputs[0], **attrs)
-    return edit.apply()
+
+
+def _lower_all(graph: Graph) -> tuple[Graph, bool]:
+    """Lower every remaining ONNX Q/DQ in one edit (one graph rebuild, not one per node)."""
+    edit = Edit(graph)
+    for node in graph.topo_order():
+        if node.op in ("QuantizeLinear", "DequantizeLinear"):
+            try:
+                _lower(edit, graph, node)
+            except Refused:
+                continue
+    if not edit.dropped:
+        return graph, False
+    return edit.apply(), True
 
 
 def _rewrite(graph: Graph, node: Node) -> Graph | None:
@@ -202,17 +216,7 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     if node.op in SINKABLE:
         return sink_dequantize(graph, node)
     if node.op in Q_OPS:
-        try:
-            folded = _fold_pair(graph, node)
-        except Refused:
-            if node.op == "quantize":
-                raise
-            folded = None  # a re-quantization: it stays, lowered to hwgen's quantize
-        if folded is not None or node.op == "quantize":
-            return folded
-        return _lower(graph, node)
-    if node.op == "DequantizeLinear":
-        return _lower(graph, node)
+        return _fold_pair(graph, node)  # the rest are lowered after the patterns
     return None
 
 
@@ -247,7 +251,8 @@ def run(graph: Graph) -> tuple[Graph, bool]:
                 break
             refused.add(node.name)
         else:
-            return graph, changed
+            graph, lowered = _lower_all(graph)
+            return graph, changed or lowered
 
 
 def explain(graph: Graph) -> list[str]:
@@ -268,14 +273,17 @@ def explain(graph: Graph) -> list[str]:
         if node.op not in ops.ONNX_OPS:
             continue
         try:
-            result = _rewrite(graph, node)
+            if node.op in ("QuantizeLinear", "DequantizeLinear"):
+                _lower(Edit(graph), graph, node)
+                result = graph  # lowerable: run() would have; nothing to explain
+            else:
+                result = _rewrite(graph, node)
         except Refused as exc:
             lines.append(f"{node.name} ({node.op}): {exc}")
             continue
         if result is None:
-            why = ("not dequantized from an integer tensor"
-                   if node.op not in DQ_OPS + Q_OPS else "kept")
-            lines.append(f"{node.name} ({node.op}): runs in float ({why}); hwgen has no "
-                         f"integer form for it here")
+            lines.append(f"{node.name} ({node.op}): runs in float: its input is not "
+                         f"dequantized from an integer tensor, or hwgen has no integer form "
+                         f"for it")
     return lines
 

@@ -131,3 +131,19 @@ def test_non_finite_attributes_are_refused_on_save(tmp_path):
               {"x": Tensor("x", (1,), "int32"), "y": Tensor("y", (1,), "int32")}, ("x",), ("y",))
     with pytest.raises(GraphFormatError, match=r"node 'c' attribute 'hi' holds inf"):
         save_json(g, tmp_path / "g.json")
+
+
+@pytest.mark.parametrize("model", ["qdq_cnn", "qdq_mlp_residual", "qop_mlp"])
+@pytest.mark.parametrize("optimized", [False, True], ids=["imported", "optimized"])
+def test_example_models_round_trip(model, optimized, tmp_path):
+    from pathlib import Path
+
+    from fusion.frontend import import_onnx
+    from fusion.passes.driver import optimize
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    g = import_onnx(examples / f"{model}.onnx")
+    g = optimize(g) if optimized else g
+    save_json(g, tmp_path / "g.json")
+    back = load_json(tmp_path / "g.json")
+    assert back.structurally_equal(g) and back.signature() == g.signature()

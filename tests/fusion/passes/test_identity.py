@@ -112,3 +112,18 @@ def test_a_no_op_that_changes_quantization_stays():
     y = b.reshape(x, (4, 1), quant=Quant(0.2, 0))
     g = b.build([b.relu(y)])
     assert_unchanged(identity.run, g)
+
+
+def test_an_unannotated_identity_goes_unless_a_reader_takes_its_zero_point():
+    def graph(reader):
+        b = GraphBuilder("g")
+        x = b.input("x", (2, 4), "int8", quant=Quant(0.5, 3))
+        t = b.op("Identity", x, name="id")  # output unannotated, as ONNX import leaves it
+        if reader == "qmatmul":  # would subtract zero point 3 instead of 0
+            y = b.qmatmul(t, b.const("w", np.ones((4, 2), np.int8)), name="mm")
+        else:  # relu ignores annotations
+            y = b.relu(t, name="r")
+        return b.build([y])
+    assert_unchanged(identity.run, graph("qmatmul"))
+    got, changed = identity.run(graph("relu"))
+    assert changed and [n.op for n in got.nodes] == ["relu"]

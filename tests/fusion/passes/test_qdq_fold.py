@@ -1,0 +1,249 @@
+"""Q/DQ folding: before/expected graphs for each rewrite, its refusals, and exactness."""
+
+import numpy as np
+import pytest
+from pass_testing import assert_graphs_equal, assert_unchanged
+
+from fusion import executor
+from fusion.builder import GraphBuilder
+from fusion.ir import Quant
+from fusion.passes import dce, qdq_fold
+
+
+def q32(scale, zero_point):
+    """A Quant with a float32 scale, as ONNX stores it."""
+    return Quant(float(np.float32(scale)), zero_point)
+
+
+W = np.array([[1, -2, 3], [4, 5, -6], [-7, 8, 9], [10, -11, 12]], np.int8)
+QX, QW, QY = Quant(0.5, -1), Quant(0.25, 0), Quant(0.75, 0)
+
+
+def fold(graph):
+    graph, changed = qdq_fold.run(graph)
+    assert changed
+    return dce.run(graph)[0]
+
+
+def qparams(b, name, quant, dtype=np.int8):
+    return (b.const(f"s{name}", np.float32(quant.scale[0])),
+            b.const(f"z{name}", np.array(quant.zero_point[0], dtype)))
+
+
+def qdq_matmul(act="Relu", zy=0, bias=True):
+    b = GraphBuilder("mlp")
+    x = b.input("x", (2, 4), "int8")
+    xd = b.op("DequantizeLinear", x, *qparams(b, "x", QX), name="dqx")
+    w = b.const("w", W)
+    wd = b.op("DequantizeLinear", w, *qparams(b, "w", QW), name="dqw")
+    t = b.op("MatMul", xd, wd, name="mm")
+    if bias:
+        t = b.op("Add", t, b.const("bias", np.array([0.5, -1.0, 2.0], np.float32)), name="add")
+    if act == "Relu":
+        t = b.op("Relu", t, name="relu")
+    elif act == "Clip":
+        t = b.op("Clip", t, b.const("lo", np.float32(-1.5)), b.const("hi", np.float32(6.0)),
+                 name="clip")
+    y = b.op("QuantizeLinear", t, *qparams(b, "y", Quant(0.75, zy)), name="q")
+    return b.build([y])
+
+
+def expected_matmul(tail):
+    e = GraphBuilder("mlp")
+    x = e.input("x", (2, 4), "int8", quant=QX)
+    w = e.const("w", W, quant=QW)
+    acc = e.qmatmul(x, w, name="mm/qmatmul")
+    acc = e.bias_add(acc, e.const("mm/bias", np.array([4, -8, 16], np.int32)), axis=1,
+                     name="mm/bias_add")
+    return e, tail(e, acc)
+
+
+def test_matmul_bias_relu_becomes_the_integer_chain():
+    def tail(e, acc):
+        y = e.requant(acc, QY, name="mm/requant")
+        return e.relu(y, name="mm/relu", outputs=["q"])
+    e, y = expected_matmul(tail)
+    assert_graphs_equal(fold(qdq_matmul("Relu")), e.build([y]))
+
+
+def test_relu_vanishes_when_the_requantize_saturation_does_it():
+    q = Quant(0.75, -128)
+    e = GraphBuilder("mlp")
+
+    def tail(e, acc):
+        return e.requant(acc, q, name="mm/requant", outputs=["q"])
+    e, y = expected_matmul(tail)
+    assert_graphs_equal(fold(qdq_matmul("Relu", zy=-128)), e.build([y]))
+
+
+def test_clip_becomes_a_clamp_at_the_quantized_bounds():
+    q = Quant(0.75, 3)
+
+    def tail(e, acc):
+        y = e.requant(acc, q, name="mm/requant")
+        # Q(-1.5) = -2 + 3 = 1, Q(6.0) = 8 + 3 = 11
+        return e.clamp(y, 1, 11, name="mm/clamp", outputs=["q"])
+    e, y = expected_matmul(tail)
+    assert_graphs_equal(fold(qdq_matmul("Clip", zy=3)), e.build([y]))
+
+
+def test_without_a_quantize_the_accumulator_is_dequantized():
+    b = GraphBuilder("mlp")
+    x = b.input("x", (2, 4), "int8")
+    xd = b.op("DequantizeLinear", x, *qparams(b, "x", QX), name="dqx")
+    wd = b.op("DequantizeLinear", b.const("w", W), *qparams(b, "w", QW), name="dqw")
+    y = b.op("MatMul", xd, wd, name="mm")
+    e = GraphBuilder("mlp")
+    x = e.input("x", (2, 4), "int8", quant=QX)
+    acc = e.qmatmul(x, e.const("w", W, quant=QW), name="mm/qmatmul")
+    e.dequantize(acc, name="mm/dequantize", outputs=["mm"])
+    assert_graphs_equal(fold(b.build([y])), e.build(["mm"]))
+
+
+def test_residual_add_becomes_qadd():
+    qa, qb, qo = q32(0.031, 2), q32(0.047, -5), q32(0.061, 0)
+    b = GraphBuilder("res")
+    a = b.input("a", (2, 3), "int8")
+    c = b.input("c", (2, 3), "int8")
+    ad = b.op("DequantizeLinear", a, *qparams(b, "a", qa), name="dqa")
+    cd = b.op("DequantizeLinear", c, *qparams(b, "c", qb), name="dqc")
+    s = b.op("Add", ad, cd, name="add")
+    y = b.op("QuantizeLinear", s, *qparams(b, "o", qo), name="q")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("res")
+    a = e.input("a", (2, 3), "int8", quant=qa)
+    c = e.input("c", (2, 3), "int8", quant=qb)
+    e.qadd(a, c, qo, name="add/qadd", outputs=["q"])
+    assert_graphs_equal(got, e.build(["q"]))
+
+
+def test_qlinear_matmul_becomes_qmatmul_and_requant():
+    b = GraphBuilder("ql")
+    x = b.input("x", (2, 4), "int8")
+    w = b.const("w", W)
+    y = b.op("QLinearMatMul", x, *qparams(b, "x", QX), w, *qparams(b, "w", QW),
+             *qparams(b, "y", QY), name="qlm")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("ql")
+    x = e.input("x", (2, 4), "int8", quant=QX)
+    acc = e.qmatmul(x, e.const("w", W, quant=QW), name="qlm/qmatmul")
+    e.requant(acc, QY, name="qlm/requant", outputs=["qlm"])
+    assert_graphs_equal(got, e.build(["qlm"]))
+
+
+def test_matmul_integer_records_zero_points_with_unit_scale():
+    b = GraphBuilder("mi")
+    x = b.input("x", (2, 4), "uint8")
+    y = b.op("MatMulInteger", x, b.const("w", W), b.const("zx", np.uint8(7)),
+             b.const("zw", np.int8(0)), name="mi")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("mi")
+    x = e.input("x", (2, 4), "uint8", quant=Quant(1.0, 7))
+    e.qmatmul(x, e.const("w", W, quant=Quant(1.0, 0)), name="mi/qmatmul", outputs=["mi"],
+              quant=None)
+    assert_graphs_equal(got, e.build(["mi"]))
+
+
+def test_layout_ops_run_on_integers_and_q_dq_pairs_vanish():
+    q = q32(0.1, 3)
+    b = GraphBuilder("pool")
+    x = b.input("x", (1, 2, 4, 4), "int8")
+    s, z = qparams(b, "x", q)
+    xd = b.op("DequantizeLinear", x, s, z, name="dq")
+    p = b.op("MaxPool", xd, kernel_shape=(2, 2), strides=(2, 2), name="pool")
+    f = b.op("Flatten", p, name="flat")
+    y = b.op("QuantizeLinear", f, s, z, name="q")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("pool")
+    x = e.input("x", (1, 2, 4, 4), "int8", quant=q)
+    p = e.maxpool(x, (2, 2), strides=(2, 2), pads=(0, 0, 0, 0), dilations=(1, 1),
+                  ceil_mode=0, name="pool/maxpool")
+    e.flatten(p, 1, name="flat/flatten", outputs=["q"])
+    assert_graphs_equal(got, e.build(["q"]))
+
+
+def test_relu_of_a_dequantize_is_a_clamp_at_the_zero_point():
+    q = q32(0.1, 3)
+    b = GraphBuilder("r")
+    x = b.input("x", (4,), "int8")
+    y = b.op("Relu", b.op("DequantizeLinear", x, *qparams(b, "x", q), name="dq"), name="relu")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("r")
+    x = e.input("x", (4,), "int8", quant=q)
+    c = e.clamp(x, 3, 127, name="relu/clamp")
+    e.dequantize(c, name="relu/dequantize", outputs=["relu"])
+    assert_graphs_equal(got, e.build(["relu"]))
+
+
+def test_boundary_q_and_dq_become_quantize_and_dequantize():
+    b = GraphBuilder("io")
+    x = b.input("x", (3,), "float32")
+    s, z = qparams(b, "x", QX)
+    xq = b.op("QuantizeLinear", x, s, z, name="q")
+    y = b.op("DequantizeLinear", b.op("Relu", xq, name="relu"), s, z, name="dq")
+    got = fold(b.build([y]))
+
+    e = GraphBuilder("io")
+    x = e.input("x", (3,), "float32")
+    xq = e.quantize(x, QX, name="q")
+    e.dequantize(e.op("Relu", xq, name="relu", quant=QX), name="dq")
+    assert_graphs_equal(got, e.build(["dq"]))
+    xv = np.array([-1.0, 0.26, 7.0], np.float32)
+    # ONNX Relu of the int8 tensor is an integer max(q, 0): -1.0 -> q=-3 -> 0 -> (0+1)*0.5
+    np.testing.assert_array_equal(executor.run(got, {"x": xv})["dq"], [0.5, 0.5, 7.0])
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+def _gemm(x_shape=(2, 4), **attrs):
+    b = GraphBuilder("g")
+    x = b.input("x", x_shape, "int8")
+    xd = b.op("DequantizeLinear", x, *qparams(b, "x", QX), name="dqx")
+    wd = b.op("DequantizeLinear", b.const("w", W), *qparams(b, "w", QW), name="dqw")
+    y = b.op("Gemm", xd, wd, name="gemm", **attrs)
+    return b.build([b.op("QuantizeLinear", y, *qparams(b, "y", QY), name="q")])
+
+
+@pytest.mark.parametrize(("graph", "message"), [
+    (lambda: _gemm(alpha=2.0), "gemm (Gemm): Gemm 'gemm' has alpha or beta other than 1"),
+    (lambda: _gemm((4, 2), transA=1),
+     "gemm (Gemm): Gemm 'gemm' has transA=1; transpose A before it"),
+])
+def test_refused_patterns_stay_and_explain_says_why(graph, message):
+    g = graph()
+    got, _ = qdq_fold.run(g)
+    assert [n.op for n in got.topo_order()].count("Gemm") == 1
+    assert any(line.startswith(message) for line in qdq_fold.explain(got))
+
+
+def test_a_residual_add_without_quantize_is_refused():
+    b = GraphBuilder("res")
+    a = b.input("a", (3,), "int8")
+    ad = b.op("DequantizeLinear", a, *qparams(b, "a", QX), name="dqa")
+    y = b.op("Add", ad, ad, name="add")
+    got, _ = qdq_fold.run(b.build([y]))
+    assert ("add (Add): Add 'add' is not followed by a QuantizeLinear; qadd produces an 8-bit "
+            "result") in qdq_fold.explain(got)
+
+
+def test_a_tensor_quantized_two_ways_is_refused():
+    b = GraphBuilder("two")
+    x = b.input("x", (2, 4), "int8", quant=Quant(0.3, 0))
+    xd = b.op("DequantizeLinear", x, *qparams(b, "x", QX), name="dqx")
+    wd = b.op("DequantizeLinear", b.const("w", W), *qparams(b, "w", QW), name="dqw")
+    y = b.op("MatMul", xd, wd, name="mm")
+    g = b.build([y], validate=False)
+    got, _ = qdq_fold.run(g)
+    assert any("'x' is quantized both as scale=0.3 zp=0 and scale=0.5 zp=-1" in line
+               for line in qdq_fold.explain(got))
+
+
+def test_a_folded_graph_is_a_fixed_point():
+    got = fold(qdq_matmul())
+    assert_unchanged(qdq_fold.run, got)
