@@ -236,21 +236,33 @@ class Graph:
         cached = self.__dict__.get("_topo")
         if cached is not None:
             return cached
-        producers = {out: node for node in self.nodes for out in node.outputs}
-        deps = {node.name: {producers[i].name for i in node.inputs if i in producers}
-                for node in self.nodes}
-        order, done = [], set()
-        pending = list(self.nodes)
-        while pending:
-            ready = [n for n in pending if deps[n.name] <= done]
-            if not ready:
-                stuck = ", ".join(sorted(n.name for n in pending))
-                raise GraphError(f"the graph has a cycle through nodes {stuck}; "
-                                 f"a dataflow graph must be acyclic")
-            for node in ready:
-                order.append(node)
-                done.add(node.name)
-            pending = [n for n in pending if n.name not in done]
+        # Kahn's algorithm, computing each node's level (1 + the deepest producer); sorting by
+        # (level, stored index) gives the same order as peeling ready "waves" in stored order,
+        # in O(nodes + edges) rather than O(depth * nodes).
+        producers = {out: i for i, node in enumerate(self.nodes) for out in node.outputs}
+        users: list[list[int]] = [[] for _ in self.nodes]
+        missing = [0] * len(self.nodes)
+        for i, node in enumerate(self.nodes):
+            for dep in {producers[name] for name in node.inputs if name in producers}:
+                users[dep].append(i)
+                missing[i] += 1
+        level = [0] * len(self.nodes)
+        ready = [i for i, count in enumerate(missing) if count == 0]
+        seen = 0
+        while ready:
+            i = ready.pop()
+            seen += 1
+            for j in users[i]:
+                level[j] = max(level[j], level[i] + 1)
+                missing[j] -= 1
+                if missing[j] == 0:
+                    ready.append(j)
+        if seen != len(self.nodes):
+            stuck = ", ".join(sorted(n.name for i, n in enumerate(self.nodes) if missing[i]))
+            raise GraphError(f"the graph has a cycle through nodes {stuck}; "
+                             f"a dataflow graph must be acyclic")
+        order = [self.nodes[i] for i in sorted(range(len(self.nodes)),
+                                                key=lambda i: (level[i], i))]
         result = tuple(order)
         object.__setattr__(self, "_topo", result)
         return result

@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # `hwgen inspect ... | head`: the reader left; that is not an error of ours.
+        sys.stderr.close()
+        return 0
     except (ValueError, RuntimeError, OSError) as exc:
         # User-facing errors carry their own fix; a bug elsewhere still shows a traceback.
         print(f"hwgen: error: {exc}", file=sys.stderr)
