@@ -51,8 +51,9 @@ def saturate(value, lo: int, hi: int):
 class EpilogueStage(wiring.Component):
     """Base of a pipeline stage: one register, stream handshake, optional bypass.
 
-    Subclasses set :attr:`name` and implement :meth:`lanes` (the new lane values, as
-    expressions of ``self.i.payload``) and may add ports through :meth:`ports`.
+    Subclasses set :attr:`name`, define ``lanes(m) -> list`` (the new lane values, as
+    expressions of ``self.i.payload``; the base class has none, so a stage without its
+    arithmetic fails at elaboration) and may add ports through :meth:`ports`.
     """
 
     name = ""
@@ -65,9 +66,6 @@ class EpilogueStage(wiring.Component):
 
     def ports(self, config: VariantConfig) -> dict:
         return {}
-
-    def lanes(self, m: Module) -> list:
-        raise NotImplementedError  # every concrete stage defines its arithmetic
 
     def elaborate(self, platform):
         m = Module()
