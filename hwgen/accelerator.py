@@ -81,14 +81,14 @@ class Accelerator(wiring.Component):
             ]
         wp = spad_e.write_port()
         m.d.comb += [wp.addr.eq(dma.e_addr), wp.data.eq(dma.e_data), wp.en.eq(dma.e_en)]
-        for name in ("src", "bias", "res"):
+        for name in ("src", "bias", "res", "pc_mult", "pc_shift"):
             rp = spad_e.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(getattr(cu, f"{name}_addr")),
                          getattr(cu, f"{name}_data").eq(rp.data)]
 
         m.d.comb += [
             cu.mult.eq(seq.mult), cu.shift.eq(seq.shift), cu.zp.eq(seq.zp),
-            cu.lo.eq(seq.lo), cu.hi.eq(seq.hi),
+            cu.lo.eq(seq.lo), cu.hi.eq(seq.hi), cu.per_channel.eq(seq.req_mode),
         ]
 
         # Memory port: reads belong to the DMA, writes to the store unit.

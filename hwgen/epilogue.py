@@ -118,19 +118,32 @@ class RequantStage(EpilogueStage):
     ``y = sat8(((x * mult + round) >> shift) + zp)`` with ``round = 2**(shift-1)`` (0 when
     ``shift`` is 0) and an arithmetic shift: rounding half toward +infinity. The product is
     exact (64 bits); :func:`hwgen.reference.requantize` is the same rule in numpy.
+
+    Per tensor, ``mult`` and ``shift`` come from the control registers. Per channel
+    (``per_channel`` high), lane c's come from epilogue rows ``bias + 1`` and ``bias + 2``
+    (read through ``pc_mult_*`` and ``pc_shift_*``); the zero point stays per tensor.
     """
 
     name = "requant"
 
     def ports(self, config):
-        return {"mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32))}
+        e_bits = ceil_log2(config.spad_e_depth)
+        return {"mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32)),
+                "per_channel": In(1),
+                "pc_mult_addr": Out(e_bits), "pc_mult_data": In(lanes_layout(config)),
+                "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(config))}
 
     def lanes(self, m):
-        rnd = Signal(unsigned(64))
-        m.d.comb += rnd.eq((Const(1, 65) << self.shift) >> 1)
+        m.d.comb += [self.pc_mult_addr.eq(self.i.payload.bias + 1),
+                     self.pc_shift_addr.eq(self.i.payload.bias + 2)]
         out = []
         for c in range(self._config.cols):
-            scaled = (self.i.payload.lanes[c] * self.mult + rnd) >> self.shift
+            mult = Mux(self.per_channel, self.pc_mult_data[c], self.mult)
+            shift = Signal(unsigned(6), name=f"shift{c}")
+            rnd = Signal(unsigned(64), name=f"round{c}")
+            m.d.comb += [shift.eq(Mux(self.per_channel, self.pc_shift_data[c][:6], self.shift)),
+                         rnd.eq((Const(1, 65) << shift) >> 1)]
+            scaled = (self.i.payload.lanes[c] * mult + rnd) >> shift
             out.append(saturate(scaled + self.zp, INT8_MIN, INT8_MAX))
         return out
 
@@ -182,8 +195,10 @@ class EpiloguePipeline(wiring.Component):
             "i": In(sig), "o": Out(sig),
             "bias_addr": Out(e_bits), "bias_data": In(lanes_layout(config)),
             "res_addr": Out(e_bits), "res_data": In(lanes_layout(config)),
+            "pc_mult_addr": Out(e_bits), "pc_mult_data": In(lanes_layout(config)),
+            "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(config)),
             "mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32)),
-            "lo": In(signed(32)), "hi": In(signed(32)),
+            "per_channel": In(1), "lo": In(signed(32)), "hi": In(signed(32)),
             "busy": Out(1),
         })
 
@@ -201,7 +216,11 @@ class EpiloguePipeline(wiring.Component):
                 m.d.comb += [self.res_addr.eq(stage.e_addr), stage.e_data.eq(self.res_data)]
             elif isinstance(stage, RequantStage):
                 m.d.comb += [stage.mult.eq(self.mult), stage.shift.eq(self.shift),
-                             stage.zp.eq(self.zp)]
+                             stage.zp.eq(self.zp), stage.per_channel.eq(self.per_channel),
+                             self.pc_mult_addr.eq(stage.pc_mult_addr),
+                             stage.pc_mult_data.eq(self.pc_mult_data),
+                             self.pc_shift_addr.eq(stage.pc_shift_addr),
+                             stage.pc_shift_data.eq(self.pc_shift_data)]
             elif isinstance(stage, ClampStage):
                 m.d.comb += [stage.lo.eq(self.lo), stage.hi.eq(self.hi)]
         wiring.connect(m, wiring.flipped(self.i), stages[0].i)

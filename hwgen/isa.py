@@ -70,6 +70,10 @@ class Csr(enum.IntEnum):
     REQ_ZP = 2  #: requantize output zero point, signed
     CLAMP_LO = 3  #: clamp lower bound, signed 32-bit
     CLAMP_HI = 4  #: clamp upper bound, signed 32-bit
+    #: bit 0: per-channel requantize. Lane c's multiplier is then read from epilogue row
+    #: ``bias + 1`` and its shift from row ``bias + 2``: a column block's bias, multipliers
+    #: and shifts sit together as a three-row group.
+    REQ_MODE = 5
 
 
 class Unit(enum.IntFlag):
@@ -162,7 +166,8 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "scratchpad. It starts once the array has drained.",
     ),
     Op.CSRWI: (
-        (Field("csr", "r1", 0, 4, "csr", "req_mult, req_shift, req_zp, clamp_lo or clamp_hi"),
+        (Field("csr", "r1", 0, 4, "csr",
+               "req_mult, req_shift, req_zp, clamp_lo, clamp_hi or req_mode"),
          Field("imm", "imm", 0, 32, "sint", "value")),
         "Write an epilogue control register. Do it while the epilogue is idle (WAIT first).",
     ),

@@ -40,7 +40,7 @@ class Sequencer(wiring.Component):
             "load": Out(stream.Signature(load_cmd_layout(config))),
             "job": Out(stream.Signature(job_layout(config))),
             "mult": Out(signed(32)), "shift": Out(6), "zp": Out(signed(32)),
-            "lo": Out(signed(32)), "hi": Out(signed(32)),
+            "lo": Out(signed(32)), "hi": Out(signed(32)), "req_mode": Out(1),
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
             "halted": Out(1), "running": Out(1), "retire": Out(1),
         })
@@ -128,7 +128,8 @@ class Sequencer(wiring.Component):
                                                 (Csr.REQ_SHIFT, self.shift),
                                                 (Csr.REQ_ZP, self.zp),
                                                 (Csr.CLAMP_LO, self.lo),
-                                                (Csr.CLAMP_HI, self.hi)):
+                                                (Csr.CLAMP_HI, self.hi),
+                                                (Csr.REQ_MODE, self.req_mode)):
                                 with m.Case(csr):
                                     m.d.sync += target.eq(value)
                         m.d.comb += retire.eq(1)

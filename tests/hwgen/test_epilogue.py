@@ -80,3 +80,38 @@ def test_every_known_stage_has_a_hardware_stage():
     from hwgen.epilogue import STAGE_CLASSES
 
     assert set(STAGE_CLASSES) == set(EPILOGUE_STAGES)
+
+
+def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
+    config = VariantConfig(rows=2, cols=4, port_bytes=8, epilogue=CHAIN)
+    rng = np.random.default_rng(7)
+    x = rng.integers(-(1 << 20), 1 << 20, (6, 4))
+    mults = [1 << 30, 1518500250, -2000000000, 7]
+    shifts = [44, 45, 43, 16]
+    rows = {3: [0, 0, 0, 0], 4: mults, 5: shifts}  # the group at bias row 3
+    dut = EpiloguePipeline(config)
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.per_channel, 1)
+        ctx.set(dut.zp, -5)
+        ctx.set(dut.o.ready, 1)
+        for r in range(len(x) + 12):
+            ctx.set(dut.i.valid, r < len(x))
+            if r < len(x):
+                ctx.set(dut.i.payload, {"lanes": [int(v) for v in x[r]], "mask": 2, "dt": 0,
+                                        "bias": 3, "res": 0, "out": 0, "first": 0})
+            ctx.set(dut.pc_mult_data, rows.get(ctx.get(dut.pc_mult_addr), [0] * 4))
+            ctx.set(dut.pc_shift_data, rows.get(ctx.get(dut.pc_shift_addr), [0] * 4))
+            if ctx.get(dut.o.valid):
+                got.append([ctx.get(dut.o.payload.lanes[c]) for c in range(4)])
+            await ctx.tick()
+
+    sim.add_testbench(bench)
+    sim.run()
+    expected = np.stack([ref.requantize(x[:, c], mults[c], shifts[c], -5) for c in range(4)], 1)
+    # mostly in range: the arithmetic, not only the saturation, is checked
+    assert (np.abs(expected) < 127).mean() > 0.8
+    np.testing.assert_array_equal(np.array(got), expected)
