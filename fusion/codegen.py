@@ -138,8 +138,8 @@ def assemble_program(config: VariantConfig, text: str, *, what: str = "program")
     if len(instrs) > config.imem_depth:
         raise ProgramTooLong(
             f"{what} needs {len(instrs)} instructions but the variant's instruction memory "
-            f"holds {config.imem_depth}: use larger super tiles (fewer of them are unrolled) "
-            f"or a variant with imem_depth >= {len(instrs)}",
+            f"holds {config.imem_depth}: use a simpler tiling (no ragged edge, fewer loop "
+            f"levels) or a variant with imem_depth >= {len(instrs)}",
             len(instrs),
         )
     return Program([encode(i) for i in instrs], text, instrs)
@@ -181,97 +181,17 @@ def load_context(config: VariantConfig, dst: Dst, ext: int, spad: int, count: in
 
 
 def grid_reg(reg: str, init: int, inner: int, outer: int, n_inner: int, n_outer: int, *,
-             base: str | None = None) -> dict[str, Any]:
+             base: str | None = None, keep: bool = False) -> dict[str, Any]:
     """One register of a job grid (macro ``grid`` of ``common.j2``).
 
-    The register starts at ``init`` (plus register ``base``), moves ``inner`` per inner
-    iteration and ``outer`` per outer iteration. Loops of one iteration are not emitted, so
-    the steps they would take are folded into the adjust after the inner loop.
+    The register starts at ``init`` (plus register ``base``), or with ``keep`` at the value it
+    holds, and moves ``inner`` per inner iteration and ``outer`` per outer iteration. Loops
+    of one iteration are not emitted, so the steps they would take are folded into the adjust
+    after the inner loop.
     """
     moved = n_inner * inner if n_inner > 1 else 0
-    return {"reg": reg, "base": base, "init": init, "inner": inner if n_inner > 1 else 0,
-            "adjust": outer - moved if n_outer > 1 else 0}
-
-
-#: Keys of a step context whose numbers are addresses or rows, free to vary in a rolled loop.
-_SLOT_KEYS = frozenset({"ext", "spad", "init"})
-
-
-def _slots(node: Any, path: tuple = ()) -> list[tuple[tuple, int]]:
-    if isinstance(node, dict):
-        return [item for key, value in node.items() for item in (
-            [(path + (key,), value)] if key in _SLOT_KEYS and isinstance(value, int)
-            else _slots(value, path + (key,)))]
-    if isinstance(node, list):
-        return [item for n, value in enumerate(node) for item in _slots(value, path + (n,))]
-    return []
-
-
-def _shape(node: Any) -> Any:
-    """A step with its slot numbers (and comments) blanked: what must match to roll it."""
-    if isinstance(node, dict):
-        return tuple(sorted((key, None if key in _SLOT_KEYS else _shape(value))
-                            for key, value in node.items() if key != "what"))
-    if isinstance(node, list):
-        return tuple(_shape(value) for value in node)
-    return node
-
-
-def _replace(node: Any, values: dict[tuple, Any], path: tuple = ()) -> Any:
-    if path in values:
-        return values[path]
-    if isinstance(node, dict):
-        return {key: _replace(value, values, path + (key,)) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_replace(value, values, path + (n,)) for n, value in enumerate(node)]
-    return node
-
-
-def roll_steps(steps: list[dict], period: int, registers: Sequence[str]) -> list[dict]:
-    """Fold runs of steps that repeat with evenly advancing numbers into loop items.
-
-    A run is ``count >= 2`` repetitions of ``period`` consecutive steps with the same shape
-    (:func:`_shape`), each slot (``ext``, ``spad``, ``init``) advancing by a constant delta per
-    repetition. Slots with equal deltas share one of ``registers``; a run needing more
-    registers than that is left unrolled. Each item is ``{"step": step}`` or
-    ``{"count", "runs": [{"reg", "init", "delta"}], "body": [steps with {base, off} slots]}``.
-    """
-    items, t = [], 0
-    while t < len(steps):
-        first = steps[t:t + period]
-        shapes = [_shape(s) for s in first]
-        delta, count = None, 1
-        while t + (count + 1) * period <= len(steps):
-            prev = steps[t + (count - 1) * period:t + count * period]
-            nxt = steps[t + count * period:t + (count + 1) * period]
-            if [_shape(s) for s in nxt] != shapes:
-                break
-            step_delta = [b - a for p, q in zip(prev, nxt, strict=True)
-                          for (_, a), (_, b) in zip(_slots(p), _slots(q), strict=True)]
-            if delta is not None and step_delta != delta:
-                break
-            delta, count = step_delta, count + 1
-        deltas = sorted({d for d in delta or [] if d})
-        if count < 2 or len(deltas) > len(registers):
-            items.append({"step": steps[t]})
-            t += 1
-            continue
-        reg_of = dict(zip(deltas, registers, strict=False))
-        runs: dict[int, dict[str, Any]] = {}
-        body, n = [], 0
-        for step in first:
-            values = {}
-            for path, value in _slots(step):
-                d = delta[n]
-                n += 1
-                if d:
-                    run = runs.setdefault(d, {"reg": reg_of[d], "init": value, "delta": d})
-                    values[path] = {"base": run["reg"], "off": value - run["init"]}
-            body.append(_replace(step, values))
-        body[0] = {**body[0], "what": f"{first[0]['what']} (and {count - 1} more like it)"}
-        items.append({"count": count, "runs": list(runs.values()), "body": body})
-        t += count * period
-    return items
+    return {"reg": reg, "base": base, "init": init, "keep": keep,
+            "inner": inner if n_inner > 1 else 0, "adjust": outer - moved if n_outer > 1 else 0}
 
 
 def loop_ranges(instrs: Sequence[Instr]) -> list[tuple[int, int]]:

@@ -143,9 +143,45 @@ def traffic(dims: GemmDims, tiling: Tiling) -> int:
     return b_bytes + a_bytes * (gn if gm > 1 else 1)
 
 
+#: Cycles between two super tiles: the sequencer's handshake (wait, register moves, the next
+#: loads and grid set-up) and the array's refill. Measured on an 8x8 variant: 10 to 12.
+STEP_CYCLES = 12
+
+
+def estimated_cycles(dims: GemmDims, tiling: Tiling) -> int:
+    """A rough cycle count of the kernel for ``tiling`` (resolved), to rank tilings by.
+
+    Every k step of every tile takes a cycle; so does every super tile's hand-off
+    (:data:`STEP_CYCLES`) and the first super tile's loads, which nothing overlaps. Double
+    buffered, a super tile takes the longer of its matmuls and the next one's loads (one word
+    a cycle); single buffered, they add up. Ragged edges are counted as whole super tiles.
+    """
+    R, C, W = dims.R, dims.C, dims.W
+    kt = tiling.kt or dims.Kp
+    counts = {"m": _ceil_div(dims.Mb, tiling.tm), "n": _ceil_div(dims.Nb, tiling.tn),
+              "k": _ceil_div(dims.Kp, kt)}
+    steps = counts["m"] * counts["n"] * counts["k"]
+    words = {"m": tiling.tm * kt * R // W, "n": tiling.tn * kt * C // W}
+    fixed = dims.Mb * dims.Nb * dims.Kp + steps * STEP_CYCLES + words["m"] + words["n"]
+    if not tiling.double_buffer:
+        return fixed + traffic(dims, tiling) // W - words["m"] - words["n"]
+    # (super tiles, words they load for the next one), by which operands change
+    outer, inner = ("m", "n") if tiling.order == "mn" else ("n", "m")
+    if counts["k"] > 1:
+        loads = [(steps - 1, words["m"] + words["n"])]
+    elif counts[inner] == 1:
+        loads = [(counts[outer] - 1, words[outer])]
+    else:
+        loads = [(counts[outer] * (counts[inner] - 1), words[inner]),
+                 (counts[outer] - 1, words["m"] + words["n"])]
+    compute = tiling.tm * tiling.tn * kt
+    return fixed + sum(n * max(0, w - compute) for n, w in loads)
+
+
 def _best_order(dims: GemmDims, tiling: Tiling) -> Tiling:
     nm = replace(tiling, order="nm")
-    return nm if traffic(dims, nm) < traffic(dims, tiling) else tiling
+    key = (estimated_cycles(dims, nm), traffic(dims, nm))
+    return nm if key < (estimated_cycles(dims, tiling), traffic(dims, tiling)) else tiling
 
 
 def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
@@ -165,18 +201,36 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
             cand = cand if order else _best_order(dims, cand)
             if fit_problems(dims, stages, cand):
                 continue
-            divides = dims.Mb % cand.tm == 0 and dims.Nb % cand.tn == 0
-            key = (-supertiles(dims, cand), divides, -traffic(dims, cand), cand.tm * cand.tn)
+            divides = dims.Mb % cand.tm == 0 and dims.Nb % cand.tn == 0  # a shorter program
+            key = (-estimated_cycles(dims, cand), divides, -traffic(dims, cand),
+                   cand.tm * cand.tn)
             found.append((key, cand))
     found.sort(key=lambda item: item[0], reverse=True)
     return [cand for _, cand in found]
 
 
 def supertiles(dims: GemmDims, tiling: Tiling) -> int:
-    """Super tiles (steps, counting k tiles) the kernel unrolls for ``tiling``."""
+    """Super tiles (steps, counting k tiles) the kernel runs for ``tiling``."""
     kt = tiling.kt or dims.Kp
     return (_ceil_div(dims.Mb, tiling.tm) * _ceil_div(dims.Nb, tiling.tn)
             * _ceil_div(dims.Kp, kt))
+
+
+def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
+    """What the size of the kernel's program depends on, for a resolved ``tiling``.
+
+    The super tiles run in hardware loops (:mod:`fusion.gemm_loops`), so the program does not
+    grow with their number, only with the loop levels (dimensions with one, two, three or
+    more super tiles: short loops are unrolled), the ragged edges, the matmul grids of one
+    row or column, the loop order and double buffering. Two tilings of the same shape give
+    programs of (nearly) the same size.
+    """
+    kt = tiling.kt or dims.Kp
+    shape = []
+    for n, t in ((dims.Mb, tiling.tm), (dims.Nb, tiling.tn), (dims.Kp, kt)):
+        count, last = _ceil_div(n, t), n - (_ceil_div(n, t) - 1) * t
+        shape.append((min(count, 4), last != t, t == 1, last == 1))
+    return (tiling.double_buffer, tiling.order, *shape)
 
 
 def _largest_kt(dims: GemmDims, double: bool) -> int:
@@ -225,8 +279,9 @@ def default_tiling(
 
     Any of ``tm``, ``tn``, ``kt``, ``order``, ``double_buffer`` given is kept; the others are
     chosen, preferring in order: double buffering; the whole K in one k tile; the fewest
-    super tiles (each is unrolled into the program); ``tm``, ``tn`` that divide ``Mb``,
-    ``Nb`` (no ragged edge); the least operand traffic (which also picks the loop order).
+    :func:`estimated_cycles` (which also picks the loop order); ``tm``, ``tn`` that divide
+    ``Mb``, ``Nb`` (no ragged edge to peel: a shorter program); the least operand traffic.
+    The program does not grow with the number of super tiles (:mod:`fusion.gemm_loops`).
 
     Raises
     ------

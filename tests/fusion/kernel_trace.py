@@ -11,6 +11,10 @@ On the way it enforces the program's hazard duties from the hardware semantics:
 - a load of memory written by an earlier job only after that job is done (wait 4);
 - a CSR write only with the compute unit idle (wait 4); the program ends wait 7, halt.
 
+Before that, :func:`check_loops` checks the hardware loops statically: properly nested, each
+counter set by an ``li`` right before the loop (where ``fusion.codegen.load_bytes`` reads the
+trip count) and written by nothing inside the loop but its own ``bnzd``.
+
 It is not a model of the hardware: it computes no values, and knows nothing of timing.
 """
 
@@ -221,6 +225,36 @@ class Tracer:
         raise HazardError(f"no halt within {max_steps} steps")
 
 
+def check_loops(words: list[int]) -> list[tuple[int, int]]:
+    """Check the program's hardware loops; return their ``(head, bnzd)`` index pairs.
+
+    Every backward ``bnzd`` closes a loop: its counter must be set by an ``li`` right before
+    the head, loops must nest (no two bodies overlap but by containment), and no instruction
+    inside a loop may write its counter except the ``bnzd`` that closes it (a nested loop
+    sharing the counter, or a scratch write, would change the trip count).
+    """
+    prog = [decode(w) for w in words]
+    loops = [(i.get("target"), n) for n, i in enumerate(prog)
+             if i.op is Op.BNZD and i.get("target") <= n]
+    for head, end in loops:
+        rc = prog[end].get("rc")
+        setter = prog[head - 1] if head > 0 else None
+        if setter is None or setter.op is not Op.LI or setter.get("rd") != rc:
+            raise HazardError(f"@{end}: the counter r{rc} of the loop at {head}..{end} is not "
+                              f"set by an li just before it")
+        for n in range(head, end):
+            i = prog[n]
+            written = (i.get("rd") if i.op in (Op.LI, Op.ADDI) else
+                       i.get("rc") if i.op is Op.BNZD else None)
+            if written == rc:
+                raise HazardError(f"@{n}: writes r{rc}, the counter of the loop at "
+                                  f"{head}..{end}")
+        for other_head, other_end in loops:
+            if head < other_head <= end < other_end:
+                raise HazardError(f"loops {head}..{end} and {other_head}..{other_end} overlap")
+    return loops
+
+
 def trace(config: VariantConfig, words: list[int], regions: dict[str, Region]) -> Trace:
     """Run the checker over a program; raise :class:`HazardError` on the first violation."""
     return Tracer(config, regions).run(words)
@@ -252,11 +286,12 @@ def _derive(kernel, store: Store, i: int, j: int, r: int) -> list[tuple[str, int
 def check_gemm(kernel) -> Trace:
     """Trace a GEMM kernel and check every output row's provenance.
 
-    Returns the trace; raises on a hazard, a wrongly addressed operand, or an output row
-    written other than exactly once. The path of each row (job kind, mask, stored type from
-    the matmul on) must be one matmul with every stage (fused), or a mask-0 int32 matmul and
-    one pass per stage in chain order (unfused).
+    Returns the trace; raises on a malformed loop (:func:`check_loops`), a hazard, a wrongly
+    addressed operand, or an output row written other than exactly once. The path of each
+    row (job kind, mask, stored type from the matmul on) must be one matmul with every stage
+    (fused), or a mask-0 int32 matmul and one pass per stage in chain order (unfused).
     """
+    check_loops(kernel.program)
     t = trace(kernel.config, kernel.program, kernel.regions)
     d, cfg = kernel.dims, kernel.config
     out = kernel.regions["out"]

@@ -1,4 +1,4 @@
-"""Code generation: templates as package data, strict rendering, assembly checks, loop rolling."""
+"""Code generation: templates as package data, strict rendering, assembly checks."""
 
 import importlib.resources
 import time
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fusion import codegen
-from fusion.codegen import ProgramTooLong, assemble_program, check_load, load_bytes, roll_steps
+from fusion.codegen import ProgramTooLong, assemble_program, check_load, load_bytes
 from fusion.epilogue_pass import pass_dtypes
 from fusion.gemm_kernel import build_gemm
 from hwgen.asm import assemble_instrs
@@ -92,53 +92,6 @@ again:
     assert kept == ["li rd=r2, imm=0", "addi rd=r3, rs=r2, imm=5", "li rd=r12, imm=3", "loop:",
                     "li rd=r2, imm=0", "bnzd rc=r12, target=loop", "li rd=r12, imm=3",
                     "li rd=r12, imm=3", "again:", "nop"]
-
-
-def _value(node, regs):
-    if isinstance(node, dict) and set(node) == {"base", "off"}:
-        return regs[node["base"]] + node["off"]
-    if isinstance(node, dict):
-        return {k: _value(v, regs) for k, v in node.items() if k != "what"}
-    if isinstance(node, list):
-        return [_value(v, regs) for v in node]
-    return node
-
-
-def _expand(items):
-    """Undo roll_steps: the steps with every slot value, as the loop would produce them."""
-    out = []
-    for item in items:
-        if "step" in item:
-            out.append(_value(item["step"], {}))
-            continue
-        for rep in range(item["count"]):
-            regs = {r["reg"]: r["init"] + rep * r["delta"] for r in item["runs"]}
-            out += [_value(s, regs) for s in item["body"]]
-    return out
-
-
-def _step(ext, spad, out, k=8):
-    return {"what": f"ext {ext}", "loads": [{"ext": ext, "spad": spad, "count": 2}],
-            "grid": {"k": k, "regs": [{"reg": "r8", "init": out}]}}
-
-
-def test_roll_steps_folds_even_runs_and_keeps_the_rest():
-    steps = [_step(100, 0, 0, k=4)]  # a different shape first
-    steps += [_step(200 + 10 * t, 64 * (t % 2), 5 * t) for t in range(7)]
-    steps += [_step(999, 0, 1)]  # breaks the progression
-    items = roll_steps(steps, 2, ["r4", "r5"])
-    assert ["count" in item for item in items] == [False, True, False, False]
-    loop = items[1]
-    assert loop["count"] == 3 and len(loop["body"]) == 2
-    assert sorted(r["delta"] for r in loop["runs"]) == [10, 20]
-    strip = [{k: v for k, v in s.items() if k != "what"} for s in steps]
-    assert _expand(items) == strip
-
-
-def test_roll_steps_leaves_runs_that_need_too_many_registers():
-    steps = [_step(10 * t, 0, 7 * t) for t in range(6)]
-    assert all("step" in item for item in roll_steps(steps, 1, ["r4"]))
-    assert [item.get("count") for item in roll_steps(steps, 1, ["r4", "r5"])] == [6]
 
 
 def test_unfused_intermediates_are_int8_only_when_exact():

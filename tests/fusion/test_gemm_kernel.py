@@ -5,17 +5,20 @@ every output row's operands and stage masks, load byte counts, tiling choices an
 they were loaded from; see its docstring.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_trace import HazardError, check_gemm, trace
+from kernel_trace import HazardError, check_gemm, check_loops, trace
 
 from fusion import layout
 from fusion.gemm_kernel import build_gemm
-from fusion.tiling import Tiling, default_tiling
-from hwgen.asm import assemble, disassemble
+from fusion.tiling import Tiling, default_tiling, loop_shape, supertiles, traffic
+from hwgen.asm import assemble, assemble_instrs, disassemble
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.isa import Instr, Op, encode
 from hwgen.reference import EpilogueParams, gemm_epilogue
 
 ALL = EPILOGUE_STAGES
@@ -132,7 +135,8 @@ def test_program_is_its_own_listing():
 
 
 def _without(program, index):
-    return program[:index] + program[index + 1:]
+    """The program with instruction ``index`` made a nop (branch targets stay valid)."""
+    return program[:index] + [encode(Instr(Op.NOP))] + program[index + 1:]
 
 
 def _waits(kernel, units):
@@ -189,10 +193,95 @@ def test_imem_overflow_falls_back_to_a_shorter_program_or_says_so():
     cfg = VariantConfig(rows=4, cols=4, epilogue=ALL, imem_depth=300)
     kernel = build(cfg, 64, 64, 96, ("bias",))
     assert len(kernel.program) <= 300
+    # The best tiling of this problem, 2 x 2 super tiles, has ragged edges on both sides:
+    # 175 words. A shape without them fits 150 and keeps double buffering.
+    ragged = VariantConfig(rows=4, cols=4, epilogue=ALL, spad_a_depth=256, spad_b_depth=256,
+                           imem_depth=150)
+    best = build(dataclasses.replace(ragged, imem_depth=2048), 36, 64, 44, ("bias",))
+    assert (best.tiling.tm, best.tiling.tn) == (2, 2) and len(best.program) > 150
+    kernel = build(ragged, 36, 64, 44, ("bias",))
+    assert len(kernel.program) <= 150 and kernel.tiling.double_buffer
+    assert_sound(kernel)
     tiny = VariantConfig(rows=4, cols=4, epilogue=ALL, imem_depth=20)
     with pytest.raises(ValueError, match=r"needs \d+ instructions but the variant's "
                                          r"instruction memory holds 20.*imem_depth >="):
         build(tiny, 64, 64, 64, ALL)
+
+
+#: SMALL with room for double-buffered residual super tiles of 2 x 3 tiles and 23 bias rows.
+WIDE_E = dataclasses.replace(SMALL, spad_e_depth=128)
+# A small and a large problem (M, N, K) with the same ragged edges, on WIDE_E (4 x 8);
+# whole-K tilings use K = 8, K-chunked ones (kt = 4) K = 16 and 36.
+GROWTH = [
+    (Tiling(tm=1, tn=1), (28, 40, 8), (124, 184, 8)),
+    (Tiling(tm=2, tn=3, order="nm"), (28, 88, 8), (124, 184, 8)),  # ragged on both sides
+    (Tiling(tm=2, tn=2, double_buffer=False), (32, 64, 8), (120, 176, 8)),
+    (Tiling(tm=1, tn=1, kt=4), (16, 32, 16), (40, 64, 36)),
+    (Tiling(tm=1, tn=1, kt=4, order="nm", double_buffer=False), (16, 32, 16), (40, 64, 36)),
+]
+
+
+def _gemm_words(kernel):
+    """Instructions of the GEMM itself (unfused, the epilogue passes follow it)."""
+    return len(assemble_instrs(kernel.source.split("\n# pass0_")[0]))
+
+
+@pytest.mark.parametrize("stages, fused", [((), True), (ALL, True), (("bias", "relu"), False)],
+                         ids=["plain", "fused", "unfused"])
+@pytest.mark.parametrize("tiling, small, large", GROWTH, ids=lambda x: str(x))
+def test_program_size_does_not_grow_with_the_number_of_super_tiles(tiling, small, large,
+                                                                   stages, fused):
+    (m0, n0, k0), (m1, n1, k1) = small, large
+    few = build(WIDE_E, m0, k0, n0, stages, fused, tiling)
+    many = build(WIDE_E, m1, k1, n1, stages, fused, tiling)
+    assert supertiles(many.dims, many.tiling) >= 4 * supertiles(few.dims, few.tiling)
+    assert loop_shape(many.dims, many.tiling) == loop_shape(few.dims, few.tiling)
+    assert _gemm_words(many) == _gemm_words(few)
+    if fused:
+        assert len(many.program) == len(few.program)
+    else:  # the passes are loops too, chunked (whole block rows or parts) by the shape
+        assert len(many.program) < 256
+    assert_sound(many)
+
+
+def test_ragged_edges_are_peeled_not_unrolled():
+    tiling = Tiling(tm=2, tn=3)
+    even = build(WIDE_E, 4 * 30, 8, 8 * 24, ALL, True, tiling)
+    ragged = build(WIDE_E, 4 * 31, 8, 8 * 23, ALL, True, tiling)
+    # each ragged level has its last two iterations peeled: up to 3 x 3 super-tile bodies
+    assert len(even.program) < len(ragged.program) < 2.5 * len(even.program)
+    assert_sound(ragged)
+
+
+def test_big_gemms_fit_the_default_variant():
+    """512^3 on the default 8 x 8 variant once needed 3033 unrolled instructions (of 2048)."""
+    cfg = VariantConfig(rows=8, cols=8, epilogue=("bias", "requant", "relu"))
+    zeros = {"a": np.zeros((512, 512), np.int8), "b": np.zeros((512, 512), np.int8),
+             "bias": np.zeros(512, np.int32)}
+    kernel = build_gemm(cfg, 512, 512, 512, stages=("bias", "requant", "relu"), **zeros)
+    assert kernel.tiling.double_buffer and kernel.tiling.kt == 512
+    assert supertiles(kernel.dims, kernel.tiling) >= 1024
+    assert len(kernel.program) < 150
+    assert kernel.bytes_loaded == traffic(kernel.dims, kernel.tiling) + 512 * 4
+
+
+@pytest.mark.parametrize("text, match", [
+    ("li rd=r1, imm=3\nl:\n nop\n bnzd rc=r1, target=l\n", None),
+    ("l:\n nop\n bnzd rc=r1, target=l\n", "not set by an li just before it"),
+    ("li rd=r1, imm=3\nl:\n addi rd=r1, rs=r1, imm=1\n bnzd rc=r1, target=l\n",
+     "writes r1, the counter"),
+    ("li rd=r1, imm=3\nl:\n li rd=r1, imm=2\nm:\n bnzd rc=r1, target=m\n"
+     " bnzd rc=r1, target=l\n", "writes r1, the counter"),
+    ("li rd=r1, imm=3\nl:\n li rd=r2, imm=2\nm:\n bnzd rc=r1, target=l\n"
+     " bnzd rc=r2, target=m\n", "overlap"),
+])
+def test_the_loop_checker_catches_malformed_loops(text, match):
+    words = assemble(text + "halt\n")
+    if match is None:
+        assert check_loops(words) == [(1, 2)]
+    else:
+        with pytest.raises(HazardError, match=match):
+            check_loops(words)
 
 
 @pytest.mark.parametrize("kwargs, match", [

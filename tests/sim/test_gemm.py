@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.tiling import Tiling
+from fusion.tiling import Tiling, supertiles
 from hwgen.reference import INT32_MAX, INT32_MIN, EpilogueParams
 from sim.gemm_check import GemmCase, Problem, report, run_gemms
 from sim.run import Job, MemoryImage, run_programs
@@ -95,6 +95,25 @@ def test_tilings_loop_orders_and_k_chunks_are_bit_exact(v4x4, tiling):
     cases = [GemmCase(33, 64, 17, stages=("bias", "requant", "relu"), tiling=tiling, seed=5),
              GemmCase(12, 40, 20, tiling=tiling, seed=6)]
     assert_ok(run_gemms(v4x4, cases))
+
+
+def test_gemms_of_hundreds_of_super_tiles_run_in_loops(variant):
+    """Unrolled at ten or more instructions a super tile, none of these programs would fit the
+    2048 words of instruction memory; in hardware loops each takes a few hundred at most."""
+    cases = [
+        GemmCase(132, 24, 100, stages=variant.epilogue, tiling=Tiling(tm=1, tn=1), seed=11),
+        # ragged on both sides: the last row and column of super tiles are peeled
+        GemmCase(244, 16, 188, stages=("bias", "requant", "relu"),
+                 tiling=Tiling(tm=2, tn=3, order="nm"), seed=12),
+        GemmCase(40, 100, 44, stages=("requant", "clamp", "residual"),
+                 tiling=Tiling(tm=1, tn=1, kt=8), seed=13),  # 13 k chunks, the last ragged
+        GemmCase(60, 100, 36, tiling=Tiling(tm=1, tn=1, kt=8, double_buffer=False), seed=14),
+    ]
+    for case in cases:
+        kernel = case.kernel(variant)
+        assert supertiles(kernel.dims, kernel.tiling) >= 200
+        assert len(kernel.program) < 320
+    assert_ok(run_gemms(variant, cases))
 
 
 def test_a_wrong_expected_output_is_detected(v4x4):
