@@ -1,0 +1,164 @@
+"""Calibration rows, and how a cost model is judged against them.
+
+A row is one measured kernel: its :class:`~fusion.cost.model.KernelFeatures` and the counters
+the hardware reported, one JSON object per line (JSONL). ``sim.calibrate`` writes them; this
+module reads them, so that cost models learn and are evaluated without the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusion.cost.model import CostModel, KernelFeatures
+
+#: Format tag and version of a calibration row.
+ROW_FORMAT = "hwgen-calibration"
+ROW_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured kernel."""
+
+    features: KernelFeatures
+    counters: dict[str, int]
+    ok: bool = True
+    extra: dict[str, Any] | None = None
+
+    @property
+    def cycles(self) -> int:
+        return int(self.counters["cycles"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": ROW_FORMAT, "version": ROW_VERSION,
+                "variant": self.features.config.key(), "features": self.features.to_dict(),
+                "counters": dict(self.counters), "ok": self.ok, **(self.extra or {})}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Row:
+        if data.get("format") != ROW_FORMAT or data.get("version") != ROW_VERSION:
+            raise ValueError(f"not a version {ROW_VERSION} calibration row "
+                             f"(format {data.get('format')!r}, version {data.get('version')!r})")
+        extra = {k: v for k, v in data.items() if k not in
+                 {"format", "version", "variant", "features", "counters", "ok"}}
+        return cls(KernelFeatures.from_dict(data["features"]),
+                   {k: int(v) for k, v in data["counters"].items()}, bool(data.get("ok", True)),
+                   extra or None)
+
+
+def write_rows(path: Path | str, rows: Iterable[Row], *, append: bool = True) -> int:
+    """Write ``rows`` as JSONL (appending by default); returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a" if append else "w") as f:
+        for row in rows:
+            f.write(json.dumps(row.to_dict(), sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
+def read_rows(path: Path | str) -> list[Row]:
+    """Rows of a JSONL file, naming the line of any malformed one.
+
+    Raises
+    ------
+    ValueError
+        A line that is not JSON or not a calibration row of this version.
+    """
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(Row.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{n}: not a calibration row ({exc})") from None
+    return rows
+
+
+def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """Mean absolute percentage error, in percent."""
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    if len(p) != len(m) or not len(m):
+        raise ValueError(f"need equally many predictions and measurements, not {len(p)} and "
+                         f"{len(m)}")
+    return float(np.mean(np.abs(p - m) / m) * 100.0)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties given their average rank (as Spearman's rho needs)."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), float)
+    sx = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sx[j + 1] == sx[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation (Pearson's r of the tie-averaged ranks)."""
+    ra, rb = _ranks(np.asarray(a, float)), _ranks(np.asarray(b, float))
+    if len(ra) < 2 or ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How well a model's predictions match measured cycles.
+
+    ``regret`` is what choosing by the model costs: over each group of rows that solve the
+    same problem (variant, shape, stages) in different ways (fused or not, tilings), how much
+    slower the kernel with the least predicted cycles measured than the fastest one, in
+    percent, averaged over the groups with a choice (NaN when none has).
+    """
+
+    model: str
+    n: int
+    mape: float
+    spearman: float
+    worst: float  # the largest absolute percentage error
+    regret: float = math.nan
+
+    def summary(self) -> str:
+        return (f"{self.model}: {self.n} kernels, MAPE {self.mape:.2f}%, "
+                f"Spearman {self.spearman:.4f}, worst {self.worst:.1f}%, "
+                f"regret {self.regret:.3f}%")
+
+
+def _regret(rows: Sequence[Row], predicted: np.ndarray) -> float:
+    groups: dict[tuple, list[tuple[float, int]]] = {}
+    for row, p in zip(rows, predicted, strict=True):
+        f = row.features
+        groups.setdefault((f.config.key(), f.M, f.K, f.N, f.stages), []).append((p, row.cycles))
+    # a tie in the predictions goes to the first row: a model that cannot tell kernels
+    # apart gets no credit for the order they happened to be measured in
+    regrets = [min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1
+               for g in groups.values() if len(g) > 1]
+    return float(np.mean(regrets) * 100.0) if regrets else math.nan
+
+
+def evaluate(model: CostModel, rows: Sequence[Row]) -> Evaluation:
+    """``model``'s MAPE, Spearman correlation and regret over ``rows`` (those that ran ``ok``)."""
+    rows = [r for r in rows if r.ok]
+    if not rows:
+        raise ValueError("no successful calibration rows to evaluate against")
+    predicted = model.predict_many([r.features for r in rows])
+    measured = np.array([r.cycles for r in rows], float)
+    errors = np.abs(predicted - measured) / measured * 100.0
+    return Evaluation(model=model.name, n=len(rows), mape=float(errors.mean()),
+                      spearman=spearman(predicted, measured), worst=float(errors.max()),
+                      regret=_regret(rows, predicted))

@@ -1,0 +1,218 @@
+"""The timing of each unit of the accelerator, as rules on the cycles they are next free.
+
+:class:`Machine` keeps, for the sequencer and every unit behind it, the cycle it is next free,
+and advances them one microcode phase at a time (some instructions, a LOAD, a grid of
+MATMULs, a run of EPIPASSes, a WAIT). The rules are read off the gateware (``hwgen/``) and
+``docs/hardware.md``:
+
+- **sequencer**: one instruction a cycle, no branch penalty (the next word is fetched from
+  ``pc_next``); a WAIT retires the cycle its units are idle.
+- **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
+  buffered FIFO, then the unit's command register); the job queue holds
+  :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array.
+- **load engine**: one LOAD at a time. It requests a word a cycle, or one every
+  ``port_bytes / row_bytes`` cycles when a word holds several scratchpad rows (the gearbox
+  rate), so ``b`` bytes take ``b / min(port_bytes, row_bytes)`` cycles, then the port
+  latency and :data:`LOAD_TAIL`.
+- **array**: a k-slice a cycle, back to back across MATMULs. A tile is complete
+  ``rows + cols - 1`` cycles after its final slice and drains a row a cycle, from
+  :data:`TILE_GAP` cycles later, into the epilogue's stage registers (one per stage).
+- **store unit**: takes a row every ``max(1, cols * lane_bytes / port_bytes)`` cycles (a
+  word a cycle on the write port); when it falls behind, the stage registers fill and hold
+  the drain back.
+- **stall rule**: only one finished tile drains at a time, so a tile's final slice waits
+  until the previous tile's last row has entered the epilogue (``stall_epilogue``).
+- **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
+  rows are in, and streams its rows like a drain.
+
+Each rule is exact for its unit in isolation: the micro-benchmarks in
+``tests/fusion/test_cost_machine.py`` (single phases, measured on Verilator) pin them down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hwgen.config import VariantConfig
+
+#: Cycles from a LOAD, MATMUL or EPIPASS retiring to its unit starting on it: the buffered
+#: FIFO (two cycles) and the unit's command register.
+ISSUE_LATENCY = 3
+#: Job-queue depth (``hwgen.accelerator.QUEUE_DEPTH``, not imported: the compiler does not
+#: import gateware): how far the sequencer runs ahead of the array.
+QUEUE_DEPTH = 4
+#: Registers between a tile's final slice and its first drained row besides the array's
+#: ``rows + cols - 1``: the operand register in front of the array and ``drain_active``.
+TILE_GAP = 2
+#: Cycles the load engine stays busy after its last word arrives: the gearbox's output
+#: register and the ``finished`` register that clears ``busy``.
+LOAD_TAIL = 2
+
+
+class Machine:
+    """The cycle at which each unit is next free, advanced instruction group by group.
+
+    Times count from ``start`` (the first instruction retires at cycle 0). The methods are
+    the microcode's phases; :func:`fusion.cost.analytical.estimate` calls them in the order
+    a kernel's program would. Each is exact for the unit it models when the program is one
+    such phase (the micro-benchmarks in ``tests/fusion/test_cost_machine.py``).
+    """
+
+    #: The times the machine keeps (cycles), and the totals it accumulates.
+    TIMES = ("seq", "dma", "feed_end", "clear", "pass_free", "store", "idle")
+    TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall")
+
+    def __init__(self, config: VariantConfig) -> None:
+        c = config
+        self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
+        self.L = c.rows + c.cols - 1  # hwgen.array.array_latency
+        self.E = len(c.epilogue)  # one register per epilogue stage
+        self.seq = 0  # cycle the next instruction retires
+        self.dma = 0  # cycle the load engine is next idle
+        self.feed_end = 0  # cycle after the last slice issued (feed idle)
+        self.clear = 0  # cycle the draining tile's last row has entered the epilogue
+        self.pass_free = 0  # cycle the compute unit may take the next epilogue pass
+        self.store = 0  # cycle the store unit may take its next row
+        self.idle = 0  # cycle the compute unit (array, epilogue, store) is idle
+        self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
+        self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
+
+    # -- repetition --------------------------------------------------------------------------
+
+    def _settle(self) -> tuple[int, ...]:
+        """Move every time already past up to ``seq`` and return the times relative to it.
+
+        Each rule takes the max of a unit's time with a time at or after ``seq``, so a time
+        already past is as good as ``seq`` itself: what follows depends only on the result.
+        """
+        for name in self.TIMES:
+            setattr(self, name, max(getattr(self, name), self.seq))
+        self.taken = [max(t, self.seq) for t in self.taken]
+        return tuple(getattr(self, n) - self.seq for n in self.TIMES) + tuple(
+            t - self.seq for t in self.taken)
+
+    def repeat(self, count: int, body: Callable[[], None]) -> None:
+        """Run ``body`` ``count`` times. The rules are max-plus (shift every time by d and
+        every result shifts by d), so once a run leaves the times where the run before left
+        them, relative to the sequencer, every further run moves them all by the same amount
+        and adds the same totals: the rest is extrapolated. That keeps the estimate of a
+        GEMM with thousands of tiles at milliseconds."""
+        rel = self._settle()
+        totals = [getattr(self, n) for n in self.TOTALS]
+        seq = self.seq
+        for done in range(1, count + 1):
+            body()
+            rel_after = self._settle()
+            totals_after = [getattr(self, n) for n in self.TOTALS]
+            left = count - done
+            if rel_after == rel and left:
+                shift = (self.seq - seq) * left
+                for name in self.TIMES:
+                    setattr(self, name, getattr(self, name) + shift)
+                self.taken = [t + shift for t in self.taken]
+                for name, a, b in zip(self.TOTALS, totals_after, totals, strict=True):
+                    setattr(self, name, a + (a - b) * left)
+                return
+            rel, totals, seq = rel_after, totals_after, self.seq
+
+    # -- the store unit ----------------------------------------------------------------------
+
+    def store_cycles(self, lane_bytes: int) -> int:
+        """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``."""
+        return max(1, self.C * lane_bytes // self.W)
+
+    def _stream(self, first: int, rows: int, lane_bytes: int) -> int:
+        """Rows offered to the epilogue one a cycle from ``first``; returns the cycle after
+        the last one entered. The store takes row j ``E`` cycles after it enters, at most
+        one every ``s`` cycles; when it falls behind, the stage registers fill and hold
+        the rows back (row j enters when row ``j - E`` goes to the store)."""
+        s = self.store_cycles(lane_bytes)
+        st0 = max(first + self.E, self.store)
+        st_last = st0 + (rows - 1) * s
+        enter_last = first + rows - 1
+        if rows - 1 - self.E >= 0:
+            enter_last = max(enter_last, st0 + (rows - 1 - self.E) * s)
+        self.store = st_last + s
+        self.idle = max(self.idle, st_last + s + 1)
+        self.bytes_stored += rows * self.C * lane_bytes
+        return enter_last + 1
+
+    def _job(self) -> int:
+        """The sequencer issues a job: returns the cycle its unit takes it. The job queue
+        holds QUEUE_DEPTH jobs, so the sequencer waits while it is full."""
+        retire = self.seq
+        if len(self.taken) == QUEUE_DEPTH:
+            retire = max(retire, self.taken[0])
+        self.seq = retire
+        return retire + ISSUE_LATENCY - 1
+
+    def _took(self, cycle: int) -> None:
+        self.taken = (self.taken + [cycle])[-QUEUE_DEPTH:]
+
+    # -- instructions ----------------------------------------------------------------------
+
+    def instrs(self, n: int) -> None:
+        self.seq += n
+
+    def wait(self, load: bool = False, feed: bool = False, epi: bool = False) -> None:
+        t = self.seq
+        t = max(t, self.dma) if load else t
+        t = max(t, self.feed_end) if feed else t
+        t = max(t, self.idle) if epi else t
+        self.seq = t + 1
+
+    def load(self, nbytes: int, row_bytes: int, setup: int = 0) -> None:
+        """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
+        register instructions. A word a cycle, or a row a cycle when a word holds several
+        (the gearbox rate), then the port latency."""
+        self.seq += setup
+        start = max(self.seq + ISSUE_LATENCY, self.dma + 1)
+        busy = -(-nbytes // min(self.W, row_bytes)) + self.c.port_latency + LOAD_TAIL
+        self.dma = start + busy
+        self.load_busy += busy
+        self.bytes_loaded += nbytes
+        self.seq += 1
+
+    def matmuls(self, k: int, last: bool, lane_bytes: int, *, n_outer: int = 1,
+                n_inner: int = 1, setup: int = 0, per_inner: int = 1,
+                per_outer: int = 0) -> None:
+        """An ``n_outer`` x ``n_inner`` grid of MATMULs of ``k`` slices (``per_inner``
+        instructions each, ``per_outer`` more per outer iteration, ``setup`` before).
+        Slices stream back to back; a tile-ending slice waits until the previous tile has
+        drained (the stall rule)."""
+
+        def tile() -> None:
+            take = self._job()
+            start = max(take + 1, self.feed_end)
+            self._took(start - 1)
+            self.seq += per_inner
+            if not last:
+                self.feed_end = start + k
+                self.idle = max(self.idle, self.feed_end + 1)
+                return
+            final = max(start + k - 1, self.clear)
+            self.stall += final - (start + k - 1)
+            self.feed_end = final + 1
+            self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes)
+
+        def row() -> None:
+            self.repeat(n_inner, tile)
+            self.seq += per_outer
+
+        self.seq += setup
+        self.repeat(n_outer, row)
+
+    def epipasses(self, n: int, rows: int, lane_bytes: int, *, setup: int = 0,
+                  per: int = 1) -> None:
+        """``n`` EPIPASSes of ``rows`` rows each (``per`` instructions each); a pass waits
+        for the array to drain and for the previous pass's rows to enter the epilogue."""
+
+        def one() -> None:
+            take = self._job()
+            start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1)
+            self._took(start - 1)
+            self.pass_free = self._stream(start, rows, lane_bytes)
+            self.seq += per
+
+        self.seq += setup
+        self.repeat(n, one)
