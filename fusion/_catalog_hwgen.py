@@ -75,13 +75,13 @@ def _qconv2d(c: Call):
     if len(w.shape) != 4:
         raise c.error(f"weights must be 4-D (M x C/group x kH x kW), not {w.shape}")
     group = c.attrs["group"]
-    depthwise = len(x.shape) == 4 and group == x.shape[1] and w.shape[1] == 1 \
-        and w.shape[0] % group == 0
-    if group != 1 and not depthwise:
-        raise c.error(f"group {group} is neither 1 nor depthwise (group = input channels, "
-                      f"weights M x 1 x kH x kW); split the convolution")
-    if group == 1 and len(x.shape) == 4 and x.shape[1] != w.shape[1]:
-        raise c.error(f"input has {x.shape[1]} channels, weights expect {w.shape[1]}")
+    if not isinstance(group, int) or group < 1:
+        raise c.error(f"group {group!r} must be a positive integer")
+    if len(x.shape) == 4 and (x.shape[1] % group or w.shape[0] % group
+                              or x.shape[1] // group != w.shape[1]):
+        raise c.error(f"input channels {x.shape[1]}, weight shape {w.shape} and group {group} "
+                      f"do not agree: group must divide the input and output channels and the "
+                      f"weights be M x C/group x kH x kW")
     if w.quant is not None and w.quant.per_channel and shapes.axis(w.quant.axis, 4) != 0:
         raise c.error(f"w's per-channel quantization must be along axis 0, not {w.quant.axis}")
     out = _window_attrs(c, x.shape, w.shape[2:])
@@ -128,11 +128,14 @@ def _qadd(c: Call):
     for t in (a, b):
         if t.quant is not None and t.quant.per_channel:
             raise c.error(f"input {t.name!r} must be quantized per tensor")
+    lo, hi = INT_RANGE["int8"]
     for name in ("a_mult", "b_mult"):
         v = c.attrs[name]
-        if not isinstance(v, int) or abs(v) > 1 << 22:
-            raise c.error(f"{name} {v!r} must be an integer of at most 2**22 in magnitude "
-                          f"(use fusion.ops.qadd_attrs)")
+        # The accelerator runs qadd as a GEMM whose constant weights are a_mult and b_mult.
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise c.error(f"{name} {v!r} must be an integer in {lo}..{hi}: the accelerator "
+                          f"multiplies the inputs by a_mult and b_mult as int8 weights; use "
+                          f"fusion.ops.qadd_attrs to choose them from the scales")
     out = check_requant(c, None)
     return (TensorType(shapes.broadcast(a.shape, b.shape), out),)
 

@@ -5,8 +5,11 @@ A pass streams a tile-blocked ``[Mb][Nb][R][C]`` tensor (int32 via ``e32``, or i
 layout as int32 or int8. Chunks of consecutive tiles are double buffered in the epilogue
 scratchpad when two of them fit next to the bias rows. A chunk never crosses a block row
 when the bias stage runs, because each tile's epipass reads the bias row of its column block.
-The epilogue scratchpad holds, from row 0: the bias rows (``GemmDims.bias_rows``, when the
-bias stage runs), then per buffer half the chunk's input rows followed by its residual rows.
+The epilogue scratchpad holds, from row 0: the bias rows (``GemmDims.bias_region_rows``,
+when the pass reads them), then per buffer half the chunk's input rows followed by its residual
+rows. With per-channel requantize the bias region holds a group of three rows per column block
+(bias, multipliers, shifts: :func:`fusion.layout.pack_bias_group`); the bias pass and the
+requantize pass of an unfused chain both load it and step the bias row by 3.
 """
 
 from __future__ import annotations
@@ -15,30 +18,47 @@ from collections.abc import Sequence
 from typing import Any
 
 from fusion.codegen import FIELD_MAX, check_load, grid_reg, load_context, render
-from fusion.layout import GemmDims, Region
+from fusion.layout import GemmDims, Region, bias_group
 from hwgen.isa import Dst
 from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
 
 DT_BYTES = {"i32": 4, "i8": 1}
 
 
+def reads_bias_region(stages: Sequence[str], params: EpilogueParams) -> bool:
+    """Whether ``stages`` read the bias region: the bias stage, or per-channel requantize
+    (its multipliers and shifts are rows of the bias groups)."""
+    return "bias" in stages or (params.per_channel and "requant" in stages)
+
+
 def csr_writes(stages: Sequence[str], params: EpilogueParams) -> list[tuple[str, int]]:
-    """The CSR writes the ``stages`` need, as (csr name, value) pairs."""
+    """The CSR writes the ``stages`` need, as (csr name, value) pairs.
+
+    The mode registers (``req_mode``, ``res_mode``) are written whenever their stage runs,
+    also with the reset value 0: the design resets every CSR to 0 between jobs (``rst``), but
+    within one program a kernel may follow another that set a mode (the passes of an unfused
+    chain, or kernels concatenated by a model compiler), so a kernel never relies on it.
+    """
     writes = []
     if "requant" in stages:
-        writes += [("req_mult", params.mult), ("req_shift", params.shift),
-                   ("req_zp", params.zp)]
+        if not params.per_channel:  # per channel, the multipliers and shifts are rows
+            writes += [("req_mult", params.mult), ("req_shift", params.shift)]
+        writes += [("req_zp", params.zp), ("req_mode", int(params.per_channel))]
     if "clamp" in stages:
         writes += [("clamp_lo", params.clamp_lo), ("clamp_hi", params.clamp_hi)]
+    if "residual" in stages:
+        writes += [("res_mode", int(params.residual_op == "max"))]
     return writes
 
 
-def bias_load(dims: GemmDims, bias: Region) -> dict[str, Any]:
-    """Load the ``[Nb][C]`` int32 bias into epilogue scratchpad rows ``[0, bias_rows)``."""
+def bias_load(dims: GemmDims, bias: Region, per_channel: bool = False) -> dict[str, Any]:
+    """Load the bias region into epilogue scratchpad rows from 0: ``[Nb][C]`` int32, or per
+    channel the ``[Nb][3][C]`` groups (``GemmDims.bias_region_rows`` rows either way)."""
     cfg = dims.config
-    words = dims.bias_rows * cfg.e_row_bytes // dims.W
-    return load_context(cfg, Dst.E32, bias.addr, 0, 1, words, "r0",
-                        "bias, one row per column block")
+    words = dims.bias_region_rows(per_channel) * cfg.e_row_bytes // dims.W
+    what = ("bias groups (bias, multipliers, shifts), three rows per column block"
+            if per_channel else "bias, one row per column block")
+    return load_context(cfg, Dst.E32, bias.addr, 0, 1, words, "r0", what)
 
 
 def _stage_range(stage: str, lo: int, hi: int, params: EpilogueParams) -> tuple[int, int]:
@@ -89,21 +109,32 @@ def pass_context(
     """The context of ``epilogue_pass.j2`` for one pass over a tile-blocked tensor.
 
     Chunks all have the same number of tiles, so that hardware loops can run them: a divisor
-    of the tile count, or with the bias stage either whole block rows or a divisor of ``Nb``
-    (each tile's epipass needs the bias row of its column block, which must step linearly).
+    of the tile count, or when the pass reads the bias region either whole block rows or a
+    divisor of ``Nb`` (each tile's epipass needs the bias row, or per channel the bias group,
+    of its column block, which must step linearly).
+
+    ``bias`` is the bias region, needed exactly when the pass reads it
+    (:func:`reads_bias_region`): for the bias stage, and with ``params.per_channel`` for the
+    requant stage. Its layout follows ``params.per_channel``: ``[Nb][C]`` rows, or
+    ``[Nb][3][C]`` groups.
 
     Raises
     ------
     ValueError
-        If a stage needs a region that is missing, or not one tile fits the epilogue
-        scratchpad (naming the rows needed and available).
+        If a stage needs a region that is missing (or one is given that no stage reads), or
+        not one tile fits the epilogue scratchpad (naming the rows needed and available).
     """
     cfg, R, Mb, Nb = dims.config, dims.R, dims.Mb, dims.Nb
-    if ("bias" in stages) != (bias is not None):
-        raise ValueError("a bias region is needed exactly when the bias stage runs")
+    if reads_bias_region(stages, params) != (bias is not None):
+        raise ValueError(
+            "a bias region is needed exactly when the pass reads it: for the bias stage, and "
+            "for the requant stage with per-channel requantize (its multipliers and shifts); "
+            f"stages {list(stages)}, per_channel={params.per_channel}, bias region "
+            f"{'given' if bias is not None else 'missing'}")
     if ("residual" in stages) != (residual is not None):
         raise ValueError("a residual region is needed exactly when the residual stage runs")
-    e_base = dims.bias_rows if bias is not None else 0
+    group = bias_group(params.per_channel)
+    e_base = dims.bias_region_rows(params.per_channel) if bias is not None else 0
     per_tile = R * (2 if residual is not None else 1)
     avail = cfg.spad_e_depth - e_base
     double = avail // (2 * per_tile) >= 1
@@ -114,7 +145,9 @@ def pass_context(
     if cap < 1:
         raise ValueError(
             f"an epilogue pass needs {e_base + per_tile} epilogue scratchpad rows for one tile "
-            f"({e_base} bias rows + {per_tile}) but the variant has {cfg.spad_e_depth}"
+            f"({e_base} bias{' group' if group > 1 else ''} rows + {per_tile}) but the "
+            f"variant has {cfg.spad_e_depth}; use a variant with a deeper epilogue scratchpad "
+            f"(spad_e_depth) or a smaller N"
         )
     if bias is None:  # any run of tiles; one epipass a chunk
         n = _divisor_at_most(Mb * Nb, cap)
@@ -126,13 +159,14 @@ def pass_context(
         g_outer, g_inner, per = k, Nb, 1
     else:  # n tiles of a block row; rows of Nb // n chunks
         n = _divisor_at_most(Nb, cap)
-        n_outer, n_inner, bias_step, bias_adjust = Mb, Nb // n, n, -Nb
+        n_outer, n_inner, bias_step, bias_adjust = Mb, Nb // n, n * group, -Nb * group
         g_outer, g_inner, per = 1, n, 1
     # operand -> (register, base register, offset, step per tile within a grid row)
     res_offset = n * R
     spec = {"src": ("r6", "r13", 0), "out": ("r8", "r4", 0), "bias": ("r9", "r7", 0),
             "res": ("r10", "r13", res_offset)}
-    step = {"src": R * per, "out": tw_out * per, "bias": 1 if per == 1 else 0, "res": R * per}
+    step = {"src": R * per, "out": tw_out * per, "bias": group if per == 1 else 0,
+            "res": R * per}
     used = {"src", "out"} | ({"bias"} if bias is not None else set()) | (
         {"res"} if residual is not None else set())
     regs = []
@@ -157,7 +191,7 @@ def pass_context(
     for dst, words in ((Dst.E32 if src_dt == "i32" else Dst.E8, n * tw_in), (Dst.E8, n * tw_res)):
         check_load(cfg, 1, words, dst)
     return {"prefix": prefix, "halt": halt, "setup": setup, "csrs": csr_writes(stages, params),
-            "bias_load": bias_load(dims, bias) if bias is not None else None,
+            "bias_load": bias_load(dims, bias, params.per_channel) if bias is not None else None,
             "mask": f"{mask:#b}", "dt": out_dt, "double_buffer": double,
             "in_dst": "e32" if src_dt == "i32" else "e8", "in_len": n * tw_in,
             "res_len": n * tw_res if residual is not None else 0, "res_offset": res_offset,

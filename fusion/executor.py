@@ -71,30 +71,54 @@ def run(graph: Graph, inputs: Mapping[str, Any], *, keep: bool = False) -> dict[
         For a missing, unknown or mistyped input, or an op the executor cannot run.
     """
     env: dict[str, np.ndarray] = dict(graph.initializers)
+    env.update(coerce_inputs(graph, inputs))
+    for node in graph.topo_order():
+        evaluate_node(graph, node, env)
+    names = env if keep else graph.outputs
+    return {name: env[name] for name in names}
+
+
+def coerce_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The graph inputs' values in their declared dtypes (see :func:`run`).
+
+    Raises
+    ------
+    GraphError
+        For an unknown, missing or mistyped input.
+    """
     unknown = sorted(set(inputs) - set(graph.inputs))
     if unknown:
         raise GraphError(f"input(s) {', '.join(unknown)} are not graph inputs; the graph "
                          f"inputs are {', '.join(graph.inputs) or 'none'}")
+    env = {}
     for name in graph.inputs:
-        if name in env and name not in inputs:
+        if name in graph.initializers and name not in inputs:
             continue  # an input with a default value (an initializer of the same name)
         if name not in inputs:
             raise GraphError(f"graph input {name!r} has no value; pass it in inputs")
         env[name] = _coerce(graph.tensors[name], inputs[name])
-    for node in graph.topo_order():
-        fn = KERNELS.get(node.op)
-        if fn is None:
-            ops.get(node.op)  # unsupported: the catalog's message lists the supported ops
-            raise GraphError(f"node {node.name!r}: the executor has no kernel for {node.op}")
-        ctx = Ctx(node, ops.node_attrs(node),
-                  tuple(graph.tensors[n] if n else None for n in node.inputs),
-                  tuple(graph.tensors[n] for n in node.outputs))
-        values = [env[n] if n else None for n in node.inputs]
-        results = fn(ctx, *values)
-        for tensor, value in zip(ctx.outputs, results, strict=True):
-            env[tensor.name] = np.asarray(value).astype(tensor.dtype, copy=False)
-    names = env if keep else graph.outputs
-    return {name: env[name] for name in names}
+    return env
+
+
+def evaluate_node(graph: Graph, node: Node, env: dict[str, np.ndarray]) -> None:
+    """Run one node on the values in ``env`` and store its outputs there.
+
+    Raises
+    ------
+    GraphError
+        If the executor has no kernel for the op.
+    """
+    fn = KERNELS.get(node.op)
+    if fn is None:
+        ops.get(node.op)  # unsupported: the catalog's message lists the supported ops
+        raise GraphError(f"node {node.name!r}: the executor has no kernel for {node.op}")
+    ctx = Ctx(node, ops.node_attrs(node),
+              tuple(graph.tensors[n] if n else None for n in node.inputs),
+              tuple(graph.tensors[n] for n in node.outputs))
+    values = [env[n] if n else None for n in node.inputs]
+    results = fn(ctx, *values)
+    for tensor, value in zip(ctx.outputs, results, strict=True):
+        env[tensor.name] = np.asarray(value).astype(tensor.dtype, copy=False)
 
 
 def _coerce(tensor: Tensor, value: Any) -> np.ndarray:

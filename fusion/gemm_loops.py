@@ -20,7 +20,8 @@ number of super tiles.
 Registers, besides those of ``common.j2`` (r3 load stride, r11 and r12 the grid counters):
 
 - r6, r7, r10: the scratchpad rows of the current super tile's A, B and residual;
-- r8, r9: the output address and bias row of its first tile;
+- r8, r9: the output address and bias row of its first tile (per-channel requantize: the
+  first row of its bias group, three rows per column block);
 - r11 also a scratch register outside the grids (swapping halves, residual addresses);
 - from a pool: the A and B addresses of the blocks loaded last, the other halves of a double
   buffer (swapped with r6, r7, r10 when the next super tile's blocks land there) and one
@@ -34,7 +35,7 @@ from typing import Any
 
 from fusion.codegen import FIELD_MAX, check_load, grid_reg
 from fusion.epilogue_pass import DT_BYTES, bias_load, csr_writes
-from fusion.layout import GemmDims, Region
+from fusion.layout import GemmDims, Region, bias_group
 from fusion.tiling import Tiling
 from hwgen.isa import Dst
 from hwgen.reference import EpilogueParams
@@ -54,11 +55,18 @@ class _Nest:
     """Builds the loop nest of one GEMM kernel (see the module docstring)."""
 
     def __init__(self, dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
-                 regions: Mapping[str, Region], out: Region, out_dt: str) -> None:
+                 regions: Mapping[str, Region], out: Region, out_dt: str,
+                 per_channel: bool = False) -> None:
         cfg, R, C, W = dims.config, dims.R, dims.C, dims.W
         self.dims, self.tiling, self.cfg = dims, tiling, cfg
         self.double = tiling.double_buffer
-        self.has_bias, self.has_res = "bias" in stages, "residual" in stages
+        # r9 (the bias row) is used when the bias stage reads the bias, and when per-channel
+        # requantize reads its multipliers and shifts from the rows after it.
+        self.has_bias = "bias" in stages or (per_channel and "requant" in stages)
+        self.has_res = "residual" in stages
+        if self.has_bias and "bias" not in regions:
+            raise ValueError("the kernel reads a bias region (the bias stage, or per-channel "
+                             "requantize's multipliers and shifts) but none was given")
         self.mask = sum(cfg.stage_bit(s) for s in stages)
         self.out_dt, self.out_tw = out_dt, dims.tile_words(DT_BYTES[out_dt])
         self.res_tw = dims.tile_words(1)
@@ -67,8 +75,9 @@ class _Nest:
         self.count = {d: _ceil_div(n, t) for d, (n, t) in self.size.items()}
         order = ("m", "n", "k") if tiling.order == "mn" else ("n", "m", "k")
         self.levels = [d for d in order if self.count[d] > 1]
-        #: Epilogue scratchpad rows of bias (and the like) per column block.
-        self.bias_step = 1
+        #: Epilogue scratchpad rows of bias (and the like) per column block: the one place the
+        #: bias-row step is set (3 with per-channel requantize: bias, multipliers, shifts).
+        self.bias_step = bias_group(per_channel)
         # Words (or rows) each quantity moves per step of each index.
         kp, nb, tm, tn = dims.Kp, dims.Nb, tiling.tm, tiling.tn
         self.coef = {
@@ -81,7 +90,7 @@ class _Nest:
         halves = 2 if self.double else 1
         self.half = {"a": cfg.spad_a_depth // halves, "b": cfg.spad_b_depth // halves,
                      "res": tm * tn * R}
-        self.e_res = dims.bias_rows if self.has_bias else 0
+        self.e_res = dims.bias_region_rows(per_channel) if self.has_bias else 0
         pool = list(POOL) + (["r12"] if (tm, tn) == (1, 1) else [])
         names = ["ax", "bx"] + (["an", "bn"] if self.double else []) + (
             ["rn"] if self.double and self.has_res else [])
@@ -281,9 +290,12 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
     stages : tuple of str
         The fused epilogue stages (empty: store int32 for separate passes).
     regions : mapping
-        Memory regions ``a``, ``b`` (and ``bias``, ``residual`` when those stages run).
+        Memory regions ``a``, ``b`` (and ``bias``, ``residual`` when those stages run; ``bias``
+        holds per-channel groups, :func:`fusion.layout.pack_bias_group`, and is needed by the
+        ``requant`` stage too, when ``params.per_channel``).
     params : EpilogueParams
-        Requantize and clamp values for the CSR writes.
+        Requantize, clamp and residual values for the CSR writes; ``per_channel`` sets the
+        bias region's layout.
     out : Region
         Where the output tiles go; ``out_dt`` (``"i8"`` or ``"i32"``) is their type.
     prefix : str
@@ -297,7 +309,7 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
         ``supertiles`` is a list of nodes: ``{"kind": "loop", "counter", "count", "body"}`` or
         ``{"kind": "step", "final", "loads", "grid", "after"}``, each with a ``label``.
     """
-    nest = _Nest(dims, tiling, stages, regions, out, out_dt)
+    nest = _Nest(dims, tiling, stages, regions, out, out_dt, params.per_channel)
     first = nest.first_class()
     res_first = nest.res_off if nest.has_res and first["k"] else None
     # The first super tile's blocks go to the halves it reads: r6, r7, r10.
@@ -309,7 +321,8 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
     counts = " x ".join(f"{d} {nest.count[d]}" for d in nest.levels) or "one"
     return {"prefix": prefix, "halt": halt, "setup": nest.setup(regions, out),
             "csrs": csr_writes(stages, params),
-            "bias_load": bias_load(dims, regions["bias"]) if nest.has_bias else None,
+            "bias_load": (bias_load(dims, regions["bias"], params.per_channel)
+                          if nest.has_bias else None),
             "tm": tiling.tm, "tn": tiling.tn, "kt": nest.size["k"][1], "order": tiling.order,
             "double_buffer": nest.double, "loops": counts, "prologue_loads": prologue,
             "supertiles": body}

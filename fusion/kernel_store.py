@@ -12,7 +12,8 @@ is exactly what the program depends on:
 - the epilogue stages and fused/unfused;
 - the quantization (the requantize and clamp CSR values are immediates in the program, and
   the clamp range decides which unfused intermediates may be stored as int8);
-- the requested tiling (``None``: the default tiler's choice, recorded in the metadata).
+- the requested tiling (``None``: the default tiler's choice, recorded in the metadata);
+- the placement of the regions (``None``: allocated from word 0): addresses are immediates.
 
 The value is a :class:`~fusion.cache.CompiledKernel`: the words, the listing, and metadata
 naming the regions each operand goes to. :class:`CompiledGemm` packs operands into those
@@ -33,40 +34,74 @@ import numpy as np
 
 from fusion import layout
 from fusion.cache import CompiledKernel, KernelCache
-from fusion.gemm_kernel import build_gemm
+from fusion.gemm_kernel import build_gemm, gemm_regions
 from fusion.layout import GemmDims
 from fusion.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, check_stages, gemm_epilogue, output_dtype
 
 #: Operand -> (dtype name, shape as a function of M, K, N); bias and residual only when a
-#: stage reads them.
+#: stage reads them, mult and shift (per-channel requantize, one value per output column)
+#: only when ``params.per_channel``.
 OPERANDS = {
     "a": ("int8", lambda m, k, n: [m, k]),
     "b": ("int8", lambda m, k, n: [k, n]),
     "bias": ("int32", lambda m, k, n: [n]),
     "residual": ("int8", lambda m, k, n: [m, n]),
+    "mult": ("int32", lambda m, k, n: [n]),
+    "shift": ("int32", lambda m, k, n: [n]),
 }
 
 
-def _operand_names(stages: Sequence[str]) -> list[str]:
-    return ["a", "b"] + [name for name in ("bias", "residual") if name in stages]
+def placement_key(placement: Mapping[str, int] | None) -> dict[str, int] | None:
+    """A placement as key/metadata JSON: ``{name: word address}`` sorted by name, or None.
+
+    Check the placement against the kernel's regions first (:func:`fusion.layout.place`);
+    this only normalizes it (numpy integers become ints).
+
+    Raises
+    ------
+    ValueError
+        If ``placement`` is not a mapping of names to integers.
+    """
+    if placement is None:
+        return None
+    if not isinstance(placement, Mapping):
+        raise ValueError(f"a placement maps region names to word addresses, not "
+                         f"{type(placement).__name__}")
+    out = {}
+    for name in sorted(placement, key=str):
+        addr = placement[name]
+        if not isinstance(name, str) or not isinstance(addr, int | np.integer) or \
+                isinstance(addr, bool):
+            raise ValueError(f"a placement maps region names to integer word addresses, not "
+                             f"{name!r} -> {addr!r}")
+        out[name] = int(addr)
+    return out
+
+
+def _operand_names(stages: Sequence[str], per_channel: bool = False) -> list[str]:
+    return (["a", "b"] + [name for name in ("bias", "residual") if name in stages]
+            + (["mult", "shift"] if per_channel else []))
 
 
 def gemm_key_parts(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
                    stages: Sequence[str] = (), fused: bool = True,
                    tiling: Tiling | None = None,
-                   params: EpilogueParams | None = None) -> dict[str, Any]:
+                   params: EpilogueParams | None = None,
+                   placement: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The cache key parts of a GEMM kernel's program (see the module docstring)."""
     stages = check_stages(stages, config.epilogue)
     params = params if params is not None else EpilogueParams()
     return {
         "op": "gemm", "variant": config.key(), "shape": [M, K, N],
-        "dtypes": {**{name: OPERANDS[name][0] for name in _operand_names(stages)},
+        "dtypes": {**{name: OPERANDS[name][0]
+                      for name in _operand_names(stages, params.per_channel)},
                    "out": output_dtype(stages).name},
         "stages": list(stages), "fused": bool(fused),
         "quant": dataclasses.asdict(params),
         "tiling": dataclasses.asdict(tiling) if tiling is not None else None,
+        "placement": placement_key(placement),
     }
 
 
@@ -155,15 +190,27 @@ class CompiledGemm:
                                  f"compiled for {tuple(want)} (M={m}, K={k}, N={n})")
 
     def memory(self, a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None,
-               residual: np.ndarray | None = None) -> list[tuple[int, bytes]]:
-        """``(word address, bytes)`` writes that put the operands where the program reads."""
-        operands = {"a": a, "b": b, "bias": bias, "residual": residual}
+               residual: np.ndarray | None = None, mult: np.ndarray | None = None,
+               shift: np.ndarray | None = None) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes that put the operands where the program reads.
+
+        Per channel (``params.per_channel``), ``mult`` and ``shift`` (N values each) go with
+        the bias into the bias region's groups (:func:`fusion.layout.pack_bias_group`).
+        """
+        operands = {"a": a, "b": b, "bias": bias, "residual": residual, "mult": mult,
+                    "shift": shift}
         self.check_operands(operands)
         dims, regions = self.dims, self.meta["regions"]
         pack = {"a": layout.pack_a, "b": layout.pack_b, "bias": layout.pack_bias,
                 "residual": lambda d, x: layout.pack_tiles(d, x, np.int8)}
+        per_channel = self.params.per_channel
+        names = [name for name in self.meta["operands"] if name not in ("mult", "shift")]
+        if per_channel:  # one region holds bias (or zeros), multipliers and shifts
+            names = [name for name in names if name != "bias"] + ["bias"]
+            pack["bias"] = lambda d, _: layout.pack_bias_group(
+                d, bias if "bias" in self.stages else None, mult, shift)
         writes = []
-        for name in self.meta["operands"]:
+        for name in names:
             blob = pack[name](dims, operands[name])
             addr, nbytes = regions[name]
             if len(blob) != nbytes:  # the layout code changed under the cached entry
@@ -173,9 +220,13 @@ class CompiledGemm:
         return writes
 
     def expected(self, a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None,
-                 residual: np.ndarray | None = None) -> np.ndarray:
-        """The reference result for these operands (numpy, no hardware)."""
-        return gemm_epilogue(a, b, self.stages, self.params, bias=bias, residual=residual)
+                 residual: np.ndarray | None = None, mult: np.ndarray | None = None,
+                 shift: np.ndarray | None = None) -> np.ndarray:
+        """The reference result for these operands (numpy, no hardware); ``mult`` and
+        ``shift`` are the per-channel requantize vectors (needed when
+        ``params.per_channel``)."""
+        return gemm_epilogue(a, b, self.stages, self.params, bias=bias, residual=residual,
+                             mult=mult, shift=shift)
 
     def decode(self, outputs: Mapping[str, Any] | bytes) -> np.ndarray:
         """The M x N result from the bytes read back at :attr:`reads` (``"out"``)."""
@@ -186,11 +237,12 @@ class CompiledGemm:
 def _build(config: VariantConfig, M: int, K: int, N: int, stages: tuple[str, ...],  # noqa: N803
            fused: bool, tiling: Tiling | None, params: EpilogueParams,
            parts: dict[str, Any]) -> CompiledKernel:
-    shapes = {name: OPERANDS[name][1](M, K, N) for name in _operand_names(stages)}
+    shapes = {name: OPERANDS[name][1](M, K, N)
+              for name in _operand_names(stages, params.per_channel)}
     zeros = {name: np.zeros(shape, np.dtype(OPERANDS[name][0]))
              for name, shape in shapes.items()}
     kernel = build_gemm(config, M, K, N, stages=stages, fused=fused, tiling=tiling,
-                        params=params, **zeros)
+                        params=params, placement=parts["placement"], **zeros)
     meta = {
         "kind": "gemm", "variant": config.key(), "shape": [M, K, N], "stages": list(stages),
         "fused": fused, "tiling": dataclasses.asdict(kernel.tiling),
@@ -199,6 +251,7 @@ def _build(config: VariantConfig, M: int, K: int, N: int, stages: tuple[str, ...
         "reads": {name: list(v) for name, v in kernel.reads.items()},
         "bytes_loaded": kernel.bytes_loaded, "bytes_stored": kernel.bytes_stored,
         "ideal_cycles": kernel.ideal_cycles, "program_words": len(kernel.program),
+        "placement": parts["placement"],
     }
     return CompiledKernel.create(kernel.program, kernel.source, meta)
 
@@ -213,14 +266,17 @@ def compiled_gemm(
     fused: bool = True,
     tiling: Tiling | None = None,
     params: EpilogueParams | None = None,
+    placement: Mapping[str, int] | None = None,
     cache: KernelCache | None = None,
 ) -> CompiledGemm:
     """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
 
     Parameters
     ----------
-    config, M, K, N, stages, fused, tiling, params
-        As for :func:`fusion.gemm_kernel.build_gemm`, without the operands.
+    config, M, K, N, stages, fused, tiling, params, placement
+        As for :func:`fusion.gemm_kernel.build_gemm`, without the operands. The placement
+        (word addresses of the regions of :func:`fusion.gemm_kernel.gemm_regions`) is part of
+        the key: the program's address immediates depend on it.
     cache : KernelCache, optional
         Where to look and store; without one the kernel is built every time.
 
@@ -235,8 +291,11 @@ def compiled_gemm(
     """
     stages = check_stages(stages, config.epilogue)
     params = params if params is not None else EpilogueParams()
+    if placement is not None:  # refuse a bad placement before looking it up
+        layout.place(config, gemm_regions(config, M, K, N, stages=stages, fused=fused,
+                                          params=params), placement, what=f"{M}x{K}x{N} GEMM")
     parts = gemm_key_parts(config, M, K, N, stages=stages, fused=fused, tiling=tiling,
-                           params=params)
+                           params=params, placement=placement)
 
     def build() -> CompiledKernel:
         return _build(config, M, K, N, stages, bool(fused), tiling, params, parts)

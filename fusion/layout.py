@@ -17,6 +17,10 @@ All padding is zeros. The layouts, outermost index first:
     Block ``j`` holds ``B[:, j*C:(j+1)*C]``: one k step is one B scratchpad row.
 ``bias``  ``[Nb][C]`` int32, padded to whole words
     Loaded with ``e32``: one epilogue scratchpad row per column block.
+``bias`` per channel  ``[Nb][3][C]`` int32, padded to whole words
+    With per-channel requantize, a group of three rows per column block: the bias (zeros when
+    the bias stage does not run), the multipliers and the shifts (:func:`pack_bias_group`);
+    the hardware reads them at the beat's bias row, ``+ 1`` and ``+ 2``.
 ``tiles``  ``[Mb][Nb][R][C]`` int8 or int32
     Outputs, the residual and the unfused int32 intermediates: tile ``(i, j)`` is one
     contiguous ``R x C`` block, exactly what one drained output tile stores, and ``R`` rows of
@@ -25,7 +29,9 @@ All padding is zeros. The layouts, outermost index first:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +40,16 @@ from hwgen.config import VariantConfig
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+#: Epilogue rows per column block of a per-channel bias region: bias, multipliers, shifts
+#: (the hardware reads them at the bias row, ``+ 1`` and ``+ 2``: hwgen/epilogue.py).
+BIAS_GROUP_ROWS = 3
+
+
+def bias_group(per_channel: bool) -> int:
+    """Epilogue rows per column block of the bias region: 3 per channel, else 1."""
+    return BIAS_GROUP_ROWS if per_channel else 1
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,13 @@ class GemmDims:
     @property
     def bias_rows(self) -> int:
         """Epilogue scratchpad rows a bias load writes: ``Nb``, plus padding to a whole word."""
-        row = self.config.e_row_bytes
-        return _ceil_div(self.Nb * row, self.W) * self.W // row if row < self.W else self.Nb
+        return self.bias_region_rows(False)
+
+    def bias_region_rows(self, per_channel: bool = False) -> int:
+        """Epilogue scratchpad rows the bias region fills when loaded: ``bias_group(pc) * Nb``
+        rows, plus padding to a whole word."""
+        row, rows = self.config.e_row_bytes, bias_group(per_channel) * self.Nb
+        return _ceil_div(rows * row, self.W) * self.W // row if row < self.W else rows
 
 
 @dataclass(frozen=True)
@@ -140,6 +161,96 @@ class Allocator:
         return self._next
 
 
+def place(config: VariantConfig, sizes: Mapping[str, int],
+          placement: Mapping[str, int] | None = None, *, what: str = "kernel") -> dict[str, Region]:
+    """The regions of a kernel: at the word addresses of ``placement``, or allocated.
+
+    A model compiler plans memory across kernels and hands each kernel the addresses of its
+    operands; a kernel built alone packs its regions first fit from word 0 (:class:`Allocator`).
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant (its memory size and word width).
+    sizes : mapping of str to int
+        ``name -> bytes`` of each region, in allocation order.
+    placement : mapping of str to int, optional
+        ``name -> word address``; it must name exactly the regions of ``sizes``.
+    what : str
+        The kernel, for error messages.
+
+    Returns
+    -------
+    dict of str to Region
+        In the order of ``sizes``.
+
+    Raises
+    ------
+    ValueError
+        Naming the region: missing from or unknown to ``placement``, an address that is not
+        a non-negative integer, a region running past the end of memory, or two regions that
+        overlap.
+    """
+    if placement is None:
+        alloc = Allocator(config)
+        for name, nbytes in sizes.items():
+            alloc.alloc(name, nbytes)
+        return dict(alloc.regions)
+    if not isinstance(placement, Mapping):
+        raise ValueError(f"a placement maps region names to word addresses, not "
+                         f"{type(placement).__name__}")
+    missing = [name for name in sizes if name not in placement]
+    unknown = [str(name) for name in placement if name not in sizes]
+    if missing or unknown:
+        detail = "; ".join(part for part in (
+            f"missing {', '.join(missing)}" if missing else "",
+            f"unknown {', '.join(unknown)}" if unknown else "") if part)
+        raise ValueError(f"the placement must name exactly the {what}'s regions "
+                         f"({', '.join(sizes)}): {detail}")
+    regions = {}
+    for name, nbytes in sizes.items():
+        addr = placement[name]
+        if not isinstance(addr, int | np.integer) or isinstance(addr, bool) or addr < 0:
+            raise ValueError(f"memory region {name!r} is placed at {addr!r}; a placement gives "
+                             f"each region a non-negative integer word address")
+        if nbytes < 1:
+            raise ValueError(f"memory region {name!r} needs a positive size, not {nbytes}")
+        region = Region(name, int(addr), nbytes)
+        end = region.addr + region.words(config.port_bytes)
+        if end > config.mem_words:
+            raise ValueError(
+                f"memory region {name!r} ({nbytes} bytes) placed at word {region.addr} ends at "
+                f"word {end}, beyond the {config.mem_words} words of external memory "
+                f"(mem_addr_bits={config.mem_addr_bits}); place it lower or use a variant with "
+                f"more mem_addr_bits")
+        regions[name] = region
+    # Sorted by address, a region overlaps another iff it starts before the furthest end so
+    # far (a large region may cover several later ones).
+    last: Region | None = None
+    for region in sorted(regions.values(), key=lambda r: r.addr):
+        if last is not None and region.addr < last.addr + last.words(config.port_bytes):
+            raise ValueError(
+                f"memory regions {last.name!r} (words {last.addr}.."
+                f"{last.addr + last.words(config.port_bytes) - 1}) and {region.name!r} (words "
+                f"{region.addr}..{region.addr + region.words(config.port_bytes) - 1}) overlap; "
+                f"place them apart")
+        if last is None or (region.addr + region.words(config.port_bytes)
+                            > last.addr + last.words(config.port_bytes)):
+            last = region
+    return regions
+
+
+def bias_region_bytes(dims: GemmDims, params: Any = None) -> int:
+    """Bytes of a kernel's bias region: :attr:`GemmDims.bias_region_rows` epilogue rows.
+
+    That is :func:`pack_bias`'s ``[Nb][C]`` rows, or with per-channel requantize
+    (``params.per_channel``, ``params`` an ``EpilogueParams``) :func:`pack_bias_group`'s
+    ``[Nb][3][C]`` groups. The kernels and the memory planner both size the region here.
+    """
+    per_channel = bool(getattr(params, "per_channel", False))
+    return dims.bias_region_rows(per_channel) * dims.config.e_row_bytes
+
+
 def _check(x: np.ndarray, shape: tuple[int, ...], dtype: type, name: str) -> np.ndarray:
     x = np.asarray(x)
     if x.shape != shape:
@@ -174,6 +285,46 @@ def pack_bias(dims: GemmDims, bias: np.ndarray) -> bytes:
     bias = _check(bias, (dims.N,), np.int32, "bias")
     padded = np.zeros(dims.bias_rows * dims.C, "<i4")
     padded[: dims.N] = bias
+    return padded.tobytes()
+
+
+def pack_bias_group(dims: GemmDims, bias: np.ndarray | None, mult: np.ndarray,
+                    shift: np.ndarray) -> bytes:
+    """The per-channel bias region: ``[Nb][3][C]`` int32 groups (bias, multipliers, shifts).
+
+    Parameters
+    ----------
+    dims : GemmDims
+        The problem.
+    bias : ndarray or None
+        N int32 values; None (the bias stage does not run) stores zeros.
+    mult : ndarray
+        N signed 32-bit requantize multipliers, one per output column.
+    shift : ndarray
+        N requantize shifts, 0..63.
+
+    Returns
+    -------
+    bytes
+        ``dims.bias_region_rows(True)`` rows of ``C`` little-endian int32; padded columns and
+        rows are zeros.
+
+    Raises
+    ------
+    ValueError
+        Naming the operand whose shape or values do not fit.
+    """
+    rows = np.zeros((3, dims.Nb * dims.C), "<i4")
+    if bias is not None:
+        rows[0, : dims.N] = _check(bias, (dims.N,), np.int32, "bias")
+    rows[1, : dims.N] = _check(mult, (dims.N,), np.int32, "mult")
+    shift = _check(shift, (dims.N,), np.int32, "shift")
+    if shift.size and (shift.min() < 0 or shift.max() > 63):
+        raise ValueError(f"shift has values outside 0..63 ({int(shift.min())}.."
+                         f"{int(shift.max())}); a requantize shift is 0 to 63")
+    rows[2, : dims.N] = shift
+    padded = np.zeros((dims.bias_region_rows(True), dims.C), "<i4")
+    padded[: 3 * dims.Nb] = rows.reshape(3, dims.Nb, dims.C).transpose(1, 0, 2).reshape(-1, dims.C)
     return padded.tobytes()
 
 

@@ -24,8 +24,8 @@ Integer op semantics
 ``qconv2d(x, w) -> int32``
     NCHW convolution of ``(x - x_zp)`` (padding with ``x_zp``, so the padding contributes 0) and
     ``(w - w_zp)`` (per tensor or per output channel, axis 0). Attributes ``strides``,
-    ``pads`` (top, left, bottom, right), ``dilations``, ``group`` (1, or depthwise: ``group``
-    = input channels).
+    ``pads`` (top, left, bottom, right), ``dilations``, ``group`` (dividing the input and
+    output channels; weights ``M x C/group x kH x kW``; depthwise is ``group`` = C).
 ``bias_add(x, bias) -> int32``
     ``sat32(x + bias)``, the 1-D bias along ``axis`` (default -1; 1 for NCHW).
 ``requant(x) -> int8 | uint8``
@@ -40,6 +40,8 @@ Integer op semantics
 ``qadd(a, b) -> int8 | uint8``
     ``requant(sat32((a - a_zp) * a_mult + (b - b_zp) * b_mult))`` with the requant attributes
     ``mult``, ``shift``, ``zp``, ``out_dtype``; ``a_zp``/``b_zp`` from the tensors' Quant.
+    ``a_mult``/``b_mult`` are int8 (-128..127): the accelerator runs a ``qadd`` as one GEMM of
+    ``[a - a_zp | b - b_zp]`` with the constant weights ``[[a_mult * I], [b_mult * I]]``.
     :func:`fusion.ops.qadd_attrs` computes the attributes from the three scales.
 ``maxpool(x)``
     2-D max pooling, NCHW; ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``ceil_mode``;
@@ -57,11 +59,15 @@ Integer op semantics
     filled with x's zero point. Attributes ``kernel_shape``, ``strides``, ``pads``,
     ``dilations`` as qconv2d. So, for group 1, ``qconv2d(x, w)`` equals
     ``transpose(qmatmul(im2col(x), wT), perm=(0, 2, 1))`` reshaped to ``[N, M, OH, OW]``,
-    where ``wT = w.reshape(M, -1).T`` (its Quant per channel on axis 1).
+    where ``wT = w.reshape(M, -1).T`` (its Quant per channel on axis 1). With ``group`` g the
+    same holds for the block-diagonal ``wT`` ``[C*kH*kW, M]`` whose column o holds o's weights
+    at the rows of its group's input channels and zeros elsewhere
+    (:mod:`fusion.passes.conv_legalize`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,8 +83,9 @@ INT8S = ("int8", "uint8")
 INTS = ("int8", "uint8", "int32", "int64")
 #: ONNX ``TensorProto`` element-type numbers of the dtypes the IR has (for ``output_dtype``).
 ONNX_ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64"}
-#: Bits of the larger input multiplier of a ``qadd`` (see :func:`qadd_attrs`).
-QADD_MULT_BITS = 20
+#: Largest magnitude of a ``qadd`` input multiplier: the accelerator runs ``qadd`` as a GEMM
+#: whose constant weights are ``a_mult``/``b_mult``, so they must be int8 (see :func:`qadd_attrs`).
+QADD_MULT_MAX = 127
 
 
 class _Required:
@@ -327,20 +334,115 @@ def requant_attrs(scale: float | Sequence[float], zp: int = 0, *, out_dtype: str
             "zp": int(zp), "out_dtype": out_dtype, "axis": axis}
 
 
+def qadd_input_mults(a_scale: float, b_scale: float) -> tuple[int, int]:
+    """The int8 input multipliers ``(a_mult, b_mult)`` of a ``qadd`` of these input scales.
+
+    The pair whose ratio ``b_mult / a_mult`` is nearest ``b_scale / a_scale`` among all pairs of
+    magnitude at most :data:`QADD_MULT_MAX`: for each multiplier ``w`` of the larger-scale
+    input (1..127), the other is ``round(w * smaller / larger)``; the least error wins, ties
+    (equal fractions such as 3/4 and 6/8) going to the larger ``w``. The larger-scale input
+    then stands exactly for ``w`` units of ``larger / w``, and the other is off by
+    ``|mult / w - smaller / larger|`` relative to the larger scale per unit of its input.
+
+    Parameters
+    ----------
+    a_scale, b_scale : float
+        The input scales, positive.
+
+    Returns
+    -------
+    a_mult, b_mult : int, int
+        In ``1..QADD_MULT_MAX``.
+
+    Raises
+    ------
+    ValueError
+        If a scale is not positive and finite, or the scales differ by more than a factor of
+        ``2 * QADD_MULT_MAX``, so that the smaller input's multiplier would round to 0.
+    """
+    for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
+        if not (math.isfinite(s) and s > 0):
+            raise ValueError(f"qadd {name} must be positive and finite, not {s!r}")
+    big, small = max(a_scale, b_scale), min(a_scale, b_scale)
+    ratio = small / big
+    best = (math.inf, 0, 0)
+    for w in range(1, QADD_MULT_MAX + 1):
+        other = round(w * ratio)  # ratio <= 1, so other <= w <= QADD_MULT_MAX
+        error = abs(other / w - ratio)
+        if error <= best[0]:  # <=: an equal fraction with a larger w wins the tie
+            best = (error, w, other)
+    _, w, other = best
+    if other == 0:
+        raise ValueError(f"qadd input scales {a_scale!r} and {b_scale!r} differ by more than "
+                         f"a factor of {2 * QADD_MULT_MAX}: the smaller input's int8 "
+                         f"multiplier would be 0; requantize it closer to the other first")
+    return (w, other) if a_scale >= b_scale else (other, w)
+
+
 def qadd_attrs(a_scale: float, b_scale: float, y_scale: float, zp: int = 0, *,
                out_dtype: str = "int8") -> dict[str, Any]:
     """Attributes of a ``qadd`` computing ``a_scale*(a-a_zp) + b_scale*(b-b_zp)`` in y's scale.
 
-    The larger input scale becomes the multiplier ``2**QADD_MULT_BITS`` exactly, the smaller one
-    is rounded to an integer on the same grid (relative error below ``2**-21`` of the larger
-    scale), and ``requant`` by ``larger / 2**QADD_MULT_BITS / y_scale`` brings the sum to y.
+    The input multipliers are the int8 pair of :func:`qadd_input_mults` (the accelerator
+    multiplies them as int8 GEMM weights); with ``w`` the larger-scale input's multiplier, the
+    sum is in units of ``larger / w`` and ``requant`` by ``larger / (w * y_scale)`` brings it
+    to y.
+
+    Parameters
+    ----------
+    a_scale, b_scale, y_scale : float
+        The scales of the inputs and the output.
+    zp : int
+        The output zero point.
+    out_dtype : {"int8", "uint8"}
+
+    Returns
+    -------
+    dict
+        ``a_mult``, ``b_mult``, ``mult``, ``shift``, ``zp``, ``out_dtype``.
+
+    Raises
+    ------
+    ValueError
+        From :func:`qadd_input_mults`, or when the requantize scale does not fit the multiplier.
     """
     from hwgen.reference import quantize_multiplier
 
-    unit = max(a_scale, b_scale) / (1 << QADD_MULT_BITS)
-    mult, shift = quantize_multiplier(unit / y_scale)
-    return {"a_mult": round(a_scale / unit), "b_mult": round(b_scale / unit), "mult": mult,
-            "shift": shift, "zp": int(zp), "out_dtype": out_dtype}
+    a_mult, b_mult = qadd_input_mults(a_scale, b_scale)
+    if a_scale >= b_scale:
+        mult, shift = quantize_multiplier(a_scale / (y_scale * a_mult))
+    else:
+        mult, shift = quantize_multiplier(b_scale / (y_scale * b_mult))
+    return {"a_mult": a_mult, "b_mult": b_mult, "mult": mult, "shift": shift, "zp": int(zp),
+            "out_dtype": out_dtype}
+
+
+def qadd_error_bound(attrs: Mapping[str, Any], a_scale: float, b_scale: float, y_scale: float,
+                     a_max: int, b_max: int) -> float:
+    """The largest error, in output LSBs before rounding, of a ``qadd`` against the real sum.
+
+    ``qadd`` computes ``(da * a_mult + db * b_mult) * mult / 2**shift`` where the real sum is
+    ``(da * a_scale + db * b_scale) / y_scale``; for ``|da| <= a_max`` and ``|db| <= b_max``
+    the two differ by at most the returned value. Below 1/2, the rounded result is within one
+    LSB of the correctly rounded real sum (ONNX's ``DQ -> Add -> Q``); the int8 input
+    multipliers can make it larger when the output scale is small against the input scales
+    and their ratio is far from every fraction of int8 multipliers.
+
+    Parameters
+    ----------
+    attrs : mapping
+        The ``qadd`` attributes (``a_mult``, ``b_mult``, ``mult``, ``shift``).
+    a_scale, b_scale, y_scale : float
+    a_max, b_max : int
+        The largest ``|a - a_zp|`` and ``|b - b_zp|``.
+
+    Returns
+    -------
+    float
+    """
+    real = attrs["mult"] / 2.0 ** attrs["shift"]
+    return (a_max * abs(attrs["a_mult"] * real - a_scale / y_scale)
+            + b_max * abs(attrs["b_mult"] * real - b_scale / y_scale))
 
 
 from fusion import _catalog  # noqa: E402,F401  (registers the ops into _CATALOG)

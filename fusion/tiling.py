@@ -4,7 +4,8 @@ A super tile is ``tm`` x ``tn`` output tiles (row blocks x column blocks) over a
 ``kt`` reduction steps. Its operands take ``tm * kt`` rows of the A scratchpad and ``tn * kt``
 rows of B; with double buffering each operand gets half of its scratchpad, so that the next
 super tile can load into the other half. A fused residual takes ``tm * tn * rows`` rows of the
-epilogue scratchpad per buffer, after the bias rows.
+epilogue scratchpad per buffer, after the bias rows (with ``per_channel``, the bias groups of
+per-channel requantize: three rows per column block, also without the bias stage).
 
 K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
 accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
@@ -64,10 +65,12 @@ class Tiling:
         loop_order: str | None = None,
         double_buffer: bool | None = None,
         stages: tuple[str, ...] = (),
+        per_channel: bool = False,
     ) -> Tiling:
         """The default tiling of an M x K x N GEMM with some choices fixed (None: choose)."""
         return default_tiling(GemmDims(config, M, K, N), tuple(stages), tm=tm, tn=tn, kt=kt,
-                              order=loop_order, double_buffer=double_buffer)
+                              order=loop_order, double_buffer=double_buffer,
+                              per_channel=per_channel)
 
     def __post_init__(self) -> None:
         for name in ("tm", "tn"):
@@ -80,15 +83,23 @@ class Tiling:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
 
 
-def _e_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int, halves: int) -> int:
-    rows = dims.bias_rows if "bias" in stages else 0
+def _e_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int, halves: int,
+            per_channel: bool = False) -> int:
+    # the bias region is loaded for the bias stage, and for per-channel requantize
+    reads_bias = "bias" in stages or (per_channel and "requant" in stages)
+    rows = dims.bias_region_rows(per_channel) if reads_bias else 0
     if "residual" in stages:
         rows += halves * tm * tn * dims.R
     return rows
 
 
-def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling) -> list[str]:
-    """Why ``tiling`` (already resolved) cannot run on the variant; empty if it can."""
+def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+                 per_channel: bool = False) -> list[str]:
+    """Why ``tiling`` (already resolved) cannot run on the variant; empty if it can.
+
+    ``per_channel``: the requantize is per channel, so the bias region holds three rows per
+    column block and is loaded even without the bias stage.
+    """
     cfg, kt, tm, tn = dims.config, tiling.kt or dims.Kp, tiling.tm, tiling.tn
     halves = 2 if tiling.double_buffer else 1
     where = "half of " if halves == 2 else ""
@@ -108,12 +119,17 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling) -> lis
                 f"{'tm' if name == 'A' else 'tn'} or kt"
                 + (", or no double buffering" if halves == 2 else "")
             )
-    e_need = _e_rows(dims, stages, tm, tn, halves)
+    e_need = _e_rows(dims, stages, tm, tn, halves, per_channel)
     if e_need > cfg.spad_e_depth:
+        e_bias = _e_rows(dims, tuple(s for s in stages if s != "residual"), tm, tn, halves,
+                         per_channel)
+        parts = [f"{e_bias} {'bias group' if per_channel else 'bias'} rows"] if e_bias else []
+        parts += [f"{e_need - e_bias} for residual tiles"] if e_need > e_bias else []
         problems.append(
-            f"the epilogue scratchpad needs {e_need} rows (bias and residual tiles) but has "
+            f"the epilogue scratchpad needs {e_need} rows ({' and '.join(parts)}) but has "
             f"{cfg.spad_e_depth}; use smaller tm, tn"
             + (" or no double buffering" if halves == 2 else "")
+            + (", a smaller N" if e_bias else "")
         )
     lengths = (kt, kt * dims.R // dims.W, kt * dims.C // dims.W, tn * dims.tile_words(1))
     if max(lengths) > FIELD_MAX:
@@ -122,11 +138,13 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling) -> lis
     return problems
 
 
-def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling) -> Tiling:
-    """Clamp ``tiling`` to the problem and check that it fits, or raise ``ValueError``."""
+def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+            per_channel: bool = False) -> Tiling:
+    """Clamp ``tiling`` to the problem and check that it fits, or raise ``ValueError``
+    (``per_channel`` as for :func:`fit_problems`)."""
     kt = dims.Kp if tiling.kt is None else min(tiling.kt, dims.Kp)
     resolved = replace(tiling, tm=min(tiling.tm, dims.Mb), tn=min(tiling.tn, dims.Nb), kt=kt)
-    problems = fit_problems(dims, stages, resolved)
+    problems = fit_problems(dims, stages, resolved, per_channel=per_channel)
     if problems:
         raise ValueError(f"tiling {resolved} does not fit: " + "; ".join(problems))
     return resolved
@@ -185,7 +203,8 @@ def _best_order(dims: GemmDims, tiling: Tiling) -> Tiling:
 
 
 def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
-            tm: int | None, tn: int | None, order: str | None) -> list[Tiling]:
+            tm: int | None, tn: int | None, order: str | None,
+            per_channel: bool = False) -> list[Tiling]:
     """Fitting tilings with k tile ``kt``, honouring the fixed choices, best first."""
     cfg, halves = dims.config, 2 if double else 1
     chunked = kt < dims.Kp
@@ -199,7 +218,7 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
             cand = Tiling(tm=min(tm_, dims.Mb), tn=min(tn_, dims.Nb), kt=kt,
                           order=order or "mn", double_buffer=double)
             cand = cand if order else _best_order(dims, cand)
-            if fit_problems(dims, stages, cand):
+            if fit_problems(dims, stages, cand, per_channel=per_channel):
                 continue
             divides = dims.Mb % cand.tm == 0 and dims.Nb % cand.tn == 0  # a shorter program
             key = (-estimated_cycles(dims, cand), divides, -traffic(dims, cand),
@@ -254,15 +273,16 @@ def ranked_tilings(
     kt: int | None = None,
     order: str | None = None,
     double_buffer: bool | None = None,
+    per_channel: bool = False,
 ) -> Iterator[Tiling]:
     """Every fitting tiling that keeps the given choices, best first (:func:`default_tiling`)."""
     doubles = (True, False) if double_buffer is None else (bool(double_buffer),)
     for double in doubles:
         if kt is None or kt >= dims.Kp:
-            yield from _ranked(dims, stages, double, dims.Kp, tm, tn, order)
+            yield from _ranked(dims, stages, double, dims.Kp, tm, tn, order, per_channel)
         chunk = _largest_kt(dims, double) if kt is None else kt
         if 0 < chunk < dims.Kp:
-            yield from _ranked(dims, stages, double, chunk, tm, tn, order)
+            yield from _ranked(dims, stages, double, chunk, tm, tn, order, per_channel)
 
 
 def default_tiling(
@@ -274,6 +294,7 @@ def default_tiling(
     kt: int | None = None,
     order: str | None = None,
     double_buffer: bool | None = None,
+    per_channel: bool = False,
 ) -> Tiling:
     """The largest super tile that fits, double buffered if possible.
 
@@ -282,6 +303,7 @@ def default_tiling(
     :func:`estimated_cycles` (which also picks the loop order); ``tm``, ``tn`` that divide
     ``Mb``, ``Nb`` (no ragged edge to peel: a shorter program); the least operand traffic.
     The program does not grow with the number of super tiles (:mod:`fusion.gemm_loops`).
+    ``per_channel``: the requantize is per channel (see :func:`fit_problems`).
 
     Raises
     ------
@@ -289,9 +311,9 @@ def default_tiling(
         If nothing fits, naming what the most modest candidate needs and what is available.
     """
     fixed = {"tm": tm, "tn": tn, "kt": kt, "order": order, "double_buffer": double_buffer}
-    for tiling in ranked_tilings(dims, stages, **fixed):
+    for tiling in ranked_tilings(dims, stages, **fixed, per_channel=per_channel):
         return tiling
     modest = Tiling(tm=tm or 1, tn=tn or 1, kt=kt or dims.config.k_align, order=order or "mn",
                     double_buffer=bool(double_buffer))
-    resolve(dims, stages, modest)  # raises, naming the problems
+    resolve(dims, stages, modest, per_channel=per_channel)  # raises, naming the problems
     raise AssertionError("unreachable: the most modest tiling fits but was not found")

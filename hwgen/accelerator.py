@@ -89,6 +89,7 @@ class Accelerator(wiring.Component):
         m.d.comb += [
             cu.mult.eq(seq.mult), cu.shift.eq(seq.shift), cu.zp.eq(seq.zp),
             cu.lo.eq(seq.lo), cu.hi.eq(seq.hi), cu.per_channel.eq(seq.req_mode),
+            cu.res_max.eq(seq.res_mode),
         ]
 
         # Memory port: reads belong to the DMA, writes to the store unit.

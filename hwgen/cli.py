@@ -122,6 +122,120 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def _compile_args(args: argparse.Namespace):
+    """Load the model and the variant, and compile (through the kernel cache)."""
+    from fusion.cache import KernelCache
+    from fusion.compiler.plan import compile_model
+    from fusion.graph_report import load_model
+
+    config = _read_variant(args.variant)
+    shapes = dict(args.input_shape or [])
+    graph = load_model(args.model, shapes)
+    cache = KernelCache(args.cache) if args.cache else KernelCache()
+    compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
+                             min_gain=args.min_gain)
+    return compiled
+
+
+def _kernel_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from fusion.compiler.plan import write_plan
+
+    compiled = _compile_args(args)
+    plan = write_plan(compiled, Path(args.output))
+    if args.json:
+        print(json.dumps({**plan, "explain": compiled.explain().splitlines()}
+                         if args.explain else plan))
+        return 0
+    if args.explain:
+        print(compiled.explain())
+        print()
+    rows = [("kernel", "program words", "predicted cycles", "ops")]
+    for k in compiled.kernels:
+        rows.append((k.name, str(len(k.compiled.program)), f"{k.predicted_cycles:,.0f}",
+                     "+".join(n.rsplit("/", 1)[-1] for n in k.spec.nodes)))
+    print("\n".join(_kernel_table(rows)))
+    cache = compiled.cache_stats
+    print(f"{len(compiled.kernels)} kernels, {len(compiled.steps) - len(compiled.kernels)} host "
+          f"steps; predicted {compiled.predicted_cycles:,.0f} cycles; peak external memory "
+          f"{compiled.memory.peak_bytes:,} B (without reuse {compiled.memory.unshared_bytes:,} "
+          f"B); kernel cache: {cache.get('memory_hits', 0) + cache.get('disk_hits', 0)} hits, "
+          f"{cache.get('misses', 0)} misses; plan in {args.output}")
+    return 0
+
+
+def _named_paths(values: list[str] | None, what: str) -> dict[str | None, str]:
+    out: dict[str | None, str] = {}
+    for text in values or []:
+        name, sep, path = text.partition("=")
+        if sep and not name.endswith(".npy"):
+            out[name] = path
+        else:
+            out[None] = text
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from fusion.compiler.runtime import ShadowMismatch, random_inputs, run_compiled
+
+    compiled = _compile_args(args)
+    graph = compiled.graph
+    given = _named_paths(args.input, "--input")
+    inputs = random_inputs(graph, args.seed)
+    for name, path in given.items():
+        if name is None:
+            if len(graph.inputs) != 1:
+                raise ValueError(f"the model has inputs {', '.join(graph.inputs)}; name the one "
+                                 f"{path} is for: --input NAME={path}")
+            name = graph.inputs[0]
+        if name not in graph.inputs:
+            raise ValueError(f"--input {name}: the model's inputs are "
+                             f"{', '.join(graph.inputs)}")
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read --input {path}: {exc}") from None
+    try:
+        report = run_compiled(compiled, inputs)
+    except ShadowMismatch as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
+        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
+        return 1
+    for name, path in _named_paths(args.output, "--output").items():
+        if name is None:
+            if len(graph.outputs) != 1:
+                raise ValueError(f"the model has outputs {', '.join(graph.outputs)}; name one: "
+                                 f"--output NAME={path}")
+            name = graph.outputs[0]
+        if name not in report.outputs:
+            raise ValueError(f"--output {name}: the model's outputs are "
+                             f"{', '.join(graph.outputs)}")
+        np.save(path, report.outputs[name], allow_pickle=False)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
+                          "model": graph.name, "variant": compiled.config.key(),
+                          "cache": compiled.cache_stats}))
+        return 0
+    rows = [("kernel", "cycles", "predicted", "ops")]
+    for k in report.kernels:
+        rows.append((k.name, f"{k.cycles:,}", f"{k.predicted_cycles:,.0f}",
+                     "+".join(n.rsplit("/", 1)[-1] for n in k.ops)))
+    print("\n".join(_kernel_table(rows)))
+    print(f"ok: {len(report.kernels)} kernels {'fused' if compiled.fusion else 'unfused'}, "
+          f"each bit-exact against the reference; {report.total_cycles:,} cycles in total "
+          f"(predicted {sum(k.predicted_cycles for k in report.kernels):,.0f}); peak external "
+          f"memory {report.peak_memory_bytes:,} B; {report.wall_seconds:.1f} s")
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from fusion.graph_report import inspect_model, load_model, render
 
@@ -184,6 +298,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after Q/DQ folding (leave convolutions as qconv2d)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_inspect)
+
+    for name, text in (("compile", "compile a model for a variant: kernels, microcode, "
+                                   "memory plan"),
+                       ("run", "compile a model and run every kernel on Verilator, each "
+                               "shadow-checked against the reference")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("model", help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
+        p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
+        p.add_argument("--input-shape", dest="input_shape", type=_input_shape, action="append",
+                       metavar="NAME=D0,D1,...",
+                       help="static shape of an ONNX input with dynamic dimensions")
+        p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
+                       help="every op its own kernel, through memory")
+        p.add_argument("--min-gain", dest="min_gain", type=float, default=0.02,
+                       help="fraction of predicted cycles fusion must save (default 0.02)")
+        p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
+                                       "build/kernel_cache)")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        if name == "compile":
+            p.add_argument("-o", "--output", required=True, help="plan folder to write")
+            p.add_argument("--explain", action="store_true",
+                           help="show every candidate, its predicted cycles, and why it lost")
+            p.set_defaults(func=cmd_compile)
+        else:
+            p.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
+                           help="an input's value (default: random, from --seed)")
+            p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
+                           help="write an output (in the model's output dtype)")
+            p.add_argument("--seed", type=int, default=0)
+            p.set_defaults(func=cmd_run)
     return parser
 
 

@@ -45,7 +45,7 @@ class ComputeUnit(wiring.Component):
             "pc_mult_addr": Out(e_bits), "pc_mult_data": In(lanes_layout(c)),
             "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(c)),
             "mult": In(32), "shift": In(6), "zp": In(32), "lo": In(32), "hi": In(32),
-            "per_channel": In(1),
+            "per_channel": In(1), "res_max": In(1),
             "wr": Out(stream.Signature(write_layout(c))),
             "feed_idle": Out(1), "idle": Out(1),
             "issue": Out(1), "stall_epilogue": Out(1),
@@ -147,7 +147,7 @@ class ComputeUnit(wiring.Component):
             self.pc_mult_addr.eq(epi.pc_mult_addr), epi.pc_mult_data.eq(self.pc_mult_data),
             self.pc_shift_addr.eq(epi.pc_shift_addr), epi.pc_shift_data.eq(self.pc_shift_data),
             epi.mult.eq(self.mult), epi.shift.eq(self.shift), epi.zp.eq(self.zp),
-            epi.per_channel.eq(self.per_channel),
+            epi.per_channel.eq(self.per_channel), epi.res_max.eq(self.res_max),
             epi.lo.eq(self.lo), epi.hi.eq(self.hi),
         ]
         wiring.connect(m, epi.o, store.i)

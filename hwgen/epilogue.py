@@ -103,13 +103,25 @@ class BiasStage(_ReadsScratchpad):
 
 
 class ResidualStage(_ReadsScratchpad):
-    """``x + res[r][c]`` (an int8 tensor, sign-extended), saturating to int8."""
+    """``x + res[r][c]`` (an int8 tensor, sign-extended), saturating to int8; with ``res_max``
+    high (CSR ``res_mode``), ``max(x, res[r][c])`` instead, saturated the same way.
+
+    The max mode saturates too so that the stage always ends in int8, whichever mode: an int8
+    store of its output is then exact, which the unfused passes rely on
+    (:func:`fusion.epilogue_pass.pass_dtypes`). For int8 ``x`` it is exactly ``max(x, r)``.
+    """
 
     name, field = "residual", "res"
 
+    def ports(self, config):
+        return {**super().ports(config), "res_max": In(1)}
+
     def lanes(self, m):
-        return [saturate(self.i.payload.lanes[c] + self.e_data[c], INT8_MIN, INT8_MAX)
-                for c in range(self._config.cols)]
+        out = []
+        for c in range(self._config.cols):
+            x, r = self.i.payload.lanes[c], self.e_data[c]
+            out.append(saturate(Mux(self.res_max, Mux(x > r, x, r), x + r), INT8_MIN, INT8_MAX))
+        return out
 
 
 class RequantStage(EpilogueStage):
@@ -184,7 +196,8 @@ class EpiloguePipeline(wiring.Component):
 
     Ports: ``i``/``o`` beat streams; ``bias_addr``/``bias_data`` and ``res_addr``/``res_data``
     to read the epilogue scratchpad; the control registers ``mult``, ``shift``, ``zp``,
-    ``lo``, ``hi``; ``busy`` while any beat is inside.
+    ``lo``, ``hi`` and the modes ``per_channel`` (requant) and ``res_max`` (residual); ``busy``
+    while any beat is inside.
     """
 
     def __init__(self, config: VariantConfig):
@@ -199,7 +212,7 @@ class EpiloguePipeline(wiring.Component):
             "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(config)),
             "mult": In(signed(32)), "shift": In(unsigned(6)), "zp": In(signed(32)),
             "per_channel": In(1), "lo": In(signed(32)), "hi": In(signed(32)),
-            "busy": Out(1),
+            "res_max": In(1), "busy": Out(1),
         })
 
     def elaborate(self, platform):
@@ -213,7 +226,8 @@ class EpiloguePipeline(wiring.Component):
             if isinstance(stage, BiasStage):
                 m.d.comb += [self.bias_addr.eq(stage.e_addr), stage.e_data.eq(self.bias_data)]
             elif isinstance(stage, ResidualStage):
-                m.d.comb += [self.res_addr.eq(stage.e_addr), stage.e_data.eq(self.res_data)]
+                m.d.comb += [self.res_addr.eq(stage.e_addr), stage.e_data.eq(self.res_data),
+                             stage.res_max.eq(self.res_max)]
             elif isinstance(stage, RequantStage):
                 m.d.comb += [stage.mult.eq(self.mult), stage.shift.eq(self.shift),
                              stage.zp.eq(self.zp), stage.per_channel.eq(self.per_channel),

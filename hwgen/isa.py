@@ -74,6 +74,9 @@ class Csr(enum.IntEnum):
     #: ``bias + 1`` and its shift from row ``bias + 2``: a column block's bias, multipliers
     #: and shifts sit together as a three-row group.
     REQ_MODE = 5
+    #: bit 0: the residual stage computes ``sat8(max(x, res))`` instead of
+    #: ``sat8(x + res)``: chains of such passes make max pooling.
+    RES_MODE = 6
 
 
 class Unit(enum.IntFlag):
@@ -167,9 +170,13 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
     ),
     Op.CSRWI: (
         (Field("csr", "r1", 0, 4, "csr",
-               "req_mult, req_shift, req_zp, clamp_lo, clamp_hi or req_mode"),
+               "req_mult, req_shift, req_zp, clamp_lo, clamp_hi, req_mode or res_mode"),
          Field("imm", "imm", 0, 32, "sint", "value")),
-        "Write an epilogue control register. Do it while the epilogue is idle (WAIT first).",
+        "Write an epilogue control register. Do it while the epilogue is idle (WAIT first). "
+        "Every control register is 0 after reset. `req_mode` 1: per-channel requantize, lane "
+        "c's multiplier and shift come from epilogue rows `bias + 1` and `bias + 2`. "
+        "`res_mode` 1: the residual stage computes `sat8(max(x, r))` instead of "
+        "`sat8(x + r)`.",
     ),
 }
 

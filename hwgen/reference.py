@@ -12,13 +12,15 @@ The epilogue stages, each on int32 lanes ``x``:
 ``requant``
     ``y = (x * mult + (1 << (shift - 1) if shift > 0 else 0)) >> shift``, then
     ``x = sat8(y + zp)``. The shift is arithmetic, so the rounding is **half toward +inf**:
-    ``-2.5`` rounds to ``-2`` and ``2.5`` to ``3``.
+    ``-2.5`` rounds to ``-2`` and ``2.5`` to ``3``. Per channel
+    (``EpilogueParams.per_channel``), ``mult`` and ``shift`` are vectors over the columns.
 ``relu``
     ``x = max(x, 0)``
 ``clamp``
     ``x = min(max(x, lo), hi)``
 ``residual``
-    ``x = sat8(x + residual[row, col])`` (the residual is int8).
+    ``x = sat8(x + residual[row, col])`` (the residual is int8); with
+    ``EpilogueParams.residual_op == "max"``, ``x = sat8(max(x, residual[row, col]))``.
 
 A stored int8 result is the low byte of the final lane (:func:`to_dtype`); the stages that end in
 a saturation to int8 (``requant``, ``residual``) make that exact.
@@ -36,6 +38,8 @@ from hwgen.config import EPILOGUE_STAGES
 
 INT8_MIN, INT8_MAX = -(1 << 7), (1 << 7) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: What the residual stage can do with its operand (CSR ``res_mode`` 0 and 1).
+RESIDUAL_OPS = ("add", "max")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +56,14 @@ class EpilogueParams:
         Requantize output zero point, signed 32-bit (useful values are -128..127).
     clamp_lo, clamp_hi : int
         Clamp bounds, signed 32-bit, ``clamp_lo <= clamp_hi``.
+    per_channel : bool
+        Requantize per output channel (CSR ``req_mode`` = 1): each column of the N axis has
+        its own multiplier and shift, given as ``mult`` and ``shift`` vectors (operands of the
+        kernel, not fields of this class); the ``mult`` and ``shift`` fields are then unused,
+        ``zp`` still applies to every channel. Only meaningful with the ``requant`` stage.
+    residual_op : {"add", "max"}
+        What the residual stage does (CSR ``res_mode``): ``sat8(x + r)`` or
+        ``sat8(max(x, r))``.
 
     The defaults make every stage but the saturations an identity.
     """
@@ -61,6 +73,8 @@ class EpilogueParams:
     zp: int = 0
     clamp_lo: int = INT32_MIN
     clamp_hi: int = INT32_MAX
+    per_channel: bool = False
+    residual_op: str = "add"
 
     def __post_init__(self) -> None:
         for name in ("mult", "zp", "clamp_lo", "clamp_hi"):
@@ -73,6 +87,11 @@ class EpilogueParams:
             raise ValueError(
                 f"clamp_lo ({self.clamp_lo}) must not exceed clamp_hi ({self.clamp_hi})"
             )
+        if not isinstance(self.per_channel, bool):
+            raise ValueError(f"per_channel must be True or False, not {self.per_channel!r}")
+        if self.residual_op not in RESIDUAL_OPS:
+            raise ValueError(f"residual_op must be one of {', '.join(RESIDUAL_OPS)}, not "
+                             f"{self.residual_op!r}")
 
     @classmethod
     def from_scale(cls, scale: float, **kwargs: int) -> EpilogueParams:
@@ -155,16 +174,48 @@ def bias_add(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return sat(_int_array(x, "x") + _int_array(bias, "bias"), 32)
 
 
-def requantize(x: np.ndarray, mult: int, shift: int, zp: int) -> np.ndarray:
+def requantize(x: np.ndarray, mult: int | np.ndarray, shift: int | np.ndarray,
+               zp: int) -> np.ndarray:
     """``sat8(((x * mult + round) >> shift) + zp)``, rounding half toward +inf.
+
+    ``mult`` and ``shift`` are scalars (per tensor) or arrays broadcast against ``x`` (per
+    channel: one value per column, along the last axis).
 
     ``x * mult`` needs 63 bits and adding the rounding constant could need 64, so the rounding
     is done as ``((p >> (shift - 1)) + 1) >> 1``, which equals
     ``(p + (1 << (shift - 1))) >> shift`` for every integer ``p`` and stays within int64.
     """
-    p = _int_array(x, "x") * np.int64(mult)
-    y = p if shift == 0 else ((p >> np.int64(shift - 1)) + 1) >> np.int64(1)
+    p = _int_array(x, "x") * np.asarray(mult, np.int64)
+    s = np.asarray(shift, np.int64)
+    # the shift by max(s - 1, 0) only keeps numpy's shift count valid where s == 0
+    y = np.where(s == 0, p, ((p >> np.maximum(s - 1, 0)) + 1) >> np.int64(1))
     return sat(y + np.int64(zp), 8)
+
+
+def channel_params(mult: np.ndarray | None, shift: np.ndarray | None,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Check per-channel requantize vectors; return them as int64 arrays of length ``n``.
+
+    Raises
+    ------
+    ValueError
+        If either is missing, not ``n`` integers, or out of range (a multiplier must be a
+        signed 32-bit integer, a shift 0..63).
+    """
+    out = []
+    for name, value, lo, hi in (("mult", mult, INT32_MIN, INT32_MAX), ("shift", shift, 0, 63)):
+        if value is None:
+            raise ValueError(f"per-channel requantize needs a {name} vector of {n} values "
+                             f"(one per output column); pass {name}=")
+        v = np.asarray(value)
+        if v.shape != (n,) or not np.issubdtype(v.dtype, np.integer):
+            raise ValueError(f"the per-channel {name} must be {n} integers (one per output "
+                             f"column), not a {v.dtype} array of shape {v.shape}")
+        if v.size and (v.min() < lo or v.max() > hi):
+            raise ValueError(f"the per-channel {name} has values outside {lo}..{hi} "
+                             f"({int(v.min())}..{int(v.max())})")
+        out.append(v.astype(np.int64))
+    return out[0], out[1]
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -180,6 +231,11 @@ def clamp(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def residual_add(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
     """``sat8(x + residual)`` with an int8 residual of the same shape."""
     return sat(_int_array(x, "x") + _int_array(residual, "residual"), 8)
+
+
+def residual_max(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``sat8(max(x, residual))`` with an int8 residual of the same shape (``res_mode`` 1)."""
+    return sat(np.maximum(_int_array(x, "x"), _int_array(residual, "residual")), 8)
 
 
 def check_stages(stages: Sequence[str], chain: Sequence[str] = EPILOGUE_STAGES) -> tuple[str, ...]:
@@ -217,13 +273,23 @@ def apply_stage(
     *,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    mult: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Apply one named stage to an int32-valued array (returned as int64)."""
+    """Apply one named stage to an int32-valued array (returned as int64).
+
+    ``mult`` and ``shift`` are the per-channel requantize vectors (one value per column),
+    used by ``requant`` when ``params.per_channel`` and ignored otherwise.
+    """
     if stage == "bias":
         if bias is None:
             raise ValueError("the bias stage needs a bias vector")
         return bias_add(x, bias)
     if stage == "requant":
+        if params.per_channel:
+            x = _int_array(x, "x")
+            mults, shifts = channel_params(mult, shift, x.shape[-1])
+            return requantize(x, mults, shifts, params.zp)
         return requantize(x, params.mult, params.shift, params.zp)
     if stage == "relu":
         return relu(x)
@@ -232,6 +298,8 @@ def apply_stage(
     if stage == "residual":
         if residual is None:
             raise ValueError("the residual stage needs a residual tensor")
+        if params.residual_op == "max":
+            return residual_max(x, residual)
         return residual_add(x, residual)
     raise ValueError(f"unknown epilogue stage {stage!r}; the known stages are "
                      f"{', '.join(EPILOGUE_STAGES)}")
@@ -244,6 +312,8 @@ def epilogue(
     *,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    mult: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> np.ndarray:
     """Apply a chain of stages, in the given order, to int32 accumulators.
 
@@ -254,21 +324,30 @@ def epilogue(
     stages : sequence of str
         Stage names, applied in this order (each at most once).
     params : EpilogueParams
-        The CSR values used by ``requant`` and ``clamp``.
+        The CSR values used by ``requant``, ``clamp`` and ``residual``.
     bias : ndarray, optional
         N int32 values, needed by ``bias``.
     residual : ndarray, optional
         M x N int8 values, needed by ``residual``.
+    mult, shift : ndarray, optional
+        N values each (signed 32-bit multipliers, shifts 0..63): the per-channel requantize,
+        needed by ``requant`` when ``params.per_channel``, ignored otherwise.
 
     Returns
     -------
     ndarray
         The int32 lanes after the chain, as int64 (convert with :func:`to_dtype`).
+
+    Raises
+    ------
+    ValueError
+        A stage unknown or out of order, or an operand a stage needs missing or malformed.
     """
     stages = check_stages(stages)
     out = _int_array(x, "x")
     for stage in stages:
-        out = apply_stage(out, stage, params, bias=bias, residual=residual)
+        out = apply_stage(out, stage, params, bias=bias, residual=residual, mult=mult,
+                          shift=shift)
     return out
 
 
@@ -290,7 +369,14 @@ def gemm_epilogue(
     *,
     bias: np.ndarray | None = None,
     residual: np.ndarray | None = None,
+    mult: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The result of a GEMM with a fused epilogue, in its stored type (:func:`output_dtype`)."""
-    out = epilogue(gemm(a, b), stages, params, bias=bias, residual=residual)
+    """The result of a GEMM with a fused epilogue, in its stored type (:func:`output_dtype`).
+
+    The operands are those of :func:`epilogue`; ``mult`` and ``shift`` (per column of the N
+    axis) are needed when ``params.per_channel`` and ``requant`` is a stage.
+    """
+    out = epilogue(gemm(a, b), stages, params, bias=bias, residual=residual, mult=mult,
+                   shift=shift)
     return to_dtype(out, output_dtype(stages))

@@ -41,6 +41,7 @@ class Sequencer(wiring.Component):
             "job": Out(stream.Signature(job_layout(config))),
             "mult": Out(signed(32)), "shift": Out(6), "zp": Out(signed(32)),
             "lo": Out(signed(32)), "hi": Out(signed(32)), "req_mode": Out(1),
+            "res_mode": Out(1),
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
             "halted": Out(1), "running": Out(1), "retire": Out(1),
         })
@@ -129,7 +130,8 @@ class Sequencer(wiring.Component):
                                                 (Csr.REQ_ZP, self.zp),
                                                 (Csr.CLAMP_LO, self.lo),
                                                 (Csr.CLAMP_HI, self.hi),
-                                                (Csr.REQ_MODE, self.req_mode)):
+                                                (Csr.REQ_MODE, self.req_mode),
+                                                (Csr.RES_MODE, self.res_mode)):
                                 with m.Case(csr):
                                     m.d.sync += target.eq(value)
                         m.d.comb += retire.eq(1)

@@ -40,8 +40,13 @@ def test_text_lists_ops_shapes_quantization_and_what_was_not_folded(capsys):
     out = capsys.readouterr().out
     assert out.startswith("graph qdq_cnn: ")
     for text in ("im2col", "qmatmul", "requant", "maxpool", "int8[2x3x12x12]",
-                 "per-channel axis=", "scale=", "not folded:", "has group 8"):
+                 "per-channel axis=", "scale=", "w2_q/kxm        int8[72x8]"):
         assert text in out, text
+    # Both convolutions, the depthwise one too, are in GEMM form: nothing is left unfolded.
+    assert "not folded:" not in out and "qconv2d " not in out
+    assert main(["inspect", str(EXAMPLES / "qdq_mlp_residual.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "not folded:\n  x_flat (Reshape): runs in float" in out
 
 
 @pytest.mark.parametrize("model", ["qdq_cnn", "qdq_mlp_residual", "qop_mlp"])

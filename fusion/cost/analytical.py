@@ -21,13 +21,15 @@ the test that compares this model's bytes with the program's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fusion.cost.machine import Machine
 from fusion.cost.model import CostModel, KernelFeatures
 from fusion.cost.schedule import Step, schedule
-from fusion.epilogue_pass import DT_BYTES, pass_context
+from fusion.epilogue_pass import DT_BYTES, pass_context, reads_bias_region
 from fusion.layout import GemmDims, Region
+from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, output_dtype
 
 
@@ -87,12 +89,16 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
     ``matmuls(t) after wait 2 [wait 4; load R(t+1)] loads(t+1) wait 1``."""
     c, R, C = dims.config, dims.R, dims.C
     double, residual = f.tiling.double_buffer, "residual" in stages
-    csrs = 3 * ("requant" in stages) + 2 * ("clamp" in stages)
+    # fusion.epilogue_pass.csr_writes: per-tensor requant writes mult, shift, zp and req_mode
+    # (per channel only zp and req_mode: not modelled), clamp its bounds, residual res_mode
+    per_channel = f.per_channel
+    csrs = (2 if per_channel else 4) * ("requant" in stages) + 2 * ("clamp" in stages) + (
+        "residual" in stages)
     if csrs:
         m.wait(epi=True)
         m.instrs(csrs)
-    if "bias" in stages:
-        m.load(dims.bias_rows * c.e_row_bytes, c.e_row_bytes, setup=2)
+    if "bias" in stages or (per_channel and "requant" in stages):
+        m.load(dims.bias_region_rows(per_channel) * c.e_row_bytes, c.e_row_bytes, setup=2)
     m.instrs(GEMM_INIT_INSTRS)
     runs, first, last_step = schedule(dims, f.tiling)
 
@@ -114,7 +120,8 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
             loads_of(nxt, False)
         matmuls(step)
         swaps = (len(nxt[0]) + (residual and nxt[4])) if double else 0
-        m.instrs(2 + ("bias" in stages) + 3 * swaps)  # move the operand registers on
+        # move the operand registers on
+        m.instrs(2 + ("bias" in stages or (per_channel and "requant" in stages)) + 3 * swaps)
         m.wait(load=double, feed=True)
         if not double:
             loads_of(nxt, False)
@@ -132,15 +139,16 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
     matmuls(last_step)
 
 
-def _pass(m: Machine, dims: GemmDims, stage: str, src_dt: str, out_dt: str) -> None:
-    """The phases of ``epilogue_pass.j2`` (one stage, memory to memory), with its chunking
-    taken from :func:`fusion.epilogue_pass.pass_context`."""
+def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_dt: str,
+          params: EpilogueParams) -> None:
+    """The phases of ``epilogue_pass.j2`` (memory to memory), with its chunking taken from
+    :func:`fusion.epilogue_pass.pass_context`."""
     c, W = dims.config, dims.W
     dummy = Region("x", 0, 1)
-    ctx = pass_context(dims, stages=(stage,), params=EpilogueParams(), src=dummy,
+    ctx = pass_context(dims, stages=stages, params=params, src=dummy,
                        src_dt=src_dt, out=dummy, out_dt=out_dt,
-                       bias=dummy if stage == "bias" else None,
-                       residual=dummy if stage == "residual" else None)
+                       bias=dummy if reads_bias_region(stages, params) else None,
+                       residual=dummy if "residual" in stages else None)
     m.wait(epi=True)
     m.instrs(len(ctx["csrs"]))
     if ctx["bias_load"]:
@@ -199,14 +207,39 @@ def estimate(f: KernelFeatures) -> Estimate:
         _gemm(m, dims, f, (), 4)
         gemm_cycles = m.idle
         src = "i32"
+        params = EpilogueParams(per_channel=f.per_channel)
         for stage, dt in zip(f.stages, f.pass_dtypes, strict=True):
-            _pass(m, dims, stage, src, dt)
+            _pass(m, dims, (stage,), src, dt, params)
             src = dt
     m.wait(load=True, feed=True, epi=True)  # wait 7; halt
     cycles = m.seq + 1  # halt retires after the wait; done the cycle after
     return Estimate(cycles=cycles, k_slices=f.k_slices, load_busy=m.load_busy,
                     bytes_loaded=m.bytes_loaded, bytes_stored=m.bytes_stored,
                     stall_epilogue=m.stall, gemm_cycles=gemm_cycles)
+
+
+def _dt(dtype: str) -> str:
+    return "i8" if dtype in ("int8", "i8") else "i32"
+
+
+def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str],  # noqa: N803
+                  params: EpilogueParams, src_dtype: str, out_dtype: str) -> int:
+    """Cycles of a standalone pass kernel (``fusion.pass_kernel.compiled_pass``)."""
+    m = Machine(config)
+    _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
+    m.wait(load=True, feed=True, epi=True)
+    return m.seq + 1
+
+
+def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  # noqa: N803
+    """Cycles of an element-wise max kernel: ``n_inputs - 1`` chained residual-max passes."""
+    m = Machine(config)
+    dims = GemmDims(config, M, 1, N)
+    params = EpilogueParams(residual_op="max")
+    for _ in range(n_inputs - 1):
+        _pass(m, dims, ("residual",), "i8", "i8", params)
+    m.wait(load=True, feed=True, epi=True)
+    return m.seq + 1
 
 
 class AnalyticalModel(CostModel):

@@ -57,6 +57,8 @@ class KernelFeatures:
         Static program size, when the kernel was built.
     bytes_loaded, bytes_stored : int, optional
         What the program's loads read and its stores write, when the kernel was built.
+    per_channel : bool
+        Per-channel requantize: the bias region holds three-row groups.
     """
 
     config: VariantConfig
@@ -70,6 +72,7 @@ class KernelFeatures:
     program_words: int | None = None
     bytes_loaded: int | None = None
     bytes_stored: int | None = None
+    per_channel: bool = False
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
@@ -105,13 +108,14 @@ class KernelFeatures:
         stages = check_stages(stages, config.epilogue)
         dims = GemmDims(config, M, K, N)
         gemm_stages = stages if fused else ()
-        tiling = (resolve(dims, gemm_stages, tiling) if tiling is not None
-                  else default_tiling(dims, gemm_stages))
         params = params if params is not None else EpilogueParams()
+        pc = params.per_channel
+        tiling = (resolve(dims, gemm_stages, tiling, per_channel=pc) if tiling is not None
+                  else default_tiling(dims, gemm_stages, per_channel=pc))
         dts = () if fused or not stages else tuple(
             pass_dtypes(stages, params, _dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
-                   tiling=tiling, pass_dtypes=dts)
+                   tiling=tiling, pass_dtypes=dts, per_channel=pc)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> KernelFeatures:
@@ -123,7 +127,7 @@ class KernelFeatures:
         return cls(config=kernel.config, M=dims.M, K=dims.K, N=dims.N, stages=stages,
                    fused=bool(kernel.fused), tiling=kernel.tiling, pass_dtypes=dts,
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
-                   bytes_stored=kernel.bytes_stored)
+                   bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel)
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -157,7 +161,7 @@ class KernelFeatures:
             "stages": list(self.stages), "fused": self.fused,
             "tiling": dataclasses.asdict(self.tiling), "pass_dtypes": list(self.pass_dtypes),
             "program_words": self.program_words, "bytes_loaded": self.bytes_loaded,
-            "bytes_stored": self.bytes_stored,
+            "bytes_stored": self.bytes_stored, "per_channel": self.per_channel,
         }
 
     @classmethod
@@ -180,7 +184,8 @@ class KernelFeatures:
                    stages=tuple(data["stages"]), fused=bool(data["fused"]),
                    tiling=Tiling(**data["tiling"]), pass_dtypes=tuple(data["pass_dtypes"]),
                    program_words=data.get("program_words"),
-                   bytes_loaded=data.get("bytes_loaded"), bytes_stored=data.get("bytes_stored"))
+                   bytes_loaded=data.get("bytes_loaded"), bytes_stored=data.get("bytes_stored"),
+                   per_channel=bool(data.get("per_channel", False)))
 
 
 class CostModel(abc.ABC):
@@ -201,3 +206,22 @@ class CostModel(abc.ABC):
     def predict_many(self, features: Sequence[KernelFeatures]) -> np.ndarray:
         """:meth:`predict` of each, as a float array (models may batch this)."""
         return np.array([self.predict(f) for f in features], dtype=float)
+
+    def predict_pass(self, config: VariantConfig, M: int, N: int, *,  # noqa: N803
+                     stages: Sequence[str], params: EpilogueParams, src_dtype: str,
+                     out_dtype: str) -> float:
+        """Predicted cycles of a standalone epilogue pass over an M x N tensor.
+
+        Models learn GEMM kernels first; passes default to the analytical estimate, which
+        calibration puts within a few percent (a learned model may override this).
+        """
+        from fusion.cost.analytical import estimate_pass
+
+        return float(estimate_pass(config, M, N, stages=stages, params=params,
+                                   src_dtype=src_dtype, out_dtype=out_dtype))
+
+    def predict_max(self, config: VariantConfig, M: int, N: int, n_inputs: int) -> float:  # noqa: N803
+        """Predicted cycles of an element-wise max of ``n_inputs`` int8 M x N tensors."""
+        from fusion.cost.analytical import estimate_max
+
+        return float(estimate_max(config, M, N, n_inputs))

@@ -12,7 +12,11 @@ Compute chains (QDQ form)
     is the accumulator's is used as is. Without the final ``Q`` the chain ends in a
     ``dequantize`` of the int32 accumulator.
 Residual add
-    ``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` becomes ``qadd [-> relu | clamp]``.
+    ``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` becomes ``qadd [-> relu | clamp]``. Its
+    input multipliers are int8 (the accelerator multiplies them as GEMM weights), the pair
+    whose ratio is nearest the input scales' (:func:`fusion.ops.qadd_input_mults`); an
+    ``Add`` where that approximation could cost more than half an output LSB
+    (:func:`fusion.ops.qadd_error_bound`) is refused.
 QOperator ops
     ``QLinearMatMul``/``QLinearConv`` become ``qmatmul``/``qconv2d [-> bias_add] -> requant``;
     ``MatMulInteger``/``ConvInteger`` become ``qmatmul``/``qconv2d`` (their zero points are
@@ -29,7 +33,8 @@ Integer tensors get the :class:`~fusion.ir.Quant` the Q/DQ parameters give them.
 refused (left as it is) when it cannot be expressed exactly enough: per-channel activations,
 computed scales, blocked quantization, Gemm with ``transA`` or ``alpha``/``beta`` other than
 1, weights quantized along the wrong axis, a tensor quantized two ways, non-8-bit operands, a
-residual ``Add`` with no ``Q`` after it. :func:`explain` says why for each op left.
+residual ``Add`` with no ``Q`` after it or whose scales int8 multipliers
+cannot hold closely enough. :func:`explain` says why for each op left.
 """
 
 from __future__ import annotations
@@ -79,6 +84,19 @@ def fold_residual(graph: Graph, node: Node) -> Graph:
                                tail.quant.zero_point[0], out_dtype=tail.dtype)
     except ValueError as exc:
         raise Refused(f"Add {node.name!r}: {exc}") from None
+    spans = []
+    for q, quant in ((a, qa), (b, qb)):
+        lo, hi = ops.INT_RANGE[graph.tensors[q].dtype]
+        spans.append(max(abs(lo - quant.zero_point[0]), abs(hi - quant.zero_point[0])))
+    bound = ops.qadd_error_bound(attrs, qa.scale[0], qb.scale[0], tail.quant.scale[0], *spans)
+    if bound >= 0.5:
+        # Past half an LSB the rounded sum can be 2 LSBs from ONNX's: keep the promise of
+        # one LSB by leaving this Add in float rather than folding it.
+        raise Refused(f"Add {node.name!r}: the int8 multipliers {attrs['a_mult']}/"
+                      f"{attrs['b_mult']} approximate the input scale ratio "
+                      f"{qb.scale[0] / qa.scale[0]:.6g} to within {bound:.3g} output LSBs, "
+                      f"more than the 0.5 that keeps qadd within one LSB of ONNX; a larger "
+                      f"output scale, or input scales with a ratio of small integers, folds")
     edit = Edit(graph)
     edit.drop(node, *tail.nodes)
     for name, quant in ((a, qa), (b, qb), (tail.output, tail.quant)):

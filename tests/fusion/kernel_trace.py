@@ -58,6 +58,9 @@ class Store:
     src: Label | None = None  # epipass: the E row read
     bias: Label | None = None
     res: Label | None = None
+    #: Per-channel requantize (req_mode 1): the multiplier and shift rows (bias + 1, + 2).
+    mult: Label | None = None
+    shift: Label | None = None
 
 
 @dataclass
@@ -147,6 +150,9 @@ class Tracer:
         chain = self.cfg.epilogue
         bias_on = "bias" in chain and mask & self.cfg.stage_bit("bias")
         res_on = "residual" in chain and mask & self.cfg.stage_bit("residual")
+        # per-channel requantize reads rows bias + 1 and bias + 2 (hwgen/epilogue.py)
+        pc_on = ("requant" in chain and mask & self.cfg.stage_bit("requant")
+                 and self.trace.csrs.get("req_mode", 0) & 1)
         row_bytes = self.cfg.cols * (4 if dt == "i32" else 1)
         out = regs[i.get("out")] * self.W
         e_read = []
@@ -157,6 +163,9 @@ class Tracer:
         if bias_on:
             self._rows("e", regs[i.get("bias")], 1, pc, f"{kind} bias")
             e_read.append((regs[i.get("bias")], regs[i.get("bias")] + 1))
+        if pc_on:
+            self._rows("e", regs[i.get("bias")] + 1, 2, pc, f"{kind} per-channel requant")
+            e_read.append((regs[i.get("bias")] + 1, regs[i.get("bias")] + 3))
         if res_on:
             self._rows("e", regs[i.get("res")], nrows, pc, f"{kind} residual")
             e_read.append((regs[i.get("res")], regs[i.get("res")] + nrows))
@@ -166,7 +175,9 @@ class Tracer:
                 acc=list(self.acc) if kind == "matmul" else [],
                 src=self._get("e", regs[i.get("src")] + r) if kind == "epipass" else None,
                 bias=self._get("e", regs[i.get("bias")]) if bias_on else None,
-                res=self._get("e", regs[i.get("res")] + r) if res_on else None)
+                res=self._get("e", regs[i.get("res")] + r) if res_on else None,
+                mult=self._get("e", regs[i.get("bias")] + 1) if pc_on else None,
+                shift=self._get("e", regs[i.get("bias")] + 2) if pc_on else None)
             self.trace.stores.append(store)
             self.writer[store.addr] = store
         self.busy_e += e_read
@@ -264,9 +275,18 @@ def _derive(kernel, store: Store, i: int, j: int, r: int) -> list[tuple[str, int
     """Check that ``store`` computes row ``r`` of output tile ``(i, j)``; return its path."""
     d, cfg = kernel.dims, kernel.config
     where = f"tile ({i}, {j}) row {r}"
+    group = 3 if kernel.params.per_channel else 1  # rows per column block of the bias region
     if store.bias is not None:
-        assert store.bias == Label("bias", j * cfg.e_row_bytes, "e32"), (where, store.bias)
+        assert store.bias == Label("bias", j * group * cfg.e_row_bytes, "e32"), (where,
+                                                                               store.bias)
         assert store.bias.producer is None
+    requant = "requant" in cfg.epilogue and store.mask & cfg.stage_bit("requant")
+    if kernel.params.per_channel and requant:
+        for n, label in ((1, store.mult), (2, store.shift)):
+            want = Label("bias", (j * 3 + n) * cfg.e_row_bytes, "e32")
+            assert label == want, (where, "per-channel row", n, label, want)
+    else:
+        assert store.mult is None and store.shift is None, (where, "req_mode left on")
     if store.res is not None:
         want = Label("residual", ((i * d.Nb + j) * d.R + r) * d.C, "e8")
         assert store.res == want, (where, store.res, want)

@@ -13,7 +13,10 @@ s_out)`` in float32/float64) and rounds half to even; the hardware multiplies by
 fixed-point ``mult * 2**-shift`` and rounds half toward +inf. The two agree except where the
 exact value lies within the multiplier's error (about ``2**-31`` relative, see
 ``test_requant_property.py``) of a rounding tie, or exactly on a tie; there they round to
-neighbouring integers. A ``qadd`` also rounds its input scales to a ``2**-20`` grid.
+neighbouring integers. A ``qadd`` also approximates the ratio of its input scales by int8
+multipliers (the accelerator's GEMM weights), which can move its sum by a small fraction of
+an LSB (``fusion.ops.qadd_error_bound``; the Q/DQ fold refuses an ``Add`` where it could reach
+half an LSB).
 """
 
 import sys

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from fusion import executor, ops
 from fusion.ir import Graph, GraphError, Node, Quant, Tensor
+from fusion.passes.conv_legalize import gemm_weights
 from hwgen import reference as ref
 
 
@@ -85,14 +86,15 @@ def test_quantize_needs_a_quantized_output():
 
 
 def _conv_case(data):
-    c = data.draw(st.integers(1, 3))
-    depthwise = data.draw(st.booleans())
-    m = c * data.draw(st.integers(1, 2)) if depthwise else data.draw(st.integers(1, 3))
+    c = data.draw(st.integers(1, 4))
+    # group 1, depthwise (group = c) or anything between that divides c.
+    group = data.draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0]))
+    m = group * data.draw(st.integers(1, 2 if group > 1 else 3))
     k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
     attrs = {"strides": (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))),
              "dilations": (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))),
              "pads": tuple(data.draw(st.integers(0, 2)) for _ in range(4)),
-             "group": c if depthwise else 1}
+             "group": group}
     h, w = (data.draw(st.integers((k[i] - 1) * attrs["dilations"][i] + 1, 7)) for i in (0, 1))
     seed = data.draw(st.integers(0, 2**32 - 1))
     return c, m, k, h, w, attrs, np.random.default_rng(seed)
@@ -102,7 +104,7 @@ def _conv_case(data):
 @given(data=st.data())
 def test_qconv2d_equals_onnx_conv_integer(data):
     c, m, k, h, w, attrs, rng = _conv_case(data)
-    cg = 1 if attrs["group"] > 1 else c
+    cg = c // attrs["group"]
     x = rng.integers(0, 256, (2, c, h, w)).astype(np.uint8)
     wt = rng.integers(-128, 128, (m, cg, *k)).astype(np.int8)
     xzp, wzp = int(rng.integers(0, 256)), tuple(int(v) for v in rng.integers(-5, 5, m))
@@ -119,11 +121,14 @@ def test_qconv2d_equals_onnx_conv_integer(data):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_im2col_then_qmatmul_equals_qconv2d(data):
-    """The legalization identity documented in fusion.ops: im2col + qmatmul + layout = qconv2d."""
+    """The legalization identity documented in fusion.ops: im2col + qmatmul + layout = qconv2d.
+
+    For any group, with the block-diagonal weights of ``conv_legalize.gemm_weights`` (filled
+    with the nonzero weight zero points here, which must contribute nothing).
+    """
     c, m, k, h, w, attrs, rng = _conv_case(data)
-    attrs = {**attrs, "group": 1}
     x = rng.integers(-128, 128, (2, c, h, w)).astype(np.int8)
-    wt = rng.integers(-128, 128, (m, c, *k)).astype(np.int8)
+    wt = rng.integers(-128, 128, (m, c // attrs["group"], *k)).astype(np.int8)
     xq, wzp = Quant(0.1, int(rng.integers(-128, 128))), tuple(range(m))
     conv = run1(one_node("qconv2d", {"x": (x.shape, "int8", xq),
                                      "w": (wt.shape, "int8", Quant((1.0,) * m, wzp, 0))}, attrs),
@@ -131,7 +136,7 @@ def test_im2col_then_qmatmul_equals_qconv2d(data):
     win = {key: attrs[key] for key in ("strides", "dilations", "pads")}
     cols = run1(one_node("im2col", {"x": (x.shape, "int8", xq)}, {**win, "kernel_shape": k}),
                 x=x)
-    wmat = wt.reshape(m, -1).T.copy()
+    wmat = gemm_weights(wt, c, attrs["group"], Quant((1.0,) * m, wzp, 0))
     mm = run1(one_node("qmatmul", {"a": (cols.shape, "int8", xq),
                                    "b": (wmat.shape, "int8", Quant((1.0,) * m, wzp, 1))}),
               a=cols, b=wmat)

@@ -8,7 +8,8 @@ error. Here we check what the graph ops add on top of it:
 * that requantizing with ``requant_attrs(scale)`` is the exact ``round(x * scale)``, except where
   ``x * scale`` lies within the multiplier's approximation error of a rounding boundary
   (the one reason the integer graph can differ from float ONNX by one LSB);
-* the same bound for ``qadd`` against the exact real sum of its dequantized inputs.
+* the same kind of bound for ``qadd`` (whose int8 input multipliers add their own error)
+  against the exact real sum of its dequantized inputs.
 """
 
 from fractions import Fraction
@@ -82,21 +83,39 @@ def test_requant_rounds_the_exact_product_unless_it_is_within_the_error_of_a_tie
 
 @settings(max_examples=300)
 @given(a=st.integers(-128, 127), b=st.integers(-128, 127), a_zp=st.integers(-128, 127),
-       b_zp=st.integers(-128, 127), a_scale=scales, b_scale=scales, ratio=st.floats(0.25, 4),
-       zp=st.integers(-128, 127))
-def test_qadd_is_within_its_bound_of_the_exact_sum(a, b, a_zp, b_zp, a_scale, b_scale, ratio,
+       b_zp=st.integers(-128, 127), a_scale=scales, b_ratio=st.floats(1 / 250, 250),
+       ratio=st.floats(0.25, 4), zp=st.integers(-128, 127))
+def test_qadd_is_within_its_bound_of_the_exact_sum(a, b, a_zp, b_zp, a_scale, b_ratio, ratio,
                                                    zp):
+    b_scale = a_scale * b_ratio
     y_scale = max(a_scale, b_scale) * ratio
     attrs = ops.qadd_attrs(a_scale, b_scale, y_scale, zp)
+    am, bm = attrs["a_mult"], attrs["b_mult"]
+    assert 1 <= min(am, bm) and max(am, bm) <= ops.QADD_MULT_MAX  # int8 GEMM weights
+    # The best ratio is a fraction p/q; its largest multiple kp/kq <= 127 wins the tie.
+    assert max(am, bm) >= (ops.QADD_MULT_MAX + 1) // 2
     da, db = a - a_zp, b - b_zp
-    acc = da * attrs["a_mult"] + db * attrs["b_mult"]
+    acc = da * am + db * bm
     got = int(requant(np.array([acc]), attrs["mult"], attrs["shift"], zp, "int8")[0])
     exact = (Fraction(a_scale) * da + Fraction(b_scale) * db) / Fraction(y_scale)
-    # Error sources: each input multiplier is within half a unit of its scale, and the output
-    # multiplier within 2**-31 relative (quantize_multiplier).
-    unit = Fraction(max(a_scale, b_scale)) / (1 << ops.QADD_MULT_BITS)
-    grid = (abs(da) + abs(db)) * unit / 2 / Fraction(y_scale)
+    # Error sources: the multipliers stand for the scales in units of larger / max(am, bm)
+    # (the larger-scale input exactly, the other within half a unit), and the output
+    # multiplier is within 2**-31 relative (quantize_multiplier).
+    unit = Fraction(max(a_scale, b_scale)) / max(am, bm)
+    off_a, off_b = abs(am * unit - Fraction(a_scale)), abs(bm * unit - Fraction(b_scale))
+    assert min(off_a, off_b) == 0 and max(off_a, off_b) <= unit / 2
+    grid = (abs(da) * off_a + abs(db) * off_b) / Fraction(y_scale)
     err = grid + (abs(exact) + grid) * Fraction(1, 1 << 31)
     lo = saturate(round_half_up(exact - err) + zp, "int8")
     hi = saturate(round_half_up(exact + err) + zp, "int8")
-    assert lo <= got <= hi and hi - lo <= 1
+    assert lo <= got <= hi
+    # qadd_error_bound bounds the error before rounding for any inputs of these zero points;
+    # where it is below 1/2 (where qdq_fold folds an Add into a qadd) the result is at most
+    # one LSB from the exactly rounded sum.
+    spans = (max(128 + a_zp, 127 - a_zp), max(128 + b_zp, 127 - b_zp))
+    bound = ops.qadd_error_bound(attrs, a_scale, b_scale, y_scale, *spans)
+    computed = Fraction(acc * attrs["mult"], 1 << attrs["shift"])
+    slack = Fraction(bound) * Fraction(1, 1 << 20) + Fraction(1, 1 << 40)  # bound is float64
+    assert abs(computed - exact) <= Fraction(bound) + slack
+    if bound < 0.5:
+        assert abs(got - saturate(round_half_up(exact) + zp, "int8")) <= 1

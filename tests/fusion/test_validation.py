@@ -150,10 +150,15 @@ def test_infer_reports_wrong_input_counts_and_shapes():
         ops.infer(Node("mm", "qmatmul", ("x", "x"), ("y",)), [x, x])
 
 
-def test_qconv2d_refuses_grouped_convolutions():
-    x, w = Tensor("x", (1, 4, 5, 5), "int8"), Tensor("w", (4, 2, 3, 3), "int8")
-    with pytest.raises(GraphError, match="group 2 is neither 1 nor depthwise"):
-        ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 2}), [x, w])
+def test_qconv2d_takes_groups_that_divide_the_channels():
+    x, w = Tensor("x", (1, 4, 5, 5), "int8"), Tensor("w", (6, 2, 3, 3), "int8")
+    (t,) = ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 2}), [x, w])
+    assert t == ops.TensorType((1, 6, 3, 3), "int32")
+    with pytest.raises(GraphError, match=r"node 'c' \(qconv2d\): input channels 4, weight shape "
+                                         r"\(6, 2, 3, 3\) and group 3 do not agree"):
+        ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 3}), [x, w])
+    with pytest.raises(GraphError, match="do not agree"):  # C/group = 1, but w has 2 per group
+        ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 4}), [x, w])
 
 
 def test_shape_inference_of_integer_ops():
@@ -174,5 +179,46 @@ def test_requant_and_qadd_attribute_helpers():
     assert ops.requant_attrs(1.0) == {"mult": 1 << 30, "shift": 30, "zp": 0, "out_dtype": "int8"}
     per = ops.requant_attrs([1.0, 0.5], 2, axis=1)
     assert per["mult"] == (1 << 30, 1 << 30) and per["shift"] == (30, 31) and per["axis"] == 1
+    # 1/2 is exact with every even multiplier; the tie goes to the largest, 126/63.
     q = ops.qadd_attrs(0.2, 0.1, 0.4)
-    assert (q["a_mult"], q["b_mult"]) == (1 << ops.QADD_MULT_BITS, 1 << (ops.QADD_MULT_BITS - 1))
+    assert (q["a_mult"], q["b_mult"]) == (126, 63)
+    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
+    # Symmetric: the larger scale (b here) takes the larger multiplier.
+    q = ops.qadd_attrs(0.1, 0.2, 0.4)
+    assert (q["a_mult"], q["b_mult"]) == (63, 126)
+    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
+    # 0.0252869 / 0.018687868 (the residual MLP's scales) is nearest 115/85 among int8 pairs.
+    assert ops.qadd_input_mults(0.0252869, 0.018687868) == (115, 85)
+
+
+def test_qadd_input_mults_are_the_best_int8_pair():
+    rng = np.random.default_rng(5)
+    w = np.arange(1, ops.QADD_MULT_MAX + 1)
+    for _ in range(200):
+        a, b = 10.0 ** rng.uniform(-3, -1, 2)
+        got = ops.qadd_input_mults(a, b)
+        assert all(1 <= m <= ops.QADD_MULT_MAX for m in got)
+        # Brute force over every pair (wa, wb) of 1..127: none is nearer b/a.
+        best = np.abs(w[None, :] / w[:, None] - b / a).min()
+        assert abs(got[1] / got[0] - b / a) <= best * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("a", "b", "message"), [
+    (0.1, 0.1 / 300, "differ by more than a factor of 254"),
+    (0.0, 0.1, "a_scale must be positive and finite, not 0.0"),
+])
+def test_qadd_attrs_refuses_scales_int8_multipliers_cannot_hold(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        ops.qadd_attrs(a, b, 0.1)
+
+
+@pytest.mark.parametrize("a_mult", [128, -129, 1 << 20, 1.0])
+def test_qadd_multipliers_must_be_int8(a_mult):
+    attrs = {**ops.qadd_attrs(0.1, 0.05, 0.2), "a_mult": a_mult}
+    x = Tensor("x", (2, 3), "int8", Quant(0.1, 0))
+    with pytest.raises(GraphError, match=rf"node 'add' \(qadd\): a_mult {a_mult!r} must be an "
+                                         rf"integer in -128..127: the accelerator multiplies "
+                                         rf"the inputs by a_mult and b_mult as int8 weights"):
+        ops.infer(Node("add", "qadd", ("x", "x"), ("y",), attrs), [x, x])
+    (t,) = ops.infer(Node("add", "qadd", ("x", "x"), ("y",), {**attrs, "a_mult": -128}), [x, x])
+    assert t == ops.TensorType((2, 3), "int8")

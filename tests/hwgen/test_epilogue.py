@@ -22,6 +22,7 @@ def run_pipeline(config, rows, mask, bias, res_rows, params):
         for name, value in (("mult", params.mult), ("shift", params.shift), ("zp", params.zp),
                             ("lo", params.clamp_lo), ("hi", params.clamp_hi)):
             ctx.set(getattr(dut, name), value)
+        ctx.set(dut.res_max, params.residual_op == "max")
         ctx.set(dut.bias_data, [int(v) for v in bias])
         sent = 0
         cycle = 0
@@ -63,6 +64,25 @@ def test_stages_on_and_off_match_the_reference(stages):
     got = run_pipeline(config, x, mask, bias, res, PARAMS)
     expected = ref.epilogue(x, stages, PARAMS, bias=bias, residual=res)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("stages", [("residual",), ("requant", "residual"), CHAIN])
+def test_residual_max_mode_matches_the_reference(stages):
+    config = VariantConfig(rows=2, cols=4, port_bytes=8, epilogue=CHAIN)
+    rng = np.random.default_rng(100 + len(stages))
+    params = ref.EpilogueParams(mult=PARAMS.mult, shift=PARAMS.shift, zp=PARAMS.zp,
+                                clamp_lo=PARAMS.clamp_lo, clamp_hi=PARAMS.clamp_hi,
+                                residual_op="max")
+    x = rng.integers(-300, 300, (12, 4))  # int8 and beyond: the max saturates too
+    x[0] = [ref.INT32_MAX, ref.INT32_MIN, 127, -128]
+    res = rng.integers(-128, 127, (12, 4), endpoint=True)
+    mask = sum(config.stage_bit(s) for s in stages)
+    got = run_pipeline(config, x, mask, np.array([3, -3, 0, 1]), res, params)
+    expected = ref.epilogue(x, stages, params, bias=np.array([3, -3, 0, 1]), residual=res)
+    np.testing.assert_array_equal(got, expected)
+    if stages == ("residual",):  # the data tells max from add
+        add = ref.epilogue(x, stages, PARAMS, residual=res)
+        assert (expected != add).mean() > 0.5
 
 
 def test_chain_order_is_the_variants():

@@ -153,3 +153,52 @@ def test_quantize_multiplier_edges():
         ref.quantize_multiplier(2.0**-70)
     with pytest.raises(ValueError, match="finite"):
         ref.quantize_multiplier(float("nan"))
+
+
+def test_per_channel_requantize_is_per_column_per_tensor():
+    rng = np.random.default_rng(5)
+    x = rng.integers(-(1 << 24), 1 << 24, (6, 4))
+    mults = np.array([1 << 30, -1518500250, 7, INT32_MAX])
+    shifts = np.array([30, 0, 3, 63])
+    params = EpilogueParams(zp=-4, per_channel=True, mult=99, shift=1)  # fields unused
+    got = ref.epilogue(x, ("requant",), params, mult=mults, shift=shifts)
+    for c in range(4):
+        np.testing.assert_array_equal(got[:, c], ref.requantize(x[:, c], int(mults[c]),
+                                                                int(shifts[c]), -4))
+    # and gemm_epilogue threads the vectors through
+    a, b = rng.integers(-128, 128, (3, 5)), rng.integers(-128, 128, (5, 4))
+    np.testing.assert_array_equal(
+        ref.gemm_epilogue(a, b, ("requant",), params, mult=mults, shift=shifts),
+        ref.epilogue(ref.gemm(a, b), ("requant",), params, mult=mults, shift=shifts))
+
+
+@pytest.mark.parametrize("mult, shift, match", [
+    (None, [1, 2], "needs a mult vector of 2 values"),
+    ([1, 2], None, "needs a shift vector of 2 values"),
+    ([1, 2, 3], [1, 2], r"mult must be 2 integers .* shape \(3,\)"),
+    ([1, 1 << 31], [1, 2], "mult has values outside"),
+    ([1, 2], [0, 64], r"shift has values outside 0\.\.63"),
+])
+def test_per_channel_vectors_are_checked(mult, shift, match):
+    params = EpilogueParams(per_channel=True)
+    with pytest.raises(ValueError, match=match):
+        ref.epilogue(np.zeros((1, 2), np.int32), ("requant",), params, mult=mult, shift=shift)
+
+
+def test_residual_max_mode():
+    x = np.array([[-300, -5, 5, 300, 10]])
+    r = np.array([[-128, -6, 6, 127, 10]])
+    params = EpilogueParams(residual_op="max")
+    np.testing.assert_array_equal(ref.epilogue(x, ("residual",), params, residual=r),
+                                  [[-128, -5, 6, 127, 10]])  # max, saturated to int8
+    np.testing.assert_array_equal(ref.epilogue(x, ("residual",), EpilogueParams(), residual=r),
+                                  [[-128, -11, 11, 127, 20]])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"per_channel": 1}, "per_channel must be True or False"),
+    ({"residual_op": "min"}, "residual_op must be one of add, max"),
+])
+def test_mode_params_are_validated(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        EpilogueParams(**kwargs)

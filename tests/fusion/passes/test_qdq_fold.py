@@ -8,6 +8,7 @@ from fusion import executor
 from fusion.builder import GraphBuilder
 from fusion.ir import Quant
 from fusion.passes import dce, qdq_fold
+from hwgen.reference import quantize_multiplier
 
 
 def q32(scale, zero_point):
@@ -100,8 +101,7 @@ def test_without_a_quantize_the_accumulator_is_dequantized():
     assert_graphs_equal(fold(b.build([y])), e.build(["mm"]))
 
 
-def test_residual_add_becomes_qadd():
-    qa, qb, qo = q32(0.031, 2), q32(0.047, -5), q32(0.061, 0)
+def residual_add(qa, qb, qo):
     b = GraphBuilder("res")
     a = b.input("a", (2, 3), "int8")
     c = b.input("c", (2, 3), "int8")
@@ -109,13 +109,45 @@ def test_residual_add_becomes_qadd():
     cd = b.op("DequantizeLinear", c, *qparams(b, "c", qb), name="dqc")
     s = b.op("Add", ad, cd, name="add")
     y = b.op("QuantizeLinear", s, *qparams(b, "o", qo), name="q")
-    got = fold(b.build([y]))
+    return b.build([y])
+
+
+def test_residual_add_becomes_qadd_with_int8_input_multipliers():
+    qa, qb, qo = q32(0.031, 2), q32(0.047, -5), q32(0.061, 0)
+    got = fold(residual_add(qa, qb, qo))
 
     e = GraphBuilder("res")
     a = e.input("a", (2, 3), "int8", quant=qa)
     c = e.input("c", (2, 3), "int8", quant=qb)
     e.qadd(a, c, qo, name="add/qadd", outputs=["q"])
     assert_graphs_equal(got, e.build(["q"]))
+    # 31/47 scaled to the largest int8 multiplier; the sum is in units of 0.047 / 94.
+    attrs = got.node("add/qadd").attr_dict
+    assert (attrs["a_mult"], attrs["b_mult"]) == (62, 94)
+    assert (attrs["mult"], attrs["shift"]) == quantize_multiplier(qb.scale[0] /
+                                                                  (qo.scale[0] * 94))
+
+
+def test_a_residual_add_whose_int8_multipliers_cost_over_half_an_lsb_is_refused():
+    # 0.996 is 126.49/127: no int8 pair is nearer than 126/127, 0.0039 off, and with an output
+    # scale a quarter of the inputs' that is up to 2 LSBs for |b| = 127.
+    qa, qb, qo = q32(1.0, 0), q32(0.996, 0), q32(0.25, 0)
+    graph = residual_add(qa, qb, qo)
+    got, _ = qdq_fold.run(graph)
+    assert "Add" in {n.op for n in got.nodes}
+    assert any(line.startswith("add (Add): Add 'add': the int8 multipliers 127/126 approximate "
+                               "the input scale ratio 0.996 to within 1.98 output LSBs, more "
+                               "than the 0.5") for line in qdq_fold.explain(got))
+    # Why: as a qadd anyway (built directly), it is 2 LSBs from ONNX for a = -120, b = 127
+    # (ONNX: (-120 + 0.996 * 127) / 0.25 = 25.97 -> 26; qadd: (-120 * 127 + 127 * 126) / 31.75
+    # = 24).
+    e = GraphBuilder("res")
+    a = e.input("a", (2, 3), "int8", quant=qa)
+    c = e.input("c", (2, 3), "int8", quant=qb)
+    forced = e.build([e.qadd(a, c, qo, name="add/qadd")])
+    inputs = {"a": np.full((2, 3), -120, np.int8), "c": np.full((2, 3), 127, np.int8)}
+    np.testing.assert_array_equal(executor.run(graph, inputs)["q"], 26)
+    np.testing.assert_array_equal(executor.run(forced, inputs)["add/qadd"], 24)
 
 
 def test_qlinear_matmul_becomes_qmatmul_and_requant():

@@ -1,0 +1,218 @@
+"""What each node of a legalized graph becomes on the accelerator, and the chains that may fuse.
+
+Every node is one of:
+
+- a **host step**: a model-boundary conversion (``quantize``, ``dequantize``) or pure data
+  movement (``reshape``, ``flatten``, ``transpose``, ``im2col`` and their ONNX forms). The
+  runtime does these on the host between kernels; they compute nothing the accelerator
+  could, and they are listed in the plan as host steps.
+- a **kernel anchor**: ``qmatmul`` with a constant int8 weight (a GEMM), ``qadd`` (a GEMM with
+  a constant diagonal weight, see :mod:`fusion.compiler.kernels`) or ``maxpool`` (a chain of
+  element-wise max passes).
+- an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
+  epilogue chain; they run fused after an anchor, or as standalone passes.
+
+Anything else is refused with the node's name and the reason: there is no silent fallback to
+the host for arithmetic.
+
+A *chain* is an anchor (or a first epilogue op) followed by the epilogue ops that consume its
+result alone, in the canonical stage order. Which of them fuse is the engine's choice.
+
+Integer lanes: the accelerator computes on int8 and int32. A uint8 tensor is held as int8
+``x - 128`` (its zero point moves by -128); :func:`to_lanes` and :func:`from_lanes` convert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fusion import ops
+from fusion.ir import Graph, Node, Tensor
+from hwgen.config import EPILOGUE_STAGES
+
+#: Host steps: model-boundary conversions and data movement, by op name.
+HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose", "im2col",
+                      "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+#: Epilogue ops and the stage each one is.
+STAGE_OF = {"bias_add": "bias", "requant": "requant", "relu": "relu", "clamp": "clamp"}
+ANCHORS = ("qmatmul", "qadd", "maxpool")
+
+
+class CompileError(ValueError):
+    """The model cannot be compiled for the variant; the message names what and why."""
+
+
+def lanes_offset(dtype: str) -> int:
+    """What is subtracted from a stored value to get its int8 lane value (128 for uint8)."""
+    return 128 if dtype == "uint8" else 0
+
+
+def to_lanes(x: np.ndarray, dtype: str) -> np.ndarray:
+    """A tensor's values as the accelerator holds them (uint8 -> int8 ``x - 128``)."""
+    if dtype == "uint8":
+        return (np.asarray(x).astype(np.int16) - 128).astype(np.int8)
+    return np.asarray(x)
+
+
+def from_lanes(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Inverse of :func:`to_lanes`: lane values back to the tensor's dtype."""
+    if dtype == "uint8":
+        return (np.asarray(x).astype(np.int16) + 128).astype(np.uint8)
+    return np.asarray(x).astype(dtype)
+
+
+def tensor_zp(t: Tensor, node: Node) -> int:
+    """A per-tensor zero point in lane terms; refuses per-channel ones."""
+    q = t.quant
+    if q is None:
+        return 0 - lanes_offset(t.dtype)
+    if q.per_channel and len(set(q.zero_point)) > 1:
+        raise CompileError(f"node {node.name!r} ({node.op}): input {t.name!r} has per-channel "
+                           f"zero points; the accelerator subtracts one zero point per tensor")
+    return int(q.zero_point[0]) - lanes_offset(t.dtype)
+
+
+def last_axis(axis: int, rank: int) -> bool:
+    return axis % max(rank, 1) == max(rank, 1) - 1
+
+
+@dataclass(frozen=True)
+class ChainOp:
+    """An epilogue op in a chain: its node and stage (None: a no-op, like relu on uint8)."""
+
+    node: Node
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Nodes that may run as one kernel: an optional anchor, then epilogue ops in order."""
+
+    anchor: Node | None
+    ops: tuple[ChainOp, ...]
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return ((self.anchor,) if self.anchor is not None else ()) + tuple(o.node for o in
+                                                                         self.ops)
+
+    @property
+    def name(self) -> str:
+        return self.nodes[0].name
+
+    @property
+    def kind(self) -> str:
+        return self.anchor.op if self.anchor is not None else "pass"
+
+
+def _stage(graph: Graph, node: Node) -> str | None:
+    """The epilogue stage of an epilogue op, or None for an identity (relu of uint8)."""
+    x = graph.tensors[node.inputs[0]]
+    rank = len(x.shape)
+    if node.op == "bias_add":
+        if node.inputs[1] not in graph.initializers:
+            raise CompileError(f"node {node.name!r} (bias_add): the bias {node.inputs[1]!r} is "
+                               f"not a constant; the bias stage reads a constant vector")
+        if not last_axis(node.attr("axis", -1), rank):
+            raise CompileError(f"node {node.name!r} (bias_add): the bias runs along axis "
+                               f"{node.attr('axis')} of {x.shape}; the accelerator adds it "
+                               f"along the last axis (the GEMM's columns)")
+    if node.op == "requant" and isinstance(node.attr("mult"), tuple) and \
+            not last_axis(node.attr("axis", -1), rank):
+        raise CompileError(f"node {node.name!r} (requant): per-channel along axis "
+                           f"{node.attr('axis')} of {x.shape}; the accelerator requantizes "
+                           f"per channel along the last axis only")
+    if node.op == "relu" and x.dtype == "uint8":
+        return None  # uint8 values are never negative
+    return STAGE_OF[node.op]
+
+
+def classify(graph: Graph, node: Node) -> str:
+    """``"host"``, ``"anchor"`` or ``"stage"``; raises :class:`CompileError` for the rest."""
+    if node.op in HOST_OPS:
+        return "host"
+    if node.op in STAGE_OF:
+        return "stage"
+    if node.op == "qmatmul":
+        a, b = (graph.tensors[n] for n in node.inputs)
+        if node.inputs[1] not in graph.initializers:
+            raise CompileError(f"node {node.name!r} (qmatmul): its second operand {b.name!r} "
+                               f"is not a constant; the accelerator's GEMMs take constant "
+                               f"weights (an activation x activation product is not supported)")
+        if b.dtype != "int8" or len(b.shape) != 2:
+            raise CompileError(f"node {node.name!r} (qmatmul): weight {b.name!r} is "
+                               f"{b.dtype}{list(b.shape)}; the accelerator needs a 2-D int8 "
+                               f"weight")
+        if b.quant is not None and any(z != 0 for z in b.quant.zero_point):
+            raise CompileError(f"node {node.name!r} (qmatmul): weight {b.name!r} has a non-zero "
+                               f"zero point; quantize weights symmetrically")
+        tensor_zp(a, node)
+        return "anchor"
+    if node.op == "qadd":
+        a, b = (graph.tensors[n] for n in node.inputs)
+        if a.shape != b.shape:
+            raise CompileError(f"node {node.name!r} (qadd): inputs {a.shape} and {b.shape} "
+                               f"differ; the accelerator adds tensors of one shape (no "
+                               f"broadcasting)")
+        for name in ("a_mult", "b_mult"):
+            if not -128 <= node.attr(name) <= 127:
+                raise CompileError(f"node {node.name!r} (qadd): {name}={node.attr(name)} is not "
+                                   f"an int8; the accelerator multiplies the inputs by int8 "
+                                   f"weights (re-run the Q/DQ folding of this hwgen)")
+        tensor_zp(a, node), tensor_zp(b, node)
+        return "anchor"
+    if node.op == "maxpool":
+        tensor_zp(graph.tensors[node.inputs[0]], node)
+        return "anchor"
+    if node.op == "qconv2d":
+        raise CompileError(f"node {node.name!r} (qconv2d) was not put into GEMM form; see "
+                           f"`hwgen inspect` for why conv legalization left it")
+    spec = ops.get(node.op)  # an unknown op raises with the supported list
+    raise CompileError(f"node {node.name!r} ({node.op}: {spec.summary}) has no accelerator "
+                       f"kernel, and the host runs only layout and boundary ops "
+                       f"({', '.join(sorted(HOST_OPS))})")
+
+
+def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
+    """The chains of ``graph`` and its host steps, each in topological order."""
+    outputs = set(graph.outputs)
+    taken: set[str] = set()
+    found: list[Chain] = []
+    host: list[Node] = []
+    for node in graph.topo_order():
+        if node.name in taken:
+            continue
+        role = classify(graph, node)
+        if role == "host":
+            host.append(node)
+            continue
+        anchor = node if role == "anchor" else None
+        items: list[ChainOp] = [] if anchor else [ChainOp(node, _stage(graph, node))]
+        taken.add(node.name)
+        last_rank = _rank(items[-1].stage) if anchor is None else (
+            _rank("requant") if anchor.op == "qadd" else -1)  # qadd ends in its own requant
+        tail = node
+        # maxpool results go straight to memory: no epilogue follows it in the same kernel.
+        while anchor is None or anchor.op != "maxpool":
+            out = tail.outputs[0]
+            users = graph.consumers(out)
+            if out in outputs or len(users) != 1:
+                break
+            nxt = users[0]
+            if nxt.op not in STAGE_OF or nxt.inputs[0] != out:
+                break
+            stage = _stage(graph, nxt)
+            if stage is not None and _rank(stage) <= last_rank:
+                break  # out of the chain's order: it starts a chain of its own
+            items.append(ChainOp(nxt, stage))
+            taken.add(nxt.name)
+            last_rank = _rank(stage) if stage is not None else last_rank
+            tail = nxt
+        found.append(Chain(anchor, tuple(items)))
+    return found, host
+
+
+def _rank(stage: str | None) -> int:
+    return EPILOGUE_STAGES.index(stage) if stage is not None else -1

@@ -1,0 +1,255 @@
+""":func:`compile_model`: graph -> kernels with programs and a memory plan; the plan folder.
+
+The pipeline: prune and legalize the graph (:func:`fusion.passes.driver.optimize`), find the
+chains and host steps (:mod:`fusion.compiler.lower`), choose a cover per chain
+(:mod:`fusion.compiler.engine`), order the steps, plan the external memory
+(:mod:`fusion.compiler.memplan`), then build each kernel's program at its placement through
+the kernel cache. A kernel whose program does not fit the instruction memory with the chosen
+tiling is built with the next-best one, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusion.cache import KernelCache
+from fusion.codegen import ProgramTooLong
+from fusion.compiler import engine
+from fusion.compiler.kernels import KernelSpec
+from fusion.compiler.lower import CompileError, chains
+from fusion.compiler.memplan import MemoryPlan, plan_memory
+from fusion.cost.analytical import AnalyticalModel
+from fusion.cost.model import CostModel
+from fusion.ir import Graph, Node
+from hwgen.config import VariantConfig
+
+PLAN_FORMAT = 1
+
+
+@dataclass
+class KernelStep:
+    """A kernel of the plan: what it computes, its program, and its predicted cycles."""
+
+    spec: KernelSpec
+    compiled: Any  # CompiledGemm / CompiledPass / CompiledMax
+    predicted_cycles: float
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class HostStep:
+    """A node the runtime runs on the host (layout and model-boundary conversions)."""
+
+    node: Node
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass
+class CompiledModel:
+    """A model compiled for one variant."""
+
+    graph: Graph
+    config: VariantConfig
+    steps: list[KernelStep | HostStep]
+    memory: MemoryPlan
+    decisions: list[engine.ChainDecision]
+    fusion: bool
+    cache_stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kernels(self) -> list[KernelStep]:
+        return [s for s in self.steps if isinstance(s, KernelStep)]
+
+    @property
+    def predicted_cycles(self) -> float:
+        return sum(k.predicted_cycles for k in self.kernels)
+
+    def explain(self) -> str:
+        lines = engine.explain_lines(self.decisions)
+        for k in self.kernels:
+            if k.note:
+                lines.append(f"kernel {k.name}: {k.note}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON types (no program words: those go to files)."""
+        steps = []
+        for s in self.steps:
+            if isinstance(s, HostStep):
+                steps.append({"kind": "host", "name": s.name, "op": s.node.op,
+                              "inputs": list(s.node.inputs), "outputs": list(s.node.outputs)})
+                continue
+            sp = s.spec
+            steps.append({
+                "kind": "kernel", "name": s.name, "form": sp.form, "ops": list(sp.nodes),
+                "inputs": list(sp.inputs), "output": sp.output, "shape": [sp.M, sp.K, sp.N],
+                "stages": list(sp.stages), "src_dtype": sp.src_dtype,
+                "out_dtype": sp.out_dtype,
+                "tiling": None if sp.tiling is None else vars(sp.tiling).copy(),
+                "predicted_cycles": round(s.predicted_cycles),
+                "placement": self.memory.placements.get(s.name, {}),
+                "program_words": len(s.compiled.program), "describe": sp.describe(),
+                "note": s.note,
+            })
+        return {"format": PLAN_FORMAT, "model": self.graph.name,
+                "signature": self.graph.signature(), "variant": self.config.key(),
+                "fusion": self.fusion, "predicted_cycles": round(self.predicted_cycles),
+                "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
+                "memory": self.memory.to_dict(), "cache": self.cache_stats}
+
+
+def _order(graph: Graph, kernels: Sequence[KernelSpec], host: Sequence[Node]
+           ) -> list[KernelSpec | Node]:
+    index = {n.name: i for i, n in enumerate(graph.topo_order())}
+    steps: list[KernelSpec | Node] = [*kernels, *host]
+    return sorted(steps, key=lambda s: index[s.nodes[0] if isinstance(s, KernelSpec)
+                                             else s.name])
+
+
+def _reads(step: KernelSpec | Node) -> tuple[str, ...]:
+    return step.inputs
+
+
+def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
+                  model: CostModel | None = None, fusion: bool = True,
+                  min_gain: float = engine.DEFAULT_MIN_GAIN,
+                  optimized: bool = False) -> CompiledModel:
+    """Compile ``graph`` for ``config``.
+
+    Parameters
+    ----------
+    graph : Graph
+        As imported (or already through the passes, with ``optimized=True``).
+    config : VariantConfig
+    cache : KernelCache, optional
+        Where kernel programs are looked up and stored.
+    model : CostModel, optional
+        Prices the candidates; the analytical model by default.
+    fusion : bool
+        False runs every op as its own kernel (``--no-fusion``).
+    min_gain : float
+        See :mod:`fusion.compiler.engine`.
+
+    Raises
+    ------
+    CompileError
+        For a node the accelerator cannot run, a chain with no legal kernel, or a model
+        that does not fit the variant's memory; the message names what and why.
+    """
+    from fusion.passes.driver import optimize
+
+    g = graph if optimized else optimize(graph, legalize=True)
+    model = model or AnalyticalModel()
+    found, host = chains(g)
+    decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain)
+                 for c in found]
+    chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
+    for d in decisions:
+        for option in d.chosen.options:
+            chosen[option.spec.name] = (option.spec, option, d)
+    order = _order(g, [c[0] for c in chosen.values()], host)
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(order):
+        for t in _reads(step):
+            last_use[t] = i
+    for t in g.outputs:
+        last_use[t] = len(order)
+    regions = {s.name: s.regions(config) for s in order if isinstance(s, KernelSpec)}
+    memory = plan_memory(config, order, regions, last_use)
+    before = cache.stats.to_dict() if cache is not None else {}
+    steps: list[KernelStep | HostStep] = []
+    for step in order:
+        if not isinstance(step, KernelSpec):
+            steps.append(HostStep(step))
+            continue
+        spec, option, decision = chosen[step.name]
+        steps.append(_build(config, spec, option, decision, memory.placements[spec.name],
+                            cache))
+    stats = {}
+    if cache is not None:
+        after = cache.stats.to_dict()
+        stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
+    return CompiledModel(g, config, steps, memory, decisions, fusion, stats)
+
+
+def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
+           decision: engine.ChainDecision, placement: dict[str, int],
+           cache: KernelCache | None) -> KernelStep:
+    """Build the program; for a GEMM whose program is too long, try the next tilings."""
+    alternatives = [option]
+    if spec.tiling is not None:
+        alternatives += [o for o in decision.tilings if o.spec is not None and o is not option
+                         and o.spec.nodes == spec.nodes]
+    note, error = "", None
+    for alt in alternatives:
+        try:
+            compiled = alt.spec.compile(config, placement, cache)
+        except ProgramTooLong as exc:
+            error = exc
+            t = alt.spec.tiling
+            note += (f"tiling tm={t.tm} tn={t.tn} kt={t.kt} {t.order} does not fit the "
+                     f"instruction memory ({exc}); ")
+            continue
+        except ValueError as exc:
+            raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): {exc}") from None
+        if alt is not option:
+            note += "built with the next-best tiling"
+        return KernelStep(alt.spec, compiled, alt.cycles, note)
+    raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no tiling gives a program "
+                       f"that fits the instruction memory ({error}); generate a variant with "
+                       f"a larger --imem-depth")
+
+
+# -- the plan folder ---------------------------------------------------------------------------
+
+
+def _file_stem(index: int, name: str) -> str:
+    return f"{index:02d}_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
+
+
+def write_plan(compiled: CompiledModel, folder: Path | str) -> dict[str, Any]:
+    """Write ``plan.json`` and, per kernel, its listing (``.asm``) and binary (``.bin``).
+
+    The binary is the program's 64-bit words, little-endian; ``plan.json`` records each one's
+    SHA-256 so a changed file is noticed.
+
+    Returns
+    -------
+    dict
+        What ``plan.json`` holds.
+    """
+    folder = Path(folder)
+    (folder / "kernels").mkdir(parents=True, exist_ok=True)
+    plan = compiled.to_dict()
+    kernel_steps = iter(compiled.kernels)
+    for i, entry in enumerate(plan["steps"]):
+        if entry["kind"] != "kernel":
+            continue
+        k = next(kernel_steps)
+        stem = _file_stem(i, k.name)
+        words = np.asarray(k.compiled.program, dtype="<u8").tobytes()
+        (folder / "kernels" / f"{stem}.bin").write_bytes(words)
+        (folder / "kernels" / f"{stem}.asm").write_text(k.compiled.source)
+        entry["binary"] = f"kernels/{stem}.bin"
+        entry["listing"] = f"kernels/{stem}.asm"
+        entry["sha256"] = hashlib.sha256(words).hexdigest()
+    tmp = folder / "plan.json.tmp"
+    tmp.write_text(json.dumps(plan, indent=1))
+    tmp.replace(folder / "plan.json")
+    (folder / "explain.txt").write_text(compiled.explain() + "\n")
+    return plan

@@ -1,0 +1,580 @@
+"""Standalone epilogue kernels: one pass over a tensor, and an element-wise max of tensors.
+
+A model compiler runs the epilogue stages on their own where no GEMM precedes them (a
+requantize or a residual add between layers), and max pooling as a chain of passes whose
+residual stage computes ``sat8(max(x, r))`` (``EpilogueParams.residual_op == "max"``, CSR
+``res_mode``). Both are built from :mod:`fusion.epilogue_pass` and ``epilogue_pass.j2``, over
+tensors in the tile-blocked ``[Mb][Nb][R][C]`` layout of :mod:`fusion.layout`, and cached
+like the GEMMs (:mod:`fusion.kernel_store`): the key is the signature (variant, shape,
+dtypes, stages, quantization, placement), the value the program with metadata naming the
+regions; the operands are packed per run.
+
+Regions (``name -> bytes`` before building: :func:`pass_regions`, :func:`max_regions`):
+
+- a pass: ``src``, ``bias`` (for the bias stage or per-channel requantize), ``residual``
+  (int8 tiles, for the residual stage), ``out``;
+- a max of n inputs: ``in0`` .. ``in{n-1}``, ``tmp0`` and ``tmp1`` (the ping-pong of the
+  intermediate results, only as many as the chain needs: none for 2 inputs, one for 3),
+  ``out``.
+
+The geometry is that of an M x 1 x N GEMM (:class:`fusion.layout.GemmDims`, K unused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fusion import layout
+from fusion.cache import CompiledKernel, KernelCache
+from fusion.codegen import assemble_program, load_bytes, render
+from fusion.epilogue_pass import pass_context, reads_bias_region
+from fusion.kernel_store import placement_key
+from fusion.layout import GemmDims, Region
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams, check_stages, epilogue, to_dtype
+
+#: Element types of a pass's input and output, and their names in the templates.
+DTYPES = {"int8": "i8", "int32": "i32"}
+
+
+def _dims(config: VariantConfig, M: int, N: int) -> GemmDims:  # noqa: N803
+    return GemmDims(config, M, 1, N)  # a pass has no reduction: K is unused
+
+
+def _dtype(value: Any, what: str) -> str:
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"{what} must be int8 or int32, not {value!r}")
+    return name
+
+
+def _per_channel(stages: Sequence[str], params: EpilogueParams) -> bool:
+    if params.per_channel and "requant" not in stages:
+        raise ValueError(f"per-channel requantize (params.per_channel) needs the requant stage, "
+                         f"but the stages are ({', '.join(stages) or 'none'}); add requant or "
+                         f"use per_channel=False")
+    return params.per_channel
+
+
+def _pass_operands(M: int, N: int, stages: Sequence[str], params: EpilogueParams,  # noqa: N803
+                   src_dtype: str) -> dict[str, tuple[str, list[int]]]:
+    """Operand -> (dtype name, shape) of a pass, in region order."""
+    ops = {"src": (src_dtype, [M, N])}
+    if "bias" in stages:
+        ops["bias"] = ("int32", [N])
+    if _per_channel(stages, params):
+        ops["mult"], ops["shift"] = ("int32", [N]), ("int32", [N])
+    if "residual" in stages:
+        ops["residual"] = ("int8", [M, N])
+    return ops
+
+
+def _tensor_bytes(dims: GemmDims, dtype: str) -> int:
+    return dims.Mb * dims.Nb * dims.tile_bytes(np.dtype(dtype).itemsize)
+
+
+def _pass_sizes(dims: GemmDims, stages: tuple[str, ...], params: EpilogueParams,
+                src_dtype: str, out_dtype: str) -> dict[str, int]:
+    _per_channel(stages, params)  # refuse per-channel without requant here too
+    sizes = {"src": _tensor_bytes(dims, src_dtype)}
+    if reads_bias_region(stages, params):
+        sizes["bias"] = layout.bias_region_bytes(dims, params)
+    if "residual" in stages:
+        sizes["residual"] = _tensor_bytes(dims, "int8")
+    sizes["out"] = _tensor_bytes(dims, out_dtype)
+    return sizes
+
+
+def pass_regions(
+    config: VariantConfig,
+    M: int,  # noqa: N803 - the layout's customary names
+    N: int,  # noqa: N803
+    *,
+    stages: Sequence[str],
+    params: EpilogueParams | None = None,
+    src_dtype: Any = "int32",
+    out_dtype: Any = "int32",
+) -> dict[str, int]:
+    """The memory regions :func:`compiled_pass` uses, without building the program.
+
+    Parameters
+    ----------
+    config, M, N, stages, params, src_dtype, out_dtype
+        As for :func:`compiled_pass`.
+
+    Returns
+    -------
+    dict of str to int
+        ``name -> bytes`` in allocation order: ``src``, ``bias`` (when there is a bias
+        region), ``residual`` (when the residual stage runs), ``out``.
+
+    Raises
+    ------
+    ValueError
+        A stage not in the variant's chain or out of order, a dtype other than int8 or
+        int32, or a non-positive dimension.
+    """
+    stages = check_stages(stages, config.epilogue)
+    params = params if params is not None else EpilogueParams()
+    return _pass_sizes(_dims(config, M, N), stages, params,
+                       _dtype(src_dtype, "src_dtype"), _dtype(out_dtype, "out_dtype"))
+
+
+def _check_value(name: str, value: Any, dtype: str, shape: Sequence[int],
+                 what: str) -> np.ndarray:
+    """``value`` as an array of ``dtype``, refused with a message naming the operand."""
+    if value is None:
+        raise ValueError(f"the {what} needs a {name} operand: {dtype} of shape {tuple(shape)}")
+    x = np.asarray(value)
+    if list(x.shape) != list(shape):
+        raise ValueError(f"operand {name} has shape {x.shape}, the {what} was compiled for "
+                         f"{tuple(shape)}")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"operand {name} must be an integer array ({dtype}), not {x.dtype}")
+    info = np.iinfo(dtype)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+        raise ValueError(f"operand {name} has values outside {dtype} "
+                         f"({int(x.min())}..{int(x.max())}); the {what} was compiled for "
+                         f"{dtype}")
+    return x.astype(dtype)
+
+
+def _pack_bias_region(dims: GemmDims, params: EpilogueParams, stages: Sequence[str],
+                      values: Mapping[str, np.ndarray]) -> bytes:
+    if not _per_channel(stages, params):
+        return layout.pack_bias(dims, values["bias"])
+    # Per-channel requantize: one (bias, multipliers, shifts) row group per column block
+    # (hwgen/epilogue.py); a pass without the bias stage has zero bias rows.
+    return layout.pack_bias_group(dims, values.get("bias"), values["mult"], values["shift"])
+
+
+@dataclass(frozen=True, eq=False)
+class _Compiled:
+    """What the standalone kernels share: a cached program with regions and figures."""
+
+    config: VariantConfig
+    kernel: CompiledKernel
+
+    @functools.cached_property
+    def meta(self) -> dict[str, Any]:
+        return self.kernel.metadata
+
+    @property
+    def dims(self) -> GemmDims:
+        m, n = self.meta["shape"]
+        return _dims(self.config, m, n)
+
+    @property
+    def program(self) -> list[int]:
+        return list(self.kernel.words)
+
+    @property
+    def source(self) -> str:
+        return self.kernel.source
+
+    @property
+    def regions(self) -> dict[str, Region]:
+        return {name: Region(name, int(a), int(n)) for name, (a, n) in self.meta["regions"].items()}
+
+    @property
+    def placement(self) -> dict[str, int] | None:
+        return self.meta["placement"]
+
+    @property
+    def reads(self) -> dict[str, tuple[int, int]]:
+        return {name: (int(a), int(n)) for name, (a, n) in self.meta["reads"].items()}
+
+    @property
+    def bytes_loaded(self) -> int:
+        return int(self.meta["bytes_loaded"])
+
+    @property
+    def bytes_stored(self) -> int:
+        return int(self.meta["bytes_stored"])
+
+    @property
+    def ideal_cycles(self) -> int:
+        return int(self.meta["ideal_cycles"])
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(self.meta["dtypes"]["out"])
+
+    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
+        """The M x N result from the bytes read back at :attr:`reads` (``"out"``).
+
+        ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
+        those bytes itself.
+        """
+        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = np.asarray(data, np.uint8).tobytes()
+        return layout.unpack_tiles(self.dims, bytes(data), self.out_dtype)
+
+    def _write(self, name: str, blob: bytes) -> tuple[int, bytes]:
+        addr, nbytes = self.meta["regions"][name]
+        if len(blob) != nbytes:  # the layout code changed under the cached entry
+            raise ValueError(f"operand {name} packs to {len(blob)} bytes but its region holds "
+                             f"{nbytes}; clear the kernel cache")
+        return int(addr), blob
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledPass(_Compiled):
+    """A cached epilogue pass and what is needed to run it on given operands.
+
+    Attributes mirror :class:`fusion.kernel_store.CompiledGemm` where they mean the same
+    (``config``, ``dims``, ``stages``, ``params``, ``program``, ``source``, ``reads``,
+    ``bytes_loaded``, ``bytes_stored``, ``ideal_cycles``), plus ``src_dtype``, ``regions``
+    and ``placement``.
+    """
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return tuple(self.meta["stages"])
+
+    @property
+    def params(self) -> EpilogueParams:
+        return EpilogueParams(**self.meta["quant"])
+
+    @property
+    def src_dtype(self) -> np.dtype:
+        return np.dtype(self.meta["dtypes"]["src"])
+
+    def _values(self, operands: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        what = f"epilogue pass ({', '.join(self.stages) or 'no stage'})"
+        return {name: _check_value(name, operands.get(name), dtype, shape, what)
+                for name, (dtype, shape) in self.meta["operands"].items()}
+
+    def memory(self, src: np.ndarray, *, bias: np.ndarray | None = None,
+               residual: np.ndarray | None = None, mult: np.ndarray | None = None,
+               shift: np.ndarray | None = None) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes that put the operands where the program reads.
+
+        Operands no stage uses are ignored. ``mult`` and ``shift`` are the per-channel
+        requantize vectors (N int32 each, with ``params.per_channel``).
+
+        Raises
+        ------
+        ValueError
+            A missing operand, or one whose shape or values do not match the metadata
+            (naming it and what the kernel was compiled for).
+        """
+        values = self._values({"src": src, "bias": bias, "residual": residual, "mult": mult,
+                               "shift": shift})
+        dims, writes = self.dims, [self._write("src", layout.pack_tiles(
+            self.dims, values["src"], self.src_dtype.type))]
+        if "bias" in self.meta["regions"]:
+            writes.append(self._write("bias", _pack_bias_region(dims, self.params, self.stages,
+                                                                values)))
+        if "residual" in values:
+            writes.append(self._write("residual", layout.pack_tiles(dims, values["residual"])))
+        return writes
+
+    def expected(self, src: np.ndarray, *, bias: np.ndarray | None = None,
+                 residual: np.ndarray | None = None, mult: np.ndarray | None = None,
+                 shift: np.ndarray | None = None) -> np.ndarray:
+        """The reference result for these operands (numpy, no hardware), M x N."""
+        values = self._values({"src": src, "bias": bias, "residual": residual, "mult": mult,
+                               "shift": shift})
+        extra = {name: values[name] for name in ("mult", "shift") if name in values}
+        out = epilogue(values["src"], self.stages, self.params, bias=values.get("bias"),
+                       residual=values.get("residual"), **extra)
+        return to_dtype(out, self.out_dtype)
+
+
+def _figures(config: VariantConfig, program: Any, rows: int, stored: int) -> dict[str, int]:
+    loaded = load_bytes(config, program.instrs)
+    w = config.port_bytes
+    # Every unit at full rate with perfect overlap: an epilogue row a cycle, a word a cycle
+    # on each memory channel.
+    return {"bytes_loaded": loaded, "bytes_stored": stored,
+            "ideal_cycles": max(rows, -(-loaded // w), -(-stored // w)),
+            "program_words": len(program.words)}
+
+
+def _meta(kind: str, config: VariantConfig, dims: GemmDims, regions: Mapping[str, Region],
+          parts: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "variant": config.key(), "shape": [dims.M, dims.N],
+            "dtypes": parts["dtypes"], "placement": parts["placement"],
+            "regions": {name: [r.addr, r.nbytes] for name, r in regions.items()},
+            "reads": {"out": [regions["out"].addr, regions["out"].nbytes]}, **extra}
+
+
+def pass_key_parts(config: VariantConfig, M: int, N: int, *,  # noqa: N803
+                   stages: Sequence[str], params: EpilogueParams | None = None,
+                   src_dtype: Any = "int32", out_dtype: Any = "int32",
+                   placement: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cache key parts of an epilogue pass's program."""
+    stages = check_stages(stages, config.epilogue)
+    params = params if params is not None else EpilogueParams()
+    src, out = _dtype(src_dtype, "src_dtype"), _dtype(out_dtype, "out_dtype")
+    ops = _pass_operands(M, N, stages, params, src)
+    return {"op": "pass", "variant": config.key(), "shape": [M, N],
+            "dtypes": {**{name: dt for name, (dt, _) in ops.items()}, "out": out},
+            "stages": list(stages), "quant": dataclasses.asdict(params),
+            "placement": placement_key(placement)}
+
+
+def compiled_pass(
+    config: VariantConfig,
+    M: int,  # noqa: N803 - the layout's customary names
+    N: int,  # noqa: N803
+    *,
+    stages: Sequence[str],
+    params: EpilogueParams | None = None,
+    src_dtype: Any = "int32",
+    out_dtype: Any = "int32",
+    placement: Mapping[str, int] | None = None,
+    cache: KernelCache | None = None,
+) -> CompiledPass:
+    """One memory-to-memory epilogue pass over an M x N tile-blocked tensor.
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant to run on.
+    M, N : int
+        The tensor's shape.
+    stages : sequence of str
+        The stages to apply, an ordered subset of ``config.epilogue`` (empty: a copy that
+        converts between the dtypes).
+    params : EpilogueParams, optional
+        The requantize, clamp and residual CSR values (identity defaults).
+    src_dtype, out_dtype : {"int32", "int8"} or numpy dtype
+        The element types of the input and of the output. An int8 input is sign-extended;
+        an int8 output keeps the low byte of each lane (:func:`hwgen.reference.to_dtype`),
+        which is exact after requant or residual.
+    placement : mapping of str to int, optional
+        The word address of every region of :func:`pass_regions` (exactly those); by default
+        they are allocated first fit from word 0. Part of the cache key.
+    cache : KernelCache, optional
+        Where to look and store; without one the kernel is built every time.
+
+    Returns
+    -------
+    CompiledPass
+
+    Raises
+    ------
+    ValueError
+        A stage not in the chain or out of order, a dtype other than int8 or int32, a
+        placement that misses, adds or overlaps regions or runs past the memory, a tensor
+        too large for the memory, or a tile that does not fit the epilogue scratchpad.
+    """
+    stages = check_stages(stages, config.epilogue)
+    params = params if params is not None else EpilogueParams()
+    src_dt, out_dt = _dtype(src_dtype, "src_dtype"), _dtype(out_dtype, "out_dtype")
+    dims = _dims(config, M, N)
+    what = f"{M}x{N} epilogue pass ({', '.join(stages) or 'no stage'})"
+    regions = layout.place(config, _pass_sizes(dims, stages, params, src_dt, out_dt),
+                           placement, what=what)
+    parts = pass_key_parts(config, M, N, stages=stages, params=params, src_dtype=src_dt,
+                           out_dtype=out_dt, placement=placement)
+
+    def build() -> CompiledKernel:
+        text = render("epilogue_pass.j2", **pass_context(
+            dims, stages=stages, params=params, src=regions["src"], src_dt=DTYPES[src_dt],
+            out=regions["out"], out_dt=DTYPES[out_dt], bias=regions.get("bias"),
+            residual=regions.get("residual"), prefix="pass", halt=True))
+        program = assemble_program(config, text, what=what)
+        ops = _pass_operands(M, N, stages, params, src_dt)
+        meta = _meta("pass", config, dims, regions, parts, stages=list(stages),
+                     quant=dataclasses.asdict(params),
+                     operands={name: [dt, shape] for name, (dt, shape) in ops.items()},
+                     **_figures(config, program, dims.Mb * dims.Nb * dims.R,
+                                regions["out"].nbytes))
+        return CompiledKernel.create(program.words, program.text, meta)
+
+    return CompiledPass(config, _lookup(config, parts, build, cache))
+
+
+def _lookup(config: VariantConfig, parts: dict[str, Any], build: Any,
+            cache: KernelCache | None) -> CompiledKernel:
+    kernel = build() if cache is None else cache.get_or_build(parts, build)
+    if kernel.metadata.get("variant") != config.key():
+        raise ValueError(f"the cached kernel was compiled for variant "
+                         f"{kernel.metadata.get('variant')!r}, not {config.key()!r}")
+    return kernel
+
+
+# -- element-wise max -----------------------------------------------------------------------
+
+
+def _check_max(config: VariantConfig, n_inputs: int) -> None:
+    if "residual" not in config.epilogue:
+        raise ValueError(
+            f"an element-wise max runs on the residual stage (in max mode), which this "
+            f"variant's epilogue chain ({', '.join(config.epilogue) or 'empty'}) lacks; use a "
+            f"variant generated with the residual stage")
+    if not isinstance(n_inputs, int) or isinstance(n_inputs, bool) or n_inputs < 2:
+        raise ValueError(f"an element-wise max needs n_inputs >= 2 tensors, not {n_inputs!r}")
+
+
+def _max_sizes(dims: GemmDims, n_inputs: int) -> dict[str, int]:
+    plane = _tensor_bytes(dims, "int8")
+    sizes = {f"in{i}": plane for i in range(n_inputs)}
+    # n - 1 passes; all but the last store an intermediate, alternating between two buffers
+    # so that no pass reads the region it writes.
+    sizes.update({f"tmp{t}": plane for t in range(min(2, n_inputs - 2))})
+    sizes["out"] = plane
+    return sizes
+
+
+def max_regions(config: VariantConfig, M: int, N: int, n_inputs: int) -> dict[str, int]:  # noqa: N803
+    """The memory regions :func:`compiled_max` uses, without building the program.
+
+    Returns
+    -------
+    dict of str to int
+        ``name -> bytes`` in allocation order: ``in0`` .. ``in{n-1}``, ``tmp0`` (3 or more
+        inputs), ``tmp1`` (4 or more), ``out``; each an int8 tile-blocked M x N tensor.
+
+    Raises
+    ------
+    ValueError
+        As :func:`compiled_max`.
+    """
+    _check_max(config, n_inputs)
+    return _max_sizes(_dims(config, M, N), n_inputs)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledMax(_Compiled):
+    """A cached element-wise max of ``n_inputs`` int8 tensors.
+
+    Attributes as for :class:`CompiledPass`; ``n_inputs`` the number of inputs.
+    """
+
+    @property
+    def n_inputs(self) -> int:
+        return int(self.meta["n_inputs"])
+
+    def _values(self, inputs: Sequence[np.ndarray] | None,
+                named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        n = self.n_inputs
+        if inputs is not None and named:
+            raise ValueError("give the inputs of an element-wise max either as a sequence or "
+                             "as in0=, in1=, ... keywords, not both")
+        if inputs is None:
+            unknown = sorted(set(named) - {f"in{i}" for i in range(n)})
+            if unknown:
+                raise ValueError(f"the element-wise max has inputs in0..in{n - 1}, not "
+                                 f"{', '.join(unknown)}")
+            inputs = [named.get(f"in{i}") for i in range(n)]
+        elif isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
+            raise ValueError(f"the inputs of an element-wise max are a sequence of {n} arrays, "
+                             f"not {type(inputs).__name__}")
+        if len(inputs) != n:
+            raise ValueError(f"the element-wise max was compiled for {n} inputs, "
+                             f"got {len(inputs)}")
+        shape = self.meta["shape"]
+        return [_check_value(f"in{i}", x, "int8", shape, "element-wise max")
+                for i, x in enumerate(inputs)]
+
+    def memory(self, inputs: Sequence[np.ndarray] | None = None,
+               **named: np.ndarray) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes of the inputs (M x N int8 each).
+
+        The inputs are a sequence in order, or keywords ``in0=``, ``in1=``, ... (the region
+        names, as a model compiler holds its operands).
+
+        Raises
+        ------
+        ValueError
+            The wrong number of inputs (or a missing or unknown name), or one of the wrong
+            shape or out of int8.
+        """
+        return [self._write(f"in{i}", layout.pack_tiles(self.dims, x))
+                for i, x in enumerate(self._values(inputs, named))]
+
+    def expected(self, inputs: Sequence[np.ndarray] | None = None,
+                 **named: np.ndarray) -> np.ndarray:
+        """The reference result, ``np.maximum.reduce`` of the inputs (int8, M x N); the
+        inputs as for :meth:`memory`."""
+        return np.maximum.reduce(self._values(inputs, named)).astype(np.int8)
+
+
+def max_key_parts(config: VariantConfig, M: int, N: int, n_inputs: int, *,  # noqa: N803
+                  placement: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cache key parts of an element-wise max's program."""
+    return {"op": "max", "variant": config.key(), "shape": [M, N], "n_inputs": n_inputs,
+            "dtypes": {**{f"in{i}": "int8" for i in range(n_inputs)}, "out": "int8"},
+            "placement": placement_key(placement)}
+
+
+def compiled_max(
+    config: VariantConfig,
+    M: int,  # noqa: N803 - the layout's customary names
+    N: int,  # noqa: N803
+    n_inputs: int,
+    *,
+    placement: Mapping[str, int] | None = None,
+    cache: KernelCache | None = None,
+) -> CompiledMax:
+    """The element-wise max of ``n_inputs`` int8 M x N tensors, as one program.
+
+    A chain of ``n_inputs - 1`` epilogue passes with only the residual stage in max mode
+    (``EpilogueParams(residual_op="max")``): pass 1 takes ``in0`` as its input and ``in1`` as
+    its residual, pass i the previous result and ``in{i}``; the intermediates alternate
+    between ``tmp0`` and ``tmp1`` and the last pass writes ``out``. Each pass starts by
+    waiting for the jobs before it, and only the last halts. Max pooling is this with one
+    input per window position (the host gathers each position into a plane).
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant; its epilogue chain must have the residual stage.
+    M, N : int
+        The shape of every input and of the output.
+    n_inputs : int
+        How many tensors, at least 2.
+    placement : mapping of str to int, optional
+        The word address of every region of :func:`max_regions` (exactly those); by default
+        they are allocated first fit from word 0. Part of the cache key.
+    cache : KernelCache, optional
+        Where to look and store; without one the kernel is built every time.
+
+    Returns
+    -------
+    CompiledMax
+
+    Raises
+    ------
+    ValueError
+        No residual stage in the variant, fewer than 2 inputs, a bad placement, a problem
+        too large for the memory, or a program longer than the instruction memory.
+    """
+    _check_max(config, n_inputs)
+    dims = _dims(config, M, N)
+    what = f"{M}x{N} element-wise max of {n_inputs} inputs"
+    regions = layout.place(config, _max_sizes(dims, n_inputs), placement, what=what)
+    parts = max_key_parts(config, M, N, n_inputs, placement=placement)
+
+    def build() -> CompiledKernel:
+        params = EpilogueParams(residual_op="max")
+        texts, src = [], regions["in0"]
+        for i in range(1, n_inputs):
+            last = i == n_inputs - 1
+            dst = regions["out"] if last else regions[f"tmp{(i - 1) % 2}"]
+            texts.append(render("epilogue_pass.j2", **pass_context(
+                dims, stages=("residual",), params=params, src=src, src_dt="i8", out=dst,
+                out_dt="i8", residual=regions[f"in{i}"], prefix=f"max{i}", halt=last)))
+            src = dst
+        program = assemble_program(config, "\n".join(texts), what=what)
+        passes = n_inputs - 1
+        meta = _meta("max", config, dims, regions, parts, n_inputs=n_inputs,
+                     **_figures(config, program, passes * dims.Mb * dims.Nb * dims.R,
+                                passes * regions["out"].nbytes))
+        return CompiledKernel.create(program.words, program.text, meta)
+
+    return CompiledMax(config, _lookup(config, parts, build, cache))

@@ -1,0 +1,131 @@
+"""The engine: chains, legality vs profitability, covers, before/expected plans."""
+
+import numpy as np
+import pytest
+
+from fusion.builder import GraphBuilder
+from fusion.compiler.engine import decide_chain
+from fusion.compiler.lower import CompileError, chains
+from fusion.compiler.plan import compile_model
+from fusion.cost.analytical import AnalyticalModel
+from fusion.ir import Quant
+from hwgen.config import VariantConfig
+
+ALL = ("bias", "requant", "relu", "clamp", "residual")
+
+
+def _layer(m=64, k=64, n=64, *, relu=True, clamp=False, x_dtype="int8", x_zp=0):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("layer")
+    x = b.input("x", (m, k), x_dtype, quant=Quant(0.05, x_zp))
+    w = b.const("w", rng.integers(-127, 128, (k, n)).astype(np.int8),
+                quant=Quant(tuple([0.003] * n), (0,) * n, 1))
+    acc = b.qmatmul(x, w, name="mm")
+    acc = b.bias_add(acc, b.const("bvec", rng.integers(-999, 999, n).astype(np.int32)),
+                     name="bias")
+    y = b.requant(acc, Quant(0.1, 0), name="req")
+    if relu:
+        y = b.relu(y, name="relu")
+    if clamp:
+        y = b.clamp(y, -20, 90, name="clamp")
+    return b.build(outputs=[y])
+
+
+def _plan(graph, config, **kw):
+    compiled_chains, _ = chains(graph)
+    return [decide_chain(graph, config, AnalyticalModel(), c, **kw) for c in compiled_chains]
+
+
+def _kernels(decisions):
+    return [[n.rsplit("/", 1)[-1] for n in k.nodes] for d in decisions for k in d.kernels]
+
+
+def test_full_chain_fuses_into_one_kernel():
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    decisions = _plan(_layer(), config)
+    assert _kernels(decisions) == [["mm", "bias", "req", "relu"]]
+    assert decisions[0].kernels[0].stages == ("bias", "requant", "relu")
+
+
+def test_no_fusion_runs_every_op_alone():
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    decisions = _plan(_layer(), config, fusion=False)
+    assert _kernels(decisions) == [["mm"], ["bias"], ["req"], ["relu"]]
+    assert [k.form for k in decisions[0].kernels] == ["gemm", "pass", "pass", "pass"]
+
+
+def test_a_stage_the_variant_lacks_is_refused_with_the_reason():
+    config = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant"))
+    with pytest.raises(CompileError, match="relu"):
+        _plan(_layer(), config)
+    # without the relu every legal cover is weighed and the fused one wins
+    decisions = _plan(_layer(relu=False), config)
+    assert _kernels(decisions) == [["mm", "bias", "req"]]
+
+
+def test_variant_chain_order_limits_what_fuses():
+    # clamp before requant in the variant: the GEMM may fuse bias only; the rest are passes
+    config = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant", "relu"))
+    decisions = _plan(_layer(relu=True), config)
+    refused = [c for c in decisions[0].covers if c.status == "refused"]
+    assert not refused  # every cover is legal on the full order
+    assert _kernels(decisions) == [["mm", "bias", "req", "relu"]]
+
+
+def test_min_gain_keeps_the_unfused_cover():
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    decisions = _plan(_layer(), config, min_gain=0.99)
+    assert _kernels(decisions) == [["mm"], ["bias"], ["req"], ["relu"]]
+    assert "minimum gain" in decisions[0].note
+
+
+def test_explain_prices_every_cover_and_says_why_losers_lost():
+    from fusion.compiler.engine import explain_lines
+
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    decisions = _plan(_layer(), config)
+    covers = decisions[0].covers
+    assert len(covers) == 8  # 2**(4-1) ways to cut a chain of four
+    chosen = [c for c in covers if c.status == "chosen"]
+    assert len(chosen) == 1
+    assert all(c.cycles > chosen[0].cycles for c in covers if c.status == "lost")
+    text = "\n".join(explain_lines(decisions))
+    assert "chosen" in text and "lost: +" in text
+    assert "weight layout row-major: refused" in text
+    assert "tm=" in text  # the tiling candidates of the GEMM
+
+
+def test_maxpool_without_residual_stage_is_refused():
+    b = GraphBuilder("pool")
+    x = b.input("x", (1, 4, 8, 8), "int8", quant=Quant(0.1, 0))
+    y = b.maxpool(x, (2, 2), strides=(2, 2), name="pool")
+    g = b.build(outputs=[y])
+    with pytest.raises(CompileError, match="residual"):
+        _plan(g, VariantConfig(rows=4, cols=4, epilogue=("bias", "requant")))
+
+
+def test_input_zero_point_is_folded_into_the_bias():
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    g = _layer(x_dtype="uint8", x_zp=0)  # lanes x - 128, zero point -128
+    spec = _plan(g, config)[0].kernels[0]
+    w = g.initializers["w"].astype(np.int64)
+    expected = g.initializers["bvec"] + 128 * w.sum(axis=0)
+    np.testing.assert_array_equal(spec.consts["bias"], expected)
+
+
+def test_unsupported_node_is_refused_by_name():
+    b = GraphBuilder("act_act")
+    x = b.input("x", (4, 8), "int8", quant=Quant(0.1, 0))
+    y = b.input("y", (8, 4), "int8", quant=Quant(0.1, 0))
+    out = b.qmatmul(x, y, name="mm")
+    g = b.build(outputs=[out])
+    with pytest.raises(CompileError, match="'mm'.*not a constant"):
+        compile_model(g, VariantConfig(rows=4, cols=4, epilogue=ALL), optimized=True)
+
+
+def test_a_model_too_big_for_the_memory_is_refused_saying_what():
+    from fusion.compiler.synthetic import mlp
+
+    small = VariantConfig(rows=4, cols=4, epilogue=ALL, mem_addr_bits=12)
+    with pytest.raises(CompileError, match=r"bytes of external memory.*--mem-addr-bits"):
+        compile_model(mlp(layers=2, width=256, batch=64), small, optimized=True)
