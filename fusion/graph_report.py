@@ -42,7 +42,7 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
         raise GraphError(f"{path} is neither an ONNX model (.onnx) nor an hwgen JSON graph "
                          f"(.json); give one of those")
     if not path.is_file():
-        raise GraphError(f"no {kind} at {path}")
+        raise GraphError(f"no {kind}{' model' if kind == 'ONNX' else ''} at {path}")
     if kind == "ONNX":
         from fusion.frontend.onnx_import import import_onnx
 

@@ -92,7 +92,7 @@ def test_input_shape_resolves_dynamic_dimensions(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["inspect", "/nonexistent/m.onnx"], "no ONNX at /nonexistent/m.onnx"),
+    (["inspect", "/nonexistent/m.onnx"], "no ONNX model at /nonexistent/m.onnx"),
     (["inspect", "model.txt"], "model.txt is neither an ONNX model (.onnx) nor an hwgen JSON "
                                "graph (.json)"),
     (["inspect", "{dyn}"], "graph input 'x' has a dynamic shape ('N', 4); hwgen needs static "

@@ -84,13 +84,31 @@ class ChainDecision:
 
 
 def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain,
-                     start: int, stop: int) -> list[Option]:
-    """Every priced candidate of one segment, best first (refusals last)."""
+                     start: int, stop: int, memo: dict | None = None) -> list[Option]:
+    """Every priced candidate of one segment, best first (refusals last).
+
+    ``memo`` maps a segment's shape (form, sizes, stages, params, dtypes) to its priced
+    tilings, so identical layers are priced once per compile.
+    """
     try:
         base = spec_for(graph, config, chain, start, stop)
         check_stages(base.stages, config.epilogue)
     except (CompileError, ValueError) as exc:
         return [Option(None, None, _why(exc, config))]
+    key = (base.form, base.M, base.K, base.N, base.stages, base.params, base.src_dtype,
+           base.out_dtype, base.n_inputs)
+    if memo is not None and key in memo:
+        return [Option(None, None, o.refused) if o.spec is None else
+                Option(spec_for(graph, config, chain, start, stop, tiling=o.spec.tiling),
+                       o.cycles) for o in memo[key]]
+    options = _price(graph, config, model, chain, start, stop, base)
+    if memo is not None:
+        memo[key] = options
+    return options
+
+
+def _price(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, start: int,
+           stop: int, base: KernelSpec) -> list[Option]:
     if base.form == "pass":
         try:
             cycles = model.predict_pass(config, base.M, base.N, stages=base.stages,
@@ -142,7 +160,8 @@ def _why(exc: Exception, config: VariantConfig) -> str:
 
 
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
-                 fusion: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> ChainDecision:
+                 fusion: bool = True, min_gain: float = DEFAULT_MIN_GAIN,
+                 memo: dict | None = None) -> ChainDecision:
     """Price every cover of ``chain`` and choose one (see the module docstring).
 
     Raises
@@ -159,7 +178,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
             if chain.kind == "maxpool" and (i, j) != (0, 1):
                 seg[(i, j)] = [Option(None, None, "maxpool fuses nothing")]
             else:
-                seg[(i, j)] = _segment_options(graph, config, model, chain, i, j)
+                seg[(i, j)] = _segment_options(graph, config, model, chain, i, j, memo)
         return seg[(i, j)]
 
     covers = []

@@ -156,8 +156,9 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     g = graph if optimized else optimize(graph, legalize=True)
     model = model or AnalyticalModel()
     found, host = chains(g)
-    decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain)
-                 for c in found]
+    memo: dict = {}  # identical layers are priced once
+    decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
+                                     memo=memo) for c in found]
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     for d in decisions:
         for option in d.chosen.options:

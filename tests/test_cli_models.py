@@ -1,0 +1,114 @@
+"""``hwgen compile`` and ``hwgen run``: the plan folder, JSON keys, outputs and errors."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hwgen.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ALL = "bias,requant,relu,clamp,residual"
+
+
+@pytest.fixture(scope="module")
+def variant_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("variant") / "v4x4"
+    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue", ALL,
+                 "-o", str(out)]) == 0
+    return out
+
+
+def test_compile_writes_plan_listings_and_binaries(variant_dir, tmp_path, capsys):
+    plan_dir = tmp_path / "plan"
+    assert main(["compile", str(EXAMPLES / "qdq_cnn.onnx"), "--variant", str(variant_dir),
+                 "-o", str(plan_dir), "--cache", str(tmp_path / "cache"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    assert printed["signature"] == plan["signature"]
+    kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]
+    assert [k["ops"][0] for k in kernels] == ["conv1/qconv2d/qmatmul", "pool/maxpool",
+                                              "conv2/qconv2d/qmatmul", "fc/qmatmul"]
+    for k in kernels:
+        words = (plan_dir / k["binary"]).read_bytes()
+        assert len(words) == 8 * k["program_words"]
+        assert "halt" in (plan_dir / k["listing"]).read_text()
+        assert k["predicted_cycles"] > 0 and k["placement"]
+    assert plan["peak_memory_bytes"] <= plan["memory"]["unshared_bytes"]
+    assert {s["op"] for s in plan["steps"] if s["kind"] == "host"} >= {"quantize", "im2col",
+                                                                       "dequantize"}
+
+
+def test_compile_explain_shows_candidates_and_reasons(variant_dir, tmp_path, capsys):
+    assert main(["compile", str(EXAMPLES / "qdq_mlp_residual.onnx"), "--variant",
+                 str(variant_dir), "-o", str(tmp_path / "p"), "--explain",
+                 "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "qmatmul+bias_add+requant+relu" in out and "chosen" in out
+    assert "lost: +" in out and "refused:" in out
+    assert "kernel cache: 0 hits" in out
+
+
+def test_no_fusion_plan_has_a_kernel_per_op(variant_dir, tmp_path, capsys):
+    assert main(["compile", str(EXAMPLES / "qdq_mlp_residual.onnx"), "--variant",
+                 str(variant_dir), "-o", str(tmp_path / "p"), "--no-fusion", "--json",
+                 "--cache", str(tmp_path / "cache")]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    kernels = [s for s in plan["steps"] if s["kind"] == "kernel"]
+    assert len(kernels) == 9 and all(len(k["ops"]) == 1 for k in kernels)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["compile", "nosuch.onnx", "--variant", "V", "-o", "x"], "no ONNX model at nosuch.onnx"),
+    (["compile", "model.txt", "--variant", "V", "-o", "x"], "neither an ONNX model"),
+    (["run", "M.onnx", "--variant", "/nonexistent"], "no variant descriptor"),
+])
+def test_user_errors_are_one_line_with_status_2(argv, message, variant_dir, capsys):
+    argv = [str(variant_dir) if a == "V" else str(EXAMPLES / "qop_mlp.onnx") if a == "M.onnx"
+            else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hwgen: error:") and message in err
+
+
+def test_a_model_that_does_not_fit_says_what_is_too_big(tmp_path, capsys):
+    small = tmp_path / "small"
+    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue", ALL,
+                 "--mem-addr-bits", "8", "-o", str(small)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(EXAMPLES / "qdq_cnn.onnx"), "--variant", str(small),
+                 "-o", str(tmp_path / "p"), "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert "bytes of external memory" in err and "--mem-addr-bits" in err
+
+
+@pytest.mark.slow
+def test_run_json_has_the_promised_keys_and_writes_the_output(variant_dir, tmp_path, capsys):
+    out = tmp_path / "y.npy"
+    assert main(["run", str(EXAMPLES / "qdq_mlp_residual.onnx"), "--variant", str(variant_dir),
+                 "--json", "--output", str(out), "--cache", str(tmp_path / "cache")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True
+    assert report["total_cycles"] == sum(k["cycles"] for k in report["kernels"])
+    assert report["peak_memory_bytes"] > 0
+    for k in report["kernels"]:
+        assert set(k) >= {"name", "ops", "cycles", "predicted_cycles"}
+    y = np.load(out)
+    assert y.dtype == np.float32 and y.shape == (8, 32)  # dequantized, as the ONNX output
+
+
+@pytest.mark.slow
+def test_run_takes_an_input_file(variant_dir, tmp_path, capsys):
+    x = np.random.default_rng(5).normal(0, 1, (8, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npy"
+    assert main(["run", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+                 "--input", str(tmp_path / "x.npy"), "--output", f"y={out}",
+                 "--cache", str(tmp_path / "cache")]) == 0
+    assert "bit-exact" in capsys.readouterr().out
+    from fusion import executor
+    from fusion.graph_report import load_model
+
+    want = executor.run(load_model(EXAMPLES / "qop_mlp.onnx"), {"x": x})["y"]
+    np.testing.assert_array_equal(np.load(out), want)
