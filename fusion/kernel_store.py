@@ -106,13 +106,12 @@ def gemm_key_parts(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N8
 
 
 @dataclass(frozen=True, eq=False)
-class CompiledGemm:
-    """A cached GEMM program and what is needed to run it on given operands.
+class CachedProgram:
+    """What every cached kernel has: a program from the kernel cache and its metadata
+    (regions read back, bytes moved, the ideal cycles, the output type).
 
-    Attributes mirror :class:`fusion.gemm_kernel.GemmKernel` where they mean the same
-    (``config``, ``dims``, ``stages``, ``fused``, ``tiling``, ``params``, ``program``,
-    ``source``, ``reads``, ``bytes_loaded``, ``bytes_stored``, ``ideal_cycles``), so the cost
-    model's features can be taken from either.
+    :class:`CompiledGemm` and the standalone kernels of :mod:`fusion.pass_kernel` add their
+    operands and their ``dims`` (the tile geometry :meth:`decode` unpacks with).
     """
 
     config: VariantConfig
@@ -121,27 +120,6 @@ class CompiledGemm:
     @functools.cached_property
     def meta(self) -> dict[str, Any]:
         return self.kernel.metadata
-
-    @property
-    def dims(self) -> GemmDims:
-        m, k, n = self.meta["shape"]
-        return GemmDims(self.config, m, k, n)
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        return tuple(self.meta["stages"])
-
-    @property
-    def fused(self) -> bool:
-        return bool(self.meta["fused"])
-
-    @property
-    def tiling(self) -> Tiling:
-        return Tiling(**self.meta["tiling"])
-
-    @property
-    def params(self) -> EpilogueParams:
-        return EpilogueParams(**self.meta["quant"])
 
     @property
     def program(self) -> list[int]:
@@ -170,6 +148,49 @@ class CompiledGemm:
     @property
     def out_dtype(self) -> np.dtype:
         return np.dtype(self.meta["dtypes"]["out"])
+
+    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
+        """The M x N result from the bytes read back at :attr:`reads` (``"out"``).
+
+        ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
+        those bytes itself.
+        """
+        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = np.asarray(data, np.uint8).tobytes()
+        return layout.unpack_tiles(self.dims, bytes(data), self.out_dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledGemm(CachedProgram):
+    """A cached GEMM program and what is needed to run it on given operands.
+
+    Attributes mirror :class:`fusion.gemm_kernel.GemmKernel` where they mean the same
+    (``config``, ``dims``, ``stages``, ``fused``, ``tiling``, ``params``, ``program``,
+    ``source``, ``reads``, ``bytes_loaded``, ``bytes_stored``, ``ideal_cycles``), so the cost
+    model's features can be taken from either.
+    """
+
+    @property
+    def dims(self) -> GemmDims:
+        m, k, n = self.meta["shape"]
+        return GemmDims(self.config, m, k, n)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return tuple(self.meta["stages"])
+
+    @property
+    def fused(self) -> bool:
+        return bool(self.meta["fused"])
+
+    @property
+    def tiling(self) -> Tiling:
+        return Tiling(**self.meta["tiling"])
+
+    @property
+    def params(self) -> EpilogueParams:
+        return EpilogueParams(**self.meta["quant"])
 
     def check_operands(self, operands: Mapping[str, np.ndarray | None]) -> None:
         """Refuse operands the kernel was not compiled for (shape, or a missing one).
@@ -227,11 +248,6 @@ class CompiledGemm:
         ``params.per_channel``)."""
         return gemm_epilogue(a, b, self.stages, self.params, bias=bias, residual=residual,
                              mult=mult, shift=shift)
-
-    def decode(self, outputs: Mapping[str, Any] | bytes) -> np.ndarray:
-        """The M x N result from the bytes read back at :attr:`reads` (``"out"``)."""
-        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
-        return layout.unpack_tiles(self.dims, bytes(data), self.out_dtype)
 
 
 def _build(config: VariantConfig, M: int, K: int, N: int, stages: tuple[str, ...],  # noqa: N803

@@ -23,7 +23,6 @@ The geometry is that of an M x 1 x N GEMM (:class:`fusion.layout.GemmDims`, K un
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,7 @@ from fusion import layout
 from fusion.cache import CompiledKernel, KernelCache
 from fusion.codegen import assemble_program, load_bytes, render
 from fusion.epilogue_pass import pass_context, reads_bias_region
-from fusion.kernel_store import placement_key
+from fusion.kernel_store import CachedProgram, placement_key
 from fusion.layout import GemmDims, Region
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, check_stages, epilogue, to_dtype
@@ -158,28 +157,13 @@ def _pack_bias_region(dims: GemmDims, params: EpilogueParams, stages: Sequence[s
 
 
 @dataclass(frozen=True, eq=False)
-class _Compiled:
+class _Compiled(CachedProgram):
     """What the standalone kernels share: a cached program with regions and figures."""
-
-    config: VariantConfig
-    kernel: CompiledKernel
-
-    @functools.cached_property
-    def meta(self) -> dict[str, Any]:
-        return self.kernel.metadata
 
     @property
     def dims(self) -> GemmDims:
         m, n = self.meta["shape"]
         return _dims(self.config, m, n)
-
-    @property
-    def program(self) -> list[int]:
-        return list(self.kernel.words)
-
-    @property
-    def source(self) -> str:
-        return self.kernel.source
 
     @property
     def regions(self) -> dict[str, Region]:
@@ -188,37 +172,6 @@ class _Compiled:
     @property
     def placement(self) -> dict[str, int] | None:
         return self.meta["placement"]
-
-    @property
-    def reads(self) -> dict[str, tuple[int, int]]:
-        return {name: (int(a), int(n)) for name, (a, n) in self.meta["reads"].items()}
-
-    @property
-    def bytes_loaded(self) -> int:
-        return int(self.meta["bytes_loaded"])
-
-    @property
-    def bytes_stored(self) -> int:
-        return int(self.meta["bytes_stored"])
-
-    @property
-    def ideal_cycles(self) -> int:
-        return int(self.meta["ideal_cycles"])
-
-    @property
-    def out_dtype(self) -> np.dtype:
-        return np.dtype(self.meta["dtypes"]["out"])
-
-    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
-        """The M x N result from the bytes read back at :attr:`reads` (``"out"``).
-
-        ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
-        those bytes itself.
-        """
-        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
-        if not isinstance(data, bytes | bytearray | memoryview):
-            data = np.asarray(data, np.uint8).tobytes()
-        return layout.unpack_tiles(self.dims, bytes(data), self.out_dtype)
 
     def _write(self, name: str, blob: bytes) -> tuple[int, bytes]:
         addr, nbytes = self.meta["regions"][name]

@@ -14,6 +14,7 @@ does not match its operands (shapes, dtypes) is refused before it runs.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,8 +81,16 @@ def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) 
 
 
 def _check_operands(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None:
-    """Dispatch check: the compiled kernel's metadata against the operands it is given."""
+    """Dispatch check: the compiled kernel's metadata against what the plan asks of it (its
+    quantization and stages) and the operands it is given (shapes, dtypes)."""
     meta = step.compiled.meta
+    if "quant" in meta and meta["quant"] != dataclasses.asdict(step.spec.params):
+        raise GraphError(f"kernel {step.name!r} was compiled for quantization {meta['quant']}, "
+                         f"but its nodes need {dataclasses.asdict(step.spec.params)}; recompile "
+                         f"the model")
+    if "stages" in meta and tuple(meta["stages"]) != step.spec.stages:
+        raise GraphError(f"kernel {step.name!r} was compiled for stages {meta['stages']}, not "
+                         f"{list(step.spec.stages)}; recompile the model")
     want = meta.get("operands", {})
     dtypes = meta.get("dtypes", {})
     for name, entry in want.items():

@@ -134,3 +134,17 @@ def test_second_compile_is_served_from_the_cache_and_a_corrupt_entry_is_rebuilt(
         assert a.compiled.program == b.compiled.program
     report = run_compiled(third, {"x": sample_input("qdq_cnn", 1)})
     assert report.total_cycles > 0
+
+
+def test_dispatch_refuses_a_kernel_compiled_for_other_quantization(v4x4, cache):
+    import dataclasses
+
+    from fusion.ir import GraphError
+
+    path = EXAMPLES / "qop_mlp.onnx"
+    compiled = compile_model(import_onnx(path), v4x4, cache=cache)
+    victim = compiled.kernels[0]
+    victim.spec = dataclasses.replace(
+        victim.spec, params=dataclasses.replace(victim.spec.params, zp=victim.spec.params.zp + 1))
+    with pytest.raises(GraphError, match=f"kernel '{victim.name}' was compiled for quantization"):
+        run_compiled(compiled, {"x": sample_input("qop_mlp", 1)})
