@@ -258,7 +258,9 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
                     lines.append(f"    refused: {o.refused}")
                     continue
                 t = o.spec.tiling
-                tag = "chosen" if o is d.chosen.options[0] else f"lost: +{o.cycles - top:,.0f}"
+                tag = ("chosen" if o is d.chosen.options[0] else
+                       "tied with the chosen one, which the tiler ranks first"
+                       if o.cycles == top else f"lost: +{o.cycles - top:,.0f}")
                 lines.append(f"    tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
                              f"double_buffer={t.double_buffer}: {o.cycles:,.0f} cycles  {tag}")
             lines.append("    weight layout pre-packed (tile order): chosen")
