@@ -77,10 +77,7 @@ class GemmKernel:
         ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
         those bytes itself.
         """
-        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
-        if not isinstance(data, bytes | bytearray | memoryview):
-            data = np.asarray(data, np.uint8).tobytes()
-        return layout.unpack_tiles(self.dims, bytes(data), self.out_dtype)
+        return layout.unpack_output(self.dims, outputs, self.out_dtype)
 
 
 def _dt(dtype: np.dtype) -> str:

@@ -346,3 +346,17 @@ def unpack_tiles(dims: GemmDims, data: bytes, dtype: type = np.int8) -> np.ndarr
     tiles = np.frombuffer(bytes(data[:need]), dt).reshape(dims.Mb, dims.Nb, dims.R, dims.C)
     full = tiles.transpose(0, 2, 1, 3).reshape(dims.Mb * dims.R, dims.Nb * dims.C)
     return full[: dims.M, : dims.N].astype(np.dtype(dtype).newbyteorder("="))
+
+
+def unpack_output(dims: GemmDims, outputs, dtype: type | np.dtype) -> np.ndarray:
+    """The M x N result of a kernel from what the simulator read back.
+
+    ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is those
+    bytes itself.
+    """
+    from collections.abc import Mapping
+
+    data = outputs["out"] if isinstance(outputs, Mapping) else outputs
+    if not isinstance(data, bytes | bytearray | memoryview):
+        data = np.asarray(data, np.uint8).tobytes()
+    return unpack_tiles(dims, bytes(data), dtype)

@@ -124,7 +124,7 @@ class KernelSpec:
 
             return pass_regions(config, self.M, self.N, stages=self.stages, params=self.params,
                                 src_dtype=self.src_dtype, out_dtype=self.out_dtype)
-        from fusion.pass_kernel import max_regions
+        from fusion.max_kernel import max_regions
 
         return max_regions(config, self.M, self.N, self.n_inputs)
 
@@ -155,7 +155,7 @@ class KernelSpec:
             return compiled_pass(config, self.M, self.N, stages=self.stages,
                                  params=self.params, src_dtype=self.src_dtype,
                                  out_dtype=self.out_dtype, placement=placement, cache=cache)
-        from fusion.pass_kernel import compiled_max
+        from fusion.max_kernel import compiled_max
 
         return compiled_max(config, self.M, self.N, self.n_inputs, placement=placement,
                             cache=cache)

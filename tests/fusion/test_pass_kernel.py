@@ -7,15 +7,8 @@ import pytest
 from kernel_trace import Label, check_loops, trace
 
 from fusion.cache import KernelCache
-from fusion.pass_kernel import (
-    CompiledMax,
-    CompiledPass,
-    compiled_max,
-    compiled_pass,
-    max_regions,
-    pass_key_parts,
-    pass_regions,
-)
+from fusion.max_kernel import CompiledMax, compiled_max, max_regions
+from fusion.pass_kernel import CompiledPass, compiled_pass, pass_key_parts, pass_regions
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.reference import EpilogueParams, epilogue, to_dtype
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from fusion.gemm_kernel import build_gemm, gemm_regions
-from fusion.pass_kernel import compiled_max, compiled_pass
+from fusion.max_kernel import compiled_max
+from fusion.pass_kernel import compiled_pass
 from hwgen.reference import EpilogueParams, output_dtype
 from sim.run import Job, MemoryImage, run_programs
 
