@@ -8,7 +8,7 @@ the order a person would have built it, and ``before``/``expected`` tests stay r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -206,3 +206,34 @@ def reads_constants(graph: Graph, node: Node) -> bool:
     """True when every present input of ``node`` is an initializer (and it has some)."""
     present = [i for i in node.inputs if i]
     return bool(present) and all(i in graph.initializers for i in present)
+
+
+def rewrite_each(graph: Graph, rewrite: Callable[[Graph, Node], Graph | None]
+                 ) -> tuple[Graph, bool]:
+    """Offer every node, in topological order, to ``rewrite`` until none is rewritten.
+
+    ``rewrite(graph, node)`` returns the rewritten graph, or None to leave the node. After a
+    rewrite the walk starts again on the new graph, and every node gets another look (a
+    rewrite can make a pattern appear upstream of it); a node left alone is not offered
+    again until something changes.
+
+    Returns
+    -------
+    graph : Graph
+    changed : bool
+    """
+    changed = False
+    left: set[str] = set()
+    while True:
+        for node in graph.topo_order():
+            if node.name in left:
+                continue
+            result = rewrite(graph, node)
+            if result is None:
+                left.add(node.name)
+                continue
+            graph, changed = result, True
+            left.clear()
+            break
+        else:
+            return graph, changed

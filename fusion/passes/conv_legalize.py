@@ -40,7 +40,7 @@ import math
 import numpy as np
 
 from fusion.ir import Graph, Node, Quant
-from fusion.passes._edit import Edit
+from fusion.passes._edit import Edit, rewrite_each
 
 #: Ops of the per-channel epilogue that move onto the GEMM's columns.
 EPILOGUE = ("bias_add", "requant", "relu", "clamp")
@@ -168,14 +168,8 @@ def run(graph: Graph) -> tuple[Graph, bool]:
     graph : Graph
     changed : bool
     """
-    changed = False
-    while True:
-        for node in graph.topo_order():
-            if node.op == "qconv2d" and refusal(graph, node) is None:
-                graph, changed = legalize_one(graph, node), True
-                break
-        else:
-            return graph, changed
+    return rewrite_each(graph, lambda g, node: legalize_one(g, node) if (
+        node.op == "qconv2d" and refusal(g, node) is None) else None)
 
 
 def explain(graph: Graph) -> list[str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from fusion import ops
 from fusion.ir import Graph, Node
-from fusion.passes._edit import bypass
+from fusion.passes._edit import bypass, rewrite_each
 
 #: hwgen ops whose result depends on their inputs' Quant (see :mod:`fusion.ops`).
 READS_QUANT = frozenset({"qmatmul", "qconv2d", "qadd", "im2col", "dequantize"})
@@ -102,20 +102,12 @@ def run(graph: Graph) -> tuple[Graph, bool]:
     graph : Graph
     changed : bool
     """
-    changed = False
-    skip: set[str] = set()
-    while True:
-        for node in graph.topo_order():
-            if node.name in skip:
-                continue
-            if not _same_value_type(graph, node):
-                continue
-            if _is_noop(graph, node) or _relu_before_clamps(graph, node):
-                result = bypass(graph, node, node.inputs[0], node.outputs[0])
-                if result is None:
-                    skip.add(node.name)  # input-to-output no-op: it stays (see docstring)
-                    continue
-                graph, changed = result, True
-                break
-        else:
-            return graph, changed
+    def remove(graph: Graph, node: Node) -> Graph | None:
+        if not _same_value_type(graph, node):
+            return None
+        if _is_noop(graph, node) or _relu_before_clamps(graph, node):
+            # None for an input-to-output no-op: it stays (see the module docstring)
+            return bypass(graph, node, node.inputs[0], node.outputs[0])
+        return None
+
+    return rewrite_each(graph, remove)

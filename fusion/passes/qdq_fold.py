@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from fusion import ops
 from fusion.ir import Graph, GraphError, Node, Quant
-from fusion.passes._edit import Edit, bypass
+from fusion.passes._edit import Edit, bypass, rewrite_each
 from fusion.passes._qdq_common import (
     Q_OPS,
     Refused,
@@ -250,27 +250,15 @@ def run(graph: Graph) -> tuple[Graph, bool]:
     graph : Graph
     changed : bool
     """
-    changed = False
-    refused: set[str] = set()
-    while True:
-        for node in graph.topo_order():
-            if node.name in refused:
-                continue
-            try:
-                result = _rewrite(graph, node)
-            except Refused:
-                refused.add(node.name)
-                continue
-            if result is not None:
-                # A rewrite can make a pattern appear upstream of it (a dequantize now feeds
-                # a node refused before), so every node gets another look.
-                graph, changed = result, True
-                refused.clear()
-                break
-            refused.add(node.name)
-        else:
-            graph, lowered = _lower_all(graph)
-            return graph, changed or lowered
+    def fold(graph: Graph, node: Node) -> Graph | None:
+        try:
+            return _rewrite(graph, node)
+        except Refused:
+            return None
+
+    graph, changed = rewrite_each(graph, fold)
+    graph, lowered = _lower_all(graph)
+    return graph, changed or lowered
 
 
 def explain(graph: Graph) -> list[str]:
