@@ -20,7 +20,7 @@ demo: setup
 	$(PY) -m hwgen.cli gemm --variant build/v8x8all --m 256 --k 256 --n 256 --epilogue bias,requant,relu
 	$(PY) -m hwgen.cli compile examples/qdq_cnn.onnx --variant build/v8x8all -o build/plans/qdq_cnn --explain
 	$(PY) -m hwgen.cli run examples/qdq_mlp_residual.onnx --variant build/v8x8all --output build/qdq_mlp_residual_y.npy
-	$(PY) -m fusion.compiler.compare --variant build/v8x8all examples/qop_mlp.onnx examples/qdq_mlp_residual.onnx examples/qdq_cnn.onnx
+	$(PY) -m fusion.runtime.compare --variant build/v8x8all examples/qop_mlp.onnx examples/qdq_mlp_residual.onnx examples/qdq_cnn.onnx
 
 test: setup
 	$(PY) -m pytest -n $(JOBS) -q tests

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fusion.cache import KernelCache
-from fusion.compiler.compare import compare, render
 from fusion.compiler.plan import compile_model
-from fusion.compiler.synthetic import mlp
-from fusion.graph_report import load_model
+from fusion.ir.synthetic import mlp
+from fusion.kernels.cache import KernelCache
+from fusion.passes.report import load_model
+from fusion.runtime.compare import compare, render
 from hwgen.config import VariantConfig
 
 VARIANT = VariantConfig(rows=8, cols=8, epilogue=("bias", "requant", "relu", "clamp",

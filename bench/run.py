@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.sim_speed import measure
 from hwgen.config import VariantConfig
-from hwgen.emit import accelerator_verilog
+from hwgen.gateware.emit import accelerator_verilog
 from sim.gemm_check import GemmCase, run_gemms
 from sim.run import MemoryImage
 

@@ -16,7 +16,7 @@ Command line::
     python -m bench.sim_speed --workload MODULE:FUNCTION [--verilog MODULE:FUNCTION]
 
 ``--workload`` names a function returning ``(config, program, memory)``; ``--verilog`` a
-``config -> Verilog`` function replacing :func:`hwgen.emit.accelerator_verilog`.
+``config -> Verilog`` function replacing :func:`hwgen.gateware.emit.accelerator_verilog`.
 """
 
 from __future__ import annotations

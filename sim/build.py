@@ -25,9 +25,9 @@ from pathlib import Path
 import jinja2
 from cocotb_tools import runner as cocotb_runner
 
-from hwgen import sources as hwgen_sources
 from hwgen.config import VariantConfig
-from hwgen.ports import COUNTER_BITS, COUNTERS
+from hwgen.gateware import sources as hwgen_sources
+from hwgen.gateware.ports import COUNTER_BITS, COUNTERS
 from sim import toolchain
 
 #: The Verilog top of every simulation build; the harness's ``dut``.
@@ -111,17 +111,17 @@ def default_root() -> Path:
 
 
 def gateware_files() -> list[Path]:
-    """The ``hwgen/`` sources that make the accelerator's Verilog (:mod:`hwgen.sources`)."""
+    """The sources that make the accelerator's Verilog (:mod:`hwgen.gateware.sources`)."""
     return hwgen_sources.gateware_files()
 
 
 def _accelerator_verilog(config: VariantConfig) -> str:
     # Imported late: a cached build must not pay for importing the gateware.
     try:
-        from hwgen.emit import accelerator_verilog
+        from hwgen.gateware.emit import accelerator_verilog
     except ImportError as exc:
         raise BuildError(
-            f"the accelerator gateware is not available ({exc}): hwgen.emit."
+            f"the accelerator gateware is not available ({exc}): hwgen.gateware.emit."
             f"accelerator_verilog is needed to build a simulation"
         ) from exc
     return accelerator_verilog(config)
@@ -135,14 +135,14 @@ def source_digest(
     Parameters
     ----------
     verilog : callable, optional
-        The Verilog source function; :func:`hwgen.emit.accelerator_verilog` by default.
+        The Verilog source function; :func:`hwgen.gateware.emit.accelerator_verilog` by default.
     sources : iterable of Path, optional
         Files whose content decides the Verilog. By default the ``hwgen/`` gateware files,
         plus the file defining ``verilog`` when it is not the default.
     """
     h = hashlib.sha256(f"format {BUILD_FORMAT}\n".encode())
     if verilog is None:
-        h.update(b"hwgen.emit.accelerator_verilog\n")
+        h.update(b"hwgen.gateware.emit.accelerator_verilog\n")
         files = gateware_files() if sources is None else list(sources)
     else:
         h.update(f"{verilog.__module__}.{verilog.__qualname__}\n".encode())
@@ -220,7 +220,7 @@ def check_interface(text: str, config: VariantConfig) -> None:
     missing = sorted(expected_ports(config) - ports)
     if missing:
         raise BuildError(f"module hwgen_accel lacks the port(s) {', '.join(missing)} that the "
-                         f"simulation top connects (see hwgen/ports.py)")
+                         f"simulation top connects (see hwgen/gateware/ports.py)")
     seq = re.search(r"^module\s+\\hwgen_accel\.seq\s.*?^endmodule", text, re.MULTILINE | re.DOTALL)
     if seq is None or not re.search(r"^\s*reg\s+\[63:0\]\s+imem\s*\[", seq[0], re.MULTILINE):
         raise BuildError("the Verilog has no 64-bit memory imem in submodule seq: the testbench "
@@ -341,7 +341,7 @@ def build_variant(
         The variant to simulate.
     verilog : callable, optional
         ``config -> Verilog text`` of module ``hwgen_accel``;
-        :func:`hwgen.emit.accelerator_verilog` by default. Tests pass a small design here.
+        :func:`hwgen.gateware.emit.accelerator_verilog` by default. Tests pass a small design here.
     sources : iterable of Path, optional
         Files whose content decides the Verilog (see :func:`source_digest`).
     root : Path, optional

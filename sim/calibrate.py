@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fusion.cost import AnalyticalModel, CostModel, Evaluation, Row, evaluate, write_rows
 from fusion.cost.model import KernelFeatures
-from fusion.tiling import Tiling
+from fusion.kernels.tiling import Tiling
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from sim.gemm_check import GemmCase, run_gemms
 

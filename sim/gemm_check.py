@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusion.gemm_kernel import GemmKernel, build_gemm
-from fusion.tiling import Tiling
+from fusion.kernels.gemm.build import GemmKernel, build_gemm
+from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 from sim.run import Job, MemoryImage, RunResult, run_programs

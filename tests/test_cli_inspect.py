@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fusion.builder import GraphBuilder
 from fusion.frontend.json_format import save_json
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from hwgen.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -16,7 +16,7 @@ model. Legality and profitability are kept apart:
   within the model's error is not worth the extra program.
 
 Weight layout: the GEMM microcode reads B pre-packed in the array's tile order
-(``[Nb][Kp][C]``, :mod:`fusion.layout`), packed once at compile time. The row-major
+(``[Nb][Kp][C]``, :mod:`fusion.kernels.layout`), packed once at compile time. The row-major
 alternative is listed and refused with the reason (see :data:`ROW_MAJOR_REFUSAL`).
 """
 
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import Chain, CompileError
 from fusion.cost.model import CostModel, KernelFeatures
-from fusion.ir import Graph
-from fusion.layout import GemmDims
-from fusion.tiling import default_tiling, ranked_tilings
+from fusion.ir.graph import Graph
+from fusion.kernels.layout import GemmDims
+from fusion.kernels.tiling import default_tiling, ranked_tilings
 from hwgen.config import VariantConfig
 from hwgen.reference import check_stages
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from fusion import _windows
 from fusion.compiler.lower import (
     Chain,
     CompileError,
@@ -41,7 +40,8 @@ from fusion.compiler.lower import (
     tensor_zp,
     to_lanes,
 )
-from fusion.ir import Graph, Node
+from fusion.ir import windows as _windows
+from fusion.ir.graph import Graph, Node
 from hwgen.config import VariantConfig
 from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
 
@@ -115,16 +115,16 @@ class KernelSpec:
     def regions(self, config: VariantConfig) -> dict[str, int]:
         """Region name -> bytes, before any program is built."""
         if self.form in ("gemm", "qadd"):
-            from fusion.gemm_kernel import gemm_regions
+            from fusion.kernels.gemm.build import gemm_regions
 
             return gemm_regions(config, self.M, self.K, self.N, stages=self.stages, fused=True,
                                 params=self.params)
         if self.form == "pass":
-            from fusion.pass_kernel import pass_regions
+            from fusion.kernels.epipass.build import pass_regions
 
             return pass_regions(config, self.M, self.N, stages=self.stages, params=self.params,
                                 src_dtype=self.src_dtype, out_dtype=self.out_dtype)
-        from fusion.max_kernel import max_regions
+        from fusion.kernels.eltmax.build import max_regions
 
         return max_regions(config, self.M, self.N, self.n_inputs)
 
@@ -144,18 +144,18 @@ class KernelSpec:
     def compile(self, config: VariantConfig, placement: Mapping[str, int] | None, cache: Any):
         """The compiled kernel (a ``CompiledGemm``/``CompiledPass``/``CompiledMax``)."""
         if self.form in ("gemm", "qadd"):
-            from fusion.kernel_store import compiled_gemm
+            from fusion.kernels.program import compiled_gemm
 
             return compiled_gemm(config, self.M, self.K, self.N, stages=self.stages,
                                  fused=True, tiling=self.tiling, params=self.params,
                                  placement=placement, cache=cache)
         if self.form == "pass":
-            from fusion.pass_kernel import compiled_pass
+            from fusion.kernels.epipass.build import compiled_pass
 
             return compiled_pass(config, self.M, self.N, stages=self.stages,
                                  params=self.params, src_dtype=self.src_dtype,
                                  out_dtype=self.out_dtype, placement=placement, cache=cache)
-        from fusion.max_kernel import compiled_max
+        from fusion.kernels.eltmax.build import compiled_max
 
         return compiled_max(config, self.M, self.N, self.n_inputs, placement=placement,
                             cache=cache)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusion import ops
-from fusion.ir import Graph, Node, Tensor
+from fusion.ir import ops
+from fusion.ir.graph import Graph, Node, Tensor
 from hwgen.config import EPILOGUE_STAGES
 
 #: Host steps: model-boundary conversions and data movement, by op name.

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from fusion.cache import KernelCache
-from fusion.codegen import ProgramTooLong
 from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError, chains
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.model import CostModel
-from fusion.ir import Graph, Node
+from fusion.ir.graph import Graph, Node
+from fusion.kernels.cache import KernelCache
+from fusion.kernels.codegen import ProgramTooLong
 from hwgen.config import VariantConfig
 
 PLAN_FORMAT = 1

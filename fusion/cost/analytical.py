@@ -13,7 +13,7 @@ gateware (see there). The phases are those of the templates:
   scratchpad (double buffered when two fit) and streamed through it at the store rate.
 
 The super tiles come from :mod:`fusion.cost.schedule`; the pass chunking from
-:func:`fusion.epilogue_pass.pass_context`. Instruction counts per phase follow the templates
+:func:`fusion.kernels.epilogue.pass_context`. Instruction counts per phase follow the templates
 as they are written; a template change that adds instructions on a critical path shows up as
 model error in calibration (``sim.calibrate``), and a change in what is loaded shows up in
 the test that compares this model's bytes with the program's.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from fusion.cost.machine import Machine
 from fusion.cost.model import CostModel, KernelFeatures
 from fusion.cost.schedule import Step, schedule
-from fusion.epilogue_pass import DT_BYTES, pass_context, reads_bias_region
-from fusion.layout import GemmDims, Region
+from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
+from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, output_dtype
 
@@ -89,7 +89,7 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
     ``matmuls(t) after wait 2 [wait 4; load R(t+1)] loads(t+1) wait 1``."""
     c, R, C = dims.config, dims.R, dims.C
     double, residual = f.tiling.double_buffer, "residual" in stages
-    # fusion.epilogue_pass.csr_writes: per-tensor requant writes mult, shift, zp and req_mode
+    # fusion.kernels.epilogue.csr_writes: per-tensor requant writes mult, shift, zp and req_mode
     # (per channel only zp and req_mode: not modelled), clamp its bounds, residual res_mode
     per_channel = f.per_channel
     csrs = (2 if per_channel else 4) * ("requant" in stages) + 2 * ("clamp" in stages) + (
@@ -142,7 +142,7 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
 def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_dt: str,
           params: EpilogueParams) -> None:
     """The phases of ``epilogue_pass.j2`` (memory to memory), with its chunking taken from
-    :func:`fusion.epilogue_pass.pass_context`."""
+    :func:`fusion.kernels.epilogue.pass_context`."""
     c, W = dims.config, dims.W
     dummy = Region("x", 0, 1)
     ctx = pass_context(dims, stages=stages, params=params, src=dummy,
@@ -224,7 +224,7 @@ def _dt(dtype: str) -> str:
 
 def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str],  # noqa: N803
                   params: EpilogueParams, src_dtype: str, out_dtype: str) -> int:
-    """Cycles of a standalone pass kernel (``fusion.pass_kernel.compiled_pass``)."""
+    """Cycles of a standalone pass kernel (``fusion.kernels.epipass.build.compiled_pass``)."""
     m = Machine(config)
     _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
     m.wait(load=True, feed=True, epi=True)

@@ -38,7 +38,7 @@ from hwgen.config import VariantConfig
 #: Cycles from a LOAD, MATMUL or EPIPASS retiring to its unit starting on it: the buffered
 #: FIFO (two cycles) and the unit's command register.
 ISSUE_LATENCY = 3
-#: Job-queue depth (``hwgen.accelerator.QUEUE_DEPTH``, not imported: the compiler does not
+#: Job-queue depth (``hwgen.gateware.accelerator.QUEUE_DEPTH``, not imported: the compiler does not
 #: import gateware): how far the sequencer runs ahead of the array.
 QUEUE_DEPTH = 4
 #: Registers between a tile's final slice and its first drained row besides the array's
@@ -65,7 +65,7 @@ class Machine:
     def __init__(self, config: VariantConfig) -> None:
         c = config
         self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
-        self.L = c.rows + c.cols - 1  # hwgen.array.array_latency
+        self.L = c.rows + c.cols - 1  # hwgen.gateware.array.array_latency
         self.E = len(c.epilogue)  # one register per epilogue stage
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle

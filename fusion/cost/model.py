@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from fusion.epilogue_pass import pass_dtypes
-from fusion.layout import GemmDims
-from fusion.tiling import Tiling, default_tiling, resolve
+from fusion.kernels.epilogue import pass_dtypes
+from fusion.kernels.layout import GemmDims
+from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, check_stages, output_dtype
 
@@ -52,7 +52,7 @@ class KernelFeatures:
     pass_dtypes : tuple of str
         Unfused only: the element type (``"i8"``/``"i32"``) each pass stores, which decides
         the pass's store traffic (it depends on the quantization: see
-        :func:`fusion.epilogue_pass.pass_dtypes`). Empty when fused.
+        :func:`fusion.kernels.epilogue.pass_dtypes`). Empty when fused.
     program_words : int, optional
         Static program size, when the kernel was built.
     bytes_loaded, bytes_stored : int, optional
@@ -78,7 +78,7 @@ class KernelFeatures:
         check_stages(self.stages, self.config.epilogue)
         if self.tiling.kt is None:
             raise ValueError(f"features need a resolved tiling (kt set), not {self.tiling}; "
-                             f"use fusion.tiling.resolve")
+                             f"use fusion.kernels.tiling.resolve")
         want = len(self.stages) if not self.fused else 0
         if len(self.pass_dtypes) != want:
             raise ValueError(f"an {'un' if not self.fused else ''}fused kernel with "
@@ -103,7 +103,7 @@ class KernelFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
         ``tiling`` is resolved against the problem; without one, the default tiler's choice
-        (:func:`fusion.tiling.default_tiling`) is taken.
+        (:func:`fusion.kernels.tiling.default_tiling`) is taken.
         """
         stages = check_stages(stages, config.epilogue)
         dims = GemmDims(config, M, K, N)
@@ -119,8 +119,8 @@ class KernelFeatures:
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> KernelFeatures:
-        """Features of a built kernel: a :class:`fusion.gemm_kernel.GemmKernel`, or a
-        :class:`fusion.kernel_store.CompiledGemm` (they share these attributes)."""
+        """Features of a built kernel: a :class:`fusion.kernels.gemm.build.GemmKernel`, or a
+        :class:`fusion.kernels.program.CompiledGemm` (they share these attributes)."""
         dims, stages = kernel.dims, tuple(kernel.stages)
         dts = () if kernel.fused or not stages else tuple(
             pass_dtypes(stages, kernel.params, _dt_name(output_dtype(stages))))

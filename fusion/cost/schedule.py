@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
-from fusion.layout import GemmDims
-from fusion.tiling import Tiling
+from fusion.kernels.layout import GemmDims
+from fusion.kernels.tiling import Tiling
 
 Load = tuple[int, int, int]
 Step = tuple[tuple[Load, ...], int, int, int, bool]

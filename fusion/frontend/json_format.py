@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fusion.ir import Graph, GraphError, Node, Quant, Tensor
+from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
 
 #: The value of the ``format`` key of every hwgen graph file.
 FORMAT = "hwgen-graph"

@@ -2,14 +2,14 @@
 
 Every ONNX node becomes one IR node with the same op name, inputs (scales and zero points
 included), outputs and attributes, so the imported graph means exactly what the model means and
-:func:`fusion.executor.run` runs it with ONNX semantics. On top of that the importer
+:func:`fusion.reference.executor.run` runs it with ONNX semantics. On top of that the importer
 
 * turns ``Constant`` nodes into initializers;
-* infers every shape statically with :func:`fusion.ops.infer` (ONNX's own inference is not
+* infers every shape statically with :func:`fusion.ir.ops.infer` (ONNX's own inference is not
   needed), refusing dynamic input dimensions unless ``input_shapes`` fixes them;
 * annotates integer tensors with their :class:`~fusion.ir.Quant`
   (:mod:`fusion.frontend.onnx_quant`), which the Q/DQ folding pass reads;
-* validates the result (:func:`fusion.ops.validate`).
+* validates the result (:func:`fusion.ir.ops.validate`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fusion import ops
 from fusion.frontend.onnx_quant import annotate
-from fusion.ir import Graph, GraphError, Node, Tensor
+from fusion.ir import ops
+from fusion.ir.graph import Graph, GraphError, Node, Tensor
 
 _DTYPES = {TensorProto.FLOAT: "float32", TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
            TensorProto.INT32: "int32", TensorProto.INT64: "int64"}
@@ -43,7 +43,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     input_shapes : mapping of str to sequence of int, optional
         Static shapes for graph inputs, required for inputs with dynamic dimensions.
     validate : bool
-        Run :func:`fusion.ops.validate` on the result (default). Turn it off only to inspect a
+        Run :func:`fusion.ir.ops.validate` on the result (default). Turn it off only to inspect a
         model that hwgen cannot run.
 
     Returns

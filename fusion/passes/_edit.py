@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from fusion import ops
-from fusion.ir import Graph, GraphError, Node, Quant, Tensor
+from fusion.ir import ops
+from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
 
 
 class Edit:

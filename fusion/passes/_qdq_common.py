@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusion import ops, shapes
-from fusion.ir import Graph, Node, Quant
+from fusion.ir import ops, shapes
+from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, describe_quant
 
 DQ_OPS = ("DequantizeLinear", "dequantize")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import Graph, GraphError, Node, Quant
+from fusion.ir.graph import Graph, GraphError, Node, Quant
 from fusion.passes._edit import Edit
 from fusion.passes._qdq_common import (
     Refused,

@@ -1,6 +1,7 @@
 """Constant folding: a node whose inputs are all initializers becomes an initializer.
 
-The value is computed by the reference executor (:mod:`fusion.executor`), so a folded graph
+The value is computed by the reference executor (:mod:`fusion.reference.executor`), so a folded
+graph
 computes exactly what the unfolded one did. Repeated by the driver, whole initializer-only
 subgraphs fold (a weight ``Transpose`` after a ``Reshape``, a ``QuantizeLinear`` of float
 weights).
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 import math
 
-from fusion import executor
-from fusion.ir import Graph, Node
+from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, reads_constants
+from fusion.reference import executor
 
 #: Ops never folded (see the module docstring).
 KEEP = frozenset({"DequantizeLinear", "dequantize"})

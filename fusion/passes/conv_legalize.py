@@ -10,7 +10,7 @@ becomes
     ``acc = qmatmul(cols, wT)``          ``[N, OH*OW, M]``
     ``y = reshape(transpose(acc, (0, 2, 1)), (N, M, OH, OW))``
 
-which :mod:`fusion.ops` documents as bit-exact. For group 1, ``wT = w.reshape(M, -1).T``. A
+which :mod:`fusion.ir.ops` documents as bit-exact. For group 1, ``wT = w.reshape(M, -1).T``. A
 grouped (or depthwise) convolution is the same single GEMM with a block-diagonal ``wT``
 (:func:`gemm_weights`): column ``o`` holds o's weights at the rows (in im2col's (c, kh, kw)
 order) of its group's input channels and o's weight zero point everywhere else, and
@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from fusion.ir import Graph, Node, Quant
+from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
 
 #: Ops of the per-channel epilogue that move onto the GEMM's columns.
@@ -86,7 +86,7 @@ def gemm_weights(w: np.ndarray, channels: int, group: int,
                  quant: Quant | None = None) -> np.ndarray:
     """The ``[C*kH*kW, M]`` GEMM weights of conv weights ``w`` ``[M, C/group, kH, kW]``.
 
-    Rows follow :func:`fusion._windows.im2col`'s column order (c, kh, kw). For ``group`` > 1
+    Rows follow :func:`fusion.ir.windows.im2col`'s column order (c, kh, kw). For ``group`` > 1
     the matrix is block-diagonal: column ``o`` holds ``w[o]`` at the rows of the input
     channels of o's group and o's zero point (``quant``, per tensor or per output channel)
     elsewhere, so those rows contribute exactly 0.

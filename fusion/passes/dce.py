@@ -6,7 +6,7 @@ several outputs stays if any one of them is used.
 
 from __future__ import annotations
 
-from fusion.ir import Graph
+from fusion.ir.graph import Graph
 
 
 def run(graph: Graph) -> tuple[Graph, bool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from fusion.ir import Graph
+from fusion.ir.graph import Graph
 
 Pass = Callable[[Graph], tuple[Graph, bool]]
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion import ops
-from fusion.ir import Graph, Node
+from fusion.ir import ops
+from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import bypass, rewrite_each
 
-#: hwgen ops whose result depends on their inputs' Quant (see :mod:`fusion.ops`).
+#: hwgen ops whose result depends on their inputs' Quant (see :mod:`fusion.ir.ops`).
 READS_QUANT = frozenset({"qmatmul", "qconv2d", "qadd", "im2col", "dequantize"})
 _RESHAPES = ("Reshape", "reshape", "Flatten", "flatten")
 _TRANSPOSES = ("Transpose", "transpose")

@@ -14,9 +14,9 @@ Compute chains (QDQ form)
 Residual add
     ``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` becomes ``qadd [-> relu | clamp]``. Its
     input multipliers are int8 (the accelerator multiplies them as GEMM weights), the pair
-    whose ratio is nearest the input scales' (:func:`fusion.ops.qadd_input_mults`); an
+    whose ratio is nearest the input scales' (:func:`fusion.ir.ops.qadd_input_mults`); an
     ``Add`` where that approximation could cost more than half an output LSB
-    (:func:`fusion.ops.qadd_error_bound`) is refused.
+    (:func:`fusion.ir.ops.qadd_error_bound`) is refused.
 QOperator ops
     ``QLinearMatMul``/``QLinearConv`` become ``qmatmul``/``qconv2d [-> bias_add] -> requant``;
     ``MatMulInteger``/``ConvInteger`` become ``qmatmul``/``qconv2d`` (their zero points are
@@ -39,8 +39,8 @@ cannot hold closely enough. :func:`explain` says why for each op left.
 
 from __future__ import annotations
 
-from fusion import ops
-from fusion.ir import Graph, GraphError, Node, Quant
+from fusion.ir import ops
+from fusion.ir.graph import Graph, GraphError, Node, Quant
 from fusion.passes._edit import Edit, bypass, rewrite_each
 from fusion.passes._qdq_common import (
     Q_OPS,

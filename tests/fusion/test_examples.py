@@ -15,7 +15,7 @@ exact value lies within the multiplier's error (about ``2**-31`` relative, see
 ``test_requant_property.py``) of a rounding tie, or exactly on a tie; there they round to
 neighbouring integers. A ``qadd`` also approximates the ratio of its input scales by int8
 multipliers (the accelerator's GEMM weights), which can move its sum by a small fraction of
-an LSB (``fusion.ops.qadd_error_bound``; the Q/DQ fold refuses an ``Add`` where it could reach
+an LSB (``fusion.ir.ops.qadd_error_bound``; the Q/DQ fold refuses an ``Add`` where it could reach
 half an LSB).
 """
 
@@ -27,8 +27,8 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from fusion import executor
 from fusion.frontend import import_onnx
+from fusion.reference import executor
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from copy_engine import SOURCES, copy_engine_verilog
 
+import hwgen
 from hwgen.config import VariantConfig
 from sim import build as sim_build
 from sim.toolchain import ToolchainError
+from tests.helpers.copy_engine import SOURCES, copy_engine_verilog
 
 CONFIG = VariantConfig(port_latency=2, mem_addr_bits=10, imem_depth=16)
 COUNTER_ENV = "HWGEN_TEST_VERILOG_CALLS"
@@ -58,9 +59,10 @@ def test_the_digest_follows_the_sources_and_the_function(tmp_path):
 
 
 def test_the_default_digest_covers_the_gateware_and_not_the_cli():
-    names = {p.name for p in sim_build.gateware_files()}
-    assert {"config.py", "ports.py", "isa.py"} <= names
-    assert "cli.py" not in names
+    names = {p.relative_to(Path(hwgen.__file__).parent).as_posix()
+             for p in sim_build.gateware_files()}
+    assert {"config.py", "gateware/ports.py", "isa.py", "gateware/epilogue.py"} <= names
+    assert not any(name.startswith("cli") for name in names)
 
 
 def test_the_templates_render_with_every_variable_defined():

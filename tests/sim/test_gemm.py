@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.tiling import Tiling, supertiles
+from fusion.kernels.tiling import Tiling, supertiles
 from hwgen.reference import INT32_MAX, INT32_MIN, EpilogueParams
 from sim.gemm_check import GemmCase, Problem, report, run_gemms
 from sim.run import Job, MemoryImage, run_programs

@@ -8,11 +8,11 @@ each copied word takes ``port_latency + 2`` cycles, so ``[copy n, halt]`` runs i
 
 import numpy as np
 import pytest
-from copy_engine import HALT, build_copy_engine, copy, jump
 
 from hwgen.config import VariantConfig
-from hwgen.ports import COUNTERS
+from hwgen.gateware.ports import COUNTERS
 from sim.run import POISON, Job, MemoryImage, SimTimeout, run_program, run_programs
+from tests.helpers.copy_engine import HALT, build_copy_engine, copy, jump
 
 pytestmark = pytest.mark.slow
 

@@ -14,11 +14,11 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from fusion import executor
-from fusion.cache import KernelCache
 from fusion.compiler.plan import compile_model
-from fusion.compiler.runtime import ShadowMismatch, run_compiled
 from fusion.frontend import import_onnx
+from fusion.kernels.cache import KernelCache
+from fusion.reference import executor
+from fusion.runtime.run import ShadowMismatch, run_compiled
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def test_fusion_saves_cycles_on_the_mlp(v4x4, cache):
 def test_a_corrupted_kernel_stops_the_run_naming_it(v4x4, cache):
     import dataclasses
 
-    from fusion.cache import CompiledKernel
+    from fusion.kernels.cache import CompiledKernel
     from hwgen import isa
 
     path = EXAMPLES / "qdq_mlp_residual.onnx"
@@ -139,7 +139,7 @@ def test_second_compile_is_served_from_the_cache_and_a_corrupt_entry_is_rebuilt(
 def test_dispatch_refuses_a_kernel_compiled_for_other_quantization(v4x4, cache):
     import dataclasses
 
-    from fusion.ir import GraphError
+    from fusion.ir.graph import GraphError
 
     path = EXAMPLES / "qop_mlp.onnx"
     compiled = compile_model(import_onnx(path), v4x4, cache=cache)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fusion.gemm_kernel import build_gemm
+from fusion.kernels.gemm.build import build_gemm
 from hwgen.reference import EpilogueParams, gemm_epilogue, quantize_multiplier
 from sim.run import Job, MemoryImage, run_programs
 

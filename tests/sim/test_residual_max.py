@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.gemm_kernel import build_gemm
+from fusion.kernels.gemm.build import build_gemm
 from hwgen.asm import assemble
 from hwgen.reference import EpilogueParams, epilogue
 from sim.run import Job, MemoryImage, run_programs

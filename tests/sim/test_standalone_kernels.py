@@ -5,9 +5,9 @@ simulator launch."""
 import numpy as np
 import pytest
 
-from fusion.gemm_kernel import build_gemm, gemm_regions
-from fusion.max_kernel import compiled_max
-from fusion.pass_kernel import compiled_pass
+from fusion.kernels.eltmax.build import compiled_max
+from fusion.kernels.epipass.build import compiled_pass
+from fusion.kernels.gemm.build import build_gemm, gemm_regions
 from hwgen.reference import EpilogueParams, output_dtype
 from sim.run import Job, MemoryImage, run_programs
 

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from fusion.builder import GraphBuilder
 from fusion.compiler.engine import decide_chain
 from fusion.compiler.lower import CompileError, chains
 from fusion.compiler.plan import compile_model
 from fusion.cost.analytical import AnalyticalModel
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from hwgen.config import VariantConfig
 
 ALL = ("bias", "requant", "relu", "clamp", "residual")
@@ -124,7 +124,7 @@ def test_unsupported_node_is_refused_by_name():
 
 
 def test_a_model_too_big_for_the_memory_is_refused_saying_what():
-    from fusion.compiler.synthetic import mlp
+    from fusion.ir.synthetic import mlp
 
     small = VariantConfig(rows=4, cols=4, epilogue=ALL, mem_addr_bits=12)
     with pytest.raises(CompileError, match=r"bytes of external memory.*--mem-addr-bits"):

@@ -13,7 +13,7 @@ from fusion.frontend.json_format import (
     save_json,
     to_dict,
 )
-from fusion.ir import Graph, Node, Quant, Tensor
+from fusion.ir.graph import Graph, Node, Quant, Tensor
 
 
 def sample_graph() -> Graph:

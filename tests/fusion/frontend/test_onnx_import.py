@@ -5,9 +5,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fusion import executor
 from fusion.frontend import import_onnx
-from fusion.ir import GraphError, Quant
+from fusion.ir.graph import GraphError, Quant
+from fusion.reference import executor
 
 
 def model(nodes, inputs, outputs, inits=(), opset=21):

@@ -5,7 +5,8 @@ explicit skip list live in ``onnx_node_cases.py``, which also runs as a script.
 """
 
 import pytest
-from onnx_node_cases import OPS, SKIP, check, collect, table
+
+from tests.helpers.onnx_node_cases import OPS, SKIP, check, collect, table
 
 
 @pytest.fixture(scope="session")

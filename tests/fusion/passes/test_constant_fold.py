@@ -1,12 +1,12 @@
 """Constant folding: before/expected graphs, and what it keeps."""
 
 import numpy as np
-from pass_testing import assert_graphs_equal, assert_unchanged
 
-from fusion import executor
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import constant_fold
+from fusion.reference import executor
+from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 WF = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 

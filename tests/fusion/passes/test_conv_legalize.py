@@ -5,12 +5,12 @@ Grouped and depthwise convolutions become the same single GEMM with block-diagon
 
 import numpy as np
 import pytest
-from pass_testing import assert_graphs_equal, assert_unchanged
 
-from fusion import executor
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import conv_legalize
+from fusion.reference import executor
+from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 RNG = np.random.default_rng(7)
 W = RNG.integers(-128, 128, (4, 3, 3, 3), dtype=np.int8)

@@ -1,11 +1,11 @@
 """Dead-code elimination: before/expected graphs."""
 
 import numpy as np
-from pass_testing import assert_graphs_equal, assert_unchanged
 
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import dce
+from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 W = np.arange(12, dtype=np.int8).reshape(4, 3)
 

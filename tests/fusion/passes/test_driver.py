@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from pass_testing import assert_graphs_equal
 
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import dce, identity
 from fusion.passes.driver import PassError, PassLog, optimize, run_to_fixed_point
+from tests.helpers.pass_testing import assert_graphs_equal
 
 
 def small_graph():
@@ -43,7 +43,7 @@ def test_two_passes_undoing_each_other_are_both_named():
         b = [n for n in graph.nodes if n.op == "relu"]
         if b:
             return graph, False
-        from fusion.ir import Node, Tensor
+        from fusion.ir.graph import Node, Tensor
         t = graph.tensors[graph.outputs[0]]
         node = Node("extra", "relu", (t.name,), ("extra",))
         return graph.replace(nodes=graph.nodes + (node,),

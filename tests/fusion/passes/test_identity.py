@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-from pass_testing import assert_graphs_equal, assert_unchanged
 
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import identity
+from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 Q = Quant(0.1, 0)
 

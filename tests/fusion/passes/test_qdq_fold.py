@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
-from pass_testing import assert_graphs_equal, assert_unchanged
 
-from fusion import executor
-from fusion.builder import GraphBuilder
-from fusion.ir import Quant
+from fusion.ir.builder import GraphBuilder
+from fusion.ir.graph import Quant
 from fusion.passes import dce, qdq_fold
+from fusion.reference import executor
 from hwgen.reference import quantize_multiplier
+from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 
 def q32(scale, zero_point):

@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fusion import executor
 from fusion.frontend import import_onnx
 from fusion.passes.driver import optimize
+from fusion.reference import executor
 
 RNG = np.random.default_rng(3)
 FLOAT_OPS = {"MatMul", "Gemm", "Conv", "Add", "Relu", "Clip", "MaxPool", "Transpose",

@@ -1,0 +1,189 @@
+"""Catalog entries of hwgen's integer-domain ops (registered into :mod:`fusion.ir.ops`).
+
+Their exact semantics are documented in :mod:`fusion.ir.ops` and implemented by
+:mod:`fusion.reference.executor`.
+"""
+
+from __future__ import annotations
+
+from fusion.ir import shapes
+from fusion.ir.ops import INT8S, INT_RANGE, INTS, REQUIRED, Call, TensorType, _op
+
+REQ = REQUIRED
+
+_WIN = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1)}
+
+
+def _int32(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and \
+        INT_RANGE["int32"][0] <= value <= INT_RANGE["int32"][1]
+
+
+def check_requant(c: Call, channels: int | None) -> str:
+    """Check the requantize attributes (shared by requant and qadd); the output dtype."""
+    out, zp = c.attrs["out_dtype"], c.attrs["zp"]
+    if out not in INT8S:
+        raise c.error(f"out_dtype {out!r} must be int8 or uint8")
+    lo, hi = INT_RANGE[out]
+    if not isinstance(zp, int) or not lo <= zp <= hi:
+        raise c.error(f"zero point {zp!r} is out of range for {out} ({lo}..{hi}); "
+                      f"give a zero point in that range")
+    mult, shift = c.attrs["mult"], c.attrs["shift"]
+    per_channel = isinstance(mult, tuple)
+    if per_channel != isinstance(shift, tuple):
+        raise c.error("mult and shift must both be ints (per tensor) or both tuples "
+                      "(per channel)")
+    mults, shifts = (mult, shift) if per_channel else ((mult,), (shift,))
+    if per_channel and (channels is None or len(mults) != channels or len(shifts) != channels):
+        raise c.error(f"per-channel mult/shift need one value per channel along the axis "
+                      f"({channels}), not {len(mults)} and {len(shifts)}")
+    for m, s in zip(mults, shifts, strict=True):
+        if not _int32(m):
+            raise c.error(f"mult {m!r} must be a signed 32-bit integer "
+                          f"(use fusion.ir.ops.requant_attrs to convert a float scale)")
+        if not isinstance(s, int) or not 0 <= s <= 63:
+            raise c.error(f"shift {s!r} must be an integer from 0 to 63")
+    return out
+
+
+def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ceil: int = 0):
+    if len(x_shape) != 4:
+        raise c.error(f"input must be 4-D NCHW, not {x_shape}")
+    if len(kernel) != 2:
+        raise c.error(f"kernel_shape must have 2 entries, not {kernel}")
+    out, _, _ = shapes.window(x_shape[2:], kernel, c.attrs["strides"], c.attrs["dilations"],
+                              c.attrs["pads"], "NOTSET", ceil)
+    return out
+
+
+@_op("qmatmul", "a b", weights="b", summary="(a - a_zp) @ (b - b_zp) -> int32")
+def _qmatmul(c: Call):
+    a, b = c.need("a", INT8S), c.need("b", INT8S)
+    if b.quant is not None and b.quant.per_channel and \
+            shapes.axis(b.quant.axis, len(b.shape)) != len(b.shape) - 1:
+        raise c.error(f"b's per-channel quantization must be along its last axis (output "
+                      f"channels), not axis {b.quant.axis}")
+    if a.quant is not None and a.quant.per_channel:
+        raise c.error("a must be quantized per tensor")
+    return (TensorType(shapes.matmul(a.shape, b.shape), "int32"),)
+
+
+@_op("qconv2d", "x w", weights="w", group=1, **_WIN,
+     summary="NCHW conv of (x - x_zp) and (w - w_zp) -> int32")
+def _qconv2d(c: Call):
+    x, w = c.need("x", INT8S), c.need("w", INT8S)
+    if len(w.shape) != 4:
+        raise c.error(f"weights must be 4-D (M x C/group x kH x kW), not {w.shape}")
+    group = c.attrs["group"]
+    if not isinstance(group, int) or group < 1:
+        raise c.error(f"group {group!r} must be a positive integer")
+    if len(x.shape) == 4 and (x.shape[1] % group or w.shape[0] % group
+                              or x.shape[1] // group != w.shape[1]):
+        raise c.error(f"input channels {x.shape[1]}, weight shape {w.shape} and group {group} "
+                      f"do not agree: group must divide the input and output channels and the "
+                      f"weights be M x C/group x kH x kW")
+    if w.quant is not None and w.quant.per_channel and shapes.axis(w.quant.axis, 4) != 0:
+        raise c.error(f"w's per-channel quantization must be along axis 0, not {w.quant.axis}")
+    out = _window_attrs(c, x.shape, w.shape[2:])
+    return (TensorType((x.shape[0], w.shape[0], *out), "int32"),)
+
+
+@_op("bias_add", "x bias", const="bias", axis=-1, summary="sat32(x + bias along axis)")
+def _bias_add(c: Call):
+    x, b = c.need("x", ("int32",)), c.need("bias", ("int32",))
+    ax = shapes.axis(c.attrs["axis"], len(x.shape))
+    if b.shape != (x.shape[ax],):
+        raise c.error(f"bias must have shape ({x.shape[ax]},) to run along axis {ax} of "
+                      f"{x.shape}, not {b.shape}")
+    return (TensorType(x.shape, "int32"),)
+
+
+@_op("requant", "x", mult=REQ, shift=REQ, zp=0, axis=-1, out_dtype="int8",
+     summary="sat(((x * mult + round) >> shift) + zp), per tensor or per channel")
+def _requant(c: Call):
+    x = c.need("x", ("int32",))
+    ax = shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
+    return (TensorType(x.shape, check_requant(c, x.shape[ax] if x.shape else 1)),)
+
+
+@_op("relu", "x", summary="max(x, 0)")
+def _hw_relu(c: Call):
+    x = c.need("x", INTS)
+    return (TensorType(x.shape, x.dtype),)
+
+
+@_op("clamp", "x", lo=REQ, hi=REQ, summary="min(max(x, lo), hi)")
+def _clamp(c: Call):
+    x = c.need("x", INTS)
+    lo, hi = c.attrs["lo"], c.attrs["hi"]
+    if not (isinstance(lo, int) and isinstance(hi, int)) or lo > hi:
+        raise c.error(f"lo ({lo!r}) and hi ({hi!r}) must be integers with lo <= hi")
+    return (TensorType(x.shape, x.dtype),)
+
+
+@_op("qadd", "a b", a_mult=REQ, b_mult=REQ, mult=REQ, shift=REQ, zp=0, out_dtype="int8",
+     summary="requant((a - a_zp) * a_mult + (b - b_zp) * b_mult)")
+def _qadd(c: Call):
+    a, b = c.need("a", INT8S), c.need("b", INT8S)
+    for t in (a, b):
+        if t.quant is not None and t.quant.per_channel:
+            raise c.error(f"input {t.name!r} must be quantized per tensor")
+    lo, hi = INT_RANGE["int8"]
+    for name in ("a_mult", "b_mult"):
+        v = c.attrs[name]
+        # The accelerator runs qadd as a GEMM whose constant weights are a_mult and b_mult.
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise c.error(f"{name} {v!r} must be an integer in {lo}..{hi}: the accelerator "
+                          f"multiplies the inputs by a_mult and b_mult as int8 weights; use "
+                          f"fusion.ir.ops.qadd_attrs to choose them from the scales")
+    out = check_requant(c, None)
+    return (TensorType(shapes.broadcast(a.shape, b.shape), out),)
+
+
+@_op("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN, summary="2-D max pooling, NCHW")
+def _hw_maxpool(c: Call):
+    x = c.need("x", INTS)
+    out = _window_attrs(c, x.shape, tuple(c.attrs["kernel_shape"]), c.attrs["ceil_mode"])
+    return (TensorType((*x.shape[:2], *out), x.dtype),)
+
+
+@_op("flatten", "x", axis=1, summary="reshape to 2-D at axis")
+def _hw_flatten(c: Call):
+    x = c.need("x", INTS + ("float32",))
+    return (TensorType(shapes.flatten(x.shape, c.attrs["axis"]), x.dtype),)
+
+
+@_op("reshape", "x", shape=REQ, summary="reshape to the shape attribute")
+def _hw_reshape(c: Call):
+    x = c.need("x", INTS + ("float32",))
+    return (TensorType(shapes.reshape(x.shape, c.attrs["shape"]), x.dtype),)
+
+
+@_op("transpose", "x", perm=None, summary="permute axes")
+def _hw_transpose(c: Call):
+    x = c.need("x", INTS + ("float32",))
+    return (TensorType(shapes.transpose(x.shape, c.attrs["perm"]), x.dtype),)
+
+
+@_op("quantize", "x", dtype="int8", summary="float32 -> int8/uint8 with the output's Quant")
+def _quantize(c: Call):
+    x = c.need("x", ("float32",))
+    if c.attrs["dtype"] not in INT8S:
+        raise c.error(f"dtype {c.attrs['dtype']!r} must be int8 or uint8")
+    return (TensorType(x.shape, c.attrs["dtype"]),)
+
+
+@_op("dequantize", "x", summary="(x - zp) * scale with the input's Quant -> float32")
+def _dequantize(c: Call):
+    x = c.need("x", INT8S + ("int32",))
+    return (TensorType(x.shape, "float32"),)
+
+
+@_op("im2col", "x", kernel_shape=REQ, **_WIN,
+     summary="NCHW -> [N, OH*OW, C*kH*kW] windows, padded with x's zero point")
+def _im2col(c: Call):
+    x = c.need("x", INT8S)
+    kernel = tuple(c.attrs["kernel_shape"])
+    out = _window_attrs(c, x.shape, kernel)
+    return (TensorType((x.shape[0], out[0] * out[1], x.shape[1] * kernel[0] * kernel[1]),
+                       x.dtype),)

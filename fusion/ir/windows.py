@@ -1,0 +1,73 @@
+"""Sliding-window numerics shared by the executor's conv, pooling and im2col kernels.
+
+One window extractor serves them all, so ``im2col`` and ``qconv2d`` read exactly the same
+input elements (the identity the conv legalization relies on).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from fusion.ir import shapes
+
+
+def windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int] | None,
+            dilations: Sequence[int] | None, pads: Sequence[int] | None, fill: float | int,
+            auto_pad: str = "NOTSET", ceil_mode: int = 0) -> np.ndarray:
+    """Every window of ``x`` ([N, C, *spatial]) as ``[N, C, *kernel, *out]``.
+
+    Padding (and, with ``ceil_mode``, any overhang of the last window) reads ``fill``.
+    """
+    spatial = x.shape[2:]
+    rank = len(spatial)
+    strides = tuple(strides or (1,) * rank)
+    dilations = tuple(dilations or (1,) * rank)
+    out, begin, end = shapes.window(spatial, kernel, strides, dilations, pads, auto_pad,
+                                    ceil_mode)
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
+            zip(out, strides, kernel, dilations, strict=True)]
+    # The end padding grows when ceil_mode lets the last window hang over the input.
+    end = [max(e, nd - n - b) for e, nd, n, b in zip(end, need, spatial, begin, strict=True)]
+    padded = np.pad(x, [(0, 0), (0, 0), *zip(begin, end, strict=True)], constant_values=fill)
+    cols = np.empty((*x.shape[:2], *kernel, *out), dtype=x.dtype)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                      for o, d, n, s in zip(offsets, dilations, out, strides, strict=True))
+        cols[(slice(None), slice(None), *offsets)] = padded[(slice(None), slice(None), *index)]
+    return cols
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, *, group: int, strides, dilations, pads, fill,
+           auto_pad: str = "NOTSET", acc=np.int64) -> np.ndarray:
+    """Grouped 2-D convolution of ``x`` [N, C, H, W] and ``w`` [M, C/group, kH, kW].
+
+    Accumulates in ``acc`` (int64 for the integer ops: exact, the caller wraps to int32).
+    """
+    cols = windows(x.astype(acc), w.shape[2:], strides, dilations, pads, fill, auto_pad)
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    outs = []
+    for g in range(group):
+        part = cols[:, g * cg:(g + 1) * cg]  # [N, cg, kH, kW, OH, OW]
+        wg = w[g * mg:(g + 1) * mg].astype(acc)  # [mg, cg, kH, kW]
+        outs.append(np.tensordot(wg, part, axes=([1, 2, 3], [1, 2, 3])))  # [mg, N, OH, OW]
+    return np.concatenate(outs, axis=0).transpose(1, 0, 2, 3)
+
+
+def maxpool(x: np.ndarray, kernel, strides, dilations, pads, auto_pad="NOTSET",
+            ceil_mode=0) -> np.ndarray:
+    """N-d max pooling; padding holds the dtype's minimum (or -inf) so it never wins."""
+    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    cols = windows(x, kernel, strides, dilations, pads, fill, auto_pad, ceil_mode)
+    return cols.max(axis=tuple(range(2, 2 + len(kernel))))
+
+
+def im2col(x: np.ndarray, kernel, strides, dilations, pads, fill) -> np.ndarray:
+    """``[N, C, H, W] -> [N, OH*OW, C*kH*kW]``, columns ordered (c, kh, kw)."""
+    cols = windows(x, kernel, strides, dilations, pads, fill)  # [N, C, kH, kW, OH, OW]
+    n, c, kh, kw, oh, ow = cols.shape
+    return cols.transpose(0, 4, 5, 1, 2, 3).reshape(n, oh * ow, c * kh * kw)

@@ -1,0 +1,319 @@
+"""Super-tile choice for the GEMM kernel: what fits the scratchpads, and the default tiler.
+
+A super tile is ``tm`` x ``tn`` output tiles (row blocks x column blocks) over a k tile of
+``kt`` reduction steps. Its operands take ``tm * kt`` rows of the A scratchpad and ``tn * kt``
+rows of B; with double buffering each operand gets half of its scratchpad, so that the next
+super tile can load into the other half. A fused residual takes ``tm * tn * rows`` rows of the
+epilogue scratchpad per buffer, after the bias rows (with ``per_channel``, the bias groups of
+per-channel requantize: three rows per column block, also without the bias stage).
+
+K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
+accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from fusion.kernels.codegen import FIELD_MAX
+from fusion.kernels.layout import GemmDims
+from hwgen.config import VariantConfig
+
+ORDERS = ("mn", "nm")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tiling:
+    """How a GEMM is cut into super tiles.
+
+    Parameters
+    ----------
+    tm, tn : int
+        Row and column blocks per super tile (clamped to ``Mb`` and ``Nb``).
+    kt : int, optional
+        Reduction steps per k tile, a multiple of ``config.k_align``; ``None`` (or anything
+        at least ``Kp``) means the whole padded K.
+    order : {"mn", "nm"}
+        Loop order over super tiles (and over the tiles inside one): ``mn`` walks the column
+        blocks innermost, so an A super tile stays resident; ``nm`` keeps B resident.
+    double_buffer : bool
+        Load the next super tile into the other scratchpad halves while this one computes.
+    """
+
+    tm: int = 1
+    tn: int = 1
+    kt: int | None = None
+    order: str = "mn"
+    double_buffer: bool = True
+
+    @classmethod
+    def for_problem(
+        cls,
+        config: VariantConfig,
+        M: int,  # noqa: N803
+        K: int,  # noqa: N803
+        N: int,  # noqa: N803
+        *,
+        tm: int | None = None,
+        tn: int | None = None,
+        kt: int | None = None,
+        loop_order: str | None = None,
+        double_buffer: bool | None = None,
+        stages: tuple[str, ...] = (),
+        per_channel: bool = False,
+    ) -> Tiling:
+        """The default tiling of an M x K x N GEMM with some choices fixed (None: choose)."""
+        return default_tiling(GemmDims(config, M, K, N), tuple(stages), tm=tm, tn=tn, kt=kt,
+                              order=loop_order, double_buffer=double_buffer,
+                              per_channel=per_channel)
+
+    def __post_init__(self) -> None:
+        for name in ("tm", "tn"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.kt is not None and (not isinstance(self.kt, int) or self.kt < 1):
+            raise ValueError(f"kt must be a positive integer or None, not {self.kt!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+
+
+def _e_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int, halves: int,
+            per_channel: bool = False) -> int:
+    # the bias region is loaded for the bias stage, and for per-channel requantize
+    reads_bias = "bias" in stages or (per_channel and "requant" in stages)
+    rows = dims.bias_region_rows(per_channel) if reads_bias else 0
+    if "residual" in stages:
+        rows += halves * tm * tn * dims.R
+    return rows
+
+
+def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+                 per_channel: bool = False) -> list[str]:
+    """Why ``tiling`` (already resolved) cannot run on the variant; empty if it can.
+
+    ``per_channel``: the requantize is per channel, so the bias region holds three rows per
+    column block and is loaded even without the bias stage.
+    """
+    cfg, kt, tm, tn = dims.config, tiling.kt or dims.Kp, tiling.tm, tiling.tn
+    halves = 2 if tiling.double_buffer else 1
+    where = "half of " if halves == 2 else ""
+    problems = []
+    if kt % cfg.k_align:
+        problems.append(f"kt={kt} must be a multiple of k_align={cfg.k_align} "
+                        f"(so that operand blocks are whole memory words)")
+    if kt < dims.Kp and (tm, tn) != (1, 1):
+        problems.append(f"K chunking (kt={kt} < Kp={dims.Kp}) needs tm=tn=1 because the "
+                        f"accumulators hold one tile, not tm={tm}, tn={tn}")
+    for name, t, depth in (("A", tm, cfg.spad_a_depth), ("B", tn, cfg.spad_b_depth)):
+        have = depth // halves
+        if t * kt > have:
+            problems.append(
+                f"the {name} super tile needs {t * kt} scratchpad rows ({t} blocks x kt={kt}) "
+                f"but {where}the {name} scratchpad has {have}; use a smaller "
+                f"{'tm' if name == 'A' else 'tn'} or kt"
+                + (", or no double buffering" if halves == 2 else "")
+            )
+    e_need = _e_rows(dims, stages, tm, tn, halves, per_channel)
+    if e_need > cfg.spad_e_depth:
+        e_bias = _e_rows(dims, tuple(s for s in stages if s != "residual"), tm, tn, halves,
+                         per_channel)
+        parts = [f"{e_bias} {'bias group' if per_channel else 'bias'} rows"] if e_bias else []
+        parts += [f"{e_need - e_bias} for residual tiles"] if e_need > e_bias else []
+        problems.append(
+            f"the epilogue scratchpad needs {e_need} rows ({' and '.join(parts)}) but has "
+            f"{cfg.spad_e_depth}; use smaller tm, tn"
+            + (" or no double buffering" if halves == 2 else "")
+            + (", a smaller N" if e_bias else "")
+        )
+    lengths = (kt, kt * dims.R // dims.W, kt * dims.C // dims.W, tn * dims.tile_words(1))
+    if max(lengths) > FIELD_MAX:
+        problems.append(f"kt={kt} (or tn={tn}) makes a matmul k or load len exceed the "
+                        f"16-bit field ({FIELD_MAX}); use a smaller kt or tn")
+    return problems
+
+
+def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+            per_channel: bool = False) -> Tiling:
+    """Clamp ``tiling`` to the problem and check that it fits, or raise ``ValueError``
+    (``per_channel`` as for :func:`fit_problems`)."""
+    kt = dims.Kp if tiling.kt is None else min(tiling.kt, dims.Kp)
+    resolved = replace(tiling, tm=min(tiling.tm, dims.Mb), tn=min(tiling.tn, dims.Nb), kt=kt)
+    problems = fit_problems(dims, stages, resolved, per_channel=per_channel)
+    if problems:
+        raise ValueError(f"tiling {resolved} does not fit: " + "; ".join(problems))
+    return resolved
+
+
+def traffic(dims: GemmDims, tiling: Tiling) -> int:
+    """Operand bytes loaded by the kernel, counting the blocks that stay resident."""
+    a_bytes, b_bytes = dims.Mb * dims.Kp * dims.R, dims.Nb * dims.Kp * dims.C
+    gm, gn = _ceil_div(dims.Mb, tiling.tm), _ceil_div(dims.Nb, tiling.tn)
+    if (tiling.kt or dims.Kp) < dims.Kp:  # k chunks change every step: nothing stays resident
+        return a_bytes * gn + b_bytes * gm
+    if tiling.order == "mn":
+        return a_bytes + b_bytes * (gm if gn > 1 else 1)
+    return b_bytes + a_bytes * (gn if gm > 1 else 1)
+
+
+#: Cycles between two super tiles: the sequencer's handshake (wait, register moves, the next
+#: loads and grid set-up) and the array's refill. Measured on an 8x8 variant: 10 to 12.
+STEP_CYCLES = 12
+
+
+def estimated_cycles(dims: GemmDims, tiling: Tiling) -> int:
+    """A rough cycle count of the kernel for ``tiling`` (resolved), to rank tilings by.
+
+    Every k step of every tile takes a cycle; so does every super tile's hand-off
+    (:data:`STEP_CYCLES`) and the first super tile's loads, which nothing overlaps. Double
+    buffered, a super tile takes the longer of its matmuls and the next one's loads (one word
+    a cycle); single buffered, they add up. Ragged edges are counted as whole super tiles.
+    """
+    R, C, W = dims.R, dims.C, dims.W
+    kt = tiling.kt or dims.Kp
+    counts = {"m": _ceil_div(dims.Mb, tiling.tm), "n": _ceil_div(dims.Nb, tiling.tn),
+              "k": _ceil_div(dims.Kp, kt)}
+    steps = counts["m"] * counts["n"] * counts["k"]
+    words = {"m": tiling.tm * kt * R // W, "n": tiling.tn * kt * C // W}
+    fixed = dims.Mb * dims.Nb * dims.Kp + steps * STEP_CYCLES + words["m"] + words["n"]
+    if not tiling.double_buffer:
+        return fixed + traffic(dims, tiling) // W - words["m"] - words["n"]
+    # (super tiles, words they load for the next one), by which operands change
+    outer, inner = ("m", "n") if tiling.order == "mn" else ("n", "m")
+    if counts["k"] > 1:
+        loads = [(steps - 1, words["m"] + words["n"])]
+    elif counts[inner] == 1:
+        loads = [(counts[outer] - 1, words[outer])]
+    else:
+        loads = [(counts[outer] * (counts[inner] - 1), words[inner]),
+                 (counts[outer] - 1, words["m"] + words["n"])]
+    compute = tiling.tm * tiling.tn * kt
+    return fixed + sum(n * max(0, w - compute) for n, w in loads)
+
+
+def _best_order(dims: GemmDims, tiling: Tiling) -> Tiling:
+    nm = replace(tiling, order="nm")
+    key = (estimated_cycles(dims, nm), traffic(dims, nm))
+    return nm if key < (estimated_cycles(dims, tiling), traffic(dims, tiling)) else tiling
+
+
+def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
+            tm: int | None, tn: int | None, order: str | None,
+            per_channel: bool = False) -> list[Tiling]:
+    """Fitting tilings with k tile ``kt``, honouring the fixed choices, best first."""
+    cfg, halves = dims.config, 2 if double else 1
+    chunked = kt < dims.Kp
+    tms = [tm] if tm else [1] if chunked else range(1, min(dims.Mb, cfg.spad_a_depth // halves
+                                                           // kt) + 1)
+    tns = [tn] if tn else [1] if chunked else range(1, min(dims.Nb, cfg.spad_b_depth // halves
+                                                           // kt) + 1)
+    found = []
+    for tm_ in tms:
+        for tn_ in tns:
+            cand = Tiling(tm=min(tm_, dims.Mb), tn=min(tn_, dims.Nb), kt=kt,
+                          order=order or "mn", double_buffer=double)
+            cand = cand if order else _best_order(dims, cand)
+            if fit_problems(dims, stages, cand, per_channel=per_channel):
+                continue
+            divides = dims.Mb % cand.tm == 0 and dims.Nb % cand.tn == 0  # a shorter program
+            key = (-estimated_cycles(dims, cand), divides, -traffic(dims, cand),
+                   cand.tm * cand.tn)
+            found.append((key, cand))
+    found.sort(key=lambda item: item[0], reverse=True)
+    return [cand for _, cand in found]
+
+
+def supertiles(dims: GemmDims, tiling: Tiling) -> int:
+    """Super tiles (steps, counting k tiles) the kernel runs for ``tiling``."""
+    kt = tiling.kt or dims.Kp
+    return (_ceil_div(dims.Mb, tiling.tm) * _ceil_div(dims.Nb, tiling.tn)
+            * _ceil_div(dims.Kp, kt))
+
+
+def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
+    """What the size of the kernel's program depends on, for a resolved ``tiling``.
+
+    The super tiles run in hardware loops (:mod:`fusion.gemm_loops`), so the program does not
+    grow with their number, only with the loop levels (dimensions with one, two, three or
+    more super tiles: short loops are unrolled), the ragged edges, the matmul grids of one
+    row or column, the loop order and double buffering. Two tilings of the same shape give
+    programs of (nearly) the same size.
+    """
+    kt = tiling.kt or dims.Kp
+    shape = []
+    for n, t in ((dims.Mb, tiling.tm), (dims.Nb, tiling.tn), (dims.Kp, kt)):
+        count, last = _ceil_div(n, t), n - (_ceil_div(n, t) - 1) * t
+        shape.append((min(count, 4), last != t, t == 1, last == 1))
+    return (tiling.double_buffer, tiling.order, *shape)
+
+
+def _largest_kt(dims: GemmDims, double: bool) -> int:
+    """The largest k tile a one-tile super tile allows, evened out over the k chunks."""
+    cfg, halves, align = dims.config, 2 if double else 1, dims.config.k_align
+    limit = min(cfg.spad_a_depth // halves, cfg.spad_b_depth // halves, FIELD_MAX,
+                FIELD_MAX * dims.W // max(dims.R, dims.C))
+    kt = limit // align * align
+    if kt < align:
+        return 0
+    chunks = _ceil_div(dims.Kp, kt)
+    return _ceil_div(_ceil_div(dims.Kp, chunks), align) * align
+
+
+def ranked_tilings(
+    dims: GemmDims,
+    stages: tuple[str, ...] = (),
+    *,
+    tm: int | None = None,
+    tn: int | None = None,
+    kt: int | None = None,
+    order: str | None = None,
+    double_buffer: bool | None = None,
+    per_channel: bool = False,
+) -> Iterator[Tiling]:
+    """Every fitting tiling that keeps the given choices, best first (:func:`default_tiling`)."""
+    doubles = (True, False) if double_buffer is None else (bool(double_buffer),)
+    for double in doubles:
+        if kt is None or kt >= dims.Kp:
+            yield from _ranked(dims, stages, double, dims.Kp, tm, tn, order, per_channel)
+        chunk = _largest_kt(dims, double) if kt is None else kt
+        if 0 < chunk < dims.Kp:
+            yield from _ranked(dims, stages, double, chunk, tm, tn, order, per_channel)
+
+
+def default_tiling(
+    dims: GemmDims,
+    stages: tuple[str, ...] = (),
+    *,
+    tm: int | None = None,
+    tn: int | None = None,
+    kt: int | None = None,
+    order: str | None = None,
+    double_buffer: bool | None = None,
+    per_channel: bool = False,
+) -> Tiling:
+    """The largest super tile that fits, double buffered if possible.
+
+    Any of ``tm``, ``tn``, ``kt``, ``order``, ``double_buffer`` given is kept; the others are
+    chosen, preferring in order: double buffering; the whole K in one k tile; the fewest
+    :func:`estimated_cycles` (which also picks the loop order); ``tm``, ``tn`` that divide
+    ``Mb``, ``Nb`` (no ragged edge to peel: a shorter program); the least operand traffic.
+    The program does not grow with the number of super tiles (:mod:`fusion.gemm_loops`).
+    ``per_channel``: the requantize is per channel (see :func:`fit_problems`).
+
+    Raises
+    ------
+    ValueError
+        If nothing fits, naming what the most modest candidate needs and what is available.
+    """
+    fixed = {"tm": tm, "tn": tn, "kt": kt, "order": order, "double_buffer": double_buffer}
+    for tiling in ranked_tilings(dims, stages, **fixed, per_channel=per_channel):
+        return tiling
+    modest = Tiling(tm=tm or 1, tn=tn or 1, kt=kt or dims.config.k_align, order=order or "mn",
+                    double_buffer=bool(double_buffer))
+    resolve(dims, stages, modest, per_channel=per_channel)  # raises, naming the problems
+    raise AssertionError("unreachable: the most modest tiling fits but was not found")

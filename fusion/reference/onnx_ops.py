@@ -1,0 +1,169 @@
+"""Executor kernels of the ONNX-semantics ops, as the ONNX spec and ``onnx.reference`` define them.
+
+The arithmetic mirrors ``onnx.reference`` (same dtypes at each step), so that imported graphs
+agree with it exactly for integer outputs. Scales and zero points are read from the input
+values, as in ONNX; the tensors' Quant is only an annotation here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusion.ir import windows as _windows
+from fusion.reference.executor import Ctx, kernel
+
+
+def _per_axis(value: np.ndarray | None, shape: tuple[int, ...], axis: int, block: int = 0):
+    """A Q/DQ scale or zero point shaped to broadcast against ``shape`` (ONNX's reshape_input)."""
+    if value is None or value.ndim == 0:
+        return value
+    if value.size == 1:
+        return value.reshape(())
+    axis %= len(shape)
+    if block:
+        value = np.repeat(value, block, axis=axis).take(range(shape[axis]), axis=axis)
+        return value
+    dims = [1] * len(shape)
+    dims[axis] = value.size
+    return value.reshape(dims)
+
+
+@kernel("QuantizeLinear")
+def _quantize_linear(ctx: Ctx, x, scale, zp=None):
+    a = ctx.attrs
+    scale = _per_axis(scale, x.shape, a["axis"], a["block_size"])
+    # Clipped before the integer cast, which is undefined for huge or infinite values.
+    q = np.clip(np.rint(x / scale), -(2.0**40), 2.0**40).astype(np.int64)
+    if zp is not None:
+        q = q + _per_axis(zp, x.shape, a["axis"], a["block_size"])
+    info = np.iinfo(ctx.outputs[0].dtype)
+    return (np.clip(q, info.min, info.max),)
+
+
+@kernel("DequantizeLinear")
+def _dequantize_linear(ctx: Ctx, x, scale, zp=None):
+    a = ctx.attrs
+    dx = x.astype(np.float32)
+    if zp is not None:
+        dx = dx - _per_axis(zp, x.shape, a["axis"], a["block_size"])
+    return (dx * _per_axis(scale, x.shape, a["axis"], a["block_size"]),)
+
+
+@kernel("MatMul")
+def _matmul(ctx: Ctx, a, b):
+    return (np.matmul(a, b),)
+
+
+@kernel("Gemm")
+def _gemm(ctx: Ctx, a, b, c=None):
+    at = ctx.attrs
+    a = a.T if at["transA"] else a
+    b = b.T if at["transB"] else b
+    out = np.dot(a, b) * at["alpha"]
+    if c is not None and at["beta"] != 0:
+        out = out + c * at["beta"]
+    return (out,)
+
+
+def _conv(ctx: Ctx, x, w, fill=0, acc=np.int64):
+    a = ctx.attrs
+    return _windows.conv2d(x, w, group=a["group"], strides=a["strides"],
+                           dilations=a["dilations"], pads=a["pads"], fill=fill,
+                           auto_pad=a["auto_pad"], acc=acc)
+
+
+@kernel("Conv")
+def _conv_float(ctx: Ctx, x, w, b=None):
+    out = _conv(ctx, x, w, acc=np.float64)
+    if b is not None:
+        out = out + b.reshape(1, -1, 1, 1)
+    return (out,)
+
+
+@kernel("Add")
+def _add(ctx: Ctx, a, b):
+    return (np.add(a, b),)  # same dtype; integer addition wraps, as in onnx.reference
+
+
+@kernel("Relu")
+def _relu(ctx: Ctx, x):
+    return (np.maximum(x, np.zeros((), x.dtype)),)
+
+
+@kernel("Clip")
+def _clip(ctx: Ctx, x, lo=None, hi=None):
+    out = x
+    if lo is not None:
+        out = np.maximum(out, lo)
+    if hi is not None:
+        out = np.minimum(out, hi)  # min > max gives max, as np.clip does
+    return (out,)
+
+
+@kernel("MaxPool")
+def _maxpool(ctx: Ctx, x):
+    a = ctx.attrs
+    return (_windows.maxpool(x, a["kernel_shape"], a["strides"], a["dilations"], a["pads"],
+                             a["auto_pad"], a["ceil_mode"]),)
+
+
+@kernel("Flatten", "Reshape")
+def _reshape(ctx: Ctx, x, shape=None):
+    return (x.reshape(ctx.outputs[0].shape),)
+
+
+@kernel("Transpose")
+def _transpose(ctx: Ctx, x):
+    return (np.transpose(x, ctx.attrs["perm"]),)
+
+
+@kernel("Identity")
+def _identity(ctx: Ctx, x):
+    return (x,)
+
+
+def _minus(x: np.ndarray, zp: np.ndarray | None, axis: int | None = None) -> np.ndarray:
+    """``x - zp`` in int64; a 1-D ``zp`` runs along ``axis`` of x."""
+    x = x.astype(np.int64)
+    if zp is None:
+        return x
+    zp = zp.astype(np.int64)
+    if zp.ndim == 1 and zp.size > 1 and axis is not None:
+        dims = [1] * x.ndim
+        dims[axis % x.ndim] = zp.size
+        zp = zp.reshape(dims)
+    return x - zp
+
+
+def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype) -> np.ndarray:
+    # onnx.reference: int32 accumulator times the float scale ratio, round half to even.
+    out = acc.astype(np.int32) * multiplier + zp
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(out), info.min, info.max)
+
+
+@kernel("QLinearMatMul")
+def _qlinear_matmul(ctx: Ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    acc = np.matmul(_minus(a, a_zp, -2), _minus(b, b_zp, -1))
+    return (_requantize(acc, a_scale * b_scale / y_scale, y_zp, y_zp.dtype),)
+
+
+@kernel("QLinearConv")
+def _qlinear_conv(ctx: Ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
+    acc = _conv(ctx, _minus(x, x_zp), _minus(w, w_zp, 0))
+    if bias is not None:
+        acc = acc + bias.astype(np.int64).reshape(1, -1, 1, 1)
+    if w_scale.size > 1:
+        w_scale = w_scale.reshape(1, -1, 1, 1)
+    return (_requantize(acc, x_scale * w_scale / y_scale, y_zp, y_zp.dtype),)
+
+
+@kernel("MatMulInteger")
+def _matmul_integer(ctx: Ctx, a, b, a_zp=None, b_zp=None):
+    # A 1-D a_zero_point is per row of A (axis -2), a 1-D b_zero_point per column of B.
+    return (np.matmul(_minus(a, a_zp, -2), _minus(b, b_zp, -1)).astype(np.int32),)
+
+
+@kernel("ConvInteger")
+def _conv_integer(ctx: Ctx, x, w, x_zp=None, w_zp=None):
+    return (_conv(ctx, _minus(x, x_zp), _minus(w, w_zp, 0)).astype(np.int32),)

@@ -1,0 +1,229 @@
+""":func:`run_compiled`: run a compiled model on the simulated accelerator, kernel by kernel.
+
+Each kernel is one simulator job on the variant's build (built once, cached by its hash): its
+operands are written at the planned addresses, its program runs to ``done``, and its output
+region is read back together with the hardware counters. Host steps (layout and the
+model-boundary quantize/dequantize) run in numpy between kernels.
+
+Shadow execution: before its result is used, every kernel's output is compared bit for bit
+with the reference executor running the kernel's nodes one by one (the unfused reference) on
+the same input values. The first difference stops the run with :class:`ShadowMismatch`,
+naming the kernel, its nodes and where the values differ. A kernel whose compiled metadata
+does not match its operands (shapes, dtypes) is refused before it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
+from fusion.ir.graph import Graph, GraphError, Node
+from fusion.reference import executor
+
+
+class ShadowMismatch(RuntimeError):
+    """A kernel's hardware result differs from the reference: the run stopped there."""
+
+    def __init__(self, kernel: str, message: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+
+
+@dataclass
+class KernelRun:
+    """One kernel's measured run."""
+
+    name: str
+    ops: list[str]
+    cycles: int
+    predicted_cycles: float
+    counters: dict[str, int]
+    describe: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ops": self.ops, "cycles": self.cycles,
+                "predicted_cycles": round(self.predicted_cycles), "describe": self.describe,
+                "counters": self.counters}
+
+
+@dataclass
+class RunReport:
+    """What :func:`run_compiled` measured, and the model's outputs."""
+
+    outputs: dict[str, np.ndarray]
+    kernels: list[KernelRun]
+    peak_memory_bytes: int
+    wall_seconds: float
+    host_steps: list[str] = field(default_factory=list)
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(k.cycles for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": True, "total_cycles": self.total_cycles,
+                "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
+                "peak_memory_bytes": self.peak_memory_bytes,
+                "kernels": [k.to_dict() for k in self.kernels],
+                "host_steps": self.host_steps, "wall_seconds": round(self.wall_seconds, 3)}
+
+
+def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) -> None:
+    """Run ``nodes`` with the reference executor, adding their outputs to ``env``."""
+    for node in nodes:
+        executor.evaluate_node(graph, node, env)
+
+
+def _check_operands(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None:
+    """Dispatch check: the compiled kernel's metadata against what the plan asks of it (its
+    quantization and stages) and the operands it is given (shapes, dtypes)."""
+    meta = step.compiled.meta
+    if "quant" in meta and meta["quant"] != dataclasses.asdict(step.spec.params):
+        raise GraphError(f"kernel {step.name!r} was compiled for quantization {meta['quant']}, "
+                         f"but its nodes need {dataclasses.asdict(step.spec.params)}; recompile "
+                         f"the model")
+    if "stages" in meta and tuple(meta["stages"]) != step.spec.stages:
+        raise GraphError(f"kernel {step.name!r} was compiled for stages {meta['stages']}, not "
+                         f"{list(step.spec.stages)}; recompile the model")
+    want = meta.get("operands", {})
+    dtypes = meta.get("dtypes", {})
+    for name, entry in want.items():
+        # gemm metadata records a shape; pass and max kernels record (dtype, shape)
+        if len(entry) == 2 and isinstance(entry[0], str):
+            dtypes = {**dtypes, name: entry[0]}
+            shape = entry[1]
+        else:
+            shape = entry
+        if name not in operands:
+            raise GraphError(f"kernel {step.name!r}: no value for its operand {name!r}")
+        value = operands[name]
+        if list(np.shape(value)) != list(shape):
+            raise GraphError(f"kernel {step.name!r} was compiled for operand {name} of shape "
+                             f"{tuple(shape)}, not {np.shape(value)}; recompile the model")
+        if name in dtypes and np.asarray(value).dtype != np.dtype(dtypes[name]):
+            raise GraphError(f"kernel {step.name!r} was compiled for {name} as {dtypes[name]}, "
+                             f"not {np.asarray(value).dtype}")
+
+
+def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
+                 build: Any = None) -> RunReport:
+    """Run ``compiled`` on the simulator with shadow checks (see the module docstring).
+
+    Parameters
+    ----------
+    compiled : CompiledModel
+    inputs : mapping
+        One value per graph input.
+    build : sim.build.BuildInfo, optional
+        The variant's build (built and cached on first use otherwise).
+
+    Raises
+    ------
+    ShadowMismatch
+        At the first kernel whose result differs from the reference.
+    GraphError
+        For inputs that do not match the graph.
+    """
+    from sim.build import build_variant
+    from sim.run import Job, MemoryImage, run_programs
+
+    graph, config = compiled.graph, compiled.config
+    build = build or build_variant(config)
+    env: dict[str, np.ndarray] = dict(graph.initializers)
+    env.update(executor.coerce_inputs(graph, inputs))
+    began = time.perf_counter()
+    runs: list[KernelRun] = []
+    host: list[str] = []
+    for step in compiled.steps:
+        if isinstance(step, HostStep):
+            executor.evaluate_node(graph, step.node, env)
+            host.append(step.name)
+            continue
+        spec = step.spec
+        operands = spec.operands(graph, env, config)
+        _check_operands(step, operands)
+        writes = step.compiled.memory(**operands)
+        job = Job(program=step.compiled.program,
+                  memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
+                  name=step.name)
+        (result,) = run_programs(config, [job], build=build)
+        got = spec.result(graph, step.compiled.decode(result.outputs))
+        # The reference: the kernel's nodes, one by one, on the same inputs.
+        ref_env = {t: env[t] for t in spec.inputs}
+        ref_env.update(graph.initializers)
+        evaluate_nodes(graph, [graph.node(n) for n in spec.nodes], ref_env)
+        want = ref_env[spec.output]
+        if got.shape != want.shape or not np.array_equal(got, want):
+            raise ShadowMismatch(step.name, _mismatch(step, got, want))
+        env[spec.output] = got
+        runs.append(KernelRun(step.name, list(spec.nodes), int(result.counters["cycles"]),
+                              step.predicted_cycles, dict(result.counters), spec.describe()))
+    outputs = {name: env[name] for name in graph.outputs}
+    return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
+                     host)
+
+
+def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray) -> str:
+    where = f"kernel {step.name!r} ({' -> '.join(step.spec.nodes)})"
+    if got.shape != want.shape:
+        return f"{where}: the hardware result has shape {got.shape}, the reference {want.shape}"
+    diff = np.argwhere(got != want)
+    first = tuple(int(i) for i in diff[0])
+    return (f"{where}: {len(diff):,} of {got.size:,} elements differ from the unfused reference; "
+            f"first at index {first}: hardware {got[first]}, reference {want[first]}. The "
+            f"kernel's program or its output buffer is wrong; the run stopped here")
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random values for every graph input.
+
+    Integer inputs take their whole range. A float input that is quantized takes values
+    spanning its quantized range (a little beyond, so saturation is exercised); any other
+    float input is standard normal.
+    """
+    from fusion.ir import ops
+
+    rng = np.random.default_rng(seed)
+    values = {}
+    for name in graph.inputs:
+        if name in graph.initializers:
+            continue
+        t = graph.tensors[name]
+        if t.dtype != "float32":
+            lo, hi = ops.INT_RANGE[t.dtype]
+            values[name] = rng.integers(lo, hi + 1, t.shape).astype(t.dtype)
+            continue
+        span = _quantized_span(graph, name)
+        if span is None:
+            values[name] = rng.standard_normal(t.shape).astype(np.float32)
+        else:
+            lo, hi = span
+            values[name] = rng.uniform(lo, hi, t.shape).astype(np.float32)
+    return values
+
+
+def _quantized_span(graph: Graph, name: str) -> tuple[float, float] | None:
+    """The float range the first quantize reached from ``name`` maps onto, widened by 5%."""
+    from fusion.ir import ops
+
+    seen, todo = set(), [name]
+    while todo:
+        tensor = todo.pop()
+        for node in graph.consumers(tensor):
+            if node.name in seen:
+                continue
+            seen.add(node.name)
+            out = graph.tensors[node.outputs[0]]
+            if node.op == "quantize" and out.quant is not None and not out.quant.per_channel:
+                lo, hi = ops.INT_RANGE[out.dtype]
+                s, z = out.quant.scale[0], out.quant.zero_point[0]
+                return (lo - z) * s * 1.05, (hi - z) * s * 1.05
+            if node.op in ("reshape", "Reshape", "flatten", "Flatten", "transpose", "Transpose"):
+                todo.append(node.outputs[0])
+    return None

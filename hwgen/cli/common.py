@@ -1,0 +1,89 @@
+"""What several commands share: reading variant options, stage lists and model inputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hwgen.config import EPILOGUE_STAGES, VariantConfig
+
+
+def stage_list(text: str) -> tuple[str, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    stages = tuple(s.strip() for s in text.split(",") if s.strip())
+    for stage in stages:
+        if stage not in EPILOGUE_STAGES:
+            raise argparse.ArgumentTypeError(
+                f"unknown epilogue stage {stage!r}; the known stages are "
+                f"{', '.join(EPILOGUE_STAGES)}")
+    return stages
+
+
+def config_from_args(args: argparse.Namespace) -> VariantConfig:
+    if args.config:
+        try:
+            data = json.loads(Path(args.config).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"no config file at {args.config}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config file {args.config} is not valid JSON: {exc}") from None
+        if isinstance(data, dict) and data.get("format") == "hwgen-variant":
+            data = data.get("config")
+        return VariantConfig.from_dict(data)
+    fields = {}
+    for name in ("rows", "cols", "port_bytes", "port_latency", "spad_a_depth", "spad_b_depth",
+                 "spad_e_depth", "imem_depth", "mem_addr_bits"):
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    if args.epilogue is not None:
+        fields["epilogue"] = args.epilogue
+    return VariantConfig(**fields)
+
+
+def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"--input-shape takes NAME=D0,D1,... with non-negative integer dimensions "
+            f"(e.g. x=1,3,32,32), not {text!r}")
+    return name, shape
+
+
+def compile_args(args: argparse.Namespace):
+    """Load the model and the variant, and compile (through the kernel cache)."""
+    from fusion.compiler.plan import compile_model
+    from fusion.kernels.cache import KernelCache
+    from fusion.passes.report import load_model
+    from hwgen.gateware.folder import read_variant
+
+    config = read_variant(args.variant)
+    shapes = dict(args.input_shape or [])
+    graph = load_model(args.model, shapes)
+    cache = KernelCache(args.cache) if args.cache else KernelCache()
+    compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
+                             min_gain=args.min_gain)
+    return compiled
+
+
+def kernel_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+
+
+def named_paths(values: list[str] | None, what: str) -> dict[str | None, str]:
+    out: dict[str | None, str] = {}
+    for text in values or []:
+        name, sep, path = text.partition("=")
+        if sep and not name.endswith(".npy"):
+            out[name] = path
+        else:
+            out[None] = text
+    return out

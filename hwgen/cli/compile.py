@@ -1,0 +1,35 @@
+"""``hwgen compile``: a model's fused plan: kernels, microcode, memory plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hwgen.cli.common import compile_args, kernel_table
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusion.compiler.plan import write_plan
+
+    compiled = compile_args(args)
+    plan = write_plan(compiled, Path(args.output))
+    if args.json:
+        print(json.dumps({**plan, "explain": compiled.explain().splitlines()}
+                         if args.explain else plan))
+        return 0
+    if args.explain:
+        print(compiled.explain())
+        print()
+    rows = [("kernel", "program words", "predicted cycles", "ops")]
+    for k in compiled.kernels:
+        rows.append((k.name, str(len(k.compiled.program)), f"{k.predicted_cycles:,.0f}",
+                     "+".join(n.rsplit("/", 1)[-1] for n in k.spec.nodes)))
+    print("\n".join(kernel_table(rows)))
+    cache = compiled.cache_stats
+    print(f"{len(compiled.kernels)} kernels, {len(compiled.steps) - len(compiled.kernels)} host "
+          f"steps; predicted {compiled.predicted_cycles:,.0f} cycles; peak external memory "
+          f"{compiled.memory.peak_bytes:,} B (without reuse {compiled.memory.unshared_bytes:,} "
+          f"B); kernel cache: {cache.get('memory_hits', 0) + cache.get('disk_hits', 0)} hits, "
+          f"{cache.get('misses', 0)} misses; plan in {args.output}")
+    return 0

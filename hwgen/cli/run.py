@@ -1,0 +1,65 @@
+"""``hwgen run``: a model on Verilator, every kernel shadow-checked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hwgen.cli.common import compile_args, kernel_table, named_paths
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from fusion.runtime.run import ShadowMismatch, random_inputs, run_compiled
+
+    compiled = compile_args(args)
+    graph = compiled.graph
+    given = named_paths(args.input, "--input")
+    inputs = random_inputs(graph, args.seed)
+    for name, path in given.items():
+        if name is None:
+            if len(graph.inputs) != 1:
+                raise ValueError(f"the model has inputs {', '.join(graph.inputs)}; name the one "
+                                 f"{path} is for: --input NAME={path}")
+            name = graph.inputs[0]
+        if name not in graph.inputs:
+            raise ValueError(f"--input {name}: the model's inputs are "
+                             f"{', '.join(graph.inputs)}")
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read --input {path}: {exc}") from None
+    try:
+        report = run_compiled(compiled, inputs)
+    except ShadowMismatch as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
+        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
+        return 1
+    for name, path in named_paths(args.output, "--output").items():
+        if name is None:
+            if len(graph.outputs) != 1:
+                raise ValueError(f"the model has outputs {', '.join(graph.outputs)}; name one: "
+                                 f"--output NAME={path}")
+            name = graph.outputs[0]
+        if name not in report.outputs:
+            raise ValueError(f"--output {name}: the model's outputs are "
+                             f"{', '.join(graph.outputs)}")
+        np.save(path, report.outputs[name], allow_pickle=False)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
+                          "model": graph.name, "variant": compiled.config.key(),
+                          "cache": compiled.cache_stats}))
+        return 0
+    rows = [("kernel", "cycles", "predicted", "ops")]
+    for k in report.kernels:
+        rows.append((k.name, f"{k.cycles:,}", f"{k.predicted_cycles:,.0f}",
+                     "+".join(n.rsplit("/", 1)[-1] for n in k.ops)))
+    print("\n".join(kernel_table(rows)))
+    print(f"ok: {len(report.kernels)} kernels {'fused' if compiled.fusion else 'unfused'}, "
+          f"each bit-exact against the reference; {report.total_cycles:,} cycles in total "
+          f"(predicted {sum(k.predicted_cycles for k in report.kernels):,.0f}); peak external "
+          f"memory {report.peak_memory_bytes:,} B; {report.wall_seconds:.1f} s")
+    return 0

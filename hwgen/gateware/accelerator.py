@@ -1,0 +1,127 @@
+"""The accelerator of one variant: sequencer, DMA, scratchpads, compute unit, counters."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from hwgen.config import VariantConfig
+from hwgen.gateware.compute import ComputeUnit, job_layout
+from hwgen.gateware.counters import PerfCounters
+from hwgen.gateware.dma import LoadEngine, load_cmd_layout
+from hwgen.gateware.epilogue import lanes_layout
+from hwgen.gateware.ports import counters_signature, mem_port_signature
+from hwgen.gateware.sequencer import Sequencer
+
+#: Depth of the LOAD queue and of the compute-job queue.
+QUEUE_DEPTH = 4
+
+
+def _queue(m: Module, name: str, layout, producer, consumer) -> fifo.SyncFIFOBuffered:
+    """A FIFO of ``layout`` between two streams."""
+    q = fifo.SyncFIFOBuffered(width=layout.size, depth=QUEUE_DEPTH)
+    m.submodules[name] = q
+    m.d.comb += [
+        q.w_data.eq(producer.payload.as_value()), q.w_en.eq(producer.valid),
+        producer.ready.eq(q.w_rdy),
+        consumer.payload.eq(data.View(layout, q.r_data)), consumer.valid.eq(q.r_rdy),
+        q.r_en.eq(consumer.ready),
+    ]
+    return q
+
+
+class Accelerator(wiring.Component):
+    """A microcoded, output-stationary GEMM accelerator with a fused epilogue.
+
+    Ports: ``start`` (begin at instruction 0), ``done`` (the program halted and every unit is
+    idle; held until reset), ``mem`` (:func:`hwgen.gateware.ports.mem_port_signature`) and ``perf``
+    (:func:`hwgen.gateware.ports.counters_signature`). The program is written into ``seq.imem``.
+    """
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        self.sequencer = Sequencer(config)  # holds `imem`, which testbenches write
+        super().__init__({
+            "start": In(1),
+            "done": Out(1),
+            "mem": Out(mem_port_signature(config)),
+            "perf": Out(counters_signature()),
+        })
+
+    @property
+    def config(self) -> VariantConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        m.submodules.seq = seq = self.sequencer
+        m.submodules.dma = dma = LoadEngine(c)
+        m.submodules.compute = cu = ComputeUnit(c)
+        m.submodules.counters = counters = PerfCounters(c)
+
+        load_q = _queue(m, "load_queue", load_cmd_layout(c), seq.load, dma.cmd)
+        job_q = _queue(m, "job_queue", job_layout(c), seq.job, cu.job)
+
+        # Scratchpads: A and B are read synchronously by the feeder; E is read
+        # combinationally by the epilogue (it is small), so stages need no prefetch.
+        m.submodules.spad_a = spad_a = memory.Memory(
+            shape=c.a_row_bytes * 8, depth=c.spad_a_depth, init=[])
+        m.submodules.spad_b = spad_b = memory.Memory(
+            shape=c.b_row_bytes * 8, depth=c.spad_b_depth, init=[])
+        m.submodules.spad_e = spad_e = memory.Memory(
+            shape=lanes_layout(c), depth=c.spad_e_depth, init=[])
+        for spad, name in ((spad_a, "a"), (spad_b, "b")):
+            wp, rp = spad.write_port(), spad.read_port(transparent_for=())
+            m.d.comb += [
+                wp.addr.eq(getattr(dma, f"{name}_addr")), wp.data.eq(getattr(dma, f"{name}_data")),
+                wp.en.eq(getattr(dma, f"{name}_en")),
+                rp.addr.eq(getattr(cu, f"{name}_addr")), getattr(cu, f"{name}_data").eq(rp.data),
+            ]
+        wp = spad_e.write_port()
+        m.d.comb += [wp.addr.eq(dma.e_addr), wp.data.eq(dma.e_data), wp.en.eq(dma.e_en)]
+        for name in ("src", "bias", "res", "pc_mult", "pc_shift"):
+            rp = spad_e.read_port(domain="comb")
+            m.d.comb += [rp.addr.eq(getattr(cu, f"{name}_addr")),
+                         getattr(cu, f"{name}_data").eq(rp.data)]
+
+        m.d.comb += [
+            cu.mult.eq(seq.mult), cu.shift.eq(seq.shift), cu.zp.eq(seq.zp),
+            cu.lo.eq(seq.lo), cu.hi.eq(seq.hi), cu.per_channel.eq(seq.req_mode),
+            cu.res_max.eq(seq.res_mode),
+        ]
+
+        # Memory port: reads belong to the DMA, writes to the store unit.
+        wiring.connect(m, dma.rd_addr, wiring.flipped(self.mem.rd_addr))
+        m.d.comb += [dma.rd_valid.eq(self.mem.rd_data.valid),
+                     dma.rd_data.eq(self.mem.rd_data.payload)]
+        wiring.connect(m, cu.wr, wiring.flipped(self.mem.wr))
+
+        # `level`, not `r_rdy`: a buffered FIFO shows a new entry on its read side a cycle
+        # after the write, and a WAIT right behind a LOAD must not see an empty queue then.
+        dma_idle = ~dma.busy & (load_q.level == 0)
+        feed_idle = cu.feed_idle & (job_q.level == 0)
+        compute_idle = cu.idle & (job_q.level == 0)
+        done = Signal()
+        m.d.comb += [
+            seq.start.eq(self.start),
+            seq.dma_idle.eq(dma_idle), seq.feed_idle.eq(feed_idle),
+            seq.compute_idle.eq(compute_idle),
+            done.eq(seq.halted & dma_idle & compute_idle),
+            self.done.eq(done),
+        ]
+
+        ev = counters.events
+        m.d.comb += [
+            counters.running.eq((seq.running | seq.halted) & ~done),
+            ev.cycles.eq(1),
+            ev.array_busy.eq(cu.issue),
+            ev.stall_memory.eq(~cu.issue & dma.busy),
+            ev.stall_epilogue.eq(cu.stall_epilogue),
+            ev.bytes_read.eq(dma.read_beat),
+            ev.bytes_written.eq(self.mem.wr.valid & self.mem.wr.ready),
+            ev.instret.eq(seq.retire),
+        ]
+        wiring.connect(m, counters.perf, wiring.flipped(self.perf))
+        return m

@@ -1,0 +1,75 @@
+"""The rows x cols output-stationary systolic PE array."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hwgen.config import VariantConfig
+from hwgen.gateware.pe import ProcessingElement
+
+
+def array_latency(config: VariantConfig) -> int:
+    """Cycles from presenting a tile's last operands until its whole result is in ``res``.
+
+    Operands reach cell (i, j) ``i + j`` cycles after they enter (the skew registers and the
+    cell-to-cell registers), and the cell captures one cycle later.
+    """
+    return config.rows + config.cols - 1
+
+
+class SystolicArray(wiring.Component):
+    """Output-stationary systolic array of :class:`ProcessingElement`.
+
+    Each cycle the feeder presents one k-slice: ``a[i] = A[i, k]`` for the array rows and
+    ``b[j] = B[k, j]`` for the columns, unskewed; the array delays row ``i`` by ``i`` cycles
+    and column ``j`` by ``j`` so that the operands of the same k meet in every cell. Zeros
+    are bubbles. ``last`` marks the tile's final k-slice. Finished results leave through
+    ``top`` (row 0 first) while ``shift`` is high.
+    """
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        op, acc = signed(config.operand_bits), signed(config.acc_bits)
+        super().__init__({
+            "a": In(data.ArrayLayout(op, config.rows)),
+            "b": In(data.ArrayLayout(op, config.cols)),
+            "last": In(1),
+            "shift": In(1),
+            "top": Out(data.ArrayLayout(acc, config.cols)),
+        })
+
+    def _delay(self, m: Module, value, cycles: int, name: str):
+        for n in range(cycles):
+            reg = Signal.like(value, name=f"{name}_d{n}")
+            m.d.sync += reg.eq(value)
+            value = reg
+        return value
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self._config.rows, self._config.cols
+        pes = [[ProcessingElement(self._config) for _ in range(cols)] for _ in range(rows)]
+        for i in range(rows):
+            for j in range(cols):
+                m.submodules[f"pe_{i}_{j}"] = pe = pes[i][j]
+                if j == 0:
+                    m.d.comb += [
+                        pe.a_in.eq(self._delay(m, self.a[i], i, f"a{i}")),
+                        pe.last_in.eq(self._delay(m, self.last, i, f"last{i}")),
+                    ]
+                else:
+                    m.d.comb += [pe.a_in.eq(pes[i][j - 1].a_out),
+                                 pe.last_in.eq(pes[i][j - 1].last_out)]
+                if i == 0:
+                    m.d.comb += pe.b_in.eq(self._delay(m, self.b[j], j, f"b{j}"))
+                else:
+                    m.d.comb += pe.b_in.eq(pes[i - 1][j].b_out)
+                m.d.comb += pe.shift.eq(self.shift)
+                if i + 1 < rows:
+                    m.d.comb += pe.res_in.eq(pes[i + 1][j].res)
+            # row 0 leaves the array
+        for j in range(cols):
+            m.d.comb += self.top[j].eq(pes[0][j].res)
+        return m

@@ -1,0 +1,162 @@
+"""The compute unit: feeds queued MATMULs through the PE array, drains finished tiles into
+the epilogue, runs standalone epilogue passes, and stores the results.
+
+Timing, per MATMUL: one k-slice enters the array per cycle with no gap between MATMULs. A
+tile's final slice is held back only while the previous tile is still draining (counted as
+``stall_epilogue``); the array itself never stops, so tiles overlap their fill, compute and
+drain.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.gateware.array import SystolicArray, array_latency
+from hwgen.gateware.dma import SPAD_ADDR_BITS, StoreUnit
+from hwgen.gateware.epilogue import EpiloguePipeline, lanes_layout
+from hwgen.gateware.ports import write_layout
+
+
+def job_layout(config: VariantConfig) -> data.StructLayout:
+    """A queued MATMUL or EPIPASS (a pass uses ``a`` as its source row, ``k`` as rows)."""
+    return data.StructLayout({
+        "is_pass": 1, "a": SPAD_ADDR_BITS, "b": SPAD_ADDR_BITS, "k": 16, "last": 1,
+        "out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS, "res": SPAD_ADDR_BITS,
+        "mask": len(EPILOGUE_STAGES), "dt": 1,
+    })
+
+
+class ComputeUnit(wiring.Component):
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        c = config
+        e_bits = ceil_log2(c.spad_e_depth)
+        super().__init__({
+            "job": In(stream.Signature(job_layout(c))),
+            "a_addr": Out(SPAD_ADDR_BITS), "a_data": In(c.a_row_bytes * 8),
+            "b_addr": Out(SPAD_ADDR_BITS), "b_data": In(c.b_row_bytes * 8),
+            "src_addr": Out(e_bits), "src_data": In(lanes_layout(c)),
+            "bias_addr": Out(e_bits), "bias_data": In(lanes_layout(c)),
+            "res_addr": Out(e_bits), "res_data": In(lanes_layout(c)),
+            "pc_mult_addr": Out(e_bits), "pc_mult_data": In(lanes_layout(c)),
+            "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(c)),
+            "mult": In(32), "shift": In(6), "zp": In(32), "lo": In(32), "hi": In(32),
+            "per_channel": In(1), "res_max": In(1),
+            "wr": Out(stream.Signature(write_layout(c))),
+            "feed_idle": Out(1), "idle": Out(1),
+            "issue": Out(1), "stall_epilogue": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        m.submodules.array = array = SystolicArray(c)
+        m.submodules.epilogue = epi = EpiloguePipeline(c)
+        m.submodules.store = store = StoreUnit(c)
+
+        # -- feeder: stage 0 addresses the scratchpads, stage 1 presents the operands ---------
+        cur = Signal(job_layout(c))
+        running = Signal()
+        kk = Signal(16)
+        tile_pending = Signal()  # a finished tile is in flight or draining
+        tile_job = Signal(job_layout(c))
+        last_slice = kk == cur.k - 1
+        ends_tile = last_slice & cur.last
+        blocked = ends_tile & tile_pending
+        issue = running & ~blocked
+        m.d.comb += [self.a_addr.eq(cur.a + kk), self.b_addr.eq(cur.b + kk),
+                     self.issue.eq(issue), self.stall_epilogue.eq(running & blocked)]
+        with m.If(issue):
+            m.d.sync += kk.eq(kk + 1)
+            with m.If(ends_tile):
+                m.d.sync += [tile_pending.eq(1), tile_job.eq(cur)]
+            with m.If(last_slice):
+                m.d.sync += running.eq(0)
+
+        s1_valid, s1_last = Signal(), Signal()
+        m.d.sync += [s1_valid.eq(issue), s1_last.eq(issue & ends_tile)]
+        for i in range(c.rows):
+            m.d.comb += array.a[i].eq(Mux(s1_valid, self.a_data[8 * i:8 * i + 8].as_signed(), 0))
+        for j in range(c.cols):
+            m.d.comb += array.b[j].eq(Mux(s1_valid, self.b_data[8 * j:8 * j + 8].as_signed(), 0))
+        m.d.comb += array.last.eq(s1_last)
+
+        # The finished tile is complete in the array `array_latency` cycles after its last
+        # slice; only one can be pending, so a chain of valid bits is enough.
+        token = s1_last
+        for n in range(array_latency(c)):
+            nxt = Signal(name=f"token_d{n}")
+            m.d.sync += nxt.eq(token)
+            token = nxt
+
+        # -- drain: tile rows, top first, into the epilogue ---------------------------------
+        drain_active = Signal()
+        drain_row = Signal(range(c.rows))
+        with m.If(token):
+            m.d.sync += [drain_active.eq(1), drain_row.eq(0)]
+
+        # -- standalone passes read rows of the epilogue scratchpad -------------------------
+        pass_job = Signal(job_layout(c))
+        pass_active = Signal()
+        pass_row = Signal(16)
+        m.d.comb += self.src_addr.eq(pass_job.a + pass_row)
+
+        # -- taking the next job ------------------------------------------------------------
+        free = ~running | (issue & last_slice)
+        array_empty = ~running & ~s1_valid & ~tile_pending
+        with m.If(self.job.valid):
+            with m.If(self.job.payload.is_pass):
+                with m.If(array_empty & ~pass_active):
+                    m.d.comb += self.job.ready.eq(1)
+                    m.d.sync += [pass_job.eq(self.job.payload), pass_row.eq(0),
+                                 pass_active.eq(self.job.payload.k != 0)]
+            with m.Elif(free):
+                m.d.comb += self.job.ready.eq(1)
+                m.d.sync += [cur.eq(self.job.payload), kk.eq(0),
+                             running.eq(self.job.payload.k != 0)]
+
+        # -- the epilogue's input: a drained row or a pass row -------------------------------
+        beat = epi.i.payload
+        src = data.View(job_layout(c), Mux(drain_active, tile_job.as_value(), pass_job.as_value()))
+        row = Mux(drain_active, drain_row, pass_row)
+        m.d.comb += [
+            epi.i.valid.eq(drain_active | pass_active),
+            beat.mask.eq(src.mask), beat.dt.eq(src.dt), beat.out.eq(src.out),
+            beat.bias.eq(src.bias), beat.res.eq(src.res + row), beat.first.eq(row == 0),
+        ]
+        for j in range(c.cols):
+            m.d.comb += beat.lanes[j].eq(Mux(drain_active, array.top[j], self.src_data[j]))
+        accepted = epi.i.valid & epi.i.ready
+        with m.If(accepted & drain_active):
+            m.d.comb += array.shift.eq(1)
+            m.d.sync += drain_row.eq(drain_row + 1)
+            with m.If(drain_row == c.rows - 1):
+                m.d.sync += [drain_active.eq(0), tile_pending.eq(0)]
+        with m.If(accepted & ~drain_active):
+            m.d.sync += pass_row.eq(pass_row + 1)
+            with m.If(pass_row == pass_job.k - 1):
+                m.d.sync += pass_active.eq(0)
+
+        m.d.comb += [
+            self.bias_addr.eq(epi.bias_addr), epi.bias_data.eq(self.bias_data),
+            self.res_addr.eq(epi.res_addr), epi.res_data.eq(self.res_data),
+            self.pc_mult_addr.eq(epi.pc_mult_addr), epi.pc_mult_data.eq(self.pc_mult_data),
+            self.pc_shift_addr.eq(epi.pc_shift_addr), epi.pc_shift_data.eq(self.pc_shift_data),
+            epi.mult.eq(self.mult), epi.shift.eq(self.shift), epi.zp.eq(self.zp),
+            epi.per_channel.eq(self.per_channel), epi.res_max.eq(self.res_max),
+            epi.lo.eq(self.lo), epi.hi.eq(self.hi),
+        ]
+        wiring.connect(m, epi.o, store.i)
+        wiring.connect(m, store.wr, wiring.flipped(self.wr))
+
+        m.d.comb += [
+            self.feed_idle.eq(~running & ~self.job.valid),
+            self.idle.eq(array_empty & ~pass_active & ~drain_active & ~self.job.valid
+                         & ~epi.busy & ~store.busy),
+        ]
+        return m
+

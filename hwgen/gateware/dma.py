@@ -1,0 +1,262 @@
+"""Data movement between the external memory port and the on-chip buffers.
+
+:class:`LoadEngine` runs strided LOAD commands (``count`` segments of ``len`` words) from the
+read channel into a scratchpad, through a :class:`Gearbox` that cuts the word stream into
+scratchpad rows. :class:`StoreUnit` packs epilogue rows into words on the write channel.
+
+All widths are powers of two (checked by :class:`~hwgen.config.VariantConfig`), so every
+conversion is a whole ratio. The read channel has no back-pressure: the load engine issues
+at most one request every ``word/row`` cycles when a word holds several rows, exactly the
+rate at which the gearbox can empty it.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hwgen.config import VariantConfig
+from hwgen.gateware.epilogue import beat_signature
+from hwgen.gateware.ports import write_layout
+from hwgen.isa import Dst
+
+SPAD_ADDR_BITS = 16
+
+
+def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
+    """A queued LOAD command."""
+    return data.StructLayout({
+        "dst": 2, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
+        "stride": config.mem_addr_bits, "count": 16, "len": 16,
+    })
+
+
+class Gearbox(wiring.Component):
+    """Cut a stream of ``word_bytes`` words into ``row_bytes`` rows (either may be larger).
+
+    Words must not arrive faster than one every ``word_bytes // row_bytes`` cycles; rows
+    come out one cycle after the word that completes them, lowest bytes first.
+    """
+
+    def __init__(self, word_bytes: int, row_bytes: int):
+        self.word_bytes, self.row_bytes = word_bytes, row_bytes
+        super().__init__({
+            "i_valid": In(1), "i_data": In(word_bytes * 8),
+            "o_valid": Out(1), "o_data": Out(row_bytes * 8),
+            "busy": Out(1),
+        })
+
+    @property
+    def words_per_issue(self) -> int:
+        """Cycles the gearbox needs per word: the load engine's issue interval."""
+        return max(1, self.word_bytes // self.row_bytes)
+
+    def elaborate(self, platform):
+        m = Module()
+        wbits, rbits = self.word_bytes * 8, self.row_bytes * 8
+        m.d.sync += self.o_valid.eq(0)
+        if self.row_bytes >= self.word_bytes:
+            # Collect `n` words, then emit one row.
+            n = self.row_bytes // self.word_bytes
+            held = Signal(rbits)
+            count = Signal(range(n))
+            with m.If(self.i_valid):
+                merged = Cat(held[wbits:], self.i_data)  # the new word lands on top
+                m.d.sync += held.eq(merged)
+                with m.If(count == n - 1):
+                    m.d.sync += [count.eq(0), self.o_valid.eq(1), self.o_data.eq(merged)]
+                with m.Else():
+                    m.d.sync += count.eq(count + 1)
+            m.d.comb += self.busy.eq(count != 0)
+        else:
+            # Split each word into `n` rows over `n` cycles.
+            n = self.word_bytes // self.row_bytes
+            held = Signal(wbits)
+            left = Signal(range(n))
+            with m.If(self.i_valid):
+                m.d.sync += [self.o_valid.eq(1), self.o_data.eq(self.i_data[:rbits]),
+                             held.eq(self.i_data >> rbits), left.eq(n - 1)]
+            with m.Elif(left != 0):
+                m.d.sync += [self.o_valid.eq(1), self.o_data.eq(held[:rbits]),
+                             held.eq(held >> rbits), left.eq(left - 1)]
+            m.d.comb += self.busy.eq(left != 0)
+        return m
+
+
+class LoadEngine(wiring.Component):
+    """Executes LOAD commands one at a time.
+
+    Ports: ``cmd`` (a stream of :func:`load_cmd_layout`), the memory read channel
+    (``rd_addr``, ``rd_valid``/``rd_data``), one write port per scratchpad (``a_*``, ``b_*``,
+    ``e_*``: address, data, enable), ``busy``, and ``read_beat`` (one pulse per word
+    received, for the byte counter).
+    """
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        c = config
+        super().__init__({
+            "cmd": In(stream.Signature(load_cmd_layout(c))),
+            "rd_addr": Out(stream.Signature(c.mem_addr_bits)),
+            "rd_valid": In(1), "rd_data": In(c.port_bits),
+            "a_addr": Out(SPAD_ADDR_BITS), "a_data": Out(c.a_row_bytes * 8), "a_en": Out(1),
+            "b_addr": Out(SPAD_ADDR_BITS), "b_data": Out(c.b_row_bytes * 8), "b_en": Out(1),
+            "e_addr": Out(SPAD_ADDR_BITS), "e_data": Out(c.e_row_bytes * 8), "e_en": Out(1),
+            "busy": Out(1), "read_beat": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        # One gearbox per distinct row width: A rows, B/int8-epilogue rows, int32 rows.
+        widths = {Dst.A: c.a_row_bytes, Dst.B: c.b_row_bytes,
+                  Dst.E32: c.e_row_bytes, Dst.E8: c.b_row_bytes}
+        boxes = {}
+        for width in sorted(set(widths.values())):
+            boxes[width] = Gearbox(c.port_bytes, width)
+            m.submodules[f"gearbox_{width}"] = boxes[width]
+
+        cmd = Signal(load_cmd_layout(c))
+        active = Signal()
+        seg_base = Signal(c.mem_addr_bits)
+        word = Signal(16)
+        seg = Signal(16)
+        issuing = Signal()
+        pending = Signal(32)  # words requested but not yet received
+        wait = Signal(range(c.port_bytes + 1))  # issue interval counter
+        row = Signal(SPAD_ADDR_BITS)
+        interval = Signal(range(c.port_bytes + 1))
+        m.d.comb += interval.eq(Mux(
+            cmd.dst == Dst.A, boxes[widths[Dst.A]].words_per_issue - 1,
+            Mux(cmd.dst == Dst.E32, boxes[widths[Dst.E32]].words_per_issue - 1,
+                boxes[widths[Dst.B]].words_per_issue - 1)))
+
+        # -- request side ----------------------------------------------------------------
+        m.d.comb += self.cmd.ready.eq(~active)
+        with m.If(self.cmd.valid & ~active):
+            m.d.sync += [cmd.eq(self.cmd.payload), active.eq(1), seg_base.eq(self.cmd.payload.ext),
+                         word.eq(0), seg.eq(0), row.eq(self.cmd.payload.spad), wait.eq(0)]
+            m.d.sync += issuing.eq((self.cmd.payload.count != 0) & (self.cmd.payload.len != 0))
+        m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0)),
+                     self.rd_addr.payload.eq(seg_base + word)]
+        with m.If(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        requested = self.rd_addr.valid & self.rd_addr.ready
+        with m.If(requested):
+            m.d.sync += wait.eq(interval)
+            with m.If(word == cmd.len - 1):
+                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(seg_base + cmd.stride)]
+                with m.If(seg == cmd.count - 1):
+                    m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += word.eq(word + 1)
+        with m.If(requested & ~self.rd_valid):
+            m.d.sync += pending.eq(pending + 1)
+        with m.Elif(~requested & self.rd_valid):
+            m.d.sync += pending.eq(pending - 1)
+
+        # -- response side: words -> gearbox -> scratchpad rows -------------------------------
+        m.d.comb += self.read_beat.eq(self.rd_valid)
+        for width, box in boxes.items():
+            chosen = 0
+            for dst, w in widths.items():
+                if w == width:
+                    chosen = chosen | (cmd.dst == dst)
+            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen), box.i_data.eq(self.rd_data)]
+        a_box, b_box, e_box = boxes[widths[Dst.A]], boxes[widths[Dst.B]], boxes[widths[Dst.E32]]
+        row_out = Mux(cmd.dst == Dst.A, a_box.o_valid,
+                      Mux(cmd.dst == Dst.E32, e_box.o_valid, b_box.o_valid))
+        # int8 epilogue rows are sign-extended into the int32 lanes
+        lanes = [b_box.o_data[8 * i:8 * i + 8].as_signed() for i in range(c.cols)]
+        widened = Signal(c.e_row_bytes * 8)
+        for i, lane in enumerate(lanes):
+            m.d.comb += widened[32 * i:32 * i + 32].eq(lane)
+        m.d.comb += [
+            self.a_addr.eq(row), self.a_data.eq(a_box.o_data),
+            self.a_en.eq(row_out & (cmd.dst == Dst.A)),
+            self.b_addr.eq(row), self.b_data.eq(b_box.o_data),
+            self.b_en.eq(row_out & (cmd.dst == Dst.B)),
+            self.e_addr.eq(row),
+            self.e_data.eq(Mux(cmd.dst == Dst.E8, widened, e_box.o_data)),
+            self.e_en.eq(row_out & ((cmd.dst == Dst.E32) | (cmd.dst == Dst.E8))),
+        ]
+        with m.If(row_out):
+            m.d.sync += row.eq(row + 1)
+
+        gear_busy = 0
+        for box in boxes.values():
+            gear_busy = gear_busy | box.busy | box.o_valid
+        finished = active & ~issuing & (pending == 0) & ~self.rd_valid & ~gear_busy
+        with m.If(finished):
+            m.d.sync += active.eq(0)
+        m.d.comb += self.busy.eq(active)
+        return m
+
+
+class StoreUnit(wiring.Component):
+    """Packs epilogue rows (``cols`` lanes, stored as int32 or as their low bytes) into
+    memory words on the write channel, at consecutive addresses from the job's ``out``."""
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        super().__init__({
+            "i": In(beat_signature(config)),
+            "wr": Out(stream.Signature(write_layout(config))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        wbytes = c.port_bytes
+        addr = Signal(c.mem_addr_bits)
+        row8 = Cat(*(self.i.payload.lanes[i][:8] for i in range(c.cols)))
+        row32 = Cat(*(self.i.payload.lanes[i] for i in range(c.cols)))
+
+        # The word being written, and how many more words the held row still holds.
+        word = Signal(wbytes * 8)
+        word_valid = Signal()
+        held = Signal(max(c.e_row_bytes, wbytes) * 8)
+        held_words = Signal(range(c.e_row_bytes // min(wbytes, c.e_row_bytes) + 1))
+        fill = Signal(range(max(1, wbytes // c.b_row_bytes) + 1))  # int8 rows packed so far
+
+        m.d.comb += [self.wr.valid.eq(word_valid), self.wr.payload.data.eq(word),
+                     self.wr.payload.addr.eq(addr)]
+        wrote = self.wr.valid & self.wr.ready
+        with m.If(wrote):
+            m.d.sync += [word_valid.eq(0), addr.eq(addr + 1)]
+        # the output word register is free this cycle, or frees itself this cycle
+        word_free = ~word_valid | self.wr.ready
+
+        with m.If(held_words != 0):
+            m.d.comb += self.i.ready.eq(0)
+            with m.If(word_free):
+                m.d.sync += [word.eq(held[:wbytes * 8]), word_valid.eq(1),
+                             held.eq(held >> (wbytes * 8)), held_words.eq(held_words - 1)]
+        with m.Else():
+            m.d.comb += self.i.ready.eq(word_free)
+            with m.If(self.i.valid & word_free):
+                with m.If(self.i.payload.first):
+                    # addr is advanced by `wrote` in the same cycle only for the old job,
+                    # whose words are all out by now (rows are whole words per job)
+                    m.d.sync += addr.eq(self.i.payload.out)
+                for dt, row, nbytes in ((0, row32, c.e_row_bytes), (1, row8, c.b_row_bytes)):
+                    with m.If(self.i.payload.dt == dt):
+                        if nbytes >= wbytes:
+                            m.d.sync += [word.eq(row[:wbytes * 8]), word_valid.eq(1),
+                                         held.eq(row >> (wbytes * 8)),
+                                         held_words.eq(nbytes // wbytes - 1)]
+                        else:
+                            per_word = wbytes // nbytes
+                            with m.Switch(fill):
+                                for k in range(per_word):
+                                    with m.Case(k):
+                                        m.d.sync += word.eq(
+                                            (word if k else 0) | (row << (8 * nbytes * k)))
+                            with m.If(fill == per_word - 1):
+                                m.d.sync += [fill.eq(0), word_valid.eq(1)]
+                            with m.Else():
+                                m.d.sync += fill.eq(fill + 1)
+        m.d.comb += self.busy.eq(word_valid | (held_words != 0) | (fill != 0))
+        return m

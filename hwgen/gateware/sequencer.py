@@ -1,0 +1,145 @@
+"""The microcode sequencer: fetches 64-bit words from instruction memory and issues them.
+
+One instruction retires per cycle unless it waits: a LOAD on a full DMA queue, a MATMUL or
+EPIPASS on a full compute queue, a WAIT on busy units. Fields are sliced with the same
+:data:`hwgen.isa.SLOTS` table the assembler encodes with.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Signal, signed
+from amaranth.lib import memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hwgen.config import VariantConfig
+from hwgen.gateware.compute import job_layout
+from hwgen.gateware.dma import load_cmd_layout
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Csr, Op
+
+
+def _field(word, op: Op, name: str):
+    """The bits of field ``name`` of opcode ``op`` in ``word``."""
+    for f in OPCODES[op][0]:
+        if f.name == name:
+            lo = SLOTS[f.slot][0] + f.lo
+            return word[lo:lo + f.width]
+    raise KeyError(f"{op.name} has no field {name}")
+
+
+class Sequencer(wiring.Component):
+    """Ports: ``start``; the LOAD and job streams into the two queues; the epilogue control
+    registers; the idle flags of the units (``dma_idle``, ``feed_idle``, ``compute_idle``);
+    ``halted``, ``running`` and ``retire`` (one pulse per instruction retired)."""
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        #: The instruction memory; a testbench writes the program here before ``start``.
+        self.imem = memory.Memory(shape=WORD_BITS, depth=config.imem_depth, init=[])
+        super().__init__({
+            "start": In(1),
+            "load": Out(stream.Signature(load_cmd_layout(config))),
+            "job": Out(stream.Signature(job_layout(config))),
+            "mult": Out(signed(32)), "shift": Out(6), "zp": Out(signed(32)),
+            "lo": Out(signed(32)), "hi": Out(signed(32)), "req_mode": Out(1),
+            "res_mode": Out(1),
+            "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
+            "halted": Out(1), "running": Out(1), "retire": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        m.submodules.imem = self.imem
+        rd = self.imem.read_port()
+        regs = Array(Signal(REG_BITS, name=f"r{n}") for n in range(NUM_REGS))
+        pc = Signal(range(c.imem_depth))
+        pc_next = Signal(range(c.imem_depth))
+        m.d.comb += [rd.addr.eq(pc_next), pc_next.eq(pc)]
+        m.d.sync += pc.eq(pc_next)
+        word = rd.data
+        op = word[SLOTS["op"][0]:SLOTS["op"][0] + SLOTS["op"][1]]
+
+        def reg(o: Op, name: str):
+            return regs[_field(word, o, name)]
+
+        retire = Signal()
+        m.d.comb += self.retire.eq(retire)
+        with m.If(retire):
+            m.d.comb += pc_next.eq(pc + 1)
+
+        # LOAD command and compute job, assembled from the current word.
+        ld = self.load.payload
+        m.d.comb += [
+            ld.dst.eq(_field(word, Op.LOAD, "dst")), ld.ext.eq(reg(Op.LOAD, "ext")),
+            ld.spad.eq(reg(Op.LOAD, "spad")), ld.stride.eq(reg(Op.LOAD, "stride")),
+            ld.count.eq(_field(word, Op.LOAD, "count")), ld.len.eq(_field(word, Op.LOAD, "len")),
+        ]
+        job = self.job.payload
+        is_pass = op == Op.EPIPASS
+        m.d.comb += [
+            job.is_pass.eq(is_pass),
+            # MATMUL and EPIPASS share slot positions for every field they both have.
+            job.a.eq(reg(Op.MATMUL, "a")), job.b.eq(reg(Op.MATMUL, "b")),
+            job.k.eq(_field(word, Op.MATMUL, "k")), job.last.eq(_field(word, Op.MATMUL, "last")),
+            job.out.eq(reg(Op.MATMUL, "out")), job.bias.eq(reg(Op.MATMUL, "bias")),
+            job.res.eq(reg(Op.MATMUL, "res")), job.mask.eq(_field(word, Op.MATMUL, "mask")),
+            job.dt.eq(_field(word, Op.MATMUL, "dt")),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += pc_next.eq(0)
+                with m.If(self.start):
+                    m.d.sync += [r.eq(0) for r in regs]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.running.eq(1)
+                with m.Switch(op):
+                    with m.Case(Op.NOP):
+                        m.d.comb += retire.eq(1)
+                    with m.Case(Op.HALT):
+                        m.d.comb += [retire.eq(1), pc_next.eq(pc)]
+                        m.next = "HALTED"
+                    with m.Case(Op.WAIT):
+                        units = _field(word, Op.WAIT, "units")  # bits: hwgen.isa.Unit
+                        ok = (((~units[0]) | self.dma_idle) & ((~units[1]) | self.feed_idle)
+                              & ((~units[2]) | self.compute_idle))
+                        m.d.comb += retire.eq(ok)
+                    with m.Case(Op.LI):
+                        m.d.sync += reg(Op.LI, "rd").eq(_field(word, Op.LI, "imm"))
+                        m.d.comb += retire.eq(1)
+                    with m.Case(Op.ADDI):
+                        m.d.sync += reg(Op.ADDI, "rd").eq(
+                            reg(Op.ADDI, "rs") + _field(word, Op.ADDI, "imm"))
+                        m.d.comb += retire.eq(1)
+                    with m.Case(Op.BNZD):
+                        count = reg(Op.BNZD, "rc") - 1
+                        m.d.sync += reg(Op.BNZD, "rc").eq(count)
+                        m.d.comb += retire.eq(1)
+                        with m.If(count[:REG_BITS] != 0):
+                            m.d.comb += pc_next.eq(_field(word, Op.BNZD, "target"))
+                    with m.Case(Op.LOAD):
+                        m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]
+                    with m.Case(Op.MATMUL, Op.EPIPASS):
+                        m.d.comb += [self.job.valid.eq(1), retire.eq(self.job.ready)]
+                    with m.Case(Op.CSRWI):
+                        value = _field(word, Op.CSRWI, "imm")
+                        with m.Switch(_field(word, Op.CSRWI, "csr")):
+                            for csr, target in ((Csr.REQ_MULT, self.mult),
+                                                (Csr.REQ_SHIFT, self.shift),
+                                                (Csr.REQ_ZP, self.zp),
+                                                (Csr.CLAMP_LO, self.lo),
+                                                (Csr.CLAMP_HI, self.hi),
+                                                (Csr.REQ_MODE, self.req_mode),
+                                                (Csr.RES_MODE, self.res_mode)):
+                                with m.Case(csr):
+                                    m.d.sync += target.eq(value)
+                        m.d.comb += retire.eq(1)
+                    with m.Default():
+                        # An unknown opcode stops the program; the decoder refuses such
+                        # words before they get here, so this is only a safe landing.
+                        m.d.comb += pc_next.eq(pc)
+                        m.next = "HALTED"
+            with m.State("HALTED"):
+                m.d.comb += self.halted.eq(1)
+        return m

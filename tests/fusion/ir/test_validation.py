@@ -1,0 +1,224 @@
+"""The op catalog and graph validation: each error message names the node and the fix."""
+
+import numpy as np
+import pytest
+
+from fusion.ir import ops
+from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
+
+
+def graph(nodes, tensors, inputs, outputs, consts=None):
+    return Graph(nodes=nodes, tensors={t.name: t for t in tensors}, inputs=inputs,
+                 outputs=outputs, initializers=consts or {})
+
+
+def mlp(*, w_dtype="int8", x_dtype="int8", acc_dtype="int32", zp=0, requant_zp=0):
+    """x @ w -> requant, with knobs to break it."""
+    w = np.ones((4, 3), w_dtype)
+    return graph(
+        (Node("mm", "qmatmul", ("x", "w"), ("acc",)),
+         Node("rq", "requant", ("acc",), ("y",), ops.requant_attrs(0.01, requant_zp))),
+        (Tensor("x", (2, 4), x_dtype, Quant(0.1, zp)), Tensor("w", (4, 3), w_dtype),
+         Tensor("acc", (2, 3), acc_dtype),
+         Tensor("y", (2, 3), "int8", Quant(0.1, min(max(requant_zp, -128), 127)))),
+        ("x",), ("y",), {"w": w})
+
+
+def test_a_good_graph_validates():
+    ops.validate(mlp())
+
+
+def test_unsupported_op_lists_the_supported_ones():
+    g = graph((Node("sm", "Softmax", ("x",), ("y",)),),
+              (Tensor("x", (2,), "float32"), Tensor("y", (2,), "float32")), ("x",), ("y",))
+    with pytest.raises(GraphError) as info:
+        ops.validate(g)
+    assert str(info.value).startswith("node 'sm': op 'Softmax' is not supported; supported ops "
+                                      "are Add, Clip, Conv,")
+    assert "qmatmul" in str(info.value) and "requant" in str(info.value)
+
+
+def test_lookup_error_lists_supported_ops():
+    with pytest.raises(GraphError, match="op 'Gelu' is not supported; supported ops are Add"):
+        ops.get("Gelu")
+
+
+def test_dtype_mismatch_of_an_input():
+    with pytest.raises(GraphError, match=r"node 'mm' \(qmatmul\): input 'a' \('x'\) is float32, "
+                                         r"but qmatmul takes int8 or uint8"):
+        ops.validate(mlp(x_dtype="float32"))
+
+
+def test_dtype_mismatch_of_a_declared_output():
+    with pytest.raises(GraphError, match=r"node 'mm' \(qmatmul\) produces int32, but its output "
+                                         r"'acc' is declared int8: dtype mismatch; declare it "
+                                         r"int32"):
+        ops.validate(mlp(acc_dtype="int8"))
+
+
+def test_dtype_mismatch_between_operands():
+    g = graph((Node("add", "Add", ("a", "b"), ("y",)),),
+              (Tensor("a", (2,), "float32"), Tensor("b", (2,), "int8"),
+               Tensor("y", (2,), "float32")), ("a", "b"), ("y",))
+    with pytest.raises(GraphError, match=r"node 'add' \(Add\): input 'B' \('b'\) is int8 but "
+                                         r"'A' \('a'\) is float32; they must match"):
+        ops.validate(g)
+
+
+def test_missing_initializer_for_a_constant_input():
+    g = graph((Node("q", "QuantizeLinear", ("x", "s"), ("y",)),),
+              (Tensor("x", (2,), "float32"), Tensor("s", (), "float32"),
+               Tensor("y", (2,), "uint8")), ("x", "s"), ("y",))
+    with pytest.raises(GraphError, match=r"node 'q' \(QuantizeLinear\) needs its input 'y_scale' "
+                                         r"\('s'\) to be a constant initializer, but it is a "
+                                         r"graph input: missing initializer; store 's' as an "
+                                         r"initializer"):
+        ops.validate(g)
+
+
+def test_missing_initializer_that_nothing_provides_is_refused_by_the_ir():
+    with pytest.raises(GraphError, match="node 'mm' reads 'w', which no node produces .* "
+                                         r"\(a missing initializer\?\)"):
+        graph((Node("mm", "qmatmul", ("x", "w"), ("y",)),),
+              (Tensor("x", (2, 4), "int8"), Tensor("w", (4, 3), "int8"),
+               Tensor("y", (2, 3), "int32")), ("x",), ("y",))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_non_int8_weights(dtype):
+    g = mlp(w_dtype=dtype)
+    with pytest.raises(GraphError, match=rf"node 'mm' \(qmatmul\) has {dtype} weights 'w' in 'b'; "
+                                         r"hwgen multiplies int8 x int8: quantize the weights "
+                                         r"to int8") if dtype == "uint8" else \
+            pytest.raises(GraphError, match=r"input 'b' \('w'\) is int32"):
+        ops.validate(g)
+
+
+def test_float_weights_behind_a_dequantize_must_come_from_int8():
+    g = graph((Node("dq", "DequantizeLinear", ("wq", "s"), ("w",)),
+               Node("mm", "MatMul", ("x", "w"), ("y",))),
+              (Tensor("x", (2, 4), "float32"), Tensor("wq", (4, 3), "uint8"),
+               Tensor("s", (), "float32"), Tensor("w", (4, 3), "float32"),
+               Tensor("y", (2, 3), "float32")), ("x",), ("y",),
+              {"wq": np.ones((4, 3), np.uint8), "s": np.float32(0.1)})
+    with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has uint8 weights 'wq' \(through "
+                                         r"'dq'\) in 'B'"):
+        ops.validate(g)
+
+
+def test_zero_point_out_of_range_on_a_tensor():
+    with pytest.raises(GraphError, match=r"tensor 'x' \(int8\) has zero point 200, out of range: "
+                                         r"int8 holds -128..127; re-quantize it with a zero "
+                                         r"point in range"):
+        ops.validate(mlp(zp=200))
+
+
+def test_zero_point_of_int32_tensors_is_zero():
+    g = mlp()
+    g = g.replace(tensors={**g.tensors, "acc": Tensor("acc", (2, 3), "int32", Quant(0.1, 5))})
+    with pytest.raises(GraphError, match="int32 tensors .* have zero point 0"):
+        ops.validate(g)
+
+
+def test_zero_point_out_of_range_in_requant():
+    with pytest.raises(GraphError, match=r"node 'rq' \(requant\): zero point 300 is out of range "
+                                         r"for int8 \(-128..127\)"):
+        ops.validate(mlp(requant_zp=300))
+
+
+def test_cycle_is_refused_by_the_ir():
+    with pytest.raises(GraphError, match="cycle through nodes a, b"):
+        graph((Node("a", "relu", ("y",), ("x",)), Node("b", "relu", ("x",), ("y",))),
+              (Tensor("x", (2,), "int8"), Tensor("y", (2,), "int8")), (), ("y",))
+
+
+def test_unknown_and_missing_attributes():
+    node = Node("rq", "requant", ("x",), ("y",), {"mult": 1, "shift": 0, "gain": 2})
+    with pytest.raises(GraphError, match=r"node 'rq' \(requant\) has unknown attribute\(s\) gain; "
+                                         r"requant takes axis, mult, out_dtype, shift, zp"):
+        ops.node_attrs(node)
+    with pytest.raises(GraphError, match=r"needs attribute\(s\) mult, shift"):
+        ops.node_attrs(Node("rq", "requant", ("x",), ("y",)))
+
+
+def test_infer_reports_wrong_input_counts_and_shapes():
+    x = Tensor("x", (2, 4), "int8")
+    with pytest.raises(GraphError, match=r"has 1 inputs, but qmatmul takes 2 \(a, b\)"):
+        ops.infer(Node("mm", "qmatmul", ("x",), ("y",)), [x])
+    with pytest.raises(GraphError, match=r"node 'mm' \(qmatmul\): matmul inner dimensions "
+                                         r"differ: \(2, 4\) @ \(2, 4\)"):
+        ops.infer(Node("mm", "qmatmul", ("x", "x"), ("y",)), [x, x])
+
+
+def test_qconv2d_takes_groups_that_divide_the_channels():
+    x, w = Tensor("x", (1, 4, 5, 5), "int8"), Tensor("w", (6, 2, 3, 3), "int8")
+    (t,) = ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 2}), [x, w])
+    assert t == ops.TensorType((1, 6, 3, 3), "int32")
+    with pytest.raises(GraphError, match=r"node 'c' \(qconv2d\): input channels 4, weight shape "
+                                         r"\(6, 2, 3, 3\) and group 3 do not agree"):
+        ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 3}), [x, w])
+    with pytest.raises(GraphError, match="do not agree"):  # C/group = 1, but w has 2 per group
+        ops.infer(Node("c", "qconv2d", ("x", "w"), ("y",), {"group": 4}), [x, w])
+
+
+def test_shape_inference_of_integer_ops():
+    x = Tensor("x", (1, 3, 8, 8), "int8", Quant(0.1, 0))
+    (t,) = ops.infer(Node("i", "im2col", ("x",), ("y",),
+                          {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1), "strides": (2, 2)}), [x])
+    assert t == ops.TensorType((1, 16, 27), "int8")
+    (t,) = ops.infer(Node("p", "maxpool", ("x",), ("y",),
+                          {"kernel_shape": (3, 3), "strides": (2, 2), "ceil_mode": 1}), [x])
+    assert t.shape == (1, 3, 4, 4)
+    (t,) = ops.infer(Node("r", "requant", ("a",), ("y",),
+                          {**ops.requant_attrs(0.1), "out_dtype": "uint8"}),
+                     [Tensor("a", (2,), "int32")])
+    assert t.dtype == "uint8"
+
+
+def test_requant_and_qadd_attribute_helpers():
+    assert ops.requant_attrs(1.0) == {"mult": 1 << 30, "shift": 30, "zp": 0, "out_dtype": "int8"}
+    per = ops.requant_attrs([1.0, 0.5], 2, axis=1)
+    assert per["mult"] == (1 << 30, 1 << 30) and per["shift"] == (30, 31) and per["axis"] == 1
+    # 1/2 is exact with every even multiplier; the tie goes to the largest, 126/63.
+    q = ops.qadd_attrs(0.2, 0.1, 0.4)
+    assert (q["a_mult"], q["b_mult"]) == (126, 63)
+    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
+    # Symmetric: the larger scale (b here) takes the larger multiplier.
+    q = ops.qadd_attrs(0.1, 0.2, 0.4)
+    assert (q["a_mult"], q["b_mult"]) == (63, 126)
+    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
+    # 0.0252869 / 0.018687868 (the residual MLP's scales) is nearest 115/85 among int8 pairs.
+    assert ops.qadd_input_mults(0.0252869, 0.018687868) == (115, 85)
+
+
+def test_qadd_input_mults_are_the_best_int8_pair():
+    rng = np.random.default_rng(5)
+    w = np.arange(1, ops.QADD_MULT_MAX + 1)
+    for _ in range(200):
+        a, b = 10.0 ** rng.uniform(-3, -1, 2)
+        got = ops.qadd_input_mults(a, b)
+        assert all(1 <= m <= ops.QADD_MULT_MAX for m in got)
+        # Brute force over every pair (wa, wb) of 1..127: none is nearer b/a.
+        best = np.abs(w[None, :] / w[:, None] - b / a).min()
+        assert abs(got[1] / got[0] - b / a) <= best * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("a", "b", "message"), [
+    (0.1, 0.1 / 300, "differ by more than a factor of 254"),
+    (0.0, 0.1, "a_scale must be positive and finite, not 0.0"),
+])
+def test_qadd_attrs_refuses_scales_int8_multipliers_cannot_hold(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        ops.qadd_attrs(a, b, 0.1)
+
+
+@pytest.mark.parametrize("a_mult", [128, -129, 1 << 20, 1.0])
+def test_qadd_multipliers_must_be_int8(a_mult):
+    attrs = {**ops.qadd_attrs(0.1, 0.05, 0.2), "a_mult": a_mult}
+    x = Tensor("x", (2, 3), "int8", Quant(0.1, 0))
+    with pytest.raises(GraphError, match=rf"node 'add' \(qadd\): a_mult {a_mult!r} must be an "
+                                         rf"integer in -128..127: the accelerator multiplies "
+                                         rf"the inputs by a_mult and b_mult as int8 weights"):
+        ops.infer(Node("add", "qadd", ("x", "x"), ("y",), attrs), [x, x])
+    (t,) = ops.infer(Node("add", "qadd", ("x", "x"), ("y",), {**attrs, "a_mult": -128}), [x, x])
+    assert t == ops.TensorType((2, 3), "int8")

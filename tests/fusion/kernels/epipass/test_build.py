@@ -1,0 +1,302 @@
+"""Standalone epilogue passes and the element-wise max kernel, checked structurally (no
+hardware model): regions, metadata, operand checks, the cache, and every output row's
+provenance through ``kernel_trace``."""
+
+import numpy as np
+import pytest
+
+from fusion.kernels.cache import KernelCache
+from fusion.kernels.eltmax.build import CompiledMax, compiled_max, max_regions
+from fusion.kernels.epipass.build import CompiledPass, compiled_pass, pass_key_parts, pass_regions
+from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.reference import EpilogueParams, epilogue, to_dtype
+from tests.helpers.kernel_trace import Label, check_loops, trace
+
+ALL = EPILOGUE_STAGES
+PARAMS = EpilogueParams(mult=1 << 22, shift=14, zp=-5, clamp_lo=-60, clamp_hi=90)
+SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=ALL, spad_a_depth=64,
+                      spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
+WIDE = VariantConfig(rows=8, cols=2, port_bytes=16, epilogue=ALL)
+NO_RESIDUAL = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant", "relu"))
+
+
+def values(m, n, src_dtype="int32", seed=0):
+    rng = np.random.default_rng(seed)
+    lim = 1 << 20 if src_dtype == "int32" else 128
+    return {"src": rng.integers(-lim, lim, (m, n)), "bias": rng.integers(-5000, 5000, n),
+            "residual": rng.integers(-128, 128, (m, n)),
+            "mult": rng.integers(1 << 20, 1 << 24, n), "shift": rng.integers(10, 24, n)}
+
+
+def out_rows(kernel, itemsize):
+    """Byte address of each output row, by (tile row i, tile column j, row r)."""
+    d, out = kernel.dims, kernel.regions["out"]
+    for i in range(d.Mb):
+        for j in range(d.Nb):
+            for r in range(d.R):
+                yield i, j, r, out.addr * d.W + ((i * d.Nb + j) * d.R + r) * d.C * itemsize
+
+
+def final_stores(kernel):
+    check_loops(kernel.program)
+    t = trace(kernel.config, kernel.program, kernel.regions)
+    out = kernel.regions["out"]
+    lo, hi = out.addr * kernel.dims.W, out.addr * kernel.dims.W + out.nbytes
+    stores = [s for s in t.stores if lo <= s.addr < hi]
+    by_addr = {s.addr: s for s in stores}
+    assert len(by_addr) == len(stores), "an output row is written twice"
+    return t, by_addr
+
+
+def check_pass(kernel: CompiledPass):
+    """Every output row is one epipass with the stages' mask, of the right src, bias and
+    residual rows; the trace's byte count is the kernel's."""
+    t, stores = final_stores(kernel)
+    d, cfg = kernel.dims, kernel.config
+    src_e = "e8" if kernel.src_dtype == np.int8 else "e32"
+    group = 3 if kernel.params.per_channel else 1
+    mask = sum(cfg.stage_bit(s) for s in kernel.stages)
+    assert len(stores) == d.Mb * d.Nb * d.R
+    for i, j, r, addr in out_rows(kernel, kernel.out_dtype.itemsize):
+        s, row = stores[addr], (i * d.Nb + j) * d.R + r
+        assert (s.kind, s.mask, s.dt) == ("epipass", mask, "i8" if kernel.out_dtype == np.int8
+                                          else "i32")
+        assert s.src == Label("src", row * d.C * kernel.src_dtype.itemsize, src_e)
+        assert s.src.producer is None
+        if "bias" in kernel.stages:
+            assert s.bias == Label("bias", j * group * cfg.e_row_bytes, "e32")
+        if "residual" in kernel.stages:
+            assert s.res == Label("residual", row * d.C, "e8")
+    assert t.bytes_loaded == kernel.bytes_loaded
+    return t
+
+
+def check_max(kernel: CompiledMax):
+    """Every output row is the last of a chain of residual-only epipasses: in0 with in1, the
+    result with in2, ... in order."""
+    t, stores = final_stores(kernel)
+    d, cfg, n = kernel.dims, kernel.config, kernel.n_inputs
+    for i, j, r, addr in out_rows(kernel, 1):
+        s, off = stores[addr], ((i * d.Nb + j) * d.R + r) * d.C
+        for k in range(n - 1, 0, -1):
+            assert (s.kind, s.mask, s.dt) == ("epipass", cfg.stage_bit("residual"), "i8")
+            assert s.res == Label(f"in{k}", off, "e8"), (k, s.res)
+            assert s.src.offset == off and s.src.dst == "e8"
+            if k > 1:
+                assert s.src.region in ("tmp0", "tmp1") and s.src.producer is not None
+                s = s.src.producer
+        assert s.src == Label("in0", off, "e8") and s.src.producer is None
+    assert t.csrs["res_mode"] == 1
+    assert t.bytes_loaded == kernel.bytes_loaded
+    return t
+
+
+SINGLE = [(s,) for s in ALL]
+
+
+@pytest.mark.parametrize("cfg", [SMALL, WIDE], ids=["4x8", "8x2w16"])
+@pytest.mark.parametrize("stages", SINGLE + [(), ("bias", "requant", "relu"), ALL],
+                         ids=lambda s: ",".join(s) or "copy")
+@pytest.mark.parametrize("src_dtype", ["int32", "int8"])
+def test_passes_are_hazard_free_and_read_the_right_rows(cfg, stages, src_dtype):
+    for m, n in [(1, 1), (13, 27), (33, 17)]:
+        out_dtype = "int8" if {"requant", "residual"} & set(stages) else "int32"
+        kernel = compiled_pass(cfg, m, n, stages=stages, params=PARAMS, src_dtype=src_dtype,
+                               out_dtype=out_dtype)
+        check_pass(kernel)
+        sizes = pass_regions(cfg, m, n, stages=stages, params=PARAMS, src_dtype=src_dtype,
+                             out_dtype=out_dtype)
+        assert sizes == {name: r.nbytes for name, r in kernel.regions.items()}
+        assert kernel.reads == {"out": (kernel.regions["out"].addr, sizes["out"])}
+        assert kernel.bytes_stored == sizes["out"]
+        assert kernel.ideal_cycles >= kernel.dims.Mb * kernel.dims.Nb * kernel.dims.R
+
+
+def test_per_channel_pass_reads_the_bias_groups():
+    params = EpilogueParams(per_channel=True, zp=3)
+    for stages in [("requant",), ("bias", "requant", "relu")]:
+        kernel = compiled_pass(SMALL, 13, 27, stages=stages, params=params, out_dtype="int8")
+        check_pass(kernel)
+        assert kernel.meta["operands"]["mult"] == ["int32", [27]]
+        v = values(13, 27)
+        writes = dict(kernel.memory(v["src"], bias=v["bias"], mult=v["mult"], shift=v["shift"]))
+        assert len(writes[kernel.regions["bias"].addr]) == kernel.regions["bias"].nbytes
+        want = to_dtype(epilogue(v["src"], stages, params, bias=v["bias"], mult=v["mult"],
+                                 shift=v["shift"]), np.int8)
+        np.testing.assert_array_equal(
+            kernel.expected(v["src"], bias=v["bias"], mult=v["mult"], shift=v["shift"]), want)
+    with pytest.raises(ValueError, match="per-channel requantize .* needs the requant stage"):
+        pass_regions(SMALL, 4, 4, stages=("bias",), params=params)
+
+
+def test_regions_and_metadata():
+    stages = ("bias", "requant", "residual")
+    sizes = pass_regions(SMALL, 13, 27, stages=stages, params=PARAMS, src_dtype="int32",
+                         out_dtype=np.int8)
+    tiles, tile = 4 * 4, 4 * 8
+    assert list(sizes) == ["src", "bias", "residual", "out"]
+    assert sizes == {"src": tiles * tile * 4, "bias": 4 * 32, "residual": tiles * tile,
+                     "out": tiles * tile}
+    kernel = compiled_pass(SMALL, 13, 27, stages=stages, params=PARAMS, out_dtype=np.int8)
+    assert kernel.stages == stages and kernel.params == PARAMS
+    assert (kernel.src_dtype, kernel.out_dtype) == (np.int32, np.int8)
+    assert kernel.meta["operands"] == {"src": ["int32", [13, 27]], "bias": ["int32", [27]],
+                                       "residual": ["int8", [13, 27]]}
+    assert kernel.meta["dtypes"] == {"src": "int32", "bias": "int32", "residual": "int8",
+                                     "out": "int8"}
+    assert kernel.placement is None and kernel.meta["kind"] == "pass"
+    assert list(pass_regions(SMALL, 5, 5, stages=("relu",))) == ["src", "out"]
+
+
+def test_memory_expected_and_decode():
+    stages = ("bias", "requant", "relu", "residual")
+    kernel = compiled_pass(WIDE, 13, 27, stages=stages, params=PARAMS, src_dtype="int8",
+                           out_dtype="int8")
+    v = values(13, 27, "int8")
+    writes = kernel.memory(v["src"], bias=v["bias"], residual=v["residual"])
+    regions = kernel.regions
+    assert [a for a, _ in writes] == [regions[n].addr for n in ("src", "bias", "residual")]
+    assert [len(b) for _, b in writes] == [regions[n].nbytes for n in ("src", "bias",
+                                                                       "residual")]
+    want = to_dtype(epilogue(v["src"], stages, PARAMS, bias=v["bias"], residual=v["residual"]),
+                    np.int8)
+    got = kernel.expected(v["src"], bias=v["bias"], residual=v["residual"])
+    np.testing.assert_array_equal(got, want)
+    # decode reads the tile-blocked layout the residual was packed in
+    res_bytes = dict(writes)[regions["residual"].addr]
+    np.testing.assert_array_equal(kernel.decode({"out": res_bytes}), v["residual"])
+    # operands no stage uses are ignored
+    assert kernel.memory(v["src"], bias=v["bias"], residual=v["residual"],
+                         mult=v["mult"]) == writes
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda k, v: k.memory(v["src"][:, :-1], bias=v["bias"], residual=v["residual"]),
+     r"operand src has shape \(13, 26\), the epilogue pass .* compiled for \(13, 27\)"),
+    (lambda k, v: k.memory(v["src"], residual=v["residual"]),
+     r"needs a bias operand: int32 of shape \(27,\)"),
+    (lambda k, v: k.memory(v["src"], bias=v["bias"], residual=v["residual"] * 2),
+     r"operand residual has values outside int8"),
+    (lambda k, v: k.memory(v["src"] * 1e3, bias=v["bias"], residual=v["residual"]),
+     r"operand src must be an integer array"),
+    (lambda k, v: k.expected(v["src"], bias=v["bias"][:3], residual=v["residual"]),
+     r"operand bias has shape \(3,\)"),
+])
+def test_operands_are_checked_against_the_metadata(call, match):
+    kernel = compiled_pass(SMALL, 13, 27, stages=("bias", "residual"), out_dtype="int8")
+    with pytest.raises(ValueError, match=match):
+        call(kernel, values(13, 27))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"stages": ("relu", "bias")}, r"not an ordered subset"),
+    ({"stages": ("relu",), "src_dtype": "int16"}, r"src_dtype must be int8 or int32"),
+    ({"stages": ("relu",), "out_dtype": "float32"}, r"out_dtype must be int8 or int32"),
+    ({"stages": ("relu",), "placement": {"src": 0}}, r"regions \(src, out\): missing out"),
+    ({"stages": ("relu",), "placement": {"src": 0, "out": 100}},
+     r"'src' .* and 'out' .* overlap"),
+])
+def test_pass_errors_name_the_problem(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        compiled_pass(SMALL, 33, 65, **kwargs)
+
+
+def test_a_placed_pass_uses_its_placement():
+    stages = ("requant", "residual")
+    sizes = pass_regions(SMALL, 13, 27, stages=stages, params=PARAMS, out_dtype="int8")
+    placement = {"out": 10, "residual": 200, "src": 300}
+    kernel = compiled_pass(SMALL, 13, 27, stages=stages, params=PARAMS, out_dtype="int8",
+                           placement=placement)
+    assert {n: r.addr for n, r in kernel.regions.items()} == placement
+    assert {n: r.nbytes for n, r in kernel.regions.items()} == sizes
+    assert kernel.placement == placement and kernel.reads["out"] == (10, sizes["out"])
+    check_pass(kernel)
+
+
+def test_passes_are_cached_by_signature(tmp_path):
+    cache = KernelCache(tmp_path)
+    kw = {"stages": ("bias", "requant"), "params": PARAMS, "out_dtype": "int8", "cache": cache}
+    first = compiled_pass(SMALL, 13, 27, **kw)
+    again = compiled_pass(SMALL, 13, 27, **kw)
+    assert again.program == first.program
+    assert (cache.stats.misses, cache.stats.memory_hits) == (1, 1)
+    # what the program depends on is in the key
+    compiled_pass(SMALL, 13, 27, **{**kw, "src_dtype": "int8"})
+    compiled_pass(SMALL, 13, 27, **{**kw, "params": EpilogueParams(mult=3)})
+    compiled_pass(SMALL, 13, 27, **kw, placement={"src": 1000, "bias": 0, "out": 500})
+    assert cache.stats.misses == 4
+    # from disk in a fresh cache instance
+    fresh = KernelCache(tmp_path)
+    assert compiled_pass(SMALL, 13, 27, **{**kw, "cache": fresh}).program == first.program
+    assert fresh.stats.disk_hits == 1
+    parts = pass_key_parts(SMALL, 13, 27, stages=("bias", "requant"), params=PARAMS,
+                           out_dtype="int8")
+    assert parts["op"] == "pass" and parts["shape"] == [13, 27] and parts["placement"] is None
+
+
+@pytest.mark.parametrize("n_inputs, tmps", [(2, []), (3, ["tmp0"]), (4, ["tmp0", "tmp1"]),
+                                            (9, ["tmp0", "tmp1"])])
+@pytest.mark.parametrize("cfg", [SMALL, WIDE], ids=["4x8", "8x2w16"])
+def test_max_chains_residual_passes(cfg, n_inputs, tmps):
+    for m, n in [(1, 1), (13, 27)]:
+        kernel = compiled_max(cfg, m, n, n_inputs)
+        sizes = max_regions(cfg, m, n, n_inputs)
+        assert list(sizes) == [f"in{i}" for i in range(n_inputs)] + tmps + ["out"]
+        assert sizes == {name: r.nbytes for name, r in kernel.regions.items()}
+        check_max(kernel)
+        assert kernel.source.count("halt") == 1 and kernel.n_inputs == n_inputs
+        assert kernel.bytes_stored == (n_inputs - 1) * sizes["out"]
+
+
+def test_max_memory_expected_and_errors(tmp_path):
+    cache = KernelCache(tmp_path)
+    kernel = compiled_max(SMALL, 13, 27, 3, cache=cache)
+    assert compiled_max(SMALL, 13, 27, 3, cache=cache).program == kernel.program
+    assert (cache.stats.misses, cache.stats.hits) == (1, 1)
+    rng = np.random.default_rng(1)
+    xs = [rng.integers(-128, 128, (13, 27)) for _ in range(3)]
+    writes = kernel.memory(xs)
+    assert [a for a, _ in writes] == [kernel.regions[f"in{i}"].addr for i in range(3)]
+    np.testing.assert_array_equal(kernel.expected(xs), np.maximum.reduce(xs))
+    assert kernel.expected(xs).dtype == np.int8
+    # the inputs by region name, as a model compiler holds them
+    named = {f"in{i}": x for i, x in enumerate(xs)}
+    assert kernel.memory(**named) == writes
+    np.testing.assert_array_equal(kernel.expected(**named), np.maximum.reduce(xs))
+    with pytest.raises(ValueError, match="needs a in2 operand"):
+        kernel.memory(in0=xs[0], in1=xs[1])
+    with pytest.raises(ValueError, match="inputs in0..in2, not in3"):
+        kernel.memory(**named, in3=xs[0])
+    with pytest.raises(ValueError, match="not both"):
+        kernel.memory(xs, in0=xs[0])
+    with pytest.raises(ValueError, match="compiled for 3 inputs, got 2"):
+        kernel.memory(xs[:2])
+    with pytest.raises(ValueError, match=r"operand in1 has shape \(13, 26\)"):
+        kernel.memory([xs[0], xs[1][:, 1:], xs[2]])
+    with pytest.raises(ValueError, match="operand in2 has values outside int8"):
+        kernel.memory([xs[0], xs[1], xs[2] + 200])
+    with pytest.raises(ValueError, match="a sequence of 3 arrays"):
+        kernel.memory(np.stack(xs))
+
+
+def test_max_refuses_a_variant_without_the_residual_stage():
+    with pytest.raises(ValueError, match=r"residual stage .* lacks; use a variant generated "
+                                         r"with the residual stage"):
+        compiled_max(NO_RESIDUAL, 8, 8, 2)
+    with pytest.raises(ValueError, match="residual stage"):
+        max_regions(NO_RESIDUAL, 8, 8, 2)
+    for bad in (1, 0, 2.0, True):
+        with pytest.raises(ValueError, match="n_inputs >= 2"):
+            compiled_max(SMALL, 8, 8, bad)
+
+
+def test_a_placed_max_uses_its_placement(tmp_path):
+    sizes = max_regions(SMALL, 13, 27, 4)
+    words = sizes["out"] // SMALL.port_bytes
+    placement = {name: 4000 - n * words for n, name in enumerate(sizes)}
+    kernel = compiled_max(SMALL, 13, 27, 4, placement=placement)
+    assert {n: r.addr for n, r in kernel.regions.items()} == placement
+    check_max(kernel)
+    with pytest.raises(ValueError, match="missing tmp1"):
+        compiled_max(SMALL, 13, 27, 4, placement={k: v for k, v in placement.items()
+                                                  if k != "tmp1"})
