@@ -40,10 +40,11 @@ from fusion.compiler.lower import (
     tensor_zp,
     to_lanes,
 )
+from fusion.compiler.stage_values import assemble_stages
 from fusion.ir import windows as _windows
-from fusion.ir.graph import Graph, Node
+from fusion.ir.graph import Graph
 from hwgen.config import VariantConfig
-from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
+from hwgen.reference import INT8_MIN, EpilogueParams
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,70 +213,6 @@ def _rows(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
 # -- from chain segments to specs -------------------------------------------------------------
 
 
-def _stage_values(graph: Graph, node: Node, stage: str) -> dict[str, Any]:
-    """The params fields and constant operands of one epilogue op."""
-    x = graph.tensors[node.inputs[0]]
-    y = graph.tensors[node.outputs[0]]
-    if stage == "bias":
-        return {"bias": graph.initializers[node.inputs[1]].astype(np.int64)}
-    if stage == "requant":
-        mult, shift = node.attr("mult"), node.attr("shift")
-        zp = int(node.attr("zp", 0)) - lanes_offset(y.dtype)
-        if isinstance(mult, tuple):
-            return {"zp": zp, "per_channel": True,
-                    "mult": np.array(mult, np.int32), "shift": np.array(shift, np.int32)}
-        return {"zp": zp, "req_mult": int(mult), "req_shift": int(shift)}
-    if stage == "clamp":
-        off = lanes_offset(x.dtype)
-        lo, hi = (INT8_MIN, INT8_MAX) if x.dtype in ("int8", "uint8") else (INT32_MIN, INT32_MAX)
-        return {"clamp_lo": min(max(int(node.attr("lo")) - off, lo), hi),
-                "clamp_hi": min(max(int(node.attr("hi")) - off, lo), hi)}
-    return {}
-
-
-def _assemble(graph: Graph, items: list[tuple[Node, str | None]], n_cols: int,
-              extra_bias: np.ndarray | None) -> tuple[tuple[str, ...], EpilogueParams,
-                                                      dict[str, np.ndarray]]:
-    """Stages, params and constants of a run of epilogue ops (plus a zero-point bias)."""
-    stages: list[str] = []
-    fields: dict[str, Any] = {}
-    consts: dict[str, np.ndarray] = {}
-    bias = extra_bias
-    if extra_bias is not None:
-        stages.append("bias")
-    for node, stage in items:
-        if stage is None:
-            continue
-        values = _stage_values(graph, node, stage)
-        if stage == "bias":
-            bias = values["bias"] if bias is None else bias + values["bias"]
-            if "bias" not in stages:
-                stages.append("bias")
-            continue
-        if stage in stages:
-            raise CompileError(f"node {node.name!r}: a second {stage} stage in one kernel")
-        stages.append(stage)
-        for k in ("mult", "shift"):
-            if k in values:
-                consts[k] = values.pop(k)
-        fields.update(values)
-    if bias is not None:
-        if bias.min() < INT32_MIN or bias.max() > INT32_MAX:
-            raise CompileError(f"the bias of kernel {items[0][0].name!r} with the input "
-                               f"zero-point correction leaves int32")
-        consts["bias"] = bias.astype(np.int32)
-    params = EpilogueParams(
-        mult=fields.get("req_mult", 1), shift=fields.get("req_shift", 0), zp=fields.get("zp", 0),
-        clamp_lo=fields.get("clamp_lo", INT32_MIN), clamp_hi=fields.get("clamp_hi", INT32_MAX),
-        per_channel=bool(fields.get("per_channel", False)))
-    if params.per_channel:
-        for k in ("mult", "shift"):
-            if consts[k].shape != (n_cols,):
-                raise CompileError(f"the per-channel requantize of kernel {items[0][0].name!r} "
-                                   f"has {consts[k].shape[0]} values for {n_cols} columns")
-    return tuple(stages), params, consts
-
-
 def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int, stop: int,
              tiling: Any = None) -> KernelSpec:
     """The kernel of chain items ``[start, stop)`` (item 0 is the anchor, if any).
@@ -300,7 +237,7 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int, stop
         M = math.prod(a.shape[:-1]) if len(a.shape) > 1 else 1  # noqa: N806
         za = tensor_zp(a, anchor)
         corr = None if za == 0 else -za * w.astype(np.int64).sum(axis=0)
-        stages, params, consts = _assemble(graph, part[1:], N, corr)
+        stages, params, consts = assemble_stages(graph, part[1:], N, corr)
         consts["b"] = w
         return KernelSpec(name=nodes[0], form="gemm", nodes=nodes, inputs=(anchor.inputs[0],),
                           output=output, M=M, K=K, N=N, stages=stages, params=params,
@@ -313,7 +250,7 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int, stop
         eye = np.eye(c, dtype=np.int64)
         w = np.concatenate([am * eye, bm * eye]).astype(np.int8)
         zb = -(am * tensor_zp(ta, anchor) + bm * tensor_zp(tb, anchor))
-        stages, params, consts = _assemble(graph, part[1:], c, None)
+        stages, params, consts = assemble_stages(graph, part[1:], c, None)
         # The qadd's own requantize (per tensor) comes first: build it as a requant item.
         req = EpilogueParams(mult=int(anchor.attr("mult")), shift=int(anchor.attr("shift")),
                              zp=int(anchor.attr("zp", 0)) - lanes_offset(
@@ -350,7 +287,7 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int, stop
     x = graph.tensors[part[0][0].inputs[0]]
     N = x.shape[-1] if x.shape else 1  # noqa: N806
     M = math.prod(x.shape) // N  # noqa: N806
-    stages, params, consts = _assemble(graph, part, N, None)
+    stages, params, consts = assemble_stages(graph, part, N, None)
     return KernelSpec(name=nodes[0], form="pass", nodes=nodes, inputs=(x.name,), output=output,
                       M=M, K=0, N=N, stages=stages, params=params, consts=consts,
                       src_dtype=_lane_dtype(x.dtype), out_dtype=_lane_dtype(out_t.dtype))
