@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from fusion.compiler.plan import compile_model
+from fusion.frontend.load import load_model
 from fusion.ir.synthetic import mlp
 from fusion.kernels.cache import KernelCache
-from fusion.passes.report import load_model
 from fusion.runtime.compare import compare, render
 from hwgen.config import VariantConfig
 

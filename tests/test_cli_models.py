@@ -107,7 +107,7 @@ def test_run_takes_an_input_file(variant_dir, tmp_path, capsys):
                  "--input", str(tmp_path / "x.npy"), "--output", f"y={out}",
                  "--cache", str(tmp_path / "cache")]) == 0
     assert "bit-exact" in capsys.readouterr().out
-    from fusion.passes.report import load_model
+    from fusion.frontend.load import load_model
     from fusion.reference import executor
 
     want = executor.run(load_model(EXAMPLES / "qop_mlp.onnx"), {"x": x})["y"]

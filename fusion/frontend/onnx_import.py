@@ -9,7 +9,7 @@ included), outputs and attributes, so the imported graph means exactly what the 
   needed), refusing dynamic input dimensions unless ``input_shapes`` fixes them;
 * annotates integer tensors with their :class:`~fusion.ir.Quant`
   (:mod:`fusion.frontend.onnx_quant`), which the Q/DQ folding pass reads;
-* validates the result (:func:`fusion.ir.ops.validate`).
+* validates the result (:func:`fusion.ir.validation.validate`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fusion.frontend.onnx_quant import annotate
 from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Tensor
+from fusion.ir.validation import validate as validate_graph
 
 _DTYPES = {TensorProto.FLOAT: "float32", TensorProto.UINT8: "uint8", TensorProto.INT8: "int8",
            TensorProto.INT32: "int32", TensorProto.INT64: "int64"}
@@ -43,8 +44,8 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     input_shapes : mapping of str to sequence of int, optional
         Static shapes for graph inputs, required for inputs with dynamic dimensions.
     validate : bool
-        Run :func:`fusion.ir.ops.validate` on the result (default). Turn it off only to inspect a
-        model that hwgen cannot run.
+        Run :func:`fusion.ir.validation.validate` on the result (default). Turn it off only to
+        inspect a model that hwgen cannot run.
 
     Returns
     -------
@@ -117,7 +118,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
                   initializers={k: v for k, v in constants.items() if k in used},
                   name=g.name or "onnx")
     if validate:
-        ops.validate(graph)
+        validate_graph(graph)
     return graph
 
 

@@ -12,7 +12,7 @@ the hwgen integer ops read:
   scale (1.0, the integer value is the real value), and only when nothing else quantizes them.
 
 Scales that are not initializers (computed, or graph inputs) and blocked quantization leave the
-tensor unannotated; :func:`fusion.ir.ops.validate` then reports the missing initializer.
+tensor unannotated; :func:`fusion.ir.validation.validate` then reports the missing initializer.
 """
 
 from __future__ import annotations

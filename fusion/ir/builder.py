@@ -27,6 +27,7 @@ import numpy as np
 
 from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
+from fusion.ir.validation import validate as validate_graph
 
 _NUMPY_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "int64": np.int64,
                  "float32": np.float32}
@@ -295,7 +296,8 @@ class GraphBuilder:
         ----------
         outputs : sequence of str
         validate : bool
-            Run :func:`fusion.ir.ops.validate` on it (dtype, quantization and weight checks).
+            Run :func:`fusion.ir.validation.validate` on it (dtype, quantization and weight
+            checks).
 
         Returns
         -------
@@ -314,5 +316,5 @@ class GraphBuilder:
         graph = Graph(self._nodes, self._tensors, self._inputs, tuple(outputs),
                       self._initializers, self.name)
         if validate:
-            ops.validate(graph)
+            validate_graph(graph)
         return graph

@@ -1,4 +1,4 @@
-"""Catalog entries of hwgen's integer-domain ops (registered into :mod:`fusion.ir.ops`).
+"""Catalog entries of hwgen's integer-domain ops (registered into :mod:`fusion.ir.registry`).
 
 Their exact semantics are documented in :mod:`fusion.ir.ops` and implemented by
 :mod:`fusion.reference.executor`.
@@ -7,7 +7,7 @@ Their exact semantics are documented in :mod:`fusion.ir.ops` and implemented by
 from __future__ import annotations
 
 from fusion.ir import shapes
-from fusion.ir.ops import INT8S, INT_RANGE, INTS, REQUIRED, Call, TensorType, _op
+from fusion.ir.registry import INT8S, INT_RANGE, INTS, REQUIRED, Call, TensorType, register
 
 REQ = REQUIRED
 
@@ -56,7 +56,7 @@ def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ce
     return out
 
 
-@_op("qmatmul", "a b", weights="b", summary="(a - a_zp) @ (b - b_zp) -> int32")
+@register("qmatmul", "a b", weights="b", summary="(a - a_zp) @ (b - b_zp) -> int32")
 def _qmatmul(c: Call):
     a, b = c.need("a", INT8S), c.need("b", INT8S)
     if b.quant is not None and b.quant.per_channel and \
@@ -68,7 +68,7 @@ def _qmatmul(c: Call):
     return (TensorType(shapes.matmul(a.shape, b.shape), "int32"),)
 
 
-@_op("qconv2d", "x w", weights="w", group=1, **_WIN,
+@register("qconv2d", "x w", weights="w", group=1, **_WIN,
      summary="NCHW conv of (x - x_zp) and (w - w_zp) -> int32")
 def _qconv2d(c: Call):
     x, w = c.need("x", INT8S), c.need("w", INT8S)
@@ -88,7 +88,7 @@ def _qconv2d(c: Call):
     return (TensorType((x.shape[0], w.shape[0], *out), "int32"),)
 
 
-@_op("bias_add", "x bias", const="bias", axis=-1, summary="sat32(x + bias along axis)")
+@register("bias_add", "x bias", const="bias", axis=-1, summary="sat32(x + bias along axis)")
 def _bias_add(c: Call):
     x, b = c.need("x", ("int32",)), c.need("bias", ("int32",))
     ax = shapes.axis(c.attrs["axis"], len(x.shape))
@@ -98,7 +98,7 @@ def _bias_add(c: Call):
     return (TensorType(x.shape, "int32"),)
 
 
-@_op("requant", "x", mult=REQ, shift=REQ, zp=0, axis=-1, out_dtype="int8",
+@register("requant", "x", mult=REQ, shift=REQ, zp=0, axis=-1, out_dtype="int8",
      summary="sat(((x * mult + round) >> shift) + zp), per tensor or per channel")
 def _requant(c: Call):
     x = c.need("x", ("int32",))
@@ -106,13 +106,13 @@ def _requant(c: Call):
     return (TensorType(x.shape, check_requant(c, x.shape[ax] if x.shape else 1)),)
 
 
-@_op("relu", "x", summary="max(x, 0)")
+@register("relu", "x", summary="max(x, 0)")
 def _hw_relu(c: Call):
     x = c.need("x", INTS)
     return (TensorType(x.shape, x.dtype),)
 
 
-@_op("clamp", "x", lo=REQ, hi=REQ, summary="min(max(x, lo), hi)")
+@register("clamp", "x", lo=REQ, hi=REQ, summary="min(max(x, lo), hi)")
 def _clamp(c: Call):
     x = c.need("x", INTS)
     lo, hi = c.attrs["lo"], c.attrs["hi"]
@@ -121,7 +121,7 @@ def _clamp(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
-@_op("qadd", "a b", a_mult=REQ, b_mult=REQ, mult=REQ, shift=REQ, zp=0, out_dtype="int8",
+@register("qadd", "a b", a_mult=REQ, b_mult=REQ, mult=REQ, shift=REQ, zp=0, out_dtype="int8",
      summary="requant((a - a_zp) * a_mult + (b - b_zp) * b_mult)")
 def _qadd(c: Call):
     a, b = c.need("a", INT8S), c.need("b", INT8S)
@@ -140,32 +140,32 @@ def _qadd(c: Call):
     return (TensorType(shapes.broadcast(a.shape, b.shape), out),)
 
 
-@_op("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN, summary="2-D max pooling, NCHW")
+@register("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN, summary="2-D max pooling, NCHW")
 def _hw_maxpool(c: Call):
     x = c.need("x", INTS)
     out = _window_attrs(c, x.shape, tuple(c.attrs["kernel_shape"]), c.attrs["ceil_mode"])
     return (TensorType((*x.shape[:2], *out), x.dtype),)
 
 
-@_op("flatten", "x", axis=1, summary="reshape to 2-D at axis")
+@register("flatten", "x", axis=1, summary="reshape to 2-D at axis")
 def _hw_flatten(c: Call):
     x = c.need("x", INTS + ("float32",))
     return (TensorType(shapes.flatten(x.shape, c.attrs["axis"]), x.dtype),)
 
 
-@_op("reshape", "x", shape=REQ, summary="reshape to the shape attribute")
+@register("reshape", "x", shape=REQ, summary="reshape to the shape attribute")
 def _hw_reshape(c: Call):
     x = c.need("x", INTS + ("float32",))
     return (TensorType(shapes.reshape(x.shape, c.attrs["shape"]), x.dtype),)
 
 
-@_op("transpose", "x", perm=None, summary="permute axes")
+@register("transpose", "x", perm=None, summary="permute axes")
 def _hw_transpose(c: Call):
     x = c.need("x", INTS + ("float32",))
     return (TensorType(shapes.transpose(x.shape, c.attrs["perm"]), x.dtype),)
 
 
-@_op("quantize", "x", dtype="int8", summary="float32 -> int8/uint8 with the output's Quant")
+@register("quantize", "x", dtype="int8", summary="float32 -> int8/uint8 with the output's Quant")
 def _quantize(c: Call):
     x = c.need("x", ("float32",))
     if c.attrs["dtype"] not in INT8S:
@@ -173,13 +173,13 @@ def _quantize(c: Call):
     return (TensorType(x.shape, c.attrs["dtype"]),)
 
 
-@_op("dequantize", "x", summary="(x - zp) * scale with the input's Quant -> float32")
+@register("dequantize", "x", summary="(x - zp) * scale with the input's Quant -> float32")
 def _dequantize(c: Call):
     x = c.need("x", INT8S + ("int32",))
     return (TensorType(x.shape, "float32"),)
 
 
-@_op("im2col", "x", kernel_shape=REQ, **_WIN,
+@register("im2col", "x", kernel_shape=REQ, **_WIN,
      summary="NCHW -> [N, OH*OW, C*kH*kW] windows, padded with x's zero point")
 def _im2col(c: Call):
     x = c.need("x", INT8S)

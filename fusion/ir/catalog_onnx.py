@@ -1,4 +1,4 @@
-"""Catalog entries of the ONNX-semantics ops (registered into :mod:`fusion.ir.ops`).
+"""Catalog entries of the ONNX-semantics ops (registered into :mod:`fusion.ir.registry`).
 
 Each function checks the dtypes and attributes of one op and infers its output types. The
 semantics are the ONNX spec's; :mod:`fusion.reference.executor` runs them.
@@ -7,7 +7,7 @@ semantics are the ONNX spec's; :mod:`fusion.reference.executor` runs them.
 from __future__ import annotations
 
 from fusion.ir import shapes
-from fusion.ir.ops import INT8S, ONNX_ELEM_TYPES, Call, TensorType, _op
+from fusion.ir.registry import INT8S, ONNX_ELEM_TYPES, Call, TensorType, register
 
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
 _MM = ("float32", "int32", "int64")
@@ -35,7 +35,7 @@ def _scale_shape(c: Call, scale: str, zp: str, x_shape: tuple[int, ...], axis: i
                       f"{x_shape[axis]} values (one per channel of axis {axis})")
 
 
-@_op("QuantizeLinear", "x y_scale y_zero_point", 2, const="y_scale y_zero_point",
+@register("QuantizeLinear", "x y_scale y_zero_point", 2, const="y_scale y_zero_point",
      axis=1, saturate=1, block_size=0, output_dtype=0, precision=0,
      summary="y = saturate(round_half_even(x / scale) + zero_point)")
 def _quantize_linear(c: Call):
@@ -55,7 +55,7 @@ def _quantize_linear(c: Call):
     return (TensorType(x.shape, out),)
 
 
-@_op("DequantizeLinear", "x x_scale x_zero_point", 2, const="x_scale x_zero_point",
+@register("DequantizeLinear", "x x_scale x_zero_point", 2, const="x_scale x_zero_point",
      axis=1, block_size=0, output_dtype=0, summary="y = (x - zero_point) * scale")
 def _dequantize_linear(c: Call):
     x = c.need("x", ("int8", "uint8", "int32"))
@@ -66,14 +66,14 @@ def _dequantize_linear(c: Call):
     return (TensorType(x.shape, "float32"),)
 
 
-@_op("MatMul", "A B", weights="B", summary="numpy.matmul")
+@register("MatMul", "A B", weights="B", summary="numpy.matmul")
 def _matmul(c: Call):
     a = c.need("A", _MM)
     c.same("A", "B")
     return (TensorType(shapes.matmul(a.shape, c.tensor("B").shape), a.dtype),)
 
 
-@_op("Gemm", "A B C", 2, weights="B", alpha=1.0, beta=1.0, transA=0, transB=0,
+@register("Gemm", "A B C", 2, weights="B", alpha=1.0, beta=1.0, transA=0, transB=0,
      summary="alpha * A' @ B' + beta * C")
 def _gemm(c: Call):
     a = c.need("A", _MM)
@@ -109,7 +109,7 @@ def conv_window(c: Call, x_shape: tuple[int, ...], w_shape: tuple[int, ...]):
     return (x_shape[0], w_shape[0], *out), begin + end
 
 
-@_op("Conv", "X W B", 2, weights="W", **_CONV, summary="ONNX Conv (2-D)")
+@register("Conv", "X W B", 2, weights="W", **_CONV, summary="ONNX Conv (2-D)")
 def _conv(c: Call):
     x = c.need("X", ("float32",))
     c.same("X", "W", "B")
@@ -121,20 +121,20 @@ def _conv(c: Call):
     return (TensorType(shape, x.dtype),)
 
 
-@_op("Add", "A B", summary="elementwise sum with broadcasting (integers wrap)")
+@register("Add", "A B", summary="elementwise sum with broadcasting (integers wrap)")
 def _add(c: Call):
     a = c.need("A", _NUM)
     c.same("A", "B")
     return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
 
 
-@_op("Relu", "X", summary="max(x, 0)")
+@register("Relu", "X", summary="max(x, 0)")
 def _relu(c: Call):
     x = c.need("X", ("float32", "int8", "int32", "int64"))
     return (TensorType(x.shape, x.dtype),)
 
 
-@_op("Clip", "input min max", 1, const="min max", summary="min(max(x, min), max)")
+@register("Clip", "input min max", 1, const="min max", summary="min(max(x, min), max)")
 def _clip(c: Call):
     x = c.need("input", _NUM)
     c.same("input", "min", "max")
@@ -145,7 +145,7 @@ def _clip(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
-@_op("MaxPool", "X", auto_pad="NOTSET", ceil_mode=0, dilations=None,
+@register("MaxPool", "X", auto_pad="NOTSET", ceil_mode=0, dilations=None,
      kernel_shape=None, pads=None, storage_order=0, strides=None, summary="ONNX MaxPool")
 def _maxpool(c: Call):
     x = c.need("X", ("float32", "int8", "uint8"))
@@ -160,13 +160,13 @@ def _maxpool(c: Call):
     return (TensorType((*x.shape[:2], *out), x.dtype),)
 
 
-@_op("Flatten", "input", axis=1, summary="reshape to 2-D at axis")
+@register("Flatten", "input", axis=1, summary="reshape to 2-D at axis")
 def _flatten(c: Call):
     x = c.need("input", _NUM)
     return (TensorType(shapes.flatten(x.shape, c.attrs["axis"]), x.dtype),)
 
 
-@_op("Reshape", "data shape", const="shape", allowzero=0, summary="ONNX Reshape")
+@register("Reshape", "data shape", const="shape", allowzero=0, summary="ONNX Reshape")
 def _reshape(c: Call):
     x = c.need("data", _NUM)
     c.need("shape", ("int64",))
@@ -178,13 +178,13 @@ def _reshape(c: Call):
                                       c.attrs["allowzero"]), x.dtype),)
 
 
-@_op("Transpose", "data", perm=None, summary="permute axes")
+@register("Transpose", "data", perm=None, summary="permute axes")
 def _transpose(c: Call):
     x = c.need("data", _NUM)
     return (TensorType(shapes.transpose(x.shape, c.attrs["perm"]), x.dtype),)
 
 
-@_op("Identity", "input", summary="y = x")
+@register("Identity", "input", summary="y = x")
 def _identity(c: Call):
     x = c.need("input", _NUM)
     return (TensorType(x.shape, x.dtype),)
@@ -195,7 +195,7 @@ def _zp_matches(c: Call, *pairs: tuple[str, str]) -> None:
         c.same(value, zp)
 
 
-@_op("QLinearMatMul", "a a_scale a_zero_point b b_scale b_zero_point y_scale y_zero_point",
+@register("QLinearMatMul", "a a_scale a_zero_point b b_scale b_zero_point y_scale y_zero_point",
      const="a_scale a_zero_point b_scale b_zero_point y_scale y_zero_point", weights="b",
      summary="requantized (a - a_zp) @ (b - b_zp)")
 def _qlinear_matmul(c: Call):
@@ -207,7 +207,7 @@ def _qlinear_matmul(c: Call):
     return (TensorType(shapes.matmul(a.shape, b.shape), y.dtype),)
 
 
-@_op("QLinearConv", "x x_scale x_zero_point w w_scale w_zero_point y_scale y_zero_point B", 8,
+@register("QLinearConv", "x x_scale x_zero_point w w_scale w_zero_point y_scale y_zero_point B", 8,
      const="x_scale x_zero_point w_scale w_zero_point y_scale y_zero_point B", weights="w",
      **_CONV, summary="requantized conv of (x - x_zp) and (w - w_zp), plus an int32 bias")
 def _qlinear_conv(c: Call):
@@ -220,7 +220,7 @@ def _qlinear_conv(c: Call):
     return (TensorType(shape, y.dtype),)
 
 
-@_op("MatMulInteger", "A B a_zero_point b_zero_point", 2, const="a_zero_point b_zero_point",
+@register("MatMulInteger", "A B a_zero_point b_zero_point", 2, const="a_zero_point b_zero_point",
      weights="B", summary="(A - a_zp) @ (B - b_zp) in int32")
 def _matmul_integer(c: Call):
     a, b = c.need("A", INT8S), c.need("B", INT8S)
@@ -228,7 +228,7 @@ def _matmul_integer(c: Call):
     return (TensorType(shapes.matmul(a.shape, b.shape), "int32"),)
 
 
-@_op("ConvInteger", "x w x_zero_point w_zero_point", 2, const="x_zero_point w_zero_point",
+@register("ConvInteger", "x w x_zero_point w_zero_point", 2, const="x_zero_point w_zero_point",
      weights="w", **_CONV, summary="conv of (x - x_zp) and (w - w_zp) in int32")
 def _conv_integer(c: Call):
     x, w = c.need("x", INT8S), c.need("w", INT8S)
@@ -236,5 +236,3 @@ def _conv_integer(c: Call):
     shape, _ = conv_window(c, x.shape, w.shape)
     return (TensorType(shape, "int32"),)
 
-
-from fusion.ir import catalog_hwgen as _catalog_hwgen  # noqa: E402,F401

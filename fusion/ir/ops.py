@@ -6,13 +6,16 @@ Two families share the catalog:
   semantics and the ONNX input lists (scales and zero points stay inputs), exactly as the
   importer reads them. The executor runs them as the ONNX spec defines them.
 * **hwgen ops** (lower case: ``qmatmul``, ``requant`` ...) are the integer-domain ops the passes
-  fold to and the hardware runs. Their quantization lives in the tensors' :class:`~fusion.ir.Quant`
-  (zero points of ``qmatmul``/``qconv2d``/``qadd``/``im2col`` inputs, parameters of
-  ``quantize``/``dequantize``) or in attributes (the requantize CSRs). Their semantics are
-  below; :mod:`fusion.reference.executor` implements them with :mod:`hwgen.reference`.
+  fold to and the hardware runs. Their quantization lives in the tensors'
+  :class:`~fusion.ir.graph.Quant` (zero points of ``qmatmul``/``qconv2d``/``qadd``/``im2col``
+  inputs, parameters of ``quantize``/``dequantize``) or in attributes (the requantize CSRs).
+  Their semantics are below; :mod:`fusion.reference.executor` implements them with
+  :mod:`hwgen.reference`.
 
-:func:`get` looks an op up, :func:`node_attrs` merges defaults, :func:`infer` gives a node's
-output types and :func:`validate` checks a whole graph.
+:func:`get` looks an op up, :func:`node_attrs` merges defaults and :func:`infer` gives a node's
+output types; :func:`fusion.ir.validation.validate` checks a whole graph. The ops themselves are
+declared in :mod:`fusion.ir.catalog_onnx` and :mod:`fusion.ir.catalog_hwgen`, which register
+them into :mod:`fusion.ir.registry`.
 
 Integer op semantics
 --------------------
@@ -68,139 +71,29 @@ Integer op semantics
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fusion.ir.graph import Graph, GraphError, Node, Tensor
+# The catalogs register their ops into the registry when imported; this module looks them up.
+from fusion.ir import catalog_hwgen, catalog_onnx  # noqa: F401
+from fusion.ir.graph import GraphError, Node, Tensor
+from fusion.ir.registry import (  # noqa: F401  (re-exported: the catalog's vocabulary)
+    INT8S,
+    INT_RANGE,
+    INTS,
+    ONNX_ELEM_TYPES,
+    REQUIRED,
+    SPECS,
+    Call,
+    OpSpec,
+    TensorType,
+)
 
-#: Value range of each integer dtype (also the legal zero points of tensors of that dtype).
-INT_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(1 << 31), (1 << 31) - 1),
-             "int64": (-(1 << 63), (1 << 63) - 1)}
-INT8S = ("int8", "uint8")
-INTS = ("int8", "uint8", "int32", "int64")
-#: ONNX ``TensorProto`` element-type numbers of the dtypes the IR has (for ``output_dtype``).
-ONNX_ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64"}
 #: Largest magnitude of a ``qadd`` input multiplier: the accelerator runs ``qadd`` as a GEMM
 #: whose constant weights are ``a_mult``/``b_mult``, so they must be int8 (see :func:`qadd_attrs`).
 QADD_MULT_MAX = 127
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-#: Default of an attribute that has to be given.
-REQUIRED: Any = _Required()
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """An inferred output: static shape and dtype."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-
-@dataclass(frozen=True)
-class Call:
-    """One node being checked: its spec, merged attributes, input tensors and constants."""
-
-    node: Node
-    spec: OpSpec
-    attrs: dict[str, Any]
-    inputs: tuple[Tensor | None, ...]
-    constants: Mapping[str, np.ndarray]
-
-    def slot(self, name: str) -> int:
-        return self.spec.slots.index(name)
-
-    def tensor(self, name: str) -> Tensor | None:
-        """The input tensor in slot ``name`` (None when an optional input is absent)."""
-        i = self.slot(name)
-        return self.inputs[i] if i < len(self.inputs) else None
-
-    def value(self, name: str) -> np.ndarray | None:
-        """The constant value of slot ``name``, or None if it is not an initializer."""
-        i = self.slot(name)
-        if i >= len(self.node.inputs) or not self.node.inputs[i]:
-            return None
-        return self.constants.get(self.node.inputs[i])
-
-    def error(self, message: str) -> GraphError:
-        return GraphError(f"node {self.node.name!r} ({self.node.op}): {message}")
-
-    def need(self, name: str, dtypes: Sequence[str], why: str = "") -> Tensor:
-        """The tensor in slot ``name``, checking it is present and of one of ``dtypes``."""
-        t = self.tensor(name)
-        if t is None:
-            raise self.error(f"input {name!r} is missing")
-        if t.dtype not in dtypes:
-            raise self.error(f"input {name!r} ({t.name!r}) is {t.dtype}, but {self.node.op} "
-                             f"takes {' or '.join(dtypes)}{why}")
-        return t
-
-    def same(self, first: str, *others: str) -> None:
-        """Check the present inputs in ``others`` have the dtype of ``first``."""
-        a = self.tensor(first)
-        for name in others:
-            b = self.tensor(name)
-            if a is not None and b is not None and a.dtype != b.dtype:
-                raise self.error(f"input {name!r} ({b.name!r}) is {b.dtype} but {first!r} "
-                                 f"({a.name!r}) is {a.dtype}; they must match")
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """What the catalog knows of one op.
-
-    Parameters
-    ----------
-    name : str
-    domain : {"onnx", "hwgen"}
-    slots : tuple of str
-        Input names in order; those from ``min_inputs`` on are optional.
-    min_inputs : int
-    attrs : mapping of str to default
-        :data:`REQUIRED` marks an attribute that must be given.
-    infer : callable
-        ``infer(call) -> tuple of TensorType``; raises :class:`GraphError`.
-    const : frozenset of str
-        Slots whose value must be an initializer (scales, zero points, shapes, biases).
-    weights : frozenset of str
-        Slots that hold weights when they are initializers (checked to be int8).
-    summary : str
-        One line of semantics.
-    """
-
-    name: str
-    domain: str
-    slots: tuple[str, ...]
-    min_inputs: int
-    attrs: Mapping[str, Any]
-    infer: Callable[[Call], tuple[TensorType, ...]]
-    const: frozenset[str] = field(default_factory=frozenset)
-    weights: frozenset[str] = field(default_factory=frozenset)
-    summary: str = ""
-
-
-_CATALOG: dict[str, OpSpec] = {}
-
-
-def _op(name: str, slots: str, min_inputs: int | None = None, *, const: str = "",
-        weights: str = "", summary: str = "", **attrs: Any):
-    def register(fn: Callable[[Call], tuple[TensorType, ...]]):
-        names = tuple(slots.split())
-        _CATALOG[name] = OpSpec(
-            name=name, domain="hwgen" if name.islower() else "onnx", slots=names,
-            min_inputs=len(names) if min_inputs is None else min_inputs, attrs=attrs,
-            infer=fn, const=frozenset(const.split()), weights=frozenset(weights.split()),
-            summary=summary)
-        return fn
-    return register
 
 
 def get(op: str) -> OpSpec:
@@ -212,7 +105,7 @@ def get(op: str) -> OpSpec:
         If ``op`` is not supported; the message lists the supported ops.
     """
     try:
-        return _CATALOG[op]
+        return SPECS[op]
     except KeyError:
         raise GraphError(f"op {op!r} is not supported; supported ops are "
                          f"{', '.join(SUPPORTED_OPS)}") from None
@@ -296,15 +189,6 @@ def infer(node: Node, inputs: Sequence[Tensor | None],
         raise call.error(f"has {len(node.outputs)} outputs, but hwgen supports "
                          f"{len(out)} for {node.op}")
     return out
-
-
-def validate(graph: Graph) -> None:
-    """Check that every node of ``graph`` is supported, well typed and quantized legally.
-
-    See :func:`fusion.ir.validation.validate` (re-exported here).
-    """
-    from fusion.ir.validation import validate as _validate
-    _validate(graph)
 
 
 # -- parameters for the integer ops (one place that turns float scales into CSRs) ------------
@@ -445,9 +329,7 @@ def qadd_error_bound(attrs: Mapping[str, Any], a_scale: float, b_scale: float, y
             + b_max * abs(attrs["b_mult"] * real - b_scale / y_scale))
 
 
-from fusion.ir import catalog_onnx  # noqa: E402,F401  (registers the ops into _CATALOG)
-
 #: Every op name the catalog knows: ONNX ops, then hwgen ops, each sorted.
-ONNX_OPS = tuple(sorted(n for n, s in _CATALOG.items() if s.domain == "onnx"))
-HWGEN_OPS = tuple(sorted(n for n, s in _CATALOG.items() if s.domain == "hwgen"))
+ONNX_OPS = tuple(sorted(n for n, s in SPECS.items() if s.domain == "onnx"))
+HWGEN_OPS = tuple(sorted(n for n, s in SPECS.items() if s.domain == "hwgen"))
 SUPPORTED_OPS = ONNX_OPS + HWGEN_OPS

@@ -1,6 +1,6 @@
 """Whole-graph validation: the checks a graph must pass before passes or hardware see it.
 
-:func:`validate` (also :func:`fusion.ir.ops.validate`) raises :class:`~fusion.ir.GraphError`
+:func:`validate` raises :class:`~fusion.ir.graph.GraphError`
 with a message that names the node or tensor and the fix. Cycles, dangling names and
 duplicate producers are already refused by :class:`~fusion.ir.Graph` itself.
 """

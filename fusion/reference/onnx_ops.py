@@ -1,4 +1,4 @@
-"""Executor kernels of the ONNX-semantics ops, as the ONNX spec and ``onnx.reference`` define them.
+"""Implementations of the ONNX-semantics ops, as the ONNX spec and ``onnx.reference`` define them.
 
 The arithmetic mirrors ``onnx.reference`` (same dtypes at each step), so that imported graphs
 agree with it exactly for integer outputs. Scales and zero points are read from the input
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusion.ir import windows as _windows
-from fusion.reference.executor import Ctx, kernel
+from fusion.reference.registry import Ctx, implements
 
 
 def _per_axis(value: np.ndarray | None, shape: tuple[int, ...], axis: int, block: int = 0):
@@ -28,7 +28,7 @@ def _per_axis(value: np.ndarray | None, shape: tuple[int, ...], axis: int, block
     return value.reshape(dims)
 
 
-@kernel("QuantizeLinear")
+@implements("QuantizeLinear")
 def _quantize_linear(ctx: Ctx, x, scale, zp=None):
     a = ctx.attrs
     scale = _per_axis(scale, x.shape, a["axis"], a["block_size"])
@@ -40,7 +40,7 @@ def _quantize_linear(ctx: Ctx, x, scale, zp=None):
     return (np.clip(q, info.min, info.max),)
 
 
-@kernel("DequantizeLinear")
+@implements("DequantizeLinear")
 def _dequantize_linear(ctx: Ctx, x, scale, zp=None):
     a = ctx.attrs
     dx = x.astype(np.float32)
@@ -49,12 +49,12 @@ def _dequantize_linear(ctx: Ctx, x, scale, zp=None):
     return (dx * _per_axis(scale, x.shape, a["axis"], a["block_size"]),)
 
 
-@kernel("MatMul")
+@implements("MatMul")
 def _matmul(ctx: Ctx, a, b):
     return (np.matmul(a, b),)
 
 
-@kernel("Gemm")
+@implements("Gemm")
 def _gemm(ctx: Ctx, a, b, c=None):
     at = ctx.attrs
     a = a.T if at["transA"] else a
@@ -72,7 +72,7 @@ def _conv(ctx: Ctx, x, w, fill=0, acc=np.int64):
                            auto_pad=a["auto_pad"], acc=acc)
 
 
-@kernel("Conv")
+@implements("Conv")
 def _conv_float(ctx: Ctx, x, w, b=None):
     out = _conv(ctx, x, w, acc=np.float64)
     if b is not None:
@@ -80,17 +80,17 @@ def _conv_float(ctx: Ctx, x, w, b=None):
     return (out,)
 
 
-@kernel("Add")
+@implements("Add")
 def _add(ctx: Ctx, a, b):
     return (np.add(a, b),)  # same dtype; integer addition wraps, as in onnx.reference
 
 
-@kernel("Relu")
+@implements("Relu")
 def _relu(ctx: Ctx, x):
     return (np.maximum(x, np.zeros((), x.dtype)),)
 
 
-@kernel("Clip")
+@implements("Clip")
 def _clip(ctx: Ctx, x, lo=None, hi=None):
     out = x
     if lo is not None:
@@ -100,24 +100,24 @@ def _clip(ctx: Ctx, x, lo=None, hi=None):
     return (out,)
 
 
-@kernel("MaxPool")
+@implements("MaxPool")
 def _maxpool(ctx: Ctx, x):
     a = ctx.attrs
     return (_windows.maxpool(x, a["kernel_shape"], a["strides"], a["dilations"], a["pads"],
                              a["auto_pad"], a["ceil_mode"]),)
 
 
-@kernel("Flatten", "Reshape")
+@implements("Flatten", "Reshape")
 def _reshape(ctx: Ctx, x, shape=None):
     return (x.reshape(ctx.outputs[0].shape),)
 
 
-@kernel("Transpose")
+@implements("Transpose")
 def _transpose(ctx: Ctx, x):
     return (np.transpose(x, ctx.attrs["perm"]),)
 
 
-@kernel("Identity")
+@implements("Identity")
 def _identity(ctx: Ctx, x):
     return (x,)
 
@@ -142,13 +142,13 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype) 
     return np.clip(np.rint(out), info.min, info.max)
 
 
-@kernel("QLinearMatMul")
+@implements("QLinearMatMul")
 def _qlinear_matmul(ctx: Ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     acc = np.matmul(_minus(a, a_zp, -2), _minus(b, b_zp, -1))
     return (_requantize(acc, a_scale * b_scale / y_scale, y_zp, y_zp.dtype),)
 
 
-@kernel("QLinearConv")
+@implements("QLinearConv")
 def _qlinear_conv(ctx: Ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
     acc = _conv(ctx, _minus(x, x_zp), _minus(w, w_zp, 0))
     if bias is not None:
@@ -158,12 +158,12 @@ def _qlinear_conv(ctx: Ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b
     return (_requantize(acc, x_scale * w_scale / y_scale, y_zp, y_zp.dtype),)
 
 
-@kernel("MatMulInteger")
+@implements("MatMulInteger")
 def _matmul_integer(ctx: Ctx, a, b, a_zp=None, b_zp=None):
     # A 1-D a_zero_point is per row of A (axis -2), a 1-D b_zero_point per column of B.
     return (np.matmul(_minus(a, a_zp, -2), _minus(b, b_zp, -1)).astype(np.int32),)
 
 
-@kernel("ConvInteger")
+@implements("ConvInteger")
 def _conv_integer(ctx: Ctx, x, w, x_zp=None, w_zp=None):
     return (_conv(ctx, _minus(x, x_zp), _minus(w, w_zp, 0)).astype(np.int32),)

@@ -87,7 +87,7 @@ def render(c: Comparison) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fusion.passes.report import load_model
+    from fusion.frontend.load import load_model
     from hwgen.gateware.folder import read_variant
 
     parser = argparse.ArgumentParser(prog="python -m fusion.runtime.compare",

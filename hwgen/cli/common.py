@@ -59,8 +59,8 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 def compile_args(args: argparse.Namespace):
     """Load the model and the variant, and compile (through the kernel cache)."""
     from fusion.compiler.plan import compile_model
+    from fusion.frontend.load import load_model
     from fusion.kernels.cache import KernelCache
-    from fusion.passes.report import load_model
     from hwgen.gateware.folder import read_variant
 
     config = read_variant(args.variant)

@@ -7,7 +7,8 @@ import json
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion.passes.report import inspect_model, load_model, render
+    from fusion.frontend.load import load_model
+    from fusion.passes.report import inspect_model, render
 
     shapes = dict(args.input_shape or ())
     if len(shapes) != len(args.input_shape or ()):

@@ -5,6 +5,8 @@ import pytest
 
 from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
+from fusion.ir.registry import register
+from fusion.ir.validation import validate
 
 
 def graph(nodes, tensors, inputs, outputs, consts=None):
@@ -25,14 +27,14 @@ def mlp(*, w_dtype="int8", x_dtype="int8", acc_dtype="int32", zp=0, requant_zp=0
 
 
 def test_a_good_graph_validates():
-    ops.validate(mlp())
+    validate(mlp())
 
 
 def test_unsupported_op_lists_the_supported_ones():
     g = graph((Node("sm", "Softmax", ("x",), ("y",)),),
               (Tensor("x", (2,), "float32"), Tensor("y", (2,), "float32")), ("x",), ("y",))
     with pytest.raises(GraphError) as info:
-        ops.validate(g)
+        validate(g)
     assert str(info.value).startswith("node 'sm': op 'Softmax' is not supported; supported ops "
                                       "are Add, Clip, Conv,")
     assert "qmatmul" in str(info.value) and "requant" in str(info.value)
@@ -46,14 +48,14 @@ def test_lookup_error_lists_supported_ops():
 def test_dtype_mismatch_of_an_input():
     with pytest.raises(GraphError, match=r"node 'mm' \(qmatmul\): input 'a' \('x'\) is float32, "
                                          r"but qmatmul takes int8 or uint8"):
-        ops.validate(mlp(x_dtype="float32"))
+        validate(mlp(x_dtype="float32"))
 
 
 def test_dtype_mismatch_of_a_declared_output():
     with pytest.raises(GraphError, match=r"node 'mm' \(qmatmul\) produces int32, but its output "
                                          r"'acc' is declared int8: dtype mismatch; declare it "
                                          r"int32"):
-        ops.validate(mlp(acc_dtype="int8"))
+        validate(mlp(acc_dtype="int8"))
 
 
 def test_dtype_mismatch_between_operands():
@@ -62,7 +64,7 @@ def test_dtype_mismatch_between_operands():
                Tensor("y", (2,), "float32")), ("a", "b"), ("y",))
     with pytest.raises(GraphError, match=r"node 'add' \(Add\): input 'B' \('b'\) is int8 but "
                                          r"'A' \('a'\) is float32; they must match"):
-        ops.validate(g)
+        validate(g)
 
 
 def test_missing_initializer_for_a_constant_input():
@@ -73,7 +75,7 @@ def test_missing_initializer_for_a_constant_input():
                                          r"\('s'\) to be a constant initializer, but it is a "
                                          r"graph input: missing initializer; store 's' as an "
                                          r"initializer"):
-        ops.validate(g)
+        validate(g)
 
 
 def test_missing_initializer_that_nothing_provides_is_refused_by_the_ir():
@@ -91,7 +93,7 @@ def test_non_int8_weights(dtype):
                                          r"hwgen multiplies int8 x int8: quantize the weights "
                                          r"to int8") if dtype == "uint8" else \
             pytest.raises(GraphError, match=r"input 'b' \('w'\) is int32"):
-        ops.validate(g)
+        validate(g)
 
 
 def test_float_weights_behind_a_dequantize_must_come_from_int8():
@@ -103,27 +105,27 @@ def test_float_weights_behind_a_dequantize_must_come_from_int8():
               {"wq": np.ones((4, 3), np.uint8), "s": np.float32(0.1)})
     with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has uint8 weights 'wq' \(through "
                                          r"'dq'\) in 'B'"):
-        ops.validate(g)
+        validate(g)
 
 
 def test_zero_point_out_of_range_on_a_tensor():
     with pytest.raises(GraphError, match=r"tensor 'x' \(int8\) has zero point 200, out of range: "
                                          r"int8 holds -128..127; re-quantize it with a zero "
                                          r"point in range"):
-        ops.validate(mlp(zp=200))
+        validate(mlp(zp=200))
 
 
 def test_zero_point_of_int32_tensors_is_zero():
     g = mlp()
     g = g.replace(tensors={**g.tensors, "acc": Tensor("acc", (2, 3), "int32", Quant(0.1, 5))})
     with pytest.raises(GraphError, match="int32 tensors .* have zero point 0"):
-        ops.validate(g)
+        validate(g)
 
 
 def test_zero_point_out_of_range_in_requant():
     with pytest.raises(GraphError, match=r"node 'rq' \(requant\): zero point 300 is out of range "
                                          r"for int8 \(-128..127\)"):
-        ops.validate(mlp(requant_zp=300))
+        validate(mlp(requant_zp=300))
 
 
 def test_cycle_is_refused_by_the_ir():
@@ -222,3 +224,8 @@ def test_qadd_multipliers_must_be_int8(a_mult):
         ops.infer(Node("add", "qadd", ("x", "x"), ("y",), attrs), [x, x])
     (t,) = ops.infer(Node("add", "qadd", ("x", "x"), ("y",), {**attrs, "a_mult": -128}), [x, x])
     assert t == ops.TensorType((2, 3), "int8")
+
+
+def test_an_op_is_registered_once():
+    with pytest.raises(ValueError, match="'relu' is registered twice"):
+        register("relu", "x")

@@ -9,6 +9,7 @@ from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
 from fusion.passes.conv_legalize import gemm_weights
 from fusion.reference import executor
+from fusion.reference.registry import IMPLEMENTATIONS, implements
 from hwgen import reference as ref
 
 
@@ -170,5 +171,10 @@ def test_keep_returns_every_tensor():
     assert set(executor.run(g, {"x": np.zeros(2, np.int8)}, keep=True)) == {"x", "y"}
 
 
-def test_every_catalog_op_has_a_kernel():
-    assert set(executor.KERNELS) == set(ops.SUPPORTED_OPS)
+def test_every_catalog_op_has_an_implementation():
+    assert set(IMPLEMENTATIONS) == set(ops.SUPPORTED_OPS)
+
+
+def test_an_op_is_implemented_once():
+    with pytest.raises(ValueError, match="relu already have an implementation"):
+        implements("relu")

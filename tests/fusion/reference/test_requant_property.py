@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fusion.ir import ops
-from fusion.reference.executor import requant
+from fusion.reference.hwgen_ops import requant
 from hwgen.reference import INT32_MAX, INT32_MIN
 
 int32s = st.integers(INT32_MIN, INT32_MAX)
