@@ -27,7 +27,7 @@ from cocotb_tools import runner as cocotb_runner
 
 from hwgen.config import VariantConfig
 from hwgen.gateware import sources as hwgen_sources
-from hwgen.gateware.ports import COUNTER_BITS, COUNTERS
+from hwgen.perf import COUNTER_BITS, COUNTERS
 from sim import toolchain
 
 #: The Verilog top of every simulation build; the harness's ``dut``.

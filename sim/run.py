@@ -32,7 +32,7 @@ import numpy as np
 from cocotb_tools import runner as cocotb_runner
 
 from hwgen.config import VariantConfig
-from hwgen.gateware.ports import COUNTERS
+from hwgen.perf import COUNTERS
 from sim import build as sim_build
 from sim.tb import jobfile
 from sim.tb.jobfile import POISON
@@ -176,7 +176,7 @@ class RunResult:
     outputs : dict of str to numpy.ndarray
         Each read region's bytes (uint8).
     counters : dict of str to int
-        Every counter of :data:`hwgen.gateware.ports.COUNTERS`, read once after done.
+        Every counter of :data:`hwgen.perf.COUNTERS`, read once after done.
     wall_seconds : float
         Wall time of the simulation from start to done (no build, no memory loading).
     """

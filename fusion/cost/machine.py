@@ -3,7 +3,8 @@
 :class:`Machine` keeps, for the sequencer and every unit behind it, the cycle it is next free,
 and advances them one microcode phase at a time (some instructions, a LOAD, a grid of
 MATMULs, a run of EPIPASSes, a WAIT). The rules are read off the gateware (``hwgen/``) and
-``docs/hardware.md``:
+``docs/hardware.md``; their constants are the contract's (:mod:`hwgen.timing`), which the
+gateware is built from or names at the registers they count:
 
 - **sequencer**: one instruction a cycle, no branch penalty (the next word is fetched from
   ``pc_next``); a WAIT retires the cycle its units are idle.
@@ -34,19 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hwgen.config import VariantConfig
-
-#: Cycles from a LOAD, MATMUL or EPIPASS retiring to its unit starting on it: the buffered
-#: FIFO (two cycles) and the unit's command register.
-ISSUE_LATENCY = 3
-#: Job-queue depth (``hwgen.gateware.accelerator.QUEUE_DEPTH``, not imported: the compiler does not
-#: import gateware): how far the sequencer runs ahead of the array.
-QUEUE_DEPTH = 4
-#: Registers between a tile's final slice and its first drained row besides the array's
-#: ``rows + cols - 1``: the operand register in front of the array and ``drain_active``.
-TILE_GAP = 2
-#: Cycles the load engine stays busy after its last word arrives: the gearbox's output
-#: register and the ``finished`` register that clears ``busy``.
-LOAD_TAIL = 2
+from hwgen.timing import ISSUE_LATENCY, LOAD_TAIL, QUEUE_DEPTH, TILE_GAP, array_latency
 
 
 class Machine:
@@ -65,7 +54,7 @@ class Machine:
     def __init__(self, config: VariantConfig) -> None:
         c = config
         self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
-        self.L = c.rows + c.cols - 1  # hwgen.gateware.array.array_latency
+        self.L = array_latency(c)
         self.E = len(c.epilogue)  # one register per epilogue stage
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle

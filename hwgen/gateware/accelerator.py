@@ -13,13 +13,12 @@ from hwgen.gateware.dma import LoadEngine, load_cmd_layout
 from hwgen.gateware.epilogue import lanes_layout
 from hwgen.gateware.ports import counters_signature, mem_port_signature
 from hwgen.gateware.sequencer import Sequencer
-
-#: Depth of the LOAD queue and of the compute-job queue.
-QUEUE_DEPTH = 4
+from hwgen.timing import QUEUE_DEPTH
 
 
 def _queue(m: Module, name: str, layout, producer, consumer) -> fifo.SyncFIFOBuffered:
-    """A FIFO of ``layout`` between two streams."""
+    """A FIFO of ``layout`` between two streams (``hwgen.timing.QUEUE_LATENCY`` cycles from
+    a write to its entry showing on the read side)."""
     q = fifo.SyncFIFOBuffered(width=layout.size, depth=QUEUE_DEPTH)
     m.submodules[name] = q
     m.d.comb += [

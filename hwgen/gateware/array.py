@@ -10,15 +10,6 @@ from hwgen.config import VariantConfig
 from hwgen.gateware.pe import ProcessingElement
 
 
-def array_latency(config: VariantConfig) -> int:
-    """Cycles from presenting a tile's last operands until its whole result is in ``res``.
-
-    Operands reach cell (i, j) ``i + j`` cycles after they enter (the skew registers and the
-    cell-to-cell registers), and the cell captures one cycle later.
-    """
-    return config.rows + config.cols - 1
-
-
 class SystolicArray(wiring.Component):
     """Output-stationary systolic array of :class:`ProcessingElement`.
 
@@ -26,7 +17,8 @@ class SystolicArray(wiring.Component):
     ``b[j] = B[k, j]`` for the columns, unskewed; the array delays row ``i`` by ``i`` cycles
     and column ``j`` by ``j`` so that the operands of the same k meet in every cell. Zeros
     are bubbles. ``last`` marks the tile's final k-slice. Finished results leave through
-    ``top`` (row 0 first) while ``shift`` is high.
+    ``top`` (row 0 first) while ``shift`` is high. A tile's result is complete
+    :func:`hwgen.timing.array_latency` cycles after its last operands were presented.
     """
 
     def __init__(self, config: VariantConfig):

@@ -15,10 +15,11 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.gateware.array import SystolicArray, array_latency
+from hwgen.gateware.array import SystolicArray
 from hwgen.gateware.dma import SPAD_ADDR_BITS, StoreUnit
 from hwgen.gateware.epilogue import EpiloguePipeline, lanes_layout
 from hwgen.gateware.ports import write_layout
+from hwgen.timing import array_latency
 
 
 def job_layout(config: VariantConfig) -> data.StructLayout:
@@ -77,6 +78,8 @@ class ComputeUnit(wiring.Component):
             with m.If(last_slice):
                 m.d.sync += running.eq(0)
 
+        # The operand register: the first of the hwgen.timing.TILE_GAP registers between a
+        # tile's final slice and its first drained row (drain_active is the second).
         s1_valid, s1_last = Signal(), Signal()
         m.d.sync += [s1_valid.eq(issue), s1_last.eq(issue & ends_tile)]
         for i in range(c.rows):
@@ -94,7 +97,7 @@ class ComputeUnit(wiring.Component):
             token = nxt
 
         # -- drain: tile rows, top first, into the epilogue ---------------------------------
-        drain_active = Signal()
+        drain_active = Signal()  # the second register of hwgen.timing.TILE_GAP
         drain_row = Signal(range(c.rows))
         with m.If(token):
             m.d.sync += [drain_active.eq(1), drain_row.eq(0)]

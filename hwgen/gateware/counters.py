@@ -7,7 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
-from hwgen.gateware.ports import COUNTERS, counters_signature
+from hwgen.gateware.ports import counters_signature
+from hwgen.perf import COUNTERS
 
 
 class PerfCounters(wiring.Component):

@@ -187,6 +187,8 @@ class LoadEngine(wiring.Component):
         gear_busy = 0
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
+        # The gearbox's output register and this one are hwgen.timing.LOAD_TAIL: the cycles
+        # `busy` stays high after the last word arrives.
         finished = active & ~issuing & (pending == 0) & ~self.rd_valid & ~gear_busy
         with m.If(finished):
             m.d.sync += active.eq(0)

@@ -11,7 +11,8 @@ testbench and the memory model know them in advance:
 ``mem__wr__{valid,ready,payload}``
     Writes. The payload packs ``addr`` in its low ``mem_addr_bits`` bits, ``data`` above.
 ``perf__<name>``
-    One free-running 48-bit counter per name in :data:`COUNTERS`.
+    One free-running counter of :data:`hwgen.perf.COUNTER_BITS` bits per name in
+    :data:`hwgen.perf.COUNTERS`.
 """
 
 from __future__ import annotations
@@ -20,19 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
-
-COUNTER_BITS = 48
-
-#: Hardware performance counters, in the order the testbench reports them.
-COUNTERS = (
-    "cycles",  # start to done
-    "array_busy",  # cycles an operand pair entered the PE array
-    "stall_memory",  # array idle while the DMA load engine was busy
-    "stall_epilogue",  # a tile was ready to finish but the previous one was still draining
-    "bytes_read",  # memory-port read beats x port_bytes
-    "bytes_written",  # memory-port write beats x port_bytes
-    "instret",  # microcode instructions retired
-)
+from hwgen.perf import COUNTER_BITS, COUNTERS
 
 
 def write_layout(config: VariantConfig) -> data.StructLayout:
@@ -51,5 +40,5 @@ def mem_port_signature(config: VariantConfig) -> wiring.Signature:
 
 
 def counters_signature() -> wiring.Signature:
-    """The performance counter outputs, one member per name in :data:`COUNTERS`."""
+    """The performance counter outputs, one member per name in :data:`hwgen.perf.COUNTERS`."""
     return wiring.Signature({name: Out(COUNTER_BITS) for name in COUNTERS})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hwgen.config import VariantConfig
-from hwgen.gateware.ports import COUNTERS
+from hwgen.perf import COUNTERS
 from sim.run import POISON, Job, MemoryImage, SimTimeout, run_program, run_programs
 from tests.helpers.copy_engine import HALT, build_copy_engine, copy, jump
 

@@ -1,0 +1,44 @@
+"""The accelerator's pipeline timing, as the compiler's cost model counts it.
+
+The gateware and :mod:`fusion.cost.machine` both read these. Where a constant is a parameter
+of the hardware (the queue depth, the array's latency), the gateware is built from it; where
+it counts registers that the gateware's structure fixes, the lines it counts are named here
+and marked at those lines, and the single-phase micro-benchmarks on Verilator
+(``tests/fusion/cost/test_machine.py``) pin it.
+"""
+
+from __future__ import annotations
+
+from hwgen.config import VariantConfig
+
+#: Depth of the LOAD queue and of the compute-job queue (``hwgen.gateware.accelerator``): how
+#: far the sequencer runs ahead of the load engine and of the array.
+QUEUE_DEPTH = 4
+
+#: Cycles from a command entering a queue to its unit seeing it: ``amaranth.lib.fifo``'s
+#: ``SyncFIFOBuffered`` shows a written entry on its read side two cycles later.
+QUEUE_LATENCY = 2
+
+#: Cycles from a LOAD, MATMUL or EPIPASS retiring to its unit starting on it: the queue, then
+#: the unit's command register (``LoadEngine``'s ``cmd``, ``ComputeUnit``'s ``cur`` /
+#: ``pass_job``).
+ISSUE_LATENCY = QUEUE_LATENCY + 1
+
+#: Registers between a tile's final k-slice and its first drained row, besides the array's
+#: own :func:`array_latency`: the operand register in front of the array (``ComputeUnit``'s
+#: ``s1_valid``) and the drain's start (``drain_active``).
+TILE_GAP = 2
+
+#: Cycles the load engine stays busy after its last word arrives: the gearbox's output
+#: register (``Gearbox.o_valid``) and ``LoadEngine``'s ``finished`` register that clears
+#: ``busy``.
+LOAD_TAIL = 2
+
+
+def array_latency(config: VariantConfig) -> int:
+    """Cycles from presenting a tile's last operands until its whole result is in the array.
+
+    Operands reach cell (i, j) ``i + j`` cycles after they enter (the skew registers and the
+    cell-to-cell registers of ``hwgen.gateware.array``), and the cell captures one cycle later.
+    """
+    return config.rows + config.cols - 1
