@@ -18,7 +18,7 @@ import jinja2
 
 from hwgen.asm import assemble_instrs, disassemble
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst, Instr, Op, encode
+from hwgen.isa import Dst, Instr, Op, Unit, encode
 
 #: Largest value of the 16-bit LOAD ``count``/``len``, MATMUL ``k`` and EPIPASS ``rows``.
 FIELD_MAX = 0xFFFF
@@ -34,13 +34,19 @@ _ROW_BYTES = {
 
 @functools.cache
 def environment() -> jinja2.Environment:
-    """The Jinja environment over ``rtl_templates/microcode`` (built once)."""
-    return jinja2.Environment(
+    """The Jinja environment over ``rtl_templates/microcode`` (built once).
+
+    Every template sees :class:`hwgen.isa.Unit` as ``Unit``, so that a WAIT names the units it
+    waits for (``c.wait(Unit.LOAD, Unit.FEED)``) instead of spelling their bits.
+    """
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("rtl_templates", "microcode"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.globals["Unit"] = Unit
+    return env
 
 
 def render(template: str, **context: Any) -> str:
