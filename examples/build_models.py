@@ -14,7 +14,7 @@ Weights are int8, symmetric, per output channel; activation scales are calibrate
 random batch with the float model, so the quantized models are faithful. Everything is
 seeded: running the script again writes the same bytes.
 
-    .venv/bin/python examples/build_models.py
+    .venv/bin/python -m examples.build_models     (or: .venv/bin/python examples/build_models.py)
 """
 
 from __future__ import annotations

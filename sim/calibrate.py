@@ -23,20 +23,13 @@ from pathlib import Path
 from fusion.cost import AnalyticalModel, CostModel, Evaluation, Row, evaluate, write_rows
 from fusion.cost.model import KernelFeatures
 from fusion.kernels.tiling import Tiling
-from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES, SIM_VARIANTS
 from sim.gemm_check import GemmCase, run_gemms
 
-_ALL = EPILOGUE_STAGES
-
-#: Variants of the default sweep: the three the simulation tests build (same configs, so the
-#: same build cache entries), covering square and non-square arrays, 4- and 8-byte ports,
-#: port latencies 3, 4 and 6, and a port wider than a scratchpad row (4x4 with 8 bytes).
-DEFAULT_VARIANTS = {
-    "2x2": VariantConfig(rows=2, cols=2, port_bytes=4, port_latency=3, epilogue=_ALL,
-                         spad_a_depth=512, spad_b_depth=512, spad_e_depth=128),
-    "4x4": VariantConfig(rows=4, cols=4, epilogue=_ALL),
-    "4x8": VariantConfig(rows=4, cols=8, port_bytes=8, port_latency=6, epilogue=_ALL),
-}
+#: Variants of the default sweep: the ones the simulation tests build (same configs, so the
+#: same build cache entries).
+DEFAULT_VARIANTS = SIM_VARIANTS
 
 #: GEMM shapes (M, K, N): compute bound, K-heavy, K-light (drain and store bound, where the
 #: one-draining-tile rule bites), ragged edges, and thin matrices (load bound).
@@ -44,7 +37,7 @@ SHAPES = [(64, 64, 64), (32, 256, 32), (128, 16, 128), (16, 512, 16), (96, 40, 7
           (8, 8, 256), (200, 24, 8), (1, 128, 64), (48, 96, 24), (33, 64, 17)]
 
 #: Epilogue stage sets, each run fused and unfused (filtered to each variant's chain).
-STAGE_SETS = [(), ("bias", "requant", "relu"), ("requant", "residual"), _ALL]
+STAGE_SETS = [(), ("bias", "requant", "relu"), ("requant", "residual"), ALL_STAGES]
 
 #: Tilings: the default tiler's choice (None), one-tile super tiles, single buffering,
 #: K chunking, and the other loop order.

@@ -19,7 +19,6 @@ an LSB (``fusion.ir.ops.qadd_error_bound``; the Q/DQ fold refuses an ``Add`` whe
 half an LSB).
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +26,11 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
+from examples.build_models import MODELS, sample_input
 from fusion.frontend import import_onnx
 from fusion.reference import executor
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-from build_models import MODELS, sample_input  # noqa: E402
 
 SEEDS = range(1, 26)  # 500 (CNN) to 6,400 (MLP) output elements per model
 

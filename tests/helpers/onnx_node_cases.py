@@ -9,9 +9,9 @@ Scale, zero-point and shape inputs that the test feeds as graph inputs are store
 initializers before import (same values, same meaning): hwgen needs them constant, and this
 way the cases also exercise the Quant annotations.
 
-Run as a script to print the pass count by op::
+Run it from the repository root to print the pass count by op::
 
-    .venv/bin/python tests/fusion/frontend/onnx_node_cases.py
+    .venv/bin/python -m tests.helpers.onnx_node_cases
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Variants shared by the Verilator tests: each is built once per session (and cached on
-disk by its key, so later sessions reuse the build)."""
+disk by its key, so later sessions reuse the build). The presets live in
+:mod:`hwgen.presets`, shared with ``sim.calibrate``."""
 
 import pytest
 
 from hwgen.config import VariantConfig
-
-ALL_STAGES = ("bias", "requant", "relu", "clamp", "residual")
-
-#: Three array shapes, one of them non-square, each with the whole epilogue chain.
-VARIANTS = {
-    "2x2": VariantConfig(rows=2, cols=2, port_bytes=4, port_latency=3, epilogue=ALL_STAGES,
-                         spad_a_depth=512, spad_b_depth=512, spad_e_depth=128),
-    "4x4": VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES),
-    "4x8": VariantConfig(rows=4, cols=8, port_bytes=8, port_latency=6, epilogue=ALL_STAGES),
-}
+from hwgen.presets import SIM_VARIANTS as VARIANTS
 
 
 @pytest.fixture(scope="session", params=sorted(VARIANTS))

@@ -6,7 +6,6 @@ at least 99% exact) of onnx.reference.ReferenceEvaluator. A corrupted kernel sto
 and is named. The kernel cache serves a second compile and rebuilds a corrupted entry.
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
+from examples.build_models import MODELS, sample_input
 from fusion.compiler.plan import compile_model
 from fusion.frontend import import_onnx
 from fusion.kernels.cache import KernelCache
@@ -23,8 +23,6 @@ from fusion.runtime.run import ShadowMismatch, run_compiled
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-from build_models import MODELS, sample_input  # noqa: E402
 
 SEEDS = (1, 2, 3)
 

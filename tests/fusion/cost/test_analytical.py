@@ -19,12 +19,11 @@ from fusion.cost.schedule import blocks, steps
 from fusion.kernels.gemm.build import build_gemm
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, traffic
-from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.config import EPILOGUE_STAGES
+from hwgen.presets import SMALL
 from hwgen.reference import EpilogueParams
 from sim.calibrate import DEFAULT_VARIANTS
 
-SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=EPILOGUE_STAGES, spad_a_depth=64,
-                      spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
 MODEL = AnalyticalModel()
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
 STAGE_SETS = [(), ("bias",), ("requant", "residual"), ("bias", "requant", "relu"),

@@ -21,11 +21,10 @@ from fusion.kernels.cache import KernelCache
 from fusion.kernels.gemm.build import build_gemm
 from fusion.kernels.program import compiled_gemm
 from fusion.kernels.tiling import Tiling
-from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.presets import SMALL
 from hwgen.reference import EpilogueParams
 
-CFG = VariantConfig(rows=4, cols=8, epilogue=EPILOGUE_STAGES, spad_a_depth=64,
-                    spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
+CFG = SMALL
 STAGES = ("bias", "requant", "clamp", "residual")
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
 

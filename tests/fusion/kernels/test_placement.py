@@ -10,15 +10,13 @@ from fusion.kernels.cache import KernelCache
 from fusion.kernels.gemm.build import build_gemm, gemm_regions
 from fusion.kernels.program import compiled_gemm, gemm_key_parts
 from fusion.kernels.tiling import Tiling
-from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.config import EPILOGUE_STAGES
+from hwgen.presets import SMALL, WIDE
 from hwgen.reference import EpilogueParams
 from tests.helpers.kernel_trace import check_gemm
 
 ALL = EPILOGUE_STAGES
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
-SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=ALL, spad_a_depth=64,
-                      spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
-WIDE = VariantConfig(rows=8, cols=2, port_bytes=16, epilogue=ALL)  # a word holds 2 bias rows
 
 
 def operands(m, k, n, seed=0):

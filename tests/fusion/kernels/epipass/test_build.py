@@ -9,14 +9,12 @@ from fusion.kernels.cache import KernelCache
 from fusion.kernels.eltmax.build import CompiledMax, compiled_max, max_regions
 from fusion.kernels.epipass.build import CompiledPass, compiled_pass, pass_key_parts, pass_regions
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.presets import SMALL, WIDE
 from hwgen.reference import EpilogueParams, epilogue, to_dtype
 from tests.helpers.kernel_trace import Label, check_loops, trace
 
 ALL = EPILOGUE_STAGES
 PARAMS = EpilogueParams(mult=1 << 22, shift=14, zp=-5, clamp_lo=-60, clamp_hi=90)
-SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=ALL, spad_a_depth=64,
-                      spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
-WIDE = VariantConfig(rows=8, cols=2, port_bytes=16, epilogue=ALL)
 NO_RESIDUAL = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant", "relu"))
 
 

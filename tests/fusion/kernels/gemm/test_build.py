@@ -18,13 +18,12 @@ from fusion.kernels.tiling import Tiling, default_tiling, loop_shape, supertiles
 from hwgen.asm import assemble, assemble_instrs, disassemble
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.isa import Instr, Op, encode
+from hwgen.presets import SMALL
 from hwgen.reference import EpilogueParams, gemm_epilogue
 from tests.helpers.kernel_trace import HazardError, check_gemm, check_loops, trace
 
 ALL = EPILOGUE_STAGES
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
-SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=ALL, spad_a_depth=64,
-                      spad_b_depth=64, spad_e_depth=64, imem_depth=4096)
 
 
 def operands(m, k, n, stages, seed=0):

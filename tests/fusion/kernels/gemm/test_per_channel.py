@@ -17,14 +17,13 @@ from fusion.kernels.program import OPERANDS, compiled_gemm, gemm_key_parts
 from fusion.kernels.tiling import Tiling
 from hwgen.asm import assemble
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.presets import SIM_VARIANTS
 from hwgen.reference import EpilogueParams, gemm_epilogue
 from tests.helpers.kernel_trace import check_gemm, trace
 
 ALL = EPILOGUE_STAGES
 PC = EpilogueParams(zp=-3, clamp_lo=-50, clamp_hi=90, per_channel=True)
-V4 = VariantConfig(rows=4, cols=4, epilogue=ALL)
-V2 = VariantConfig(rows=2, cols=2, port_bytes=4, port_latency=3, epilogue=ALL,
-                   spad_a_depth=512, spad_b_depth=512, spad_e_depth=128)
+V4, V2 = SIM_VARIANTS["4x4"], SIM_VARIANTS["2x2"]
 #: Few epilogue rows: the passes must cut a block row into chunks (bias step n * 3).
 TIGHT = VariantConfig(rows=2, cols=2, port_bytes=4, epilogue=ALL, spad_e_depth=32)
 
