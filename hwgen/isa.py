@@ -8,13 +8,16 @@ Every instruction is one 64-bit word with a single layout::
 Each opcode names which of these slots it uses and what they mean (:data:`OPCODES`). The
 gateware decodes with the same :data:`SLOTS` table, and ``docs/isa.md`` is generated from it
 (:func:`isa_markdown`), so the hardware, the assembler and the document cannot drift apart.
-Like :mod:`hwgen.config`, this module imports nothing else from the project.
+The epilogue control registers are numbered by the stages that own them (:mod:`hwgen.stages`);
+that is the only other module of the project this one reads.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+from hwgen.stages import STAGES
 
 WORD_BITS = 64
 NUM_REGS = 16
@@ -62,21 +65,10 @@ class Dt(enum.IntEnum):
     I8 = 1  #: the low byte of each lane
 
 
-class Csr(enum.IntEnum):
-    """Epilogue control registers written by CSRWI."""
-
-    REQ_MULT = 0  #: requantize multiplier, signed 32-bit
-    REQ_SHIFT = 1  #: requantize right shift, 0..63
-    REQ_ZP = 2  #: requantize output zero point, signed
-    CLAMP_LO = 3  #: clamp lower bound, signed 32-bit
-    CLAMP_HI = 4  #: clamp upper bound, signed 32-bit
-    #: bit 0: per-channel requantize. Lane c's multiplier is then read from epilogue row
-    #: ``bias + 1`` and its shift from row ``bias + 2``: a column block's bias, multipliers
-    #: and shifts sit together as a three-row group.
-    REQ_MODE = 5
-    #: bit 0: the residual stage computes ``sat8(max(x, res))`` instead of
-    #: ``sat8(x + res)``: chains of such passes make max pooling.
-    RES_MODE = 6
+#: Epilogue control registers written by CSRWI: each stage's registers
+#: (:attr:`hwgen.stages.StageSpec.regs`), numbered as the stage declares them.
+Csr = enum.IntEnum("Csr", sorted(((r.name.upper(), r.csr) for s in STAGES for r in s.regs),
+                                 key=lambda item: item[1]), module=__name__)
 
 
 class Unit(enum.IntFlag):
@@ -169,16 +161,18 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "scratchpad. It starts once the array has drained.",
     ),
     Op.CSRWI: (
-        (Field("csr", "r1", 0, 4, "csr",
-               "req_mult, req_shift, req_zp, clamp_lo, clamp_hi, req_mode or res_mode"),
+        (Field("csr", "r1", 0, 4, "csr", ", ".join(c.name.lower() for c in Csr)),
          Field("imm", "imm", 0, 32, "sint", "value")),
-        "Write an epilogue control register. Do it while the epilogue is idle (WAIT first). "
-        "Every control register is 0 after reset. `req_mode` 1: per-channel requantize, lane "
-        "c's multiplier and shift come from epilogue rows `bias + 1` and `bias + 2`. "
-        "`res_mode` 1: the residual stage computes `sat8(max(x, r))` instead of "
-        "`sat8(x + r)`.",
+        "Write an epilogue control register (table below). Do it while the epilogue is idle "
+        "(WAIT first). Every control register is 0 after reset.",
     ),
 }
+
+
+_CSR_BITS = next(f.width for f in OPCODES[Op.CSRWI][0] if f.name == "csr")
+if max(Csr) >= 1 << _CSR_BITS:
+    raise ImportError(f"control register {max(Csr).name.lower()} is number {int(max(Csr))}; "
+                      f"the CSRWI csr field holds 0..{(1 << _CSR_BITS) - 1}")
 
 
 class IsaError(ValueError):
@@ -277,7 +271,15 @@ def isa_markdown() -> str:
                 lo = SLOTS[f.slot][0] + f.lo
                 lines.append(f"| {f.name} | {f.slot} | {lo + f.width - 1}:{lo} | {f.doc} |")
             lines.append("")
-    lines += ["## Enumerations", ""]
+    lines += ["## Epilogue control registers", "",
+              "Each belongs to an epilogue stage (`hwgen/stages.py`), which reads the low "
+              "`bits` of the written value.", "",
+              "| csr | number | stage | bits | meaning |", "|---|---|---|---|---|"]
+    for s in STAGES:
+        for r in s.regs:
+            bits = f"{r.width}{' signed' if r.signed else ''}"
+            lines.append(f"| {r.name} | {r.csr} | {s.name} | {bits} | {r.doc} |")
+    lines += ["", "## Enumerations", ""]
     for en in (Dst, Dt, Csr):
         lines.append(f"- `{en.__name__.lower()}`: " + ", ".join(
             f"{m.name.lower()} = {int(m)}" for m in en))

@@ -1,0 +1,462 @@
+"""One record per epilogue stage: everything the hardware and the compiler must agree on.
+
+A :class:`StageSpec` declares, once, a stage's name, its control registers (the CSRs a CSRWI
+writes, with their number, width and signedness, and how their values follow from the stage's
+parameters), the rows of the epilogue scratchpad it reads, whether its output is int8 (and the
+range it maps values to), its bit-exact numpy reference, the graph op it implements, its
+parameters (the fields it contributes to :class:`hwgen.reference.EpilogueParams`) and its
+latency. Gemmini's ``ScaleArguments`` keeps a unit's hardware function, latency and C
+expression in one record so that they cannot drift; this is the same idea. The gateware builds
+the control-register signature, the sequencer's CSRWI decode and the scratchpad read ports
+from these records (``hwgen.gateware.epilogue``), :mod:`hwgen.isa` numbers the CSRs from them,
+and the compiler derives its CSR writes (``fusion.kernels.epilogue.csr_writes``), its
+graph-op-to-stage table and the stored types of unfused passes from them.
+
+Every reference function works on integer arrays and is exact: values are widened to int64
+where a 32-bit intermediate could overflow, and narrowed with the same saturation the hardware
+applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from hwgen.config import EPILOGUE_STAGES
+
+INT8_MIN, INT8_MAX = -(1 << 7), (1 << 7) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: What the residual stage can do with its operand (CSR ``res_mode`` 0 and 1).
+RESIDUAL_OPS = ("add", "max")
+
+# -- the bias group: epilogue scratchpad rows relative to a job's ``bias`` row -------------
+
+#: The bias vector of the column block.
+BIAS_ROW = 0
+#: Per-channel requantize: each lane's multiplier.
+REQ_MULT_ROW = 1
+#: Per-channel requantize: each lane's shift (its low 6 bits).
+REQ_SHIFT_ROW = 2
+
+
+# -- lane arithmetic: the reference functions ----------------------------------------------
+
+
+def int_array(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` as an int64 array; a ``ValueError`` naming ``name`` if it is not integer."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array, not {x.dtype}")
+    return x.astype(np.int64)
+
+
+def sat(x: np.ndarray, bits: int) -> np.ndarray:
+    """Saturate to a signed ``bits``-bit range (returned as int64)."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return np.clip(int_array(x, "x"), lo, hi)
+
+
+def bias_add(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """``sat32(x + bias)``, the bias broadcast along the last axis (columns)."""
+    return sat(int_array(x, "x") + int_array(bias, "bias"), 32)
+
+
+def requantize(x: np.ndarray, mult: int | np.ndarray, shift: int | np.ndarray,
+               zp: int) -> np.ndarray:
+    """``sat8(((x * mult + round) >> shift) + zp)``, rounding half toward +inf.
+
+    ``mult`` and ``shift`` are scalars (per tensor) or arrays broadcast against ``x`` (per
+    channel: one value per column, along the last axis).
+
+    ``x * mult`` needs 63 bits and adding the rounding constant could need 64, so the rounding
+    is done as ``((p >> (shift - 1)) + 1) >> 1``, which equals
+    ``(p + (1 << (shift - 1))) >> shift`` for every integer ``p`` and stays within int64.
+    """
+    p = int_array(x, "x") * np.asarray(mult, np.int64)
+    s = np.asarray(shift, np.int64)
+    # the shift by max(s - 1, 0) only keeps numpy's shift count valid where s == 0
+    y = np.where(s == 0, p, ((p >> np.maximum(s - 1, 0)) + 1) >> np.int64(1))
+    return sat(y + np.int64(zp), 8)
+
+
+def channel_params(mult: np.ndarray | None, shift: np.ndarray | None,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Check per-channel requantize vectors; return them as int64 arrays of length ``n``.
+
+    Raises
+    ------
+    ValueError
+        If either is missing, not ``n`` integers, or out of range (a multiplier must be a
+        signed 32-bit integer, a shift 0..63).
+    """
+    out = []
+    for name, value, lo, hi in (("mult", mult, INT32_MIN, INT32_MAX), ("shift", shift, 0, 63)):
+        if value is None:
+            raise ValueError(f"per-channel requantize needs a {name} vector of {n} values "
+                             f"(one per output column); pass {name}=")
+        v = np.asarray(value)
+        if v.shape != (n,) or not np.issubdtype(v.dtype, np.integer):
+            raise ValueError(f"the per-channel {name} must be {n} integers (one per output "
+                             f"column), not a {v.dtype} array of shape {v.shape}")
+        if v.size and (v.min() < lo or v.max() > hi):
+            raise ValueError(f"the per-channel {name} has values outside {lo}..{hi} "
+                             f"({int(v.min())}..{int(v.max())})")
+        out.append(v.astype(np.int64))
+    return out[0], out[1]
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """``max(x, 0)``."""
+    return np.maximum(int_array(x, "x"), 0)
+
+
+def clamp(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``min(max(x, lo), hi)``."""
+    return np.minimum(np.maximum(int_array(x, "x"), np.int64(lo)), np.int64(hi))
+
+
+def residual_add(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``sat8(x + residual)`` with an int8 residual of the same shape."""
+    return sat(int_array(x, "x") + int_array(residual, "residual"), 8)
+
+
+def residual_max(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """``sat8(max(x, residual))`` with an int8 residual of the same shape (``res_mode`` 1)."""
+    return sat(np.maximum(int_array(x, "x"), int_array(residual, "residual")), 8)
+
+
+# -- the records ---------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _check_int32(record: object, *names: str) -> None:
+    for name in names:
+        value = getattr(record, name)
+        if not _is_int(value) or not INT32_MIN <= value <= INT32_MAX:
+            raise ValueError(f"{name} must be a signed 32-bit integer, not {value!r}")
+
+
+def _always(params: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Reg:
+    """One control register of a stage, written by CSRWI and held until the next write.
+
+    Attributes
+    ----------
+    name : str
+        Its name in the ISA and the assembler (``csrwi csr=req_mult``) and in the gateware's
+        control-register signature.
+    csr : int
+        Its number (the CSRWI ``csr`` field); :class:`hwgen.isa.Csr` is made from these.
+    width : int
+        Bits the gateware holds (the low bits of the written value).
+    signed : bool
+        Whether the stage reads it as a signed number.
+    doc : str
+        What it means (``docs/isa.md``).
+    value : callable
+        Its value from the stage's parameters record.
+    when : callable
+        Whether a kernel with these parameters writes it (per-channel requantize does not
+        use the per-tensor multiplier and shift registers, so it does not write them).
+    """
+
+    name: str
+    csr: int
+    width: int
+    signed: bool
+    doc: str
+    value: Callable[[Any], int]
+    when: Callable[[Any], bool] = _always
+
+
+@dataclass(frozen=True)
+class ERead:
+    """A row of the epilogue scratchpad that a stage reads for every beat (combinationally).
+
+    Attributes
+    ----------
+    name : str
+        The read port's name in the gateware.
+    base : {"bias", "res"}
+        The beat's row pointer it is relative to: ``bias`` (the job's bias row: one group
+        per column block, the same for every row of a tile) or ``res`` (the job's residual
+        row, which steps with the tile's rows).
+    offset : int
+        Rows after ``base``.
+    operand : str
+        The kernel operand the row holds (``hwgen.reference.epilogue``'s keyword).
+    when : callable
+        Whether the stage uses the row with these parameters.
+    """
+
+    name: str
+    base: str
+    offset: int
+    operand: str
+    when: Callable[[Any], bool] = _always
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Everything about one epilogue stage that the gateware and the compiler share.
+
+    Attributes
+    ----------
+    name : str
+        The stage's name in a variant's chain (:data:`hwgen.config.EPILOGUE_STAGES`).
+    doc : str
+        Its arithmetic on an int32 lane ``x``.
+    op : str or None
+        The graph op it implements (``fusion.ir``'s catalog), or None if none does directly.
+    params : type or None
+        A frozen keyword-only dataclass of its parameters, with defaults, that checks its
+        values (``ValueError``); its fields are fields of ``EpilogueParams``.
+    regs : tuple of Reg
+        Its control registers.
+    reads : tuple of ERead
+        The epilogue scratchpad rows it reads.
+    int8_out : bool
+        Its output always fits int8 (it ends in a saturation to int8), so a stored int8
+        result is exact.
+    reference : callable
+        ``reference(x, params, operands) -> x``: the numpy semantics, bit-exact, on int64
+        lanes; ``params`` is its record (None without one), ``operands`` maps the operand
+        names of :attr:`reads` to arrays (or None when not given).
+    out_range : callable or None
+        ``out_range(lo, hi, params) -> (lo, hi)``: the range of its output for inputs in
+        ``[lo, hi]``. None: int8 when :attr:`int8_out`, else any int32.
+    latency : int
+        Cycles a beat spends in the stage: each stage is one pipeline register.
+    """
+
+    name: str
+    doc: str
+    op: str | None
+    params: type | None
+    regs: tuple[Reg, ...]
+    reads: tuple[ERead, ...]
+    int8_out: bool
+    reference: Callable[[np.ndarray, Any, Mapping[str, np.ndarray | None]], np.ndarray]
+    out_range: Callable[[int, int, Any], tuple[int, int]] | None = None
+    latency: int = 1
+
+    def output_range(self, lo: int, hi: int, params: Any) -> tuple[int, int]:
+        """The range of the stage's output for inputs in ``[lo, hi]``."""
+        if self.out_range is not None:
+            return self.out_range(lo, hi, params)
+        return (INT8_MIN, INT8_MAX) if self.int8_out else (INT32_MIN, INT32_MAX)
+
+    def csr_writes(self, params: Any) -> list[tuple[str, int]]:
+        """``(register name, value)`` of each register a kernel with ``params`` writes."""
+        return [(r.name, r.value(params)) for r in self.regs if r.when(params)]
+
+    def reads_used(self, params: Any) -> tuple[ERead, ...]:
+        """The scratchpad rows the stage uses with ``params``."""
+        return tuple(r for r in self.reads if r.when(params))
+
+
+# -- the stages ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequantParams:
+    """Parameters of the requantize stage.
+
+    Parameters
+    ----------
+    mult : int
+        Multiplier, signed 32-bit.
+    shift : int
+        Right shift, 0..63.
+    zp : int
+        Output zero point, signed 32-bit (useful values are -128..127).
+    per_channel : bool
+        Requantize per output channel (CSR ``req_mode`` = 1): each column of the N axis has
+        its own multiplier and shift, given as ``mult`` and ``shift`` vectors (operands of the
+        kernel, read from the bias group's rows); the ``mult`` and ``shift`` fields are then
+        unused, ``zp`` still applies to every channel.
+    """
+
+    mult: int = 1
+    shift: int = 0
+    zp: int = 0
+    per_channel: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int32(self, "mult", "zp")
+        if not _is_int(self.shift) or not 0 <= self.shift <= 63:
+            raise ValueError(f"shift must be an integer from 0 to 63, not {self.shift!r}")
+        if not isinstance(self.per_channel, bool):
+            raise ValueError(f"per_channel must be True or False, not {self.per_channel!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClampParams:
+    """Parameters of the clamp stage: bounds, signed 32-bit, ``clamp_lo <= clamp_hi``."""
+
+    clamp_lo: int = INT32_MIN
+    clamp_hi: int = INT32_MAX
+
+    def __post_init__(self) -> None:
+        _check_int32(self, "clamp_lo", "clamp_hi")
+        if self.clamp_lo > self.clamp_hi:
+            raise ValueError(
+                f"clamp_lo ({self.clamp_lo}) must not exceed clamp_hi ({self.clamp_hi})"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidualParams:
+    """Parameters of the residual stage: ``residual_op`` (CSR ``res_mode``), ``"add"`` for
+    ``sat8(x + r)`` or ``"max"`` for ``sat8(max(x, r))``."""
+
+    residual_op: str = "add"
+
+    def __post_init__(self) -> None:
+        if self.residual_op not in RESIDUAL_OPS:
+            raise ValueError(f"residual_op must be one of {', '.join(RESIDUAL_OPS)}, not "
+                             f"{self.residual_op!r}")
+
+
+def _bias(x, params, operands):
+    if operands.get("bias") is None:
+        raise ValueError("the bias stage needs a bias vector")
+    return bias_add(x, operands["bias"])
+
+
+def _requant(x, p: RequantParams, operands):
+    if p.per_channel:
+        x = int_array(x, "x")
+        mults, shifts = channel_params(operands.get("mult"), operands.get("shift"), x.shape[-1])
+        return requantize(x, mults, shifts, p.zp)
+    return requantize(x, p.mult, p.shift, p.zp)
+
+
+def _residual(x, p: ResidualParams, operands):
+    if operands.get("residual") is None:
+        raise ValueError("the residual stage needs a residual tensor")
+    op = residual_max if p.residual_op == "max" else residual_add
+    return op(x, operands["residual"])
+
+
+def _per_channel(p: RequantParams) -> bool:
+    return p.per_channel
+
+
+def _per_tensor(p: RequantParams) -> bool:
+    return not p.per_channel
+
+
+#: The stages, in the canonical chain order (:data:`hwgen.config.EPILOGUE_STAGES`).
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec(
+        name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None, regs=(),
+        reads=(ERead("bias", "bias", BIAS_ROW, "bias"),), int8_out=False, reference=_bias),
+    StageSpec(
+        name="requant",
+        doc="x = sat8(((x * mult + round) >> shift) + zp), round = 1 << (shift - 1) (0 when "
+            "shift is 0), an arithmetic shift: rounding half toward +inf. Per channel, lane "
+            "c's mult and shift come from the bias group's rows",
+        op="requant", params=RequantParams,
+        regs=(Reg("req_mult", 0, 32, True, "requantize multiplier, signed 32-bit",
+                  lambda p: p.mult, _per_tensor),
+              Reg("req_shift", 1, 6, False, "requantize right shift, 0..63",
+                  lambda p: p.shift, _per_tensor),
+              Reg("req_zp", 2, 32, True, "requantize output zero point, signed",
+                  lambda p: p.zp),
+              Reg("req_mode", 5, 1, False,
+                  f"bit 0: per-channel requantize; lane c's multiplier is then read from "
+                  f"epilogue row `bias + {REQ_MULT_ROW}` and its shift from row "
+                  f"`bias + {REQ_SHIFT_ROW}`: a column block's bias, multipliers and shifts "
+                  f"sit together as a group of rows",
+                  lambda p: int(p.per_channel))),
+        reads=(ERead("pc_mult", "bias", REQ_MULT_ROW, "mult", _per_channel),
+               ERead("pc_shift", "bias", REQ_SHIFT_ROW, "shift", _per_channel)),
+        int8_out=True, reference=_requant),
+    StageSpec(
+        name="relu", doc="x = max(x, 0)", op="relu", params=None, regs=(), reads=(),
+        int8_out=False, reference=lambda x, p, o: relu(x),
+        out_range=lambda lo, hi, p: (max(lo, 0), max(hi, 0))),
+    StageSpec(
+        name="clamp", doc="x = min(max(x, clamp_lo), clamp_hi)", op="clamp",
+        params=ClampParams,
+        regs=(Reg("clamp_lo", 3, 32, True, "clamp lower bound, signed 32-bit",
+                  lambda p: p.clamp_lo),
+              Reg("clamp_hi", 4, 32, True, "clamp upper bound, signed 32-bit",
+                  lambda p: p.clamp_hi)),
+        reads=(), int8_out=False, reference=lambda x, p, o: clamp(x, p.clamp_lo, p.clamp_hi),
+        out_range=lambda lo, hi, p: (min(max(lo, p.clamp_lo), p.clamp_hi),
+                                     min(max(hi, p.clamp_lo), p.clamp_hi))),
+    StageSpec(
+        name="residual",
+        doc="x = sat8(x + res[row, col]) (an int8 tensor, sign-extended), or with residual_op "
+            "max, sat8(max(x, res[row, col])): saturated either way, so that the stage always "
+            "ends in int8; chains of max passes make max pooling",
+        op=None, params=ResidualParams,
+        regs=(Reg("res_mode", 6, 1, False,
+                  "bit 0: the residual stage computes `sat8(max(x, r))` instead of "
+                  "`sat8(x + r)`: chains of such passes make max pooling",
+                  lambda p: RESIDUAL_OPS.index(p.residual_op)),),
+        reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual),
+)
+
+#: Stage name -> its spec.
+SPECS: dict[str, StageSpec] = {spec.name: spec for spec in STAGES}
+#: Rows of one column block's bias group: the bias vector and the per-channel rows after it.
+BIAS_GROUP_ROWS = 1 + max(r.offset for s in STAGES for r in s.reads if r.base == "bias")
+#: The kernel operands the stages read from the epilogue scratchpad.
+OPERANDS = tuple(dict.fromkeys(r.operand for s in STAGES for r in s.reads))
+
+
+def spec(name: str) -> StageSpec:
+    """The spec of stage ``name``.
+
+    Raises
+    ------
+    ValueError
+        If no stage has that name, naming the known ones.
+    """
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown epilogue stage {name!r}; the known stages are "
+                         f"{', '.join(EPILOGUE_STAGES)}") from None
+
+
+def epilogue_latency(chain: tuple[str, ...]) -> int:
+    """Cycles a beat takes through the stage registers of ``chain``."""
+    return sum(SPECS[name].latency for name in chain)
+
+
+def _check() -> None:
+    """The records agree with each other and with the config; a new stage that breaks this
+    fails at import, naming what to fix."""
+    names = tuple(s.name for s in STAGES)
+    if names != EPILOGUE_STAGES:
+        raise ImportError(f"hwgen.stages declares {names}, hwgen.config.EPILOGUE_STAGES is "
+                          f"{EPILOGUE_STAGES}: list every stage in both, in the same order")
+    regs = [r for s in STAGES for r in s.regs]
+    for what, values in (("name", [r.name for r in regs]), ("number", [r.csr for r in regs])):
+        if len(set(values)) != len(values):
+            raise ImportError(f"two control registers share a {what}: {values}")
+    owners: dict[str, str] = {}
+    for s in STAGES:
+        for f in fields(s.params) if s.params else ():
+            if f.name in owners or f.name in SPECS:
+                raise ImportError(f"parameter {f.name!r} of stage {s.name!r} is also "
+                                  f"{'a stage' if f.name in SPECS else 'of ' + owners[f.name]}; "
+                                  f"EpilogueParams needs one name per parameter")
+            owners[f.name] = s.name
+
+
+_check()
