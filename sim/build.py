@@ -25,6 +25,7 @@ from pathlib import Path
 import jinja2
 from cocotb_tools import runner as cocotb_runner
 
+import rtl_templates
 from hwgen.config import VariantConfig
 from hwgen.gateware import sources as hwgen_sources
 from hwgen.perf import COUNTER_BITS, COUNTERS
@@ -49,8 +50,7 @@ TIMESCALE = ("1ns", "1ps")
 #: Bumped when the layout of a build folder changes, so old builds are not reused.
 BUILD_FORMAT = 1
 
-_REPO = Path(__file__).resolve().parent.parent
-_TEMPLATES = _REPO / "rtl_templates"
+_TEMPLATES = Path(rtl_templates.__file__).parent  # package data, wherever it is installed
 SIM_TEMPLATES = ("sim_top.sv.j2", "sim_top.vlt.j2")
 #: The gateware is everything in hwgen/ but the command line (DESIGN.md, "Who may import").
 
@@ -105,9 +105,10 @@ class BuildInfo:
 
 
 def default_root() -> Path:
-    """The cache root: ``$HWGEN_BUILD_DIR`` if set, else ``build/sim`` under the repository."""
+    """The cache root: ``$HWGEN_BUILD_DIR`` if set, else ``build/sim`` in the working directory
+    (never inside the installed package)."""
     env = os.environ.get("HWGEN_BUILD_DIR")
-    return Path(env).resolve() if env else _REPO / "build" / "sim"
+    return Path(env).resolve() if env else Path.cwd() / "build" / "sim"
 
 
 def gateware_files() -> list[Path]:

@@ -50,11 +50,12 @@ _MAX_ERRORS = 20  # messages kept in CacheStats.errors; the counters keep counti
 
 
 def default_root() -> Path:
-    """The on-disk cache: ``$HWGEN_KERNEL_CACHE`` if set, else ``build/kernel_cache``."""
+    """The on-disk cache: ``$HWGEN_KERNEL_CACHE`` if set, else ``build/kernel_cache`` in the
+    working directory (never inside the installed package)."""
     env = os.environ.get("HWGEN_KERNEL_CACHE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "build" / "kernel_cache"
+    return Path.cwd() / "build" / "kernel_cache"
 
 
 def _canonical(value: Any) -> str:
