@@ -147,7 +147,7 @@ def test_the_contract_imports_nothing_but_the_contract():
     ("fusion.frontend", ("sim",), ()),
     ("fusion.passes", ("sim",), ()),
     ("fusion.cost", ("sim",), ()),
-    ("fusion.ir", ("sim", "fusion"), ("fusion.ir",)),
+    ("fusion.ir", ("sim", "fusion", "hwgen.gateware"), ("fusion.ir",)),
     ("sim.toolchain", ("fusion",), ()),
     ("sim.build", ("fusion",), ()),
     ("sim.run", ("fusion",), ()),

@@ -1,8 +1,8 @@
-"""hwgen's JSON graph format: a versioned, self-contained text form of a :class:`fusion.ir.Graph`.
+"""hwgen's JSON graph format: a versioned, self-contained text form of a graph.
 
-The format is documented in ``docs/graph_json.md``. Constants are stored inline as base64 of
-their little-endian bytes with their dtype and shape, so a file needs nothing beside it and
-loading it never runs code (no pickle).
+It stores a :class:`fusion.ir.graph.Graph`; ``docs/graph_json.md`` documents it. Constants are
+stored inline as base64 of their little-endian bytes with their dtype and shape, so a file needs
+nothing beside it and loading it never runs code (no pickle).
 """
 
 from __future__ import annotations

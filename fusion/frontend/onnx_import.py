@@ -7,7 +7,7 @@ included), outputs and attributes, so the imported graph means exactly what the 
 * turns ``Constant`` nodes into initializers;
 * infers every shape statically with :func:`fusion.ir.ops.infer` (ONNX's own inference is not
   needed), refusing dynamic input dimensions unless ``input_shapes`` fixes them;
-* annotates integer tensors with their :class:`~fusion.ir.Quant`
+* annotates integer tensors with their :class:`~fusion.ir.graph.Quant`
   (:mod:`fusion.frontend.onnx_quant`), which the Q/DQ folding pass reads;
 * validates the result (:func:`fusion.ir.validation.validate`).
 """

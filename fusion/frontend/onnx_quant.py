@@ -2,7 +2,7 @@
 
 The importer keeps every ONNX node as it is, scales and zero points included as inputs. This
 module reads those constant scale/zero-point initializers and records them as the
-:class:`~fusion.ir.Quant` of the integer tensors they describe, which is what the passes and
+:class:`~fusion.ir.graph.Quant` of the integer tensors they describe, which is what the passes and
 the hwgen integer ops read:
 
 * ``QuantizeLinear`` annotates its output, ``DequantizeLinear`` its input (an int32 bias too);
@@ -38,7 +38,7 @@ def annotate(nodes: Sequence, ranks: Mapping[str, int],
 
     Parameters
     ----------
-    nodes : sequence of fusion.ir.Node
+    nodes : sequence of fusion.ir.graph.Node
         The imported nodes (ONNX ops, ONNX input lists).
     ranks : mapping of str to int
         The rank of every tensor, for per-axis annotations.

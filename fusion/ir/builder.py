@@ -4,7 +4,7 @@ Example
 -------
 >>> import numpy as np
 >>> from fusion.ir.builder import GraphBuilder
->>> from fusion.ir import Quant
+>>> from fusion.ir.graph import Quant
 >>> b = GraphBuilder("mlp")
 >>> x = b.input("x", (1, 64), "int8", quant=Quant(0.05, -3))
 >>> w = b.const("w", np.ones((64, 32), np.int8), quant=Quant(0.01, 0))
@@ -45,7 +45,7 @@ def _scaled(quant: Quant | None, factor: Quant | None, axis: int | None = None) 
 
 
 class GraphBuilder:
-    """Builds a :class:`~fusion.ir.Graph` node by node.
+    """Builds a :class:`~fusion.ir.graph.Graph` node by node.
 
     Parameters
     ----------
@@ -97,7 +97,7 @@ class GraphBuilder:
         name : str
         shape : sequence of int
         dtype : str
-            One of :data:`fusion.ir.DTYPES`.
+            One of :data:`fusion.ir.graph.DTYPES`.
         quant : Quant, optional
 
         Returns

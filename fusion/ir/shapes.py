@@ -1,7 +1,7 @@
 """Shape arithmetic shared by the op catalog (:mod:`fusion.ir.ops`) and the executor.
 
 Pure functions on tuples of ints, so that shape inference and execution cannot disagree about
-padding, output sizes or broadcasting. They raise :class:`~fusion.ir.GraphError` with a
+padding, output sizes or broadcasting. They raise :class:`~fusion.ir.graph.GraphError` with a
 message naming the problem; callers prefix the node name.
 """
 

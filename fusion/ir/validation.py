@@ -2,7 +2,7 @@
 
 :func:`validate` raises :class:`~fusion.ir.graph.GraphError`
 with a message that names the node or tensor and the fix. Cycles, dangling names and
-duplicate producers are already refused by :class:`~fusion.ir.Graph` itself.
+duplicate producers are already refused by :class:`~fusion.ir.graph.Graph` itself.
 """
 
 from __future__ import annotations

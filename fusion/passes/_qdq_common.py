@@ -1,6 +1,6 @@
 """What the Q/DQ folding rewrites share: reading Q/DQ parameters, activations, epilogues.
 
-A quantized value ``q`` with :class:`~fusion.ir.Quant` ``(s, z)`` means ``s * (q - z)``. Every
+A quantized value ``q`` with :class:`~fusion.ir.graph.Quant` ``(s, z)`` means ``s * (q - z)``. Every
 helper here either returns what a pattern needs or a string that says why it does not match,
 which :func:`fusion.passes.qdq_fold.explain` reports.
 """

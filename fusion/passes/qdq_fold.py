@@ -29,7 +29,7 @@ Q/DQ pairs and boundaries
     ``Q(DQ(q))`` with the same parameters is ``q``. The remaining ``QuantizeLinear`` and
     ``DequantizeLinear`` (at the graph boundaries) become ``quantize`` and ``dequantize``.
 
-Integer tensors get the :class:`~fusion.ir.Quant` the Q/DQ parameters give them. A pattern is
+Integer tensors get the :class:`~fusion.ir.graph.Quant` the Q/DQ parameters give them. A pattern is
 refused (left as it is) when it cannot be expressed exactly enough: per-channel activations,
 computed scales, blocked quantization, Gemm with ``transA`` or ``alpha``/``beta`` other than
 1, weights quantized along the wrong axis, a tensor quantized two ways, non-8-bit operands, a
