@@ -8,5 +8,6 @@
 ``conv_legalize``  ``qconv2d`` into ``im2col`` + ``qmatmul`` (GEMM form)
 ``driver``         run passes to a fixed point; :func:`~fusion.passes.driver.optimize` is the
                    default pipeline (prune, legalize, prune)
+``report``         run the passes on a model and describe the result (``hwgen inspect``)
 =================  ==========================================================================
 """
