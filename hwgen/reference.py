@@ -63,7 +63,8 @@ class EpilogueParams:
         EpilogueParams(mult=..., shift=..., zp=..., clamp_lo=..., residual_op="max").mult
 
     It also takes a whole record (or the mapping :func:`dataclasses.asdict` makes of it) by
-    its stage's name, so that ``EpilogueParams(**dataclasses.asdict(params)) == params``.
+    its stage's name, so that ``EpilogueParams(**dataclasses.asdict(params)) == params``; fields
+    given by name override that record's, so that ``dataclasses.replace(params, zp=3)`` works.
     Fields not given take the record's defaults, which make every stage but the saturations
     an identity.
 
@@ -90,18 +91,14 @@ class EpilogueParams:
                                 f"{', '.join(_OWNER)} (or a whole record by stage: "
                                 f"{', '.join(grouped)})")
         for name, kind in self.__annotations__.items():
-            record = records.get(name)
-            if record is not None and grouped[name]:
-                raise TypeError(f"EpilogueParams got both a {name} record and its fields "
-                                f"{', '.join(grouped[name])}; give one or the other")
-            if isinstance(record, Mapping):
-                record = kind(**record)
-            elif record is None:
-                record = kind(**grouped[name])
-            elif not isinstance(record, kind):
+            record = records.get(name, {})
+            if isinstance(record, kind):
+                record = {f: getattr(record, f) for f in kind.__dataclass_fields__}
+            elif not isinstance(record, Mapping):
                 raise TypeError(f"EpilogueParams {name}= must be a {kind.__name__} or a "
                                 f"mapping of its fields, not {type(record).__name__}")
-            object.__setattr__(self, name, record)
+            # fields given by name override the record's (dataclasses.replace does that)
+            object.__setattr__(self, name, kind(**{**record, **grouped[name]}))
 
     def __getattr__(self, name: str) -> Any:
         # Called only for names that are not attributes: the records' fields.

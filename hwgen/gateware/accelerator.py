@@ -10,7 +10,7 @@ from hwgen.config import VariantConfig
 from hwgen.gateware.compute import ComputeUnit, job_layout
 from hwgen.gateware.counters import PerfCounters
 from hwgen.gateware.dma import LoadEngine, load_cmd_layout
-from hwgen.gateware.epilogue import lanes_layout
+from hwgen.gateware.epilogue import e_reads_signature, lanes_layout
 from hwgen.gateware.ports import counters_signature, mem_port_signature
 from hwgen.gateware.sequencer import Sequencer
 from hwgen.timing import QUEUE_DEPTH
@@ -80,16 +80,15 @@ class Accelerator(wiring.Component):
             ]
         wp = spad_e.write_port()
         m.d.comb += [wp.addr.eq(dma.e_addr), wp.data.eq(dma.e_data), wp.en.eq(dma.e_en)]
-        for name in ("src", "bias", "res", "pc_mult", "pc_shift"):
+        # One combinational read port for a pass's source row and one per stage read.
+        reads = [(cu.src_addr, cu.src_data)] + [
+            (getattr(cu.e, name).addr, getattr(cu.e, name).data)
+            for name in e_reads_signature(c).members]
+        for addr, value in reads:
             rp = spad_e.read_port(domain="comb")
-            m.d.comb += [rp.addr.eq(getattr(cu, f"{name}_addr")),
-                         getattr(cu, f"{name}_data").eq(rp.data)]
+            m.d.comb += [rp.addr.eq(addr), value.eq(rp.data)]
 
-        m.d.comb += [
-            cu.mult.eq(seq.mult), cu.shift.eq(seq.shift), cu.zp.eq(seq.zp),
-            cu.lo.eq(seq.lo), cu.hi.eq(seq.hi), cu.per_channel.eq(seq.req_mode),
-            cu.res_max.eq(seq.res_mode),
-        ]
+        wiring.connect(m, seq.csr, cu.csr)  # the epilogue's control registers
 
         # Memory port: reads belong to the DMA, writes to the store unit.
         wiring.connect(m, dma.rd_addr, wiring.flipped(self.mem.rd_addr))

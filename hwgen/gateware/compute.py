@@ -17,7 +17,12 @@ from amaranth.utils import ceil_log2
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.gateware.array import SystolicArray
 from hwgen.gateware.dma import SPAD_ADDR_BITS, StoreUnit
-from hwgen.gateware.epilogue import EpiloguePipeline, lanes_layout
+from hwgen.gateware.epilogue import (
+    EpiloguePipeline,
+    csr_signature,
+    e_reads_signature,
+    lanes_layout,
+)
 from hwgen.gateware.ports import write_layout
 from hwgen.timing import array_latency
 
@@ -32,6 +37,12 @@ def job_layout(config: VariantConfig) -> data.StructLayout:
 
 
 class ComputeUnit(wiring.Component):
+    """Ports: ``job`` (the job queue); ``a_*``/``b_*`` (synchronous scratchpad reads of the
+    feeder); ``src_*`` (the epilogue-scratchpad row a pass reads); ``csr`` and ``e``, the
+    epilogue's control registers and scratchpad reads, passed on to the
+    :class:`~hwgen.gateware.epilogue.EpiloguePipeline`; ``wr`` (memory writes); idle flags and
+    the counters' events."""
+
     def __init__(self, config: VariantConfig):
         self._config = config
         c = config
@@ -41,12 +52,7 @@ class ComputeUnit(wiring.Component):
             "a_addr": Out(SPAD_ADDR_BITS), "a_data": In(c.a_row_bytes * 8),
             "b_addr": Out(SPAD_ADDR_BITS), "b_data": In(c.b_row_bytes * 8),
             "src_addr": Out(e_bits), "src_data": In(lanes_layout(c)),
-            "bias_addr": Out(e_bits), "bias_data": In(lanes_layout(c)),
-            "res_addr": Out(e_bits), "res_data": In(lanes_layout(c)),
-            "pc_mult_addr": Out(e_bits), "pc_mult_data": In(lanes_layout(c)),
-            "pc_shift_addr": Out(e_bits), "pc_shift_data": In(lanes_layout(c)),
-            "mult": In(32), "shift": In(6), "zp": In(32), "lo": In(32), "hi": In(32),
-            "per_channel": In(1), "res_max": In(1),
+            "csr": In(csr_signature(c)), "e": Out(e_reads_signature(c)),
             "wr": Out(stream.Signature(write_layout(c))),
             "feed_idle": Out(1), "idle": Out(1),
             "issue": Out(1), "stall_epilogue": Out(1),
@@ -144,15 +150,8 @@ class ComputeUnit(wiring.Component):
             with m.If(pass_row == pass_job.k - 1):
                 m.d.sync += pass_active.eq(0)
 
-        m.d.comb += [
-            self.bias_addr.eq(epi.bias_addr), epi.bias_data.eq(self.bias_data),
-            self.res_addr.eq(epi.res_addr), epi.res_data.eq(self.res_data),
-            self.pc_mult_addr.eq(epi.pc_mult_addr), epi.pc_mult_data.eq(self.pc_mult_data),
-            self.pc_shift_addr.eq(epi.pc_shift_addr), epi.pc_shift_data.eq(self.pc_shift_data),
-            epi.mult.eq(self.mult), epi.shift.eq(self.shift), epi.zp.eq(self.zp),
-            epi.per_channel.eq(self.per_channel), epi.res_max.eq(self.res_max),
-            epi.lo.eq(self.lo), epi.hi.eq(self.hi),
-        ]
+        wiring.connect(m, wiring.flipped(self.csr), epi.csr)
+        wiring.connect(m, epi.e, wiring.flipped(self.e))
         wiring.connect(m, epi.o, store.i)
         wiring.connect(m, store.wr, wiring.flipped(self.wr))
 

@@ -7,14 +7,16 @@ EPIPASS on a full compute queue, a WAIT on busy units. Fields are sliced with th
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Signal, signed
+from amaranth import Array, Module, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.compute import job_layout
 from hwgen.gateware.dma import load_cmd_layout
-from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Csr, Op
+from hwgen.gateware.epilogue import csr_signature
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Op
+from hwgen.stages import SPECS
 
 
 def _field(word, op: Op, name: str):
@@ -27,9 +29,10 @@ def _field(word, op: Op, name: str):
 
 
 class Sequencer(wiring.Component):
-    """Ports: ``start``; the LOAD and job streams into the two queues; the epilogue control
-    registers; the idle flags of the units (``dma_idle``, ``feed_idle``, ``compute_idle``);
-    ``halted``, ``running`` and ``retire`` (one pulse per instruction retired)."""
+    """Ports: ``start``; the LOAD and job streams into the two queues; ``csr``, the epilogue
+    control registers (:func:`hwgen.gateware.epilogue.csr_signature`); the idle flags of the
+    units (``dma_idle``, ``feed_idle``, ``compute_idle``); ``halted``, ``running`` and
+    ``retire`` (one pulse per instruction retired)."""
 
     def __init__(self, config: VariantConfig):
         self._config = config
@@ -39,9 +42,7 @@ class Sequencer(wiring.Component):
             "start": In(1),
             "load": Out(stream.Signature(load_cmd_layout(config))),
             "job": Out(stream.Signature(job_layout(config))),
-            "mult": Out(signed(32)), "shift": Out(6), "zp": Out(signed(32)),
-            "lo": Out(signed(32)), "hi": Out(signed(32)), "req_mode": Out(1),
-            "res_mode": Out(1),
+            "csr": Out(csr_signature(config)),
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
             "halted": Out(1), "running": Out(1), "retire": Out(1),
         })
@@ -125,15 +126,13 @@ class Sequencer(wiring.Component):
                     with m.Case(Op.CSRWI):
                         value = _field(word, Op.CSRWI, "imm")
                         with m.Switch(_field(word, Op.CSRWI, "csr")):
-                            for csr, target in ((Csr.REQ_MULT, self.mult),
-                                                (Csr.REQ_SHIFT, self.shift),
-                                                (Csr.REQ_ZP, self.zp),
-                                                (Csr.CLAMP_LO, self.lo),
-                                                (Csr.CLAMP_HI, self.hi),
-                                                (Csr.REQ_MODE, self.req_mode),
-                                                (Csr.RES_MODE, self.res_mode)):
-                                with m.Case(csr):
-                                    m.d.sync += target.eq(value)
+                            # The registers of the variant's stages (a write to another
+                            # stage's register has nothing to change).
+                            for stage in self.csr.signature.members:
+                                for reg in SPECS[stage].regs:
+                                    with m.Case(reg.csr):
+                                        target = getattr(getattr(self.csr, stage), reg.name)
+                                        m.d.sync += target.eq(value)
                         m.d.comb += retire.eq(1)
                     with m.Default():
                         # An unknown opcode stops the program; the decoder refuses such
