@@ -31,12 +31,13 @@ import numpy as np
 from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Tensor
 from hwgen.config import EPILOGUE_STAGES
+from hwgen.stages import STAGES
 
 #: Host steps: model-boundary conversions and data movement, by op name.
 HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose", "im2col",
                       "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
-#: Epilogue ops and the stage each one is.
-STAGE_OF = {"bias_add": "bias", "requant": "requant", "relu": "relu", "clamp": "clamp"}
+#: Epilogue ops and the stage each one is (the graph op each stage spec implements).
+STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
 ANCHORS = ("qmatmul", "qadd", "maxpool")
 
 

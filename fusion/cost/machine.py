@@ -17,7 +17,8 @@ gateware is built from or names at the registers they count:
   latency and :data:`LOAD_TAIL`.
 - **array**: a k-slice a cycle, back to back across MATMULs. A tile is complete
   ``rows + cols - 1`` cycles after its final slice and drains a row a cycle, from
-  :data:`TILE_GAP` cycles later, into the epilogue's stage registers (one per stage).
+  :data:`TILE_GAP` cycles later, into the epilogue's stage registers (each stage's
+  ``latency``, :mod:`hwgen.stages`).
 - **store unit**: takes a row every ``max(1, cols * lane_bytes / port_bytes)`` cycles (a
   word a cycle on the write port); when it falls behind, the stage registers fill and hold
   the drain back.
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hwgen.config import VariantConfig
+from hwgen.stages import epilogue_latency
 from hwgen.timing import ISSUE_LATENCY, LOAD_TAIL, QUEUE_DEPTH, TILE_GAP, array_latency
 
 
@@ -55,7 +57,7 @@ class Machine:
         c = config
         self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
         self.L = array_latency(c)
-        self.E = len(c.epilogue)  # one register per epilogue stage
+        self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle
         self.feed_end = 0  # cycle after the last slice issued (feed idle)

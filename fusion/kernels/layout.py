@@ -20,7 +20,8 @@ All padding is zeros. The layouts, outermost index first:
 ``bias`` per channel  ``[Nb][3][C]`` int32, padded to whole words
     With per-channel requantize, a group of three rows per column block: the bias (zeros when
     the bias stage does not run), the multipliers and the shifts (:func:`pack_bias_group`);
-    the hardware reads them at the beat's bias row, ``+ 1`` and ``+ 2``.
+    the hardware reads them at the beat's bias row plus the offsets the stage specs declare
+    (``hwgen.stages.BIAS_ROW``, ``REQ_MULT_ROW``, ``REQ_SHIFT_ROW``).
 ``tiles``  ``[Mb][Nb][R][C]`` int8 or int32
     Outputs, the residual and the unfused int32 intermediates: tile ``(i, j)`` is one
     contiguous ``R x C`` block, exactly what one drained output tile stores, and ``R`` rows of
@@ -36,19 +37,16 @@ from typing import Any
 import numpy as np
 
 from hwgen.config import VariantConfig
+from hwgen.stages import BIAS_GROUP_ROWS, BIAS_ROW, REQ_MULT_ROW, REQ_SHIFT_ROW
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-#: Epilogue rows per column block of a per-channel bias region: bias, multipliers, shifts
-#: (the hardware reads them at the bias row, ``+ 1`` and ``+ 2``: hwgen/epilogue.py).
-BIAS_GROUP_ROWS = 3
-
-
 def bias_group(per_channel: bool) -> int:
-    """Epilogue rows per column block of the bias region: 3 per channel, else 1."""
+    """Epilogue rows per column block of the bias region: ``hwgen.stages.BIAS_GROUP_ROWS``
+    (bias, multipliers, shifts) per channel, else 1."""
     return BIAS_GROUP_ROWS if per_channel else 1
 
 
@@ -314,17 +312,18 @@ def pack_bias_group(dims: GemmDims, bias: np.ndarray | None, mult: np.ndarray,
     ValueError
         Naming the operand whose shape or values do not fit.
     """
-    rows = np.zeros((3, dims.Nb * dims.C), "<i4")
+    g = BIAS_GROUP_ROWS
+    rows = np.zeros((g, dims.Nb * dims.C), "<i4")
     if bias is not None:
-        rows[0, : dims.N] = _check(bias, (dims.N,), np.int32, "bias")
-    rows[1, : dims.N] = _check(mult, (dims.N,), np.int32, "mult")
+        rows[BIAS_ROW, : dims.N] = _check(bias, (dims.N,), np.int32, "bias")
+    rows[REQ_MULT_ROW, : dims.N] = _check(mult, (dims.N,), np.int32, "mult")
     shift = _check(shift, (dims.N,), np.int32, "shift")
     if shift.size and (shift.min() < 0 or shift.max() > 63):
         raise ValueError(f"shift has values outside 0..63 ({int(shift.min())}.."
                          f"{int(shift.max())}); a requantize shift is 0 to 63")
-    rows[2, : dims.N] = shift
+    rows[REQ_SHIFT_ROW, : dims.N] = shift
     padded = np.zeros((dims.bias_region_rows(True), dims.C), "<i4")
-    padded[: 3 * dims.Nb] = rows.reshape(3, dims.Nb, dims.C).transpose(1, 0, 2).reshape(-1, dims.C)
+    padded[: g * dims.Nb] = rows.reshape(g, dims.Nb, dims.C).transpose(1, 0, 2).reshape(-1, dims.C)
     return padded.tobytes()
 
 
