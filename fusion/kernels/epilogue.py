@@ -21,34 +21,30 @@ from fusion.kernels.codegen import FIELD_MAX, check_load, grid_reg, load_context
 from fusion.kernels.layout import GemmDims, Region, bias_group
 from hwgen.isa import Dst
 from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
+from hwgen.stages import STAGES, spec
 
 DT_BYTES = {"i32": 4, "i8": 1}
 
 
 def reads_bias_region(stages: Sequence[str], params: EpilogueParams) -> bool:
-    """Whether ``stages`` read the bias region: the bias stage, or per-channel requantize
-    (its multipliers and shifts are rows of the bias groups)."""
-    return "bias" in stages or (params.per_channel and "requant" in stages)
+    """Whether ``stages`` read the bias region: a stage reading a row at the job's bias row
+    (the bias stage; per-channel requantize, whose multipliers and shifts are rows of the bias
+    groups), as the stage specs declare."""
+    return any(read.base == "bias" for s in stages
+               for read in spec(s).reads_used(params.stage(s)))
 
 
 def csr_writes(stages: Sequence[str], params: EpilogueParams) -> list[tuple[str, int]]:
-    """The CSR writes the ``stages`` need, as (csr name, value) pairs.
+    """The CSR writes the ``stages`` need, as (csr name, value) pairs: each stage's registers
+    as its spec computes them from ``params``, in the chain's canonical order.
 
     The mode registers (``req_mode``, ``res_mode``) are written whenever their stage runs,
     also with the reset value 0: the design resets every CSR to 0 between jobs (``rst``), but
     within one program a kernel may follow another that set a mode (the passes of an unfused
     chain, or kernels concatenated by a model compiler), so a kernel never relies on it.
     """
-    writes = []
-    if "requant" in stages:
-        if not params.per_channel:  # per channel, the multipliers and shifts are rows
-            writes += [("req_mult", params.mult), ("req_shift", params.shift)]
-        writes += [("req_zp", params.zp), ("req_mode", int(params.per_channel))]
-    if "clamp" in stages:
-        writes += [("clamp_lo", params.clamp_lo), ("clamp_hi", params.clamp_hi)]
-    if "residual" in stages:
-        writes += [("res_mode", int(params.residual_op == "max"))]
-    return writes
+    return [write for s in STAGES if s.name in stages
+            for write in s.csr_writes(params.stage(s.name))]
 
 
 def bias_load(dims: GemmDims, bias: Region, per_channel: bool = False) -> dict[str, Any]:
@@ -61,28 +57,18 @@ def bias_load(dims: GemmDims, bias: Region, per_channel: bool = False) -> dict[s
     return load_context(cfg, Dst.E32, bias.addr, 0, 1, words, "r0", what)
 
 
-def _stage_range(stage: str, lo: int, hi: int, params: EpilogueParams) -> tuple[int, int]:
-    if stage in ("requant", "residual"):  # both end in a saturation to int8
-        return INT8_MIN, INT8_MAX
-    if stage == "relu":
-        return max(lo, 0), max(hi, 0)
-    if stage == "clamp":
-        return (min(max(lo, params.clamp_lo), params.clamp_hi),
-                min(max(hi, params.clamp_lo), params.clamp_hi))
-    return INT32_MIN, INT32_MAX  # bias: any int32
-
-
 def pass_dtypes(stages: Sequence[str], params: EpilogueParams, final_dt: str) -> list[str]:
     """The element type each pass of an unfused chain stores.
 
     The last pass stores ``final_dt``. An earlier pass stores int8 only when every value it
-    can produce fits int8 (after requant or residual, and relu or clamp on such values):
-    storing the low byte is then exact, so the chain of passes gives the fused result bit for
-    bit. Otherwise it stores int32 (e.g. a bias stage after requant).
+    can produce fits int8 (after requant or residual, and relu or clamp on such values: each
+    stage spec's output range): storing the low byte is then exact, so the chain of passes
+    gives the fused result bit for bit. Otherwise it stores int32 (e.g. a bias stage after
+    requant).
     """
     lo, hi, dts = INT32_MIN, INT32_MAX, []
     for n, stage in enumerate(stages):
-        lo, hi = _stage_range(stage, lo, hi, params)
+        lo, hi = spec(stage).output_range(lo, hi, params.stage(stage))
         fits = INT8_MIN <= lo and hi <= INT8_MAX
         dts.append(final_dt if n == len(stages) - 1 else ("i8" if fits else "i32"))
     return dts
