@@ -43,7 +43,7 @@ CACHE_VERSION = 1
 #: package (codegen, layouts, tilers, and whatever builds kernels next; hashing them all
 #: over-invalidates on purpose) and these modules of ``hwgen``, with every microcode
 #: template. Their contents are hashed into :func:`codegen_version`.
-CODEGEN_MODULES = ("hwgen.asm", "hwgen.config", "hwgen.isa")
+CODEGEN_MODULES = ("hwgen.asm", "hwgen.config", "hwgen.isa", "hwgen.stages")
 
 _WORD_LIMIT = 1 << 64
 _MAX_ERRORS = 20  # messages kept in CacheStats.errors; the counters keep counting
