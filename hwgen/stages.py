@@ -446,9 +446,16 @@ def _check() -> None:
         raise ImportError(f"hwgen.stages declares {names}, hwgen.config.EPILOGUE_STAGES is "
                           f"{EPILOGUE_STAGES}: list every stage in both, in the same order")
     regs = [r for s in STAGES for r in s.regs]
-    for what, values in (("name", [r.name for r in regs]), ("number", [r.csr for r in regs])):
+    reads = [r for s in STAGES for r in s.reads]
+    for what, values in (("control registers share a name", [r.name for r in regs]),
+                         ("control registers share a number", [r.csr for r in regs]),
+                         ("scratchpad reads share a name", [r.name for r in reads])):
         if len(set(values)) != len(values):
-            raise ImportError(f"two control registers share a {what}: {values}")
+            raise ImportError(f"two {what}: {values}")
+    for r in reads:
+        if r.base not in ("bias", "res"):
+            raise ImportError(f"scratchpad read {r.name!r} is relative to {r.base!r}; a beat "
+                              f"carries the row pointers 'bias' and 'res'")
     owners: dict[str, str] = {}
     for s in STAGES:
         for f in fields(s.params) if s.params else ():

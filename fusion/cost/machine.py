@@ -16,7 +16,7 @@ gateware is built from or names at the registers they count:
   rate), so ``b`` bytes take ``b / min(port_bytes, row_bytes)`` cycles, then the port
   latency and :data:`LOAD_TAIL`.
 - **array**: a k-slice a cycle, back to back across MATMULs. A tile is complete
-  ``rows + cols - 1`` cycles after its final slice and drains a row a cycle, from
+  :func:`~hwgen.timing.array_latency` cycles after its final slice and drains a row a cycle, from
   :data:`TILE_GAP` cycles later, into the epilogue's stage registers (each stage's
   ``latency``, :mod:`hwgen.stages`).
 - **store unit**: takes a row every ``max(1, cols * lane_bytes / port_bytes)`` cycles (a
