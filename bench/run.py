@@ -44,8 +44,9 @@ def gemm_figures() -> dict:
 
 
 def sim_speed_figures() -> dict:
-    kernel = GemmCase(256, 256, 256).kernel(V8)
-    memory = MemoryImage(writes=tuple(kernel.memory), reads=kernel.reads)
+    case = GemmCase(256, 256, 256)
+    kernel = case.kernel(V8)
+    memory = MemoryImage(writes=tuple(case.memory(kernel)), reads=kernel.reads)
     report = measure(V8, kernel.program, memory)
     cocotb = report["cocotb"]["cycles_per_second"]
     binary = report["verilator_binary"]["cycles_per_second"]

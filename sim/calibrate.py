@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusion.cost import AnalyticalModel, CostModel, Evaluation, Row, evaluate, write_rows
-from fusion.cost.model import KernelFeatures
+from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES, SIM_VARIANTS
@@ -48,12 +48,12 @@ TILINGS: list[Tiling | None] = [
 
 
 def sweep_cases(config: VariantConfig, samples: int, seed: int = 0) -> list[tuple[GemmCase,
-                                                                              KernelFeatures]]:
+                                                                              GemmFeatures]]:
     """Up to ``samples`` cases of the sweep product that build on ``config``, with features.
 
     The product is shuffled with ``seed`` and walked in that order; a case the variant
     refuses (a tiling or an epilogue pass that does not fit the scratchpads, a program longer
-    than the instruction memory: ``build_gemm`` raises ``ValueError`` naming it) is skipped,
+    than the instruction memory: ``compiled_gemm`` raises ``ValueError`` naming it) is skipped,
     since a calibration needs runnable kernels, not every combination.
     """
     stage_sets = [s for s in STAGE_SETS if set(s) <= set(config.epilogue)]
@@ -67,9 +67,9 @@ def sweep_cases(config: VariantConfig, samples: int, seed: int = 0) -> list[tupl
         case = GemmCase(m, k, n_, stages=stages, fused=fused, tiling=tiling, seed=seed + n)
         try:
             kernel = case.kernel(config)
-        except ValueError:  # build_gemm's refusals (tiling, scratchpads, imem) are all this
+        except ValueError:  # compiled_gemm's refusals (tiling, scratchpads, imem) are all this
             continue
-        picked.append((case, KernelFeatures.from_kernel(kernel)))
+        picked.append((case, GemmFeatures.from_kernel(kernel)))
     return picked
 
 

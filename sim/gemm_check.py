@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusion.kernels.gemm.build import GemmKernel, build_gemm
+from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
@@ -29,6 +29,10 @@ class Problem:
     bias: np.ndarray | None
     residual: np.ndarray | None
     params: EpilogueParams
+
+    @property
+    def operands(self) -> dict[str, np.ndarray | None]:
+        return {"a": self.a, "b": self.b, "bias": self.bias, "residual": self.residual}
 
 
 def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> Problem:  # noqa: N803
@@ -125,11 +129,23 @@ class GemmCase:
     seed: int = 0
     problem: Problem | None = None
 
+    def operands(self) -> Problem:
+        """The case's problem: the one given, or random operands from its seed."""
+        return self.problem or random_problem(self.M, self.K, self.N, self.stages, self.seed)
+
     def kernel(self, config: VariantConfig) -> GemmKernel:
-        p = self.problem or random_problem(self.M, self.K, self.N, self.stages, self.seed)
-        return build_gemm(config, self.M, self.K, self.N, stages=self.stages, fused=self.fused,
-                          tiling=self.tiling, params=p.params, a=p.a, b=p.b, bias=p.bias,
-                          residual=p.residual)
+        """The compiled kernel (no operands: see :meth:`memory` and :meth:`expected`)."""
+        return compiled_gemm(config, self.M, self.K, self.N, stages=self.stages,
+                             fused=self.fused, tiling=self.tiling,
+                             params=self.operands().params)
+
+    def memory(self, kernel: GemmKernel) -> list[tuple[int, bytes]]:
+        """The memory image of the case's operands for ``kernel``."""
+        return kernel.memory(**self.operands().operands)
+
+    def expected(self, kernel: GemmKernel) -> np.ndarray:
+        """The reference result of the case's operands."""
+        return kernel.expected(**self.operands().operands)
 
 
 def ideal_cycles(config: VariantConfig, M: int, K: int, N: int) -> int:  # noqa: N803
@@ -141,7 +157,7 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
            expected: np.ndarray | None = None) -> GemmReport:
     """Compare a run with the reference (or with ``expected``, for tests that must fail)."""
     got = kernel.decode(bytes(result.outputs["out"]))
-    want = kernel.expected if expected is None else expected
+    want = case.expected(kernel) if expected is None else expected
     bad = np.argwhere(got != want)
     first = None
     if len(bad):
@@ -158,7 +174,7 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
 def run_gemms(config: VariantConfig, cases: Sequence[GemmCase]) -> list[GemmReport]:
     """Build and run every case in one simulator launch; one report per case, in order."""
     kernels = [case.kernel(config) for case in cases]
-    jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(k.memory), reads=k.reads),
+    jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(c.memory(k)), reads=k.reads),
                 name=f"gemm {c.M}x{c.K}x{c.N} {','.join(c.stages) or 'none'} "
                      f"{'fused' if c.fused else 'unfused'}")
             for c, k in zip(cases, kernels, strict=True)]

@@ -1,47 +1,43 @@
 """Candidates per chain, their predicted cycles, and the cheapest cover of each chain.
 
 A chain of ``n`` items (an anchor and epilogue ops, :mod:`fusion.compiler.lower`) is covered by
-cutting it into consecutive segments; each segment is one kernel. A segment starting at the
-anchor is a GEMM (or qadd, or max) kernel with the segment's ops as fused epilogue stages;
-any other segment is a standalone epilogue pass. For each segment the candidates are its
-tilings (super-tile sizes, k tile, loop order, double buffering), each priced by the cost
-model. Legality and profitability are kept apart:
+cutting it into consecutive segments; each segment is one kernel (:func:`spec_for`). A
+segment starting at the anchor is the anchor's kind (a GEMM, qadd or max kernel) with the
+segment's ops as fused epilogue stages; any other segment is a standalone epilogue pass. The
+candidates of a segment are its kind's variants (a GEMM's tilings: super-tile sizes, k tile,
+loop order, double buffering), each priced by the cost model from the kind's features.
+Legality and profitability are kept apart:
 
 - *legality*: may this segment run on this variant at all? A stage the variant's chain lacks
   or orders differently, scratchpads too small for any tiling, a maxpool without the residual
-  stage. A refused candidate records why.
-- *profitability*: among legal covers, dynamic programming over the cut points finds the one
-  with the fewest predicted cycles. A fused cover must beat the all-unfused one by
-  ``min_gain`` (a fraction of the unfused cycles), or the unfused one is kept: a prediction
-  within the model's error is not worth the extra program.
+  stage. Only the legality checks refuse, and a refusal is the structured record they
+  return (:class:`fusion.kernels.protocol.Refusal`), shown by ``--explain``; an exception
+  while pricing is a bug and propagates.
+- *profitability*: among legal covers, the one with the fewest predicted cycles wins. A fused
+  cover must beat the all-unfused one by ``min_gain`` (a fraction of the unfused cycles), or
+  the unfused one is kept: a prediction within the model's error is not worth the extra
+  program.
 
-Weight layout: the GEMM microcode reads B pre-packed in the array's tile order
-(``[Nb][Kp][C]``, :mod:`fusion.kernels.layout`), packed once at compile time. The row-major
-alternative is listed and refused with the reason (see :data:`ROW_MAJOR_REFUSAL`).
+What a kind chooses by design shows in ``--explain`` too: the GEMM microcode reads B
+pre-packed in the array's tile order (``[Nb][Kp][C]``, :mod:`fusion.kernels.layout`), packed
+once at compile time, and the row-major alternative is listed and refused with the reason
+(:data:`fusion.kernels.gemm.kind.ROW_MAJOR_REFUSAL`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import Chain, CompileError
-from fusion.cost.model import CostModel, KernelFeatures
+from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph
-from fusion.kernels.layout import GemmDims
-from fusion.kernels.tiling import default_tiling, ranked_tilings
+from fusion.kernels.protocol import Refusal
 from hwgen.config import VariantConfig
-from hwgen.reference import check_stages
 
 #: Fused covers must save at least this fraction of the unfused cover's predicted cycles.
 DEFAULT_MIN_GAIN = 0.02
-#: Tilings priced per GEMM segment: the tiler's best few, plus the best of each loop order.
-TILINGS_PER_SEGMENT = 4
-ROW_MAJOR_REFUSAL = ("weights row-major in memory: gemm.j2 loads B as pre-packed [Nb][Kp][C] "
-                     "tiles in one load per super tile; row-major B needs a strided load per "
-                     "column block and k slice, which the microcode does not emit")
 
 
 @dataclass
@@ -50,7 +46,7 @@ class Option:
 
     spec: KernelSpec | None
     cycles: float | None
-    refused: str = ""
+    refused: Refusal | None = None
 
 
 @dataclass
@@ -75,7 +71,7 @@ class ChainDecision:
     chain: Chain
     chosen: Cover
     covers: list[Cover]
-    tilings: list[Option] = field(default_factory=list)  # of the chosen GEMM segment
+    variants: list[Option] = field(default_factory=list)  # of the chosen first segment
     note: str = ""
 
     @property
@@ -85,78 +81,29 @@ class ChainDecision:
 
 def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain,
                      start: int, stop: int, memo: dict | None = None) -> list[Option]:
-    """Every priced candidate of one segment, best first (refusals last).
+    """Every priced candidate of one segment, best first, or the one refusal.
 
-    ``memo`` maps a segment's shape (form, sizes, stages, params, dtypes) to its priced
-    tilings, so identical layers are priced once per compile.
+    Only the legality checks refuse (the lowering's, :func:`spec_for`, and the kind's): a
+    refusal is the record they return. Anything raised while pricing is a bug and propagates.
+    ``memo`` maps a segment's kind and params to its priced variants, so identical layers
+    are priced once per compile.
     """
-    try:
-        base = spec_for(graph, config, chain, start, stop)
-        check_stages(base.stages, config.epilogue)
-    except (CompileError, ValueError) as exc:
-        return [Option(None, None, _why(exc, config))]
-    key = (base.form, base.M, base.K, base.N, base.stages, base.params, base.src_dtype,
-           base.out_dtype, base.n_inputs)
+    base = spec_for(graph, config, chain, start, stop)
+    if isinstance(base, Refusal):
+        return [Option(None, None, base)]
+    kind = base.kind
+    refusal = kind.legality(config, base.params)
+    if refusal is not None:
+        return [Option(None, None, refusal)]
+    key = (kind.name, base.params)
     if memo is not None and key in memo:
-        return [Option(None, None, o.refused) if o.spec is None else
-                Option(spec_for(graph, config, chain, start, stop, tiling=o.spec.tiling),
-                       o.cycles) for o in memo[key]]
-    options = _price(graph, config, model, chain, start, stop, base)
+        return [Option(base.with_params(p), cycles) for p, cycles in memo[key]]
+    options = [Option(base.with_params(p), float(model.predict(kind.features(config, p))))
+               for p in kind.variants(config, base.params)]
+    options.sort(key=lambda o: o.cycles)
     if memo is not None:
-        memo[key] = options
+        memo[key] = [(o.spec.params, o.cycles) for o in options]
     return options
-
-
-def _price(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, start: int,
-           stop: int, base: KernelSpec) -> list[Option]:
-    if base.form == "pass":
-        try:
-            cycles = model.predict_pass(config, base.M, base.N, stages=base.stages,
-                                        params=base.params, src_dtype=base.src_dtype,
-                                        out_dtype=base.out_dtype)
-        except ValueError as exc:
-            return [Option(None, None, str(exc))]
-        return [Option(base, cycles)]
-    if base.form == "max":
-        if "residual" not in config.epilogue:
-            return [Option(None, None, "max pooling runs on the residual stage (max mode); the "
-                                       "variant has none: generate it with residual in "
-                                       "--epilogue")]
-        return [Option(base, model.predict_max(config, base.M, base.N, base.n_inputs))]
-    dims = GemmDims(config, base.M, base.K, base.N)
-    pc = base.params.per_channel
-    tilings = list(itertools.islice(ranked_tilings(dims, base.stages, per_channel=pc),
-                                    TILINGS_PER_SEGMENT))
-    for order in ("mn", "nm"):
-        best = next(iter(ranked_tilings(dims, base.stages, order=order, per_channel=pc)), None)
-        if best is not None and best not in tilings:
-            tilings.append(best)
-    if not tilings:
-        try:
-            default_tiling(dims, base.stages, per_channel=pc)  # raises, naming what is short
-        except ValueError as exc:
-            return [Option(None, None, f"no tiling fits: {exc}")]
-        return [Option(None, None, "no tiling fits the scratchpads")]
-    options = []
-    for t in tilings:
-        spec = spec_for(graph, config, chain, start, stop, tiling=t)
-        try:
-            features = KernelFeatures.for_gemm(config, spec.M, spec.K, spec.N,
-                                               stages=spec.stages, fused=True, tiling=t,
-                                               params=spec.params)
-            options.append(Option(spec, float(model.predict(features))))
-        except ValueError as exc:
-            options.append(Option(None, None, str(exc)))
-    options.sort(key=lambda o: (o.cycles is None, o.cycles or 0))
-    return options
-
-
-def _why(exc: Exception, config: VariantConfig) -> str:
-    text = str(exc)
-    if "not in" in text or "order" in text:
-        return (f"{text} (the variant's epilogue chain is "
-                f"{','.join(config.epilogue) or 'empty'})")
-    return text
 
 
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
@@ -175,10 +122,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
 
     def options(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
-            if chain.kind == "maxpool" and (i, j) != (0, 1):
-                seg[(i, j)] = [Option(None, None, "maxpool fuses nothing")]
-            else:
-                seg[(i, j)] = _segment_options(graph, config, model, chain, i, j, memo)
+            seg[(i, j)] = _segment_options(graph, config, model, chain, i, j, memo)
         return seg[(i, j)]
 
     covers = []
@@ -186,10 +130,8 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     for mask in range(1 << (n - 1)):
         bounds = [0] + [k + 1 for k in range(n - 1) if mask >> k & 1] + [n]
         cuts = tuple(zip(bounds, bounds[1:], strict=False))
-        if chain.anchor is not None and chain.anchor.op == "qadd" and cuts[0] != (0, cuts[0][1]):
-            continue
         best = [options(i, j)[0] for i, j in cuts]
-        refused = next((f"{_seg_name(chain, i, j)}: {o.refused}" for (i, j), o in
+        refused = next((f"{_seg_name(chain, i, j)}: {o.refused.text}" for (i, j), o in
                         zip(cuts, best, strict=True) if o.spec is None), "")
         cycles = None if refused else sum(o.cycles for o in best)
         covers.append(Cover(cuts, best, cycles, refused))
@@ -219,11 +161,9 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
             c.status = "refused"
         else:
             c.status = "lost"
-    tilings = []
-    first = chosen.cuts[0]
-    if chain.anchor is not None and chain.anchor.op != "maxpool":
-        tilings = seg[first]
-    return ChainDecision(chain, chosen, covers, tilings, note)
+    first = chosen.options[0].spec
+    variants = seg[chosen.cuts[0]] if first.kind.variants_label else []
+    return ChainDecision(chain, chosen, covers, variants, note)
 
 
 def _seg_name(chain: Chain, i: int, j: int) -> str:
@@ -250,21 +190,17 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
                 lines.append(f"    {what:<48} {'-':>12}         refused: {c.refused}")
         if d.note:
             lines.append(f"  note: {d.note}")
-        if d.tilings:
-            lines.append("  tilings of the first kernel:")
-            top = next((o.cycles for o in d.tilings if o.cycles is not None), None)
-            for o in d.tilings:
-                if o.spec is None:
-                    lines.append(f"    refused: {o.refused}")
-                    continue
-                t = o.spec.tiling
+        if d.variants:
+            first = d.chosen.options[0].spec
+            lines.append(f"  {first.kind.variants_label} of the first kernel:")
+            top = d.variants[0].cycles
+            for o in d.variants:
                 tag = ("chosen" if o is d.chosen.options[0] else
                        "tied with the chosen one, which the tiler ranks first"
                        if o.cycles == top else f"lost: +{o.cycles - top:,.0f}")
-                lines.append(f"    tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
-                             f"double_buffer={t.double_buffer}: {o.cycles:,.0f} cycles  {tag}")
-            lines.append("    weight layout pre-packed (tile order): chosen")
-            lines.append(f"    weight layout row-major: refused: {ROW_MAJOR_REFUSAL}")
+                lines.append(f"    {first.kind.variant_label(o.spec.params)}: "
+                             f"{o.cycles:,.0f} cycles  {tag}")
+            lines += [f"    {note}" for note in first.kind.explain_notes(first.params)]
     return lines
 
 

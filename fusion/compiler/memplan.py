@@ -67,12 +67,15 @@ def _align(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-def _aliases(consumer: KernelSpec, region: str, producer: KernelSpec | None) -> bool:
-    """Does ``consumer`` read ``producer``'s output buffer in place for ``region``?"""
-    return (producer is not None and consumer.form == "pass"
-            and region in ("src", "residual")
-            and (consumer.M, consumer.N) == (producer.M, producer.N)
-            and (consumer.src_dtype if region == "src" else "int8") == producer.out_dtype)
+def _aliases(config: VariantConfig, consumer: KernelSpec, region: str,
+             producer: KernelSpec | None) -> bool:
+    """Does ``consumer`` read ``producer``'s output buffer in place for ``region``? When
+    its kind reads that region as the producer's kind leaves it (tile-blocked, same shape and
+    type: :meth:`fusion.kernels.protocol.KernelKind.inputs_in_place`)."""
+    if producer is None or region not in consumer.kind.inputs_in_place(consumer.params):
+        return False
+    wanted = consumer.kind.operands(config, consumer.params)[region]
+    return wanted == producer.kind.output(producer.params)
 
 
 def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
@@ -103,11 +106,11 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
         if not isinstance(step, KernelSpec):
             continue
         for region, nbytes in regions[step.name].items():
-            role = KernelSpec.region_role(region)
+            role = step.region_role(region)
             if role == "input":
                 tensor = _input_tensor(step, region)
                 prod = producer_of.get(tensor) if tensor is not None else None
-                if prod is not None and _aliases(step, region, prod[0]):
+                if prod is not None and _aliases(config, step, region, prod[0]):
                     buf = prod[1]
                     buf.users.append(f"{step.name}.{region}")
                     owner[(step.name, region)] = buf
@@ -142,11 +145,9 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
 
 
 def _input_tensor(spec: KernelSpec, region: str) -> str | None:
-    if region == "src":
-        return spec.inputs[0]
-    if region == "residual":
-        return spec.inputs[1] if len(spec.inputs) > 1 else None
-    return None
+    """The graph tensor an input region holds as is (a pass's ``src``), or None."""
+    index = spec.kind.inputs_in_place(spec.params).get(region)
+    return spec.inputs[index] if index is not None and index < len(spec.inputs) else None
 
 
 def _assign(buffers: list[Buffer]) -> None:

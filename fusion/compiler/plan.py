@@ -29,9 +29,11 @@ from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
+from fusion.kernels.program import Kernel
 from hwgen.config import VariantConfig
 
-PLAN_FORMAT = 1
+#: Version of ``plan.json``: 2 records each kernel's kind and params (``form``, ``params``).
+PLAN_FORMAT = 2
 
 
 @dataclass
@@ -39,7 +41,7 @@ class KernelStep:
     """A kernel of the plan: what it computes, its program, and its predicted cycles."""
 
     spec: KernelSpec
-    compiled: Any  # CompiledGemm / CompiledPass / CompiledMax
+    compiled: Kernel
     predicted_cycles: float
     note: str = ""
 
@@ -96,11 +98,9 @@ class CompiledModel:
                 continue
             sp = s.spec
             steps.append({
-                "kind": "kernel", "name": s.name, "form": sp.form, "ops": list(sp.nodes),
-                "inputs": list(sp.inputs), "output": sp.output, "shape": [sp.M, sp.K, sp.N],
-                "stages": list(sp.stages), "src_dtype": sp.src_dtype,
-                "out_dtype": sp.out_dtype,
-                "tiling": None if sp.tiling is None else vars(sp.tiling).copy(),
+                "kind": "kernel", "name": s.name, "form": sp.kind.name, "ops": list(sp.nodes),
+                "inputs": list(sp.inputs), "output": sp.output,
+                "params": sp.kind.key_params(sp.params),
                 "predicted_cycles": round(s.predicted_cycles),
                 "placement": self.memory.placements.get(s.name, {}),
                 "program_words": len(s.compiled.program), "describe": sp.describe(),
@@ -191,27 +191,23 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
            decision: engine.ChainDecision, placement: dict[str, int],
            cache: KernelCache | None) -> KernelStep:
-    """Build the program; for a GEMM whose program is too long, try the next tilings."""
-    alternatives = [option]
-    if spec.tiling is not None:
-        alternatives += [o for o in decision.tilings if o.spec is not None and o is not option
-                         and o.spec.nodes == spec.nodes]
+    """Build the program; when it is too long for the instruction memory, try the next
+    variants (tilings) of the chain's first kernel. Any other error is a bug and propagates."""
+    alternatives = [option] + [o for o in decision.variants if o is not option
+                               and o.spec.nodes == spec.nodes]
     note, error = "", None
     for alt in alternatives:
         try:
             compiled = alt.spec.compile(config, placement, cache)
         except ProgramTooLong as exc:
             error = exc
-            t = alt.spec.tiling
-            note += (f"tiling tm={t.tm} tn={t.tn} kt={t.kt} {t.order} does not fit the "
+            note += (f"{alt.spec.kind.variant_label(alt.spec.params)} does not fit the "
                      f"instruction memory ({exc}); ")
             continue
-        except ValueError as exc:
-            raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): {exc}") from None
         if alt is not option:
-            note += "built with the next-best tiling"
+            note += "built with the next-best variant"
         return KernelStep(alt.spec, compiled, alt.cycles, note)
-    raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no tiling gives a program "
+    raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")
 

@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fusion.cost.machine import Machine
-from fusion.cost.model import CostModel, KernelFeatures
+from fusion.cost.model import CostModel, Features
 from fusion.cost.schedule import Step, schedule
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
+from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, output_dtype
@@ -78,28 +79,29 @@ def _grid(tme: int, tne: int, last: bool, stages: tuple[str, ...],
             "per_outer": int(n_inner > 1) + (len(regs) + 1 if n_outer > 1 else 0)}
 
 
-#: Register initialisations at the top of a GEMM program (addresses, halves, counters).
-GEMM_INIT_INSTRS = 8
-
-
-def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...],
+def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
           lane_bytes: int) -> None:
     """The phases of ``gemm.j2``: prologue loads, then per super tile (double buffered)
     ``loads(t+1) [wait 4; load R(t+1)] matmuls(t) after wait 3``, or (single buffered)
     ``matmuls(t) after wait 2 [wait 4; load R(t+1)] loads(t+1) wait 1``."""
     c, R, C = dims.config, dims.R, dims.C
     double, residual = f.tiling.double_buffer, "residual" in stages
-    # fusion.kernels.epilogue.csr_writes: per-tensor requant writes mult, shift, zp and req_mode
-    # (per channel only zp and req_mode: not modelled), clamp its bounds, residual res_mode
     per_channel = f.per_channel
-    csrs = (2 if per_channel else 4) * ("requant" in stages) + 2 * ("clamp" in stages) + (
-        "residual" in stages)
-    if csrs:
+    params = EpilogueParams(per_channel=per_channel)
+    reads_bias = reads_bias_region(stages, params)
+    # The prologue as gemm.j2 writes it, from the same context (the addresses do not matter):
+    # the CSR writes, the bias load (two register writes and the load), the register setup.
+    dummy = Region("x", 0, 1)
+    regions = {"a": dummy, "b": dummy} | ({"bias": dummy} if reads_bias else {}) | (
+        {"residual": dummy} if residual else {})
+    ctx = gemm_context(dims, f.tiling, stages, regions, params=params, out=dummy,
+                       out_dt="i8" if lane_bytes == 1 else "i32", halt=False)
+    if ctx["csrs"]:
         m.wait(epi=True)
-        m.instrs(csrs)
-    if "bias" in stages or (per_channel and "requant" in stages):
-        m.load(dims.bias_region_rows(per_channel) * c.e_row_bytes, c.e_row_bytes, setup=2)
-    m.instrs(GEMM_INIT_INSTRS)
+        m.instrs(len(ctx["csrs"]))
+    if ctx["bias_load"]:
+        m.load(ctx["bias_load"]["len"] * dims.W, c.e_row_bytes, setup=2)
+    m.instrs(len(ctx["setup"]))
     runs, first, last_step = schedule(dims, f.tiling)
 
     def loads_of(step: Step, first: bool) -> None:
@@ -121,7 +123,7 @@ def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...]
         matmuls(step)
         swaps = (len(nxt[0]) + (residual and nxt[4])) if double else 0
         # move the operand registers on
-        m.instrs(2 + ("bias" in stages or (per_channel and "requant" in stages)) + 3 * swaps)
+        m.instrs(2 + reads_bias + 3 * swaps)
         m.wait(load=double, feed=True)
         if not double:
             loads_of(nxt, False)
@@ -195,8 +197,11 @@ def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_
     chunk(False)
 
 
-def estimate(f: KernelFeatures) -> Estimate:
-    """Walk the kernel's phases through :class:`Machine`; see the module docstring."""
+def estimate(f: Features) -> Estimate:
+    """Walk a GEMM kernel's phases through :class:`Machine`; see the module docstring.
+
+    ``f`` is the GEMM's features (:class:`fusion.kernels.gemm.features.GemmFeatures`).
+    """
     dims = f.dims
     m = Machine(f.config)
     final_lanes = output_dtype(f.stages).itemsize
@@ -224,7 +229,7 @@ def _dt(dtype: str) -> str:
 
 def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str],  # noqa: N803
                   params: EpilogueParams, src_dtype: str, out_dtype: str) -> int:
-    """Cycles of a standalone pass kernel (``fusion.kernels.epipass.build.compiled_pass``)."""
+    """Cycles of a standalone pass kernel (``fusion.kernels.epipass.kind.compiled_pass``)."""
     m = Machine(config)
     _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
     m.wait(load=True, feed=True, epi=True)
@@ -243,13 +248,15 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  
 
 
 class AnalyticalModel(CostModel):
-    """Cycles from the hardware description (:func:`estimate`); nothing is fitted."""
+    """Cycles from the hardware description, nothing fitted: each kind's features walk its
+    program's phases (:meth:`fusion.cost.model.Features.analytical_cycles`, which calls
+    :func:`estimate`, :func:`estimate_pass` or :func:`estimate_max`)."""
 
     name = "analytical"
 
-    def predict(self, features: KernelFeatures) -> float:
-        return float(estimate(features).cycles)
+    def predict(self, features: Features) -> float:
+        return float(features.analytical_cycles())
 
-    def explain(self, features: KernelFeatures) -> Estimate:
-        """The prediction with its parts."""
+    def explain(self, features: Features) -> Estimate:
+        """A GEMM's prediction with its parts."""
         return estimate(features)

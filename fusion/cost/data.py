@@ -1,8 +1,9 @@
 """Calibration rows, and how a cost model is judged against them.
 
-A row is one measured kernel: its :class:`~fusion.cost.model.KernelFeatures` and the counters
-the hardware reported, one JSON object per line (JSONL). ``sim.calibrate`` writes them; this
-module reads them, so that cost models learn and are evaluated without the simulator.
+A row is one measured kernel: its features (:class:`~fusion.cost.model.Features` of its kind)
+and the counters the hardware reported, one JSON object per line (JSONL). ``sim.calibrate``
+writes them; this module reads them, so that cost models learn and are evaluated without the
+simulator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fusion.cost.model import CostModel, KernelFeatures
+from fusion.cost.model import CostModel, Features
 
 #: Format tag and version of a calibration row.
 ROW_FORMAT = "hwgen-calibration"
@@ -27,7 +28,7 @@ ROW_VERSION = 1
 class Row:
     """One measured kernel."""
 
-    features: KernelFeatures
+    features: Features
     counters: dict[str, int]
     ok: bool = True
     extra: dict[str, Any] | None = None
@@ -48,7 +49,11 @@ class Row:
                              f"(format {data.get('format')!r}, version {data.get('version')!r})")
         extra = {k: v for k, v in data.items() if k not in
                  {"format", "version", "variant", "features", "counters", "ok"}}
-        return cls(KernelFeatures.from_dict(data["features"]),
+        # the kinds' registry reads each kind's features; imported here, not at the top, so
+        # that the kinds (which use fusion.cost.analytical) can import this package
+        from fusion.kernels.kinds import features_from_dict
+
+        return cls(features_from_dict(data["features"]),
                    {k: int(v) for k, v in data["counters"].items()}, bool(data.get("ok", True)),
                    extra or None)
 
@@ -143,7 +148,7 @@ def _regret(rows: Sequence[Row], predicted: np.ndarray) -> float:
     groups: dict[tuple, list[tuple[float, int]]] = {}
     for row, p in zip(rows, predicted, strict=True):
         f = row.features
-        groups.setdefault((f.config.key(), f.M, f.K, f.N, f.stages), []).append((p, row.cycles))
+        groups.setdefault((f.kind, f.config.key(), f.problem), []).append((p, row.cycles))
     # a tie in the predictions goes to the first row: a model that cannot tell kernels
     # apart gets no credit for the order they happened to be measured in
     regrets = [min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1

@@ -78,6 +78,37 @@ def _divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
+def _chunk_rows(dims: GemmDims, stages: Sequence[str], params: EpilogueParams,
+                src_dt: str) -> tuple[int, int, bool, int]:
+    """``(bias rows, rows per tile, double buffered, most tiles per chunk)`` of a pass; the
+    last is below 1 when not one tile fits the epilogue scratchpad."""
+    cfg, R = dims.config, dims.R
+    e_base = dims.bias_region_rows(params.per_channel) if reads_bias_region(stages, params) \
+        else 0
+    per_tile = R * (2 if "residual" in stages else 1)
+    avail = cfg.spad_e_depth - e_base
+    double = avail // (2 * per_tile) >= 1
+    tw_in, tw_res = (dims.tile_words(DT_BYTES[d]) for d in (src_dt, "i8"))
+    # Tiles per chunk: what one half holds, within the 16-bit load len and epipass rows.
+    cap = min(avail // ((2 if double else 1) * per_tile), FIELD_MAX // R,
+              FIELD_MAX // tw_in, FIELD_MAX // tw_res)
+    return e_base, per_tile, double, cap
+
+
+def pass_fit_problem(dims: GemmDims, *, stages: Sequence[str], params: EpilogueParams,
+                     src_dt: str = "i32") -> str | None:
+    """Why not one tile of a pass over ``dims`` fits the epilogue scratchpad (what
+    :func:`pass_context` raises, and a kernel kind's legality check reports), or None."""
+    e_base, per_tile, _, cap = _chunk_rows(dims, stages, params, src_dt)
+    if cap >= 1:
+        return None
+    group = bias_group(params.per_channel)
+    return (f"an epilogue pass needs {e_base + per_tile} epilogue scratchpad rows for one tile "
+            f"({e_base} bias{' group' if group > 1 else ''} rows + {per_tile}) but the "
+            f"variant has {dims.config.spad_e_depth}; use a variant with a deeper epilogue "
+            f"scratchpad (spad_e_depth) or a smaller N")
+
+
 def pass_context(
     dims: GemmDims,
     *,
@@ -119,22 +150,12 @@ def pass_context(
             f"{'given' if bias is not None else 'missing'}")
     if ("residual" in stages) != (residual is not None):
         raise ValueError("a residual region is needed exactly when the residual stage runs")
+    problem = pass_fit_problem(dims, stages=stages, params=params, src_dt=src_dt)
+    if problem is not None:
+        raise ValueError(problem)
     group = bias_group(params.per_channel)
-    e_base = dims.bias_region_rows(params.per_channel) if bias is not None else 0
-    per_tile = R * (2 if residual is not None else 1)
-    avail = cfg.spad_e_depth - e_base
-    double = avail // (2 * per_tile) >= 1
+    e_base, per_tile, double, cap = _chunk_rows(dims, stages, params, src_dt)
     tw_in, tw_out, tw_res = (dims.tile_words(DT_BYTES[d]) for d in (src_dt, out_dt, "i8"))
-    # Tiles per chunk: what one half holds, within the 16-bit load len and epipass rows.
-    cap = min(avail // ((2 if double else 1) * per_tile), FIELD_MAX // R,
-              FIELD_MAX // tw_in, FIELD_MAX // tw_res)
-    if cap < 1:
-        raise ValueError(
-            f"an epilogue pass needs {e_base + per_tile} epilogue scratchpad rows for one tile "
-            f"({e_base} bias{' group' if group > 1 else ''} rows + {per_tile}) but the "
-            f"variant has {cfg.spad_e_depth}; use a variant with a deeper epilogue scratchpad "
-            f"(spad_e_depth) or a smaller N"
-        )
     if bias is None:  # any run of tiles; one epipass a chunk
         n = _divisor_at_most(Mb * Nb, cap)
         n_outer, n_inner, bias_step, bias_adjust = 1, Mb * Nb // n, 0, 0

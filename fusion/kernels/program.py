@@ -1,25 +1,44 @@
-"""GEMM kernels through the kernel cache: compile once per signature, pack operands per run.
+"""A compiled kernel of any kind: its program through the kernel cache, and one metadata schema.
 
-:func:`fusion.kernels.gemm.build.build_gemm` takes the operand arrays and returns one object with
-both halves of a kernel: the program (with its memory layout), which depends only on the
-*signature*, and the memory image and expected result, which depend on the operand *values*.
-Only the first half is worth caching: the same layer runs with new activations every time,
-and the operand bytes are large. So the key (:func:`gemm_key_parts`) is the signature, which
-is exactly what the program depends on:
+A kernel has two halves: the program (with its memory layout), which depends only on the
+kind's params and the placement of its regions, and the memory image and expected result,
+which depend on the operand *values*. Only the first half is worth caching: the same layer
+runs with new activations every time, and the operand bytes are large. So the cache key
+(:func:`key_parts`) is the signature, exactly what the program depends on:
 
-- the variant (its ``key()``: array shape, port width, scratchpad and imem depths, chain);
-- the shape ``M, K, N`` and the operand/result dtypes;
-- the epilogue stages and fused/unfused;
-- the quantization (the requantize and clamp CSR values are immediates in the program, and
-  the clamp range decides which unfused intermediates may be stored as int8);
-- the requested tiling (``None``: the default tiler's choice, recorded in the metadata);
+- the kind and the variant (its ``key()``: array shape, port width, scratchpad and imem
+  depths, chain);
+- the kind's params (:meth:`KernelKind.key_params`: shapes, stages, quantization, the
+  requested tiling...);
 - the placement of the regions (``None``: allocated from word 0): addresses are immediates.
 
-The value is a :class:`~fusion.kernels.cache.CompiledKernel`: the words, the listing, and metadata
-naming the regions each operand goes to. :class:`CompiledGemm` packs operands into those
-regions (checking their shapes against the metadata first) and decodes the output. On a miss
-the program is built by ``build_gemm`` on zero operands of the right shapes; the layout and
-the program do not depend on the values.
+The value is a :class:`~fusion.kernels.cache.CompiledKernel`: the words, the listing, and the
+metadata below. The program is built from the params and the placed regions alone
+(:meth:`KernelKind.build`), never from operand values. :class:`Kernel` packs operands into the
+regions (checking them against the metadata first), computes their expected result, and
+decodes the output.
+
+The metadata has one schema for every kind, so that the runtime never guesses a format:
+
+``kind``, ``variant``
+    The kind's name and the variant's key.
+``params``
+    :meth:`KernelKind.key_params`: what the program was compiled for.
+``dims``
+    ``[M, K, N]`` of the tile geometry (``K`` is 1 without a reduction); the output is
+    ``M x N``.
+``stages``, ``quant``
+    The epilogue stages the program runs and its control-register values
+    (:class:`hwgen.reference.EpilogueParams` as a dict).
+``operands``, ``out``
+    ``{name: [dtype, shape]}`` of every operand, and ``[dtype, shape]`` of the output.
+``regions``, ``reads``, ``placement``
+    ``{name: [word address, bytes]}`` of every region, those read back (``out``), and the
+    placement asked for (or None).
+``chosen``
+    What the builder chose that the params left open (the GEMM's tiling).
+``bytes_loaded``, ``bytes_stored``, ``ideal_cycles``, ``program_words``
+    Figures of the program.
 """
 
 from __future__ import annotations
@@ -34,23 +53,11 @@ import numpy as np
 
 from fusion.kernels import layout
 from fusion.kernels.cache import CompiledKernel, KernelCache
-from fusion.kernels.gemm.build import build_gemm, gemm_regions
-from fusion.kernels.layout import GemmDims
-from fusion.kernels.tiling import Tiling
+from fusion.kernels.codegen import Program, load_bytes
+from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.protocol import Build, KernelKind, KernelRefused, Operand
 from hwgen.config import VariantConfig
-from hwgen.reference import EpilogueParams, check_stages, gemm_epilogue, output_dtype
-
-#: Operand -> (dtype name, shape as a function of M, K, N); bias and residual only when a
-#: stage reads them, mult and shift (per-channel requantize, one value per output column)
-#: only when ``params.per_channel``.
-OPERANDS = {
-    "a": ("int8", lambda m, k, n: [m, k]),
-    "b": ("int8", lambda m, k, n: [k, n]),
-    "bias": ("int32", lambda m, k, n: [n]),
-    "residual": ("int8", lambda m, k, n: [m, n]),
-    "mult": ("int32", lambda m, k, n: [n]),
-    "shift": ("int32", lambda m, k, n: [n]),
-}
+from hwgen.reference import EpilogueParams
 
 
 def placement_key(placement: Mapping[str, int] | None) -> dict[str, int] | None:
@@ -80,59 +87,139 @@ def placement_key(placement: Mapping[str, int] | None) -> dict[str, int] | None:
     return out
 
 
-def _operand_names(stages: Sequence[str], per_channel: bool = False) -> list[str]:
-    return (["a", "b"] + [name for name in ("bias", "residual") if name in stages]
-            + (["mult", "shift"] if per_channel else []))
+def key_parts(kind: KernelKind, config: VariantConfig, params: Any,
+              placement: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cache key parts of a kernel's program (see the module docstring)."""
+    return {"op": kind.name, "variant": config.key(), "params": kind.key_params(params),
+            "placement": placement_key(placement)}
 
 
-def gemm_key_parts(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
-                   stages: Sequence[str] = (), fused: bool = True,
-                   tiling: Tiling | None = None,
-                   params: EpilogueParams | None = None,
-                   placement: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The cache key parts of a GEMM kernel's program (see the module docstring)."""
-    stages = check_stages(stages, config.epilogue)
-    params = params if params is not None else EpilogueParams()
-    return {
-        "op": "gemm", "variant": config.key(), "shape": [M, K, N],
-        "dtypes": {**{name: OPERANDS[name][0]
-                      for name in _operand_names(stages, params.per_channel)},
-                   "out": output_dtype(stages).name},
-        "stages": list(stages), "fused": bool(fused),
-        "quant": dataclasses.asdict(params),
-        "tiling": dataclasses.asdict(tiling) if tiling is not None else None,
-        "placement": placement_key(placement),
-    }
+def check_value(name: str, value: Any, operand: Operand, what: str) -> np.ndarray:
+    """``value`` as an array of the operand's dtype, refused with a message naming it.
+
+    Raises
+    ------
+    ValueError
+        A missing value, another shape, a non-integer array, or values outside the dtype.
+    """
+    dtype, shape = operand
+    if value is None:
+        raise ValueError(f"the {what} needs a {name} operand: {dtype} of shape {tuple(shape)}")
+    x = np.asarray(value)
+    if list(x.shape) != list(shape):
+        raise ValueError(f"operand {name} has shape {x.shape}, the {what} was compiled for "
+                         f"{tuple(shape)}")
+    if not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"operand {name} must be an integer array ({dtype}), not {x.dtype}")
+    info = np.iinfo(dtype)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+        raise ValueError(f"operand {name} has values outside {dtype} "
+                         f"({int(x.min())}..{int(x.max())}); the {what} was compiled for "
+                         f"{dtype}")
+    return x.astype(dtype)
+
+
+def figures(config: VariantConfig, program: Program, *, busy: int, stored: int,
+            chosen: Mapping[str, Any] | None = None) -> Build:
+    """A :class:`~fusion.kernels.protocol.Build` of ``program`` with its figures: the bytes
+    its loads read (:func:`fusion.kernels.codegen.load_bytes`), ``stored`` bytes written, and
+    the ideal cycles with ``busy`` cycles of array and epilogue work (a k step or an epilogue
+    row a cycle), every unit at full rate with perfect overlap and a word a cycle on each
+    memory channel."""
+    loaded = load_bytes(config, program.instrs)
+    w = config.port_bytes
+    ideal = max(busy, -(-loaded // w), -(-stored // w))
+    return Build(program, dict(chosen or {}), loaded, stored, ideal)
+
+
+def tensor_bytes(dims: GemmDims, dtype: str) -> int:
+    """Bytes of an ``M x N`` tensor of ``dtype`` in the tile-blocked layout."""
+    return dims.Mb * dims.Nb * dims.tile_bytes(np.dtype(dtype).itemsize)
+
+
+def rows_of(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``x`` flattened into ``rows`` x ``cols``, the tail padded with zeros (how the host
+    lays a tensor over the array's columns)."""
+    flat = np.asarray(x).reshape(-1)
+    out = np.zeros(rows * cols, dtype=flat.dtype)
+    out[:flat.size] = flat
+    return out.reshape(rows, cols)
 
 
 @dataclass(frozen=True, eq=False)
-class CachedProgram:
-    """What every cached kernel has: a program from the kernel cache and its metadata
-    (regions read back, bytes moved, the ideal cycles, the output type).
+class Kernel:
+    """A compiled kernel: a program from the kernel cache, its metadata, and how to run it.
 
-    :class:`CompiledGemm` and the standalone kernels of :mod:`fusion.kernels.epipass.build` add
-    their
-    operands and their ``dims`` (the tile geometry :meth:`decode` unpacks with).
+    Each kind subclasses it for the names of its operands and what is particular to it; what
+    is here reads the metadata (see the module docstring), the same for every kind.
+
+    Attributes
+    ----------
+    config : VariantConfig
+    kind : KernelKind
+    signature : params
+        The kind's params the kernel was compiled for.
+    entry : CompiledKernel
+        The cache entry: words, listing, metadata.
     """
 
     config: VariantConfig
-    kernel: CompiledKernel
+    kind: KernelKind
+    signature: Any
+    entry: CompiledKernel
 
     @functools.cached_property
     def meta(self) -> dict[str, Any]:
-        return self.kernel.metadata
+        return self.entry.metadata
 
     @property
     def program(self) -> list[int]:
-        return list(self.kernel.words)
+        return list(self.entry.words)
 
     @property
     def source(self) -> str:
-        return self.kernel.source
+        return self.entry.source
+
+    @property
+    def dims(self) -> GemmDims:
+        m, k, n = self.meta["dims"]
+        return GemmDims(self.config, m, k, n)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return tuple(self.meta["stages"])
+
+    @property
+    def params(self) -> EpilogueParams:
+        """The epilogue control-register values the program writes."""
+        return EpilogueParams(**self.meta["quant"])
+
+    @property
+    def operands(self) -> dict[str, Operand]:
+        """Every operand the kernel reads, in region order (the metadata's JSON objects keep
+        no order: the kind gives it)."""
+        meta = self.meta["operands"]
+        return {name: Operand(meta[name][0], tuple(meta[name][1]))
+                for name in self.kind.operands(self.config, self.signature)}
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(self.meta["out"][0])
+
+    @property
+    def regions(self) -> dict[str, Region]:
+        """The placed regions, in allocation order."""
+        meta = self.meta["regions"]
+        return {name: Region(name, int(meta[name][0]), int(meta[name][1]))
+                for name in self.kind.regions(self.config, self.signature)}
 
     @property
     def reads(self) -> dict[str, tuple[int, int]]:
         return {name: (int(a), int(n)) for name, (a, n) in self.meta["reads"].items()}
+
+    @property
+    def placement(self) -> dict[str, int] | None:
+        return self.meta["placement"]
 
     @property
     def bytes_loaded(self) -> int:
@@ -146,12 +233,53 @@ class CachedProgram:
     def ideal_cycles(self) -> int:
         return int(self.meta["ideal_cycles"])
 
-    @property
-    def out_dtype(self) -> np.dtype:
-        return np.dtype(self.meta["dtypes"]["out"])
+    def with_program(self, words: Sequence[int], source: str = "") -> Kernel:
+        """The same kernel (metadata, regions) running other program words: fault injection
+        and tests of what a program left behind."""
+        return dataclasses.replace(self, entry=CompiledKernel.create(words, source, self.meta))
+
+    # -- operands --------------------------------------------------------------------------
+
+    def check(self, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The operands the kernel reads, checked against the metadata; others are ignored.
+
+        Raises
+        ------
+        ValueError
+            A missing operand, or one whose shape or values do not match (naming it and what
+            the kernel was compiled for).
+        """
+        what = self.kind.describe(self.signature)
+        return {name: check_value(name, values.get(name), op, what)
+                for name, op in self.operands.items()}
+
+    def write(self, values: Mapping[str, Any]) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes that put ``values`` where the program reads."""
+        blobs = self.kind.pack(self.config, self.signature, self.check(values))
+        writes = []
+        for name, region in self.regions.items():
+            if name not in blobs:
+                continue
+            if len(blobs[name]) != region.nbytes:  # the layout changed under the cached entry
+                raise ValueError(f"operand {name} packs to {len(blobs[name])} bytes but its "
+                                 f"region holds {region.nbytes}; clear the kernel cache")
+            writes.append((region.addr, blobs[name]))
+        return writes
+
+    def result_of(self, values: Mapping[str, Any]) -> np.ndarray:
+        """The reference result of ``values`` (numpy, no hardware), ``M x N``."""
+        return self.kind.reference(self.signature, self.check(values))
+
+    def memory(self, **values: Any) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes of the operands, by name (:meth:`write`)."""
+        return self.write(values)
+
+    def expected(self, **values: Any) -> np.ndarray:
+        """The reference result of the operands, by name (:meth:`result_of`)."""
+        return self.result_of(values)
 
     def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
-        """The M x N result from the bytes read back at :attr:`reads` (``"out"``).
+        """The ``M x N`` result from the bytes read back at :attr:`reads` (``"out"``).
 
         ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
         those bytes itself.
@@ -159,163 +287,70 @@ class CachedProgram:
         return layout.unpack_output(self.dims, outputs, self.out_dtype)
 
 
-@dataclass(frozen=True, eq=False)
-class CompiledGemm(CachedProgram):
-    """A cached GEMM program and what is needed to run it on given operands.
-
-    Attributes mirror :class:`fusion.kernels.gemm.build.GemmKernel` where they mean the same
-    (``config``, ``dims``, ``stages``, ``fused``, ``tiling``, ``params``, ``program``,
-    ``source``, ``reads``, ``bytes_loaded``, ``bytes_stored``, ``ideal_cycles``), so the cost
-    model's features can be taken from either.
-    """
-
-    @property
-    def dims(self) -> GemmDims:
-        m, k, n = self.meta["shape"]
-        return GemmDims(self.config, m, k, n)
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        return tuple(self.meta["stages"])
-
-    @property
-    def fused(self) -> bool:
-        return bool(self.meta["fused"])
-
-    @property
-    def tiling(self) -> Tiling:
-        return Tiling(**self.meta["tiling"])
-
-    @property
-    def params(self) -> EpilogueParams:
-        return EpilogueParams(**self.meta["quant"])
-
-    def check_operands(self, operands: Mapping[str, np.ndarray | None]) -> None:
-        """Refuse operands the kernel was not compiled for (shape, or a missing one).
-
-        Raises
-        ------
-        ValueError
-            Naming the operand, its shape and the shape the kernel expects.
-        """
-        m, k, n = self.meta["shape"]
-        for name, want in self.meta["operands"].items():
-            value = operands.get(name)
-            if value is None:
-                raise ValueError(f"the kernel ({', '.join(self.stages) or 'no epilogue'}) "
-                                 f"needs a {name} operand of shape {tuple(want)}")
-            if list(np.shape(value)) != want:
-                raise ValueError(f"operand {name} has shape {np.shape(value)}, the kernel was "
-                                 f"compiled for {tuple(want)} (M={m}, K={k}, N={n})")
-
-    def memory(self, a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None,
-               residual: np.ndarray | None = None, mult: np.ndarray | None = None,
-               shift: np.ndarray | None = None) -> list[tuple[int, bytes]]:
-        """``(word address, bytes)`` writes that put the operands where the program reads.
-
-        Per channel (``params.per_channel``), ``mult`` and ``shift`` (N values each) go with
-        the bias into the bias region's groups (:func:`fusion.kernels.layout.pack_bias_group`).
-        """
-        operands = {"a": a, "b": b, "bias": bias, "residual": residual, "mult": mult,
-                    "shift": shift}
-        self.check_operands(operands)
-        dims, regions = self.dims, self.meta["regions"]
-        pack = {"a": layout.pack_a, "b": layout.pack_b, "bias": layout.pack_bias,
-                "residual": lambda d, x: layout.pack_tiles(d, x, np.int8)}
-        per_channel = self.params.per_channel
-        names = [name for name in self.meta["operands"] if name not in ("mult", "shift")]
-        if per_channel:  # one region holds bias (or zeros), multipliers and shifts
-            names = [name for name in names if name != "bias"] + ["bias"]
-            pack["bias"] = lambda d, _: layout.pack_bias_group(
-                d, bias if "bias" in self.stages else None, mult, shift)
-        writes = []
-        for name in names:
-            blob = pack[name](dims, operands[name])
-            addr, nbytes = regions[name]
-            if len(blob) != nbytes:  # the layout code changed under the cached entry
-                raise ValueError(f"operand {name} packs to {len(blob)} bytes but its region "
-                                 f"holds {nbytes}; clear the kernel cache")
-            writes.append((int(addr), blob))
-        return writes
-
-    def expected(self, a: np.ndarray, b: np.ndarray, *, bias: np.ndarray | None = None,
-                 residual: np.ndarray | None = None, mult: np.ndarray | None = None,
-                 shift: np.ndarray | None = None) -> np.ndarray:
-        """The reference result for these operands (numpy, no hardware); ``mult`` and
-        ``shift`` are the per-channel requantize vectors (needed when
-        ``params.per_channel``)."""
-        return gemm_epilogue(a, b, self.stages, self.params, bias=bias, residual=residual,
-                             mult=mult, shift=shift)
-
-
-def _build(config: VariantConfig, M: int, K: int, N: int, stages: tuple[str, ...],  # noqa: N803
-           fused: bool, tiling: Tiling | None, params: EpilogueParams,
-           parts: dict[str, Any]) -> CompiledKernel:
-    shapes = {name: OPERANDS[name][1](M, K, N)
-              for name in _operand_names(stages, params.per_channel)}
-    zeros = {name: np.zeros(shape, np.dtype(OPERANDS[name][0]))
-             for name, shape in shapes.items()}
-    kernel = build_gemm(config, M, K, N, stages=stages, fused=fused, tiling=tiling,
-                        params=params, placement=parts["placement"], **zeros)
-    meta = {
-        "kind": "gemm", "variant": config.key(), "shape": [M, K, N], "stages": list(stages),
-        "fused": fused, "tiling": dataclasses.asdict(kernel.tiling),
-        "quant": dataclasses.asdict(params), "dtypes": parts["dtypes"], "operands": shapes,
-        "regions": {name: [r.addr, r.nbytes] for name, r in kernel.regions.items()},
-        "reads": {name: list(v) for name, v in kernel.reads.items()},
-        "bytes_loaded": kernel.bytes_loaded, "bytes_stored": kernel.bytes_stored,
-        "ideal_cycles": kernel.ideal_cycles, "program_words": len(kernel.program),
-        "placement": parts["placement"],
-    }
-    return CompiledKernel.create(kernel.program, kernel.source, meta)
-
-
-def compiled_gemm(
-    config: VariantConfig,
-    M: int,  # noqa: N803 - the GEMM's customary names
-    K: int,  # noqa: N803
-    N: int,  # noqa: N803
-    *,
-    stages: Sequence[str] = (),
-    fused: bool = True,
-    tiling: Tiling | None = None,
-    params: EpilogueParams | None = None,
-    placement: Mapping[str, int] | None = None,
-    cache: KernelCache | None = None,
-) -> CompiledGemm:
-    """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
-
-    Parameters
-    ----------
-    config, M, K, N, stages, fused, tiling, params, placement
-        As for :func:`fusion.kernels.gemm.build.build_gemm`, without the operands. The placement
-        (word addresses of the regions of :func:`fusion.kernels.gemm.build.gemm_regions`) is part of
-        the key: the program's address immediates depend on it.
-    cache : KernelCache, optional
-        Where to look and store; without one the kernel is built every time.
-
-    Returns
-    -------
-    CompiledGemm
+def regions_of(kind: KernelKind, config: VariantConfig, params: Any) -> dict[str, int]:
+    """The kernel's regions (name -> bytes), refusing params its kind cannot run.
 
     Raises
     ------
-    ValueError
-        As ``build_gemm`` does for a problem that does not fit the variant (never cached).
+    KernelRefused
+        A ``ValueError`` with the :class:`~fusion.kernels.protocol.Refusal`.
     """
-    stages = check_stages(stages, config.epilogue)
-    params = params if params is not None else EpilogueParams()
-    if placement is not None:  # refuse a bad placement before looking it up
-        layout.place(config, gemm_regions(config, M, K, N, stages=stages, fused=fused,
-                                          params=params), placement, what=f"{M}x{K}x{N} GEMM")
-    parts = gemm_key_parts(config, M, K, N, stages=stages, fused=fused, tiling=tiling,
-                           params=params, placement=placement)
+    refusal = kind.legality(config, params)
+    if refusal is not None:
+        raise KernelRefused(refusal)
+    return kind.regions(config, params)
+
+
+def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
+                   placement: Mapping[str, int] | None = None,
+                   cache: KernelCache | None = None) -> Kernel:
+    """The kernel of ``params`` on ``config``, from ``cache`` when it has it.
+
+    Parameters
+    ----------
+    kind : KernelKind
+    config : VariantConfig
+    params
+        The kind's params.
+    placement : mapping of str to int, optional
+        The word address of every region (exactly those of :meth:`KernelKind.regions`); by
+        default they are allocated first fit from word 0. Part of the key: the program's
+        address immediates depend on it.
+    cache : KernelCache, optional
+        Where to look and store; without one the kernel is built every time.
+
+    Raises
+    ------
+    KernelRefused
+        When the kind's legality check refuses ``params`` on ``config`` (never cached).
+    ValueError
+        A bad placement, a problem too large for the memory, a program longer than the
+        instruction memory (:class:`fusion.kernels.codegen.ProgramTooLong`).
+    """
+    sizes = regions_of(kind, config, params)
+    regions = layout.place(config, sizes, placement, what=kind.describe(params))
+    parts = key_parts(kind, config, params, placement)
 
     def build() -> CompiledKernel:
-        return _build(config, M, K, N, stages, bool(fused), tiling, params, parts)
+        built = kind.build(config, params, regions)
+        out = regions["out"]
+        meta = {
+            "kind": kind.name, "variant": config.key(), "params": parts["params"],
+            "dims": list(kind.dims(params)), "stages": list(kind.stages(params)),
+            "quant": dataclasses.asdict(kind.epilogue(params)),
+            "operands": {name: [op.dtype, list(op.shape)]
+                         for name, op in kind.operands(config, params).items()},
+            "out": [kind.output(params).dtype, list(kind.output(params).shape)],
+            "regions": {name: [r.addr, r.nbytes] for name, r in regions.items()},
+            "reads": {"out": [out.addr, out.nbytes]}, "placement": parts["placement"],
+            "chosen": built.chosen, "bytes_loaded": built.bytes_loaded,
+            "bytes_stored": built.bytes_stored, "ideal_cycles": built.ideal_cycles,
+            "program_words": len(built.program),
+        }
+        return CompiledKernel.create(built.program.words, built.program.text, meta)
 
-    kernel = build() if cache is None else cache.get_or_build(parts, build)
-    if kernel.metadata.get("variant") != config.key():
+    entry = build() if cache is None else cache.get_or_build(parts, build)
+    if entry.metadata.get("variant") != config.key():
         raise ValueError(f"the cached kernel was compiled for variant "
-                         f"{kernel.metadata.get('variant')!r}, not {config.key()!r}")
-    return CompiledGemm(config, kernel)
+                         f"{entry.metadata.get('variant')!r}, not {config.key()!r}")
+    return kind.kernel_type(config, kind, params, entry)

@@ -138,12 +138,37 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     return problems
 
 
+def _clamp(dims: GemmDims, tiling: Tiling) -> Tiling:
+    kt = dims.Kp if tiling.kt is None else min(tiling.kt, dims.Kp)
+    return replace(tiling, tm=min(tiling.tm, dims.Mb), tn=min(tiling.tn, dims.Nb), kt=kt)
+
+
+def tiling_problem(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling | None = None, *,
+                   per_channel: bool = False) -> str | None:
+    """Why ``tiling`` (clamped to the problem) cannot run, or, without one, why no tiling can:
+    the text :func:`resolve` and :func:`default_tiling` raise; None when it (or one) fits.
+
+    Without a tiling, the most modest candidate's problems name what is short.
+    """
+    given = tiling is not None
+    if tiling is None:
+        if next(iter(ranked_tilings(dims, stages, per_channel=per_channel)), None) is not None:
+            return None
+        tiling = _modest(dims)
+    resolved = _clamp(dims, tiling)
+    problems = fit_problems(dims, stages, resolved, per_channel=per_channel)
+    if not problems:
+        if given:
+            return None
+        raise AssertionError("unreachable: the most modest tiling fits but was not ranked")
+    return f"tiling {resolved} does not fit: " + "; ".join(problems)
+
+
 def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
             per_channel: bool = False) -> Tiling:
     """Clamp ``tiling`` to the problem and check that it fits, or raise ``ValueError``
     (``per_channel`` as for :func:`fit_problems`)."""
-    kt = dims.Kp if tiling.kt is None else min(tiling.kt, dims.Kp)
-    resolved = replace(tiling, tm=min(tiling.tm, dims.Mb), tn=min(tiling.tn, dims.Nb), kt=kt)
+    resolved = _clamp(dims, tiling)
     problems = fit_problems(dims, stages, resolved, per_channel=per_channel)
     if problems:
         raise ValueError(f"tiling {resolved} does not fit: " + "; ".join(problems))
@@ -313,7 +338,15 @@ def default_tiling(
     fixed = {"tm": tm, "tn": tn, "kt": kt, "order": order, "double_buffer": double_buffer}
     for tiling in ranked_tilings(dims, stages, **fixed, per_channel=per_channel):
         return tiling
-    modest = Tiling(tm=tm or 1, tn=tn or 1, kt=kt or dims.config.k_align, order=order or "mn",
-                    double_buffer=bool(double_buffer))
+    modest = _modest(dims, tm=tm, tn=tn, kt=kt, order=order, double_buffer=double_buffer)
     resolve(dims, stages, modest, per_channel=per_channel)  # raises, naming the problems
     raise AssertionError("unreachable: the most modest tiling fits but was not found")
+
+
+def _modest(dims: GemmDims, *, tm: int | None = None, tn: int | None = None,
+            kt: int | None = None, order: str | None = None,
+            double_buffer: bool | None = None) -> Tiling:
+    """The least demanding tiling with the given choices: what is short when it fails is
+    what no tiling can do without."""
+    return Tiling(tm=tm or 1, tn=tn or 1, kt=kt or dims.config.k_align, order=order or "mn",
+                  double_buffer=bool(double_buffer))

@@ -14,7 +14,6 @@ does not match its operands (shapes, dtypes) is refused before it runs.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,34 +79,29 @@ def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) 
         executor.evaluate_node(graph, node, env)
 
 
-def _check_operands(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None:
-    """Dispatch check: the compiled kernel's metadata against what the plan asks of it (its
-    quantization and stages) and the operands it is given (shapes, dtypes)."""
-    meta = step.compiled.meta
-    if "quant" in meta and meta["quant"] != dataclasses.asdict(step.spec.params):
-        raise GraphError(f"kernel {step.name!r} was compiled for quantization {meta['quant']}, "
-                         f"but its nodes need {dataclasses.asdict(step.spec.params)}; recompile "
-                         f"the model")
-    if "stages" in meta and tuple(meta["stages"]) != step.spec.stages:
-        raise GraphError(f"kernel {step.name!r} was compiled for stages {meta['stages']}, not "
-                         f"{list(step.spec.stages)}; recompile the model")
-    want = meta.get("operands", {})
-    dtypes = meta.get("dtypes", {})
-    for name, entry in want.items():
-        # gemm metadata records a shape; pass and max kernels record (dtype, shape)
-        if len(entry) == 2 and isinstance(entry[0], str):
-            dtypes = {**dtypes, name: entry[0]}
-            shape = entry[1]
-        else:
-            shape = entry
+def check_dispatch(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None:
+    """Dispatch check: the compiled kernel's metadata (one schema for every kind,
+    :mod:`fusion.kernels.program`) against what the plan asks of it (its kind and params)
+    and the operands it is given (shapes, dtypes)."""
+    meta, spec = step.compiled.meta, step.spec
+    if meta["kind"] != spec.kind.name:
+        raise GraphError(f"kernel {step.name!r} was compiled as a {meta['kind']} kernel, not "
+                         f"{spec.kind.name}; recompile the model")
+    want = spec.kind.key_params(spec.params)
+    for key in sorted(set(want) | set(meta["params"])):
+        if meta["params"].get(key) != want.get(key):
+            raise GraphError(f"kernel {step.name!r} was compiled for {key} "
+                             f"{meta['params'].get(key)}, but its nodes need {want.get(key)}; "
+                             f"recompile the model")
+    for name, (dtype, shape) in step.compiled.operands.items():  # in region order
         if name not in operands:
             raise GraphError(f"kernel {step.name!r}: no value for its operand {name!r}")
         value = operands[name]
         if list(np.shape(value)) != list(shape):
             raise GraphError(f"kernel {step.name!r} was compiled for operand {name} of shape "
                              f"{tuple(shape)}, not {np.shape(value)}; recompile the model")
-        if name in dtypes and np.asarray(value).dtype != np.dtype(dtypes[name]):
-            raise GraphError(f"kernel {step.name!r} was compiled for {name} as {dtypes[name]}, "
+        if np.asarray(value).dtype != np.dtype(dtype):
+            raise GraphError(f"kernel {step.name!r} was compiled for {name} as {dtype}, "
                              f"not {np.asarray(value).dtype}")
 
 
@@ -147,7 +141,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             continue
         spec = step.spec
         operands = spec.operands(graph, env, config)
-        _check_operands(step, operands)
+        check_dispatch(step, operands)
         writes = step.compiled.memory(**operands)
         job = Job(program=step.compiled.program,
                   memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),

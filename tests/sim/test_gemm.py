@@ -119,11 +119,11 @@ def test_gemms_of_hundreds_of_super_tiles_run_in_loops(variant):
 def test_a_wrong_expected_output_is_detected(v4x4):
     case = GemmCase(8, 16, 8, stages=("bias", "requant"), seed=7)
     kernel = case.kernel(v4x4)
-    job = Job(program=kernel.program, memory=MemoryImage(writes=tuple(kernel.memory),
+    job = Job(program=kernel.program, memory=MemoryImage(writes=tuple(case.memory(kernel)),
                                                          reads=kernel.reads))
     (result,) = run_programs(v4x4, [job])
     assert report(v4x4, case, kernel, result).ok
-    wrong = kernel.expected.copy()
+    wrong = case.expected(kernel).copy()
     wrong[3, 5] ^= 1
     bad = report(v4x4, case, kernel, result, expected=wrong)
     assert not bad.ok and bad.mismatches == 1 and bad.first_mismatch[:2] == (3, 5)
@@ -137,7 +137,7 @@ def test_output_the_program_never_writes_is_detected(v4x4):
     kernel = case.kernel(v4x4)
     program = [encode(Instr(Op.NOP)) if decode(w).op == Op.MATMUL else w for w in kernel.program]
     (result,) = run_programs(v4x4, [Job(program=program, memory=MemoryImage(
-        writes=tuple(kernel.memory), reads=kernel.reads))])
+        writes=tuple(case.memory(kernel)), reads=kernel.reads))])
     assert not report(v4x4, case, kernel, result).ok
 
 

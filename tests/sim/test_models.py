@@ -71,9 +71,6 @@ def test_fusion_saves_cycles_on_the_mlp(v4x4, cache):
 
 
 def test_a_corrupted_kernel_stops_the_run_naming_it(v4x4, cache):
-    import dataclasses
-
-    from fusion.kernels.cache import CompiledKernel
     from hwgen import isa
 
     path = EXAMPLES / "qdq_mlp_residual.onnx"
@@ -90,8 +87,7 @@ def test_a_corrupted_kernel_stops_the_run_naming_it(v4x4, cache):
             break
     else:
         pytest.fail("no requantize zero-point write in the kernel")
-    kernel = CompiledKernel.create(words, victim.compiled.source, victim.compiled.meta)
-    victim.compiled = dataclasses.replace(victim.compiled, kernel=kernel)
+    victim.compiled = victim.compiled.with_program(words, victim.compiled.source)
     with pytest.raises(ShadowMismatch, match=victim.name) as info:
         run_compiled(compiled, {"x": sample_input("qdq_mlp_residual", 1)})
     assert info.value.kernel == victim.name
@@ -142,7 +138,8 @@ def test_dispatch_refuses_a_kernel_compiled_for_other_quantization(v4x4, cache):
     path = EXAMPLES / "qop_mlp.onnx"
     compiled = compile_model(import_onnx(path), v4x4, cache=cache)
     victim = compiled.kernels[0]
-    victim.spec = dataclasses.replace(
-        victim.spec, params=dataclasses.replace(victim.spec.params, zp=victim.spec.params.zp + 1))
-    with pytest.raises(GraphError, match=f"kernel '{victim.name}' was compiled for quantization"):
+    epilogue = victim.spec.params.epilogue
+    victim.spec = victim.spec.with_params(dataclasses.replace(
+        victim.spec.params, epilogue=dataclasses.replace(epilogue, zp=epilogue.zp + 1)))
+    with pytest.raises(GraphError, match=f"kernel '{victim.name}' was compiled for quant "):
         run_compiled(compiled, {"x": sample_input("qop_mlp", 1)})

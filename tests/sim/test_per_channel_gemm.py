@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.kind import compiled_gemm
 from hwgen.reference import EpilogueParams, gemm_epilogue, quantize_multiplier
 from sim.run import Job, MemoryImage, run_programs
 
@@ -40,15 +40,15 @@ def test_per_channel_gemms_are_bit_exact(variant):
         for stages in STAGE_SETS:
             for fused in (True, False):
                 ops = per_channel_problem(m, k, n, seed=10 * i + len(stages))
-                kernel = build_gemm(variant, m, k, n, stages=stages, fused=fused,
-                                    params=params, **ops)
+                kernel = compiled_gemm(variant, m, k, n, stages=stages, fused=fused,
+                                       params=params)
                 assert kernel.dims.Nb > 1
                 cases.append((kernel, ops))
     results = run_programs(variant, [
-        Job(kn.program, MemoryImage(writes=tuple(kn.memory), reads=kn.reads),
+        Job(kn.program, MemoryImage(writes=tuple(kn.memory(**ops)), reads=kn.reads),
             name=f"pc_{kn.dims.M}x{kn.dims.K}x{kn.dims.N}_{'_'.join(kn.stages)}_"
                  f"{'fused' if kn.fused else 'unfused'}")
-        for kn, _ in cases])
+        for kn, ops in cases])
     for (kernel, ops), result in zip(cases, results, strict=True):
         got = kernel.decode(result.outputs)
         stages = kernel.stages
@@ -57,7 +57,7 @@ def test_per_channel_gemms_are_bit_exact(variant):
                              shift=ops["shift"])
         np.testing.assert_array_equal(got, want, err_msg=f"{kernel.dims} {stages} "
                                                           f"fused={kernel.fused}")
-        np.testing.assert_array_equal(want, kernel.expected)
+        np.testing.assert_array_equal(want, kernel.expected(**ops))
         # mostly in range: the per-channel arithmetic, not the saturation, is checked
         assert (np.abs(want.astype(int)) < 127).mean() > 0.5
         # the data separates per channel from per tensor: channel 0's multiplier and shift

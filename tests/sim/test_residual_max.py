@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.kind import compiled_gemm
 from hwgen.asm import assemble
 from hwgen.reference import EpilogueParams, epilogue
 from sim.run import Job, MemoryImage, run_programs
@@ -105,17 +105,17 @@ def test_residual_max_gemm_kernels(v4x4):
            "residual": rng.integers(-128, 128, (m, n), dtype=np.int8)}
     quant = EpilogueParams.from_scale(1 / 600, zp=2)
     stages = ("requant", "residual")
-    kernels = [build_gemm(v4x4, m, k, n, stages=stages, fused=fused, params=params, **ops)
+    kernels = [compiled_gemm(v4x4, m, k, n, stages=stages, fused=fused, params=params)
                for params in (dataclasses.replace(quant, residual_op="max"), quant)
                for fused in (True, False)]
     # the add kernel after a program that left res_mode (and req_mode) at 1
     add = kernels[2]
-    left = dataclasses.replace(add, program=assemble(
+    left = add.with_program(assemble(
         "csrwi csr=res_mode, imm=1\ncsrwi csr=req_mode, imm=1\n" + add.source))
     kernels.append(left)
-    results = run_programs(v4x4, [Job(kn.program, MemoryImage(writes=tuple(kn.memory),
+    results = run_programs(v4x4, [Job(kn.program, MemoryImage(writes=tuple(kn.memory(**ops)),
                                                               reads=kn.reads))
                                   for kn in kernels])
     for kn, res in zip(kernels, results, strict=True):
-        np.testing.assert_array_equal(kn.decode(res.outputs), kn.expected)
-    assert (kernels[0].expected != kernels[2].expected).mean() > 0.3
+        np.testing.assert_array_equal(kn.decode(res.outputs), kn.expected(**ops))
+    assert (kernels[0].expected(**ops) != kernels[2].expected(**ops)).mean() > 0.3

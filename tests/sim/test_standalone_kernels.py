@@ -5,9 +5,9 @@ simulator launch."""
 import numpy as np
 import pytest
 
-from fusion.kernels.eltmax.build import compiled_max
-from fusion.kernels.epipass.build import compiled_pass
-from fusion.kernels.gemm.build import build_gemm, gemm_regions
+from fusion.kernels.eltmax.kind import compiled_max
+from fusion.kernels.epipass.kind import compiled_pass
+from fusion.kernels.gemm.kind import compiled_gemm, gemm_regions
 from hwgen.reference import EpilogueParams, output_dtype
 from sim.run import Job, MemoryImage, run_programs
 
@@ -42,15 +42,15 @@ def test_a_gemm_at_two_placements_gives_the_same_bit_exact_result(v4x4):
             placement[name] = top
         placement["out"] = 3
         for where in (None, placement):
-            kernels.append(build_gemm(cfg, m, k, n, stages=stages, fused=fused, params=params,
-                                      placement=where, **ops))
+            kernels.append(compiled_gemm(cfg, m, k, n, stages=stages, fused=fused,
+                                         params=params, placement=where))
         assert kernels[-1].regions["out"].addr < kernels[-1].regions["a"].addr
         assert kernels[-1].program != kernels[-2].program
-    results = run_programs(cfg, [job(kern, kern.memory, f"gemm {n}") for n, kern in
+    results = run_programs(cfg, [job(kern, kern.memory(**ops), f"gemm {n}") for n, kern in
                                  enumerate(kernels)])
     got = [kern.decode(r.outputs) for kern, r in zip(kernels, results, strict=True)]
     for kern, g, r in zip(kernels, got, results, strict=True):
-        np.testing.assert_array_equal(g, kern.expected)
+        np.testing.assert_array_equal(g, kern.expected(**ops))
         check_counters(kern, r)
     for default, placed in zip(got[::2], got[1::2], strict=True):
         np.testing.assert_array_equal(default, placed)

@@ -9,6 +9,7 @@ from fusion.compiler.plan import compile_model
 from fusion.cost.analytical import AnalyticalModel
 from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
+from fusion.kernels.protocol import Refusal
 from hwgen.config import VariantConfig
 
 ALL = ("bias", "requant", "relu", "clamp", "residual")
@@ -44,14 +45,14 @@ def test_full_chain_fuses_into_one_kernel():
     config = VariantConfig(rows=4, cols=4, epilogue=ALL)
     decisions = _plan(_layer(), config)
     assert _kernels(decisions) == [["mm", "bias", "req", "relu"]]
-    assert decisions[0].kernels[0].stages == ("bias", "requant", "relu")
+    assert decisions[0].kernels[0].params.stages == ("bias", "requant", "relu")
 
 
 def test_no_fusion_runs_every_op_alone():
     config = VariantConfig(rows=4, cols=4, epilogue=ALL)
     decisions = _plan(_layer(), config, fusion=False)
     assert _kernels(decisions) == [["mm"], ["bias"], ["req"], ["relu"]]
-    assert [k.form for k in decisions[0].kernels] == ["gemm", "pass", "pass", "pass"]
+    assert [k.kind.name for k in decisions[0].kernels] == ["gemm", "pass", "pass", "pass"]
 
 
 def test_a_stage_the_variant_lacks_is_refused_with_the_reason():
@@ -129,3 +130,39 @@ def test_a_model_too_big_for_the_memory_is_refused_saying_what():
     small = VariantConfig(rows=4, cols=4, epilogue=ALL, mem_addr_bits=12)
     with pytest.raises(CompileError, match=r"bytes of external memory.*--mem-addr-bits"):
         compile_model(mlp(layers=2, width=256, batch=64), small, optimized=True)
+
+
+def test_a_refused_candidate_holds_the_record_its_legality_check_made():
+    # bias, relu, requant in that order: the GEMM cannot fuse requant then relu, and says so
+    config = VariantConfig(rows=4, cols=4, epilogue=("bias", "relu", "requant"))
+    decisions = _plan(_layer(), config)
+    refused = [c for c in decisions[0].covers if c.status == "refused"]
+    assert refused and decisions[0].chosen.cycles is not None
+    records = [o.refused for c in refused for o in c.options if o.refused is not None]
+    assert all(isinstance(r, Refusal) for r in records)
+    first = records[0]
+    assert (first.kind, first.reason, first.detail("stage")) == ("gemm", "stage_order", "relu")
+    assert refused[0].refused.endswith(first.text)
+
+
+def test_a_bug_while_pricing_raises_instead_of_refusing(monkeypatch):
+    from fusion.kernels.gemm.kind import GemmKind
+
+    def broken(self, config, params):
+        raise ValueError("a bug in the features")
+
+    monkeypatch.setattr(GemmKind, "features", broken)
+    with pytest.raises(ValueError, match="a bug in the features"):
+        _plan(_layer(), VariantConfig(rows=4, cols=4, epilogue=ALL))
+
+
+def test_a_builder_bug_raises_instead_of_refusing(monkeypatch):
+    from fusion.kernels.gemm.kind import GemmKind
+
+    def broken(self, config, params, regions):
+        raise ValueError("a bug in the builder")
+
+    monkeypatch.setattr(GemmKind, "build", broken)
+    with pytest.raises(ValueError, match="a bug in the builder") as info:
+        compile_model(_layer(), VariantConfig(rows=4, cols=4, epilogue=ALL), optimized=True)
+    assert not isinstance(info.value, CompileError)

@@ -5,16 +5,20 @@ import pytest
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError
 from fusion.compiler.memplan import plan_memory
+from fusion.kernels.epipass.kind import PassParams
+from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.kinds import kind
 from hwgen.config import VariantConfig
-from hwgen.reference import EpilogueParams
 
 CFG = VariantConfig(rows=4, cols=4)
 
 
 def _spec(name, form, inputs, output, m=16, n=16, src="int8", out="int8"):
-    return KernelSpec(name=name, form=form, nodes=(name,), inputs=tuple(inputs), output=output,
-                      M=m, K=16, N=n, stages=(), params=EpilogueParams(), src_dtype=src,
-                      out_dtype=out)
+    # a GEMM without stages stores int32; one with requant stores int8
+    params = (GemmParams(M=m, K=16, N=n, stages=("requant",) if out == "int8" else ())
+              if form == "gemm" else PassParams(M=m, N=n, src_dtype=src, out_dtype=out))
+    return KernelSpec(name=name, kind=kind(form), params=params, nodes=(name,),
+                      inputs=tuple(inputs), output=output)
 
 
 def _overlap(a, b):

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusion.cost import AnalyticalModel, KernelFeatures, estimate
+from fusion.cost import AnalyticalModel, estimate
 from fusion.cost.schedule import blocks, steps
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.features import GemmFeatures
+from fusion.kernels.gemm.kind import compiled_gemm
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, traffic
 from hwgen.config import EPILOGUE_STAGES
@@ -32,24 +33,14 @@ TILINGS = [None, Tiling(tm=1, tn=1, kt=4), Tiling(tm=2, tn=2, order="nm"),
            Tiling(tm=3, tn=4, double_buffer=False), Tiling(kt=6, double_buffer=False)]
 
 
-def zeros(m, k, n, stages):
-    import numpy as np
-    ops = {"a": np.zeros((m, k), np.int8), "b": np.zeros((k, n), np.int8)}
-    if "bias" in stages:
-        ops["bias"] = np.zeros(n, np.int32)
-    if "residual" in stages:
-        ops["residual"] = np.zeros((m, n), np.int8)
-    return ops
-
-
 @pytest.mark.parametrize("stages", STAGE_SETS, ids=lambda s: ",".join(s) or "none")
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
 @pytest.mark.parametrize("tiling", TILINGS, ids=str)
 def test_model_moves_the_bytes_the_program_moves(stages, fused, tiling):
     m, k, n = 13, 14, 27
-    kernel = build_gemm(SMALL, m, k, n, stages=stages, fused=fused, tiling=tiling,
-                        params=PARAMS, **zeros(m, k, n, stages))
-    f = KernelFeatures.from_kernel(kernel)
+    kernel = compiled_gemm(SMALL, m, k, n, stages=stages, fused=fused, tiling=tiling,
+                           params=PARAMS)
+    f = GemmFeatures.from_kernel(kernel)
     e = estimate(f)
     assert (e.bytes_loaded, e.bytes_stored) == (kernel.bytes_loaded, kernel.bytes_stored)
     assert e.k_slices == kernel.dims.Mb * kernel.dims.Nb * kernel.dims.Kp
@@ -75,7 +66,7 @@ def test_blocks_find_periodic_runs():
 
 
 def features(config, m, k, n, stages=(), fused=True, tiling=None):
-    return KernelFeatures.for_gemm(config, m, k, n, stages=stages, fused=fused, tiling=tiling)
+    return GemmFeatures.for_gemm(config, m, k, n, stages=stages, fused=fused, tiling=tiling)
 
 
 @pytest.mark.parametrize("variant", sorted(DEFAULT_VARIANTS))

@@ -10,7 +10,7 @@ import pytest
 from fusion.kernels import codegen
 from fusion.kernels.codegen import ProgramTooLong, assemble_program, check_load, load_bytes
 from fusion.kernels.epilogue import pass_dtypes
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.kind import compiled_gemm
 from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst
@@ -110,9 +110,10 @@ def test_building_a_kernel_takes_milliseconds():
     rng = np.random.default_rng(0)
     a, b = rng.integers(-128, 128, (256, 64)), rng.integers(-128, 128, (64, 256))
     bias = rng.integers(-99, 99, 256)
-    build_gemm(cfg, 256, 64, 256, stages=("bias",), a=a, b=b, bias=bias)  # warm the cache
+    compiled_gemm(cfg, 256, 64, 256, stages=("bias",)).memory(a, b, bias=bias)  # warm up
     start = time.perf_counter()
     for fused in (True, False):
-        build_gemm(cfg, 256, 64, 256, stages=("bias", "requant", "relu"), fused=fused,
-                   a=a, b=b, bias=bias)
+        kernel = compiled_gemm(cfg, 256, 64, 256, stages=("bias", "requant", "relu"),
+                               fused=fused)
+        kernel.memory(a, b, bias=bias)
     assert time.perf_counter() - start < 0.5

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusion.kernels import layout
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.kind import compiled_gemm
 from fusion.kernels.tiling import Tiling, default_tiling, loop_shape, supertiles, traffic
 from hwgen.asm import assemble, assemble_instrs, disassemble
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
@@ -35,9 +35,8 @@ def operands(m, k, n, stages, seed=0):
     }
 
 
-def build(cfg, m, k, n, stages=(), fused=True, tiling=None, seed=0, params=PARAMS):
-    return build_gemm(cfg, m, k, n, stages=stages, fused=fused, tiling=tiling, params=params,
-                      **operands(m, k, n, stages, seed))
+def build(cfg, m, k, n, stages=(), fused=True, tiling=None, params=PARAMS):
+    return compiled_gemm(cfg, m, k, n, stages=stages, fused=fused, tiling=tiling, params=params)
 
 
 def assert_sound(kernel):
@@ -98,11 +97,11 @@ def test_random_kernels_are_sound(rows, cols, m, k, n, stages, fused, tm, tn, kt
 def test_fused_and_unfused_share_the_result_and_the_output_layout():
     fused = build(SMALL, 13, 30, 27, ALL, True)
     unfused = build(SMALL, 13, 30, 27, ALL, False)
-    np.testing.assert_array_equal(fused.expected, unfused.expected)
     ops = operands(13, 30, 27, ALL)
+    np.testing.assert_array_equal(fused.expected(**ops), unfused.expected(**ops))
     want = gemm_epilogue(ops["a"], ops["b"], ALL, PARAMS, bias=ops["bias"],
                          residual=ops["residual"])
-    np.testing.assert_array_equal(fused.expected, want)
+    np.testing.assert_array_equal(fused.expected(**ops), want)
     assert fused.reads["out"][1] == unfused.reads["out"][1]
     assert unfused.bytes_loaded > fused.bytes_loaded
     assert unfused.ideal_cycles > fused.ideal_cycles
@@ -113,19 +112,20 @@ def test_fused_and_unfused_share_the_result_and_the_output_layout():
 
 def test_operands_no_stage_uses_are_ignored():
     ops = operands(4, 4, 4, ALL)
-    k = build_gemm(SMALL, 4, 4, 4, stages=("requant",), params=PARAMS, **ops)
+    k = compiled_gemm(SMALL, 4, 4, 4, stages=("requant",), params=PARAMS)
     assert set(k.regions) == {"a", "b", "out"}
+    assert [a for a, _ in k.memory(**ops)] == [k.regions["a"].addr, k.regions["b"].addr]
 
 
 def test_memory_image_holds_the_packed_operands():
     k = build(SMALL, 5, 9, 6, ("bias", "residual"))
     ops = operands(5, 9, 6, ("bias", "residual"))
-    writes = dict(k.memory)
+    writes = dict(k.memory(**ops))
     assert writes[k.regions["a"].addr] == layout.pack_a(k.dims, ops["a"])
     assert writes[k.regions["b"].addr] == layout.pack_b(k.dims, ops["b"])
     assert writes[k.regions["bias"].addr] == layout.pack_bias(k.dims, ops["bias"])
     assert writes[k.regions["residual"].addr] == layout.pack_tiles(k.dims, ops["residual"])
-    assert all(len(data) % SMALL.port_bytes == 0 for _, data in k.memory)
+    assert all(len(data) % SMALL.port_bytes == 0 for data in writes.values())
 
 
 def test_program_is_its_own_listing():
@@ -255,9 +255,7 @@ def test_ragged_edges_are_peeled_not_unrolled():
 def test_big_gemms_fit_the_default_variant():
     """512^3 on the default 8 x 8 variant once needed 3033 unrolled instructions (of 2048)."""
     cfg = VariantConfig(rows=8, cols=8, epilogue=("bias", "requant", "relu"))
-    zeros = {"a": np.zeros((512, 512), np.int8), "b": np.zeros((512, 512), np.int8),
-             "bias": np.zeros(512, np.int32)}
-    kernel = build_gemm(cfg, 512, 512, 512, stages=("bias", "requant", "relu"), **zeros)
+    kernel = compiled_gemm(cfg, 512, 512, 512, stages=("bias", "requant", "relu"))
     assert kernel.tiling.double_buffer and kernel.tiling.kt == 512
     assert supertiles(kernel.dims, kernel.tiling) >= 1024
     assert len(kernel.program) < 150
@@ -286,8 +284,9 @@ def test_the_loop_checker_catches_malformed_loops(text, match):
 @pytest.mark.parametrize("kwargs, match", [
     ({"stages": ("gelu",)}, "epilogue stage 'gelu' is not in the chain"),
     ({"stages": ("relu", "bias")}, "not an ordered subset"),
-    ({"stages": ("bias",), "bias": None}, "the bias stage needs a bias operand"),
-    ({"stages": ("residual",), "residual": None}, "the residual stage needs a residual"),
+    ({"stages": ("bias",), "bias": None}, r"the gemm 16x16x16 stages=bias needs a bias "
+                                          r"operand: int32 of shape \(16,\)"),
+    ({"stages": ("residual",), "residual": None}, "needs a residual operand: int8 of shape"),
     ({"tiling": Tiling(tm=3, tn=1, kt=4)}, "K chunking .* needs tm=tn=1"),
     ({"tiling": Tiling(tm=4, tn=1)}, r"the A super tile needs 64 scratchpad rows \(4 blocks x "
                                      r"kt=16\) but half of the A scratchpad has 32"),
@@ -298,8 +297,9 @@ def test_errors_name_the_problem(kwargs, match):
     ops = operands(16, 16, 16, stages)
     ops.update({k: v for k, v in kwargs.items() if k in ops})
     with pytest.raises(ValueError, match=match):
-        build_gemm(SMALL, 16, 16, 16, stages=stages, params=PARAMS,
-                   tiling=kwargs.get("tiling"), **ops)
+        kernel = compiled_gemm(SMALL, 16, 16, 16, stages=stages, params=PARAMS,
+                               tiling=kwargs.get("tiling"))
+        kernel.memory(**ops)
 
 
 def test_stage_missing_from_the_variant_is_refused():

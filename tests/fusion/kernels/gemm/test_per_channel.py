@@ -11,9 +11,8 @@ import pytest
 
 from fusion.kernels import layout
 from fusion.kernels.epilogue import csr_writes, pass_context, pass_dtypes
-from fusion.kernels.gemm.build import build_gemm
+from fusion.kernels.gemm.kind import GEMM, compiled_gemm, gemm_key_parts, gemm_params
 from fusion.kernels.layout import GemmDims, Region
-from fusion.kernels.program import OPERANDS, compiled_gemm, gemm_key_parts
 from fusion.kernels.tiling import Tiling
 from hwgen.asm import assemble
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
@@ -161,9 +160,8 @@ STAGES = [("bias", "requant", "relu"), ("requant",), ("requant", "clamp", "resid
 
 
 def build(cfg, m, k, n, stages, fused, params=PC, tiling=None, seed=0):
-    ops = problem(m, k, n, seed)
-    return build_gemm(cfg, m, k, n, stages=stages, fused=fused, params=params, tiling=tiling,
-                      **ops), ops
+    return compiled_gemm(cfg, m, k, n, stages=stages, fused=fused, params=params,
+                         tiling=tiling), problem(m, k, n, seed)
 
 
 @pytest.mark.parametrize("cfg, m, k, n", CASES)
@@ -174,11 +172,11 @@ def test_per_channel_kernels_read_their_own_groups(cfg, m, k, n, stages, fused):
     t = check_gemm(kernel)
     assert t.bytes_loaded == kernel.bytes_loaded
     assert t.csrs["req_mode"] == 1
-    np.testing.assert_array_equal(kernel.expected, gemm_epilogue(
+    np.testing.assert_array_equal(kernel.expected(**ops), gemm_epilogue(
         ops["a"], ops["b"], stages, PC, bias=ops["bias"] if "bias" in stages else None,
         residual=ops["residual"] if "residual" in stages else None, mult=ops["mult"],
         shift=ops["shift"]))
-    group = dict(kernel.memory)[kernel.regions["bias"].addr]
+    group = dict(kernel.memory(**ops))[kernel.regions["bias"].addr]
     assert group == layout.pack_bias_group(kernel.dims, ops["bias"] if "bias" in stages
                                            else None, ops["mult"], ops["shift"])
 
@@ -195,7 +193,7 @@ def test_per_channel_with_every_loop_shape(tiling):
 def test_per_tensor_kernel_resets_modes_an_earlier_kernel_left(stages):
     kernel, _ = build(V4, 5, 12, 11, stages, True, params=EpilogueParams(mult=3, shift=2))
     left = assemble("csrwi csr=req_mode, imm=1\ncsrwi csr=res_mode, imm=1\n" + kernel.source)
-    t = check_gemm(dataclasses.replace(kernel, program=left))  # no row reads group rows
+    t = check_gemm(kernel.with_program(left))  # no row reads group rows
     assert t.csrs["req_mode"] == 0
     if "residual" in stages:
         assert t.csrs["res_mode"] == 0
@@ -205,30 +203,26 @@ def test_per_channel_refusals():
     ops = problem(4, 8, 4)
     with pytest.raises(ValueError, match="per-channel requantize .* needs the requant stage, "
                                          r"but the stages are \(bias, relu\)"):
-        build_gemm(V4, 4, 8, 4, stages=("bias", "relu"), params=PC, **ops)
+        compiled_gemm(V4, 4, 8, 4, stages=("bias", "relu"), params=PC)
+    kernel = compiled_gemm(V4, 4, 8, 4, stages=("requant",), params=PC)
     for missing in ("mult", "shift"):
-        with pytest.raises(ValueError, match=f"per-channel requantize needs a {missing} "
-                                             f"operand: N=4"):
-            build_gemm(V4, 4, 8, 4, stages=("requant",), params=PC,
-                       **{**ops, missing: None})
+        with pytest.raises(ValueError, match=f"needs a {missing} operand: int32 of shape "
+                                             r"\(4,\)"):
+            kernel.memory(**{**ops, missing: None})
     # per tensor, the vectors are ignored, like any operand no stage uses
-    build_gemm(V4, 4, 8, 4, stages=("requant",), params=EpilogueParams(), **ops)
+    compiled_gemm(V4, 4, 8, 4, stages=("requant",), params=EpilogueParams()).memory(**ops)
 
 
 def test_tiling_counts_the_group_rows():
     cfg = VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=ALL, spad_e_depth=16)
-    ops = problem(3, 3, 6)
-    build_gemm(cfg, 3, 3, 6, stages=("bias", "requant"), **ops)  # 6 bias rows fit
+    compiled_gemm(cfg, 3, 3, 6, stages=("bias", "requant"))  # 6 bias rows fit
     with pytest.raises(ValueError, match=r"the epilogue scratchpad needs 18 rows "
                                          r"\(18 bias group rows\) but has 16"):
-        build_gemm(cfg, 3, 3, 6, stages=("requant",), params=PC, **ops)
+        compiled_gemm(cfg, 3, 3, 6, stages=("requant",), params=PC)
     with pytest.raises(ValueError, match=r"needs 14 rows \(12 bias group rows and 2 for "
                                          r"residual tiles\) but has 13"):
-        build_gemm(dataclasses.replace(cfg, spad_e_depth=13), 3, 3, 4,
-                   stages=("requant", "residual"), params=PC, tiling=Tiling(tm=1, tn=1),
-                   **{**ops, "bias": ops["bias"][:4], "mult": ops["mult"][:4],
-                      "shift": ops["shift"][:4], "b": ops["b"][:, :4],
-                      "residual": ops["residual"][:, :4]})
+        compiled_gemm(dataclasses.replace(cfg, spad_e_depth=13), 3, 3, 4,
+                      stages=("requant", "residual"), params=PC, tiling=Tiling(tm=1, tn=1))
 
 
 # -- the kernel store ----------------------------------------------------------------------
@@ -236,7 +230,7 @@ def test_tiling_counts_the_group_rows():
 
 @pytest.mark.parametrize("stages, fused", [(("bias", "requant", "relu"), True),
                                            (("requant",), False)])
-def test_compiled_per_channel_gemm_equals_build_gemm(tmp_path, stages, fused):
+def test_cached_per_channel_gemm_equals_the_uncached_one(tmp_path, stages, fused):
     m, k, n = 9, 16, 23
     from fusion.kernels.cache import KernelCache
 
@@ -247,10 +241,10 @@ def test_compiled_per_channel_gemm_equals_build_gemm(tmp_path, stages, fused):
     assert set(compiled.meta["operands"]) == {"a", "b", "mult", "shift"} | (
         {"bias"} & set(stages))
     used = {name: ops[name] for name in compiled.meta["operands"]}
-    assert sorted(compiled.memory(**used)) == sorted(kernel.memory)
-    np.testing.assert_array_equal(compiled.expected(**used), kernel.expected)
+    assert compiled.memory(**used) == kernel.memory(**ops)
+    np.testing.assert_array_equal(compiled.expected(**used), kernel.expected(**ops))
     assert compiled.params.per_channel
-    with pytest.raises(ValueError, match="needs a mult operand of shape"):
+    with pytest.raises(ValueError, match="needs a mult operand: int32 of shape"):
         compiled.memory(**{**used, "mult": None})
     # per_channel is part of the key; a hit gives the same program
     assert gemm_key_parts(V4, m, k, n, stages=stages, fused=fused, params=PC) != \
@@ -258,7 +252,8 @@ def test_compiled_per_channel_gemm_equals_build_gemm(tmp_path, stages, fused):
                        params=dataclasses.replace(PC, per_channel=False))
     again = compiled_gemm(V4, m, k, n, stages=stages, fused=fused, params=PC, cache=cache)
     assert again.program == compiled.program
-    assert OPERANDS["mult"][0] == OPERANDS["shift"][0] == "int32"
+    ops_of = GEMM.operands(V4, gemm_params(m, k, n, stages=stages, fused=fused, params=PC))
+    assert ops_of["mult"] == ops_of["shift"] == ("int32", (n,))
 
 
 def test_trace_of_a_residual_max_kernel():

@@ -1,19 +1,19 @@
-"""GEMM programs through the kernel cache: the cached program and layout are those of
-``build_gemm``, operands are packed per run, and the key covers what the program depends
-on. No Verilator."""
+"""The GEMM kind through the kernel cache: a cached program is the one built without the
+cache, it is built without operand values, operands are packed per run into its regions, and
+the key covers what the program depends on. No Verilator."""
 
 import json
 
 import numpy as np
 import pytest
 
+from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.gemm.build import build_gemm
-from fusion.kernels.program import compiled_gemm, gemm_key_parts
+from fusion.kernels.gemm.kind import compiled_gemm, gemm_key_parts
 from fusion.kernels.tiling import Tiling
 from hwgen.config import EPILOGUE_STAGES
 from hwgen.presets import SMALL
-from hwgen.reference import EpilogueParams
+from hwgen.reference import EpilogueParams, gemm_epilogue
 
 CFG = SMALL
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
@@ -34,12 +34,22 @@ def operands(m, k, n, seed=0):
     (EPILOGUE_STAGES, False, Tiling(kt=8, double_buffer=False)),
     (("requant", "clamp", "residual"), True, None),
 ])
-def test_cached_program_and_memory_equal_build_gemm(tmp_path, stages, fused, tiling):
+def test_cached_program_and_memory_equal_the_uncached_ones(tmp_path, stages, fused, tiling):
     m, k, n = 13, 20, 27
     ops = operands(m, k, n)
     used = {name: ops[name] if name in ("a", "b") or name in stages else None for name in ops}
-    direct = build_gemm(CFG, m, k, n, stages=stages, fused=fused, tiling=tiling, params=PARAMS,
-                        **used)
+    direct = compiled_gemm(CFG, m, k, n, stages=stages, fused=fused, tiling=tiling,
+                           params=PARAMS)
+    dims = direct.dims
+    packed = {"a": layout.pack_a(dims, ops["a"]), "b": layout.pack_b(dims, ops["b"]),
+              "bias": layout.pack_bias(dims, ops["bias"]),
+              "residual": layout.pack_tiles(dims, ops["residual"])}
+    assert direct.memory(**used) == [(direct.regions[name].addr, packed[name])
+                                     for name in direct.regions if name in packed
+                                     and used[name] is not None]
+    np.testing.assert_array_equal(direct.expected(**used), gemm_epilogue(
+        ops["a"], ops["b"], stages, PARAMS, **{name: used[name] for name in
+                                               ("bias", "residual") if name in stages}))
     cache = KernelCache(tmp_path)
     for _ in range(2):  # a miss, then a memory hit
         got = compiled_gemm(CFG, m, k, n, stages=stages, fused=fused, tiling=tiling,
@@ -48,10 +58,10 @@ def test_cached_program_and_memory_equal_build_gemm(tmp_path, stages, fused, til
         assert got.tiling == direct.tiling and got.reads == direct.reads
         assert (got.bytes_loaded, got.bytes_stored) == (direct.bytes_loaded, direct.bytes_stored)
         assert got.memory(used["a"], used["b"], bias=used["bias"],
-                          residual=used["residual"]) == direct.memory
+                          residual=used["residual"]) == direct.memory(**used)
         np.testing.assert_array_equal(
             got.expected(used["a"], used["b"], bias=used["bias"], residual=used["residual"]),
-            direct.expected)
+            direct.expected(**used))
     assert (cache.stats.misses, cache.stats.memory_hits) == (1, 1)
     # a fresh process (instance) on the same folder: from disk, same program
     again = compiled_gemm(CFG, m, k, n, stages=stages, fused=fused, tiling=tiling,
@@ -62,11 +72,23 @@ def test_cached_program_and_memory_equal_build_gemm(tmp_path, stages, fused, til
 def test_decode_reads_the_output_layout(tmp_path):
     got = compiled_gemm(CFG, 5, 8, 9, stages=("bias", "requant"), params=PARAMS,
                         cache=KernelCache(tmp_path))
-    direct = build_gemm(CFG, 5, 8, 9, stages=("bias", "requant"), params=PARAMS,
-                        **{k: v for k, v in operands(5, 8, 9).items() if k != "residual"})
-    from fusion.kernels import layout
-    blob = layout.pack_tiles(direct.dims, direct.expected, np.int8)
-    np.testing.assert_array_equal(got.decode({"out": blob}), direct.expected)
+    want = got.expected(**{k: v for k, v in operands(5, 8, 9).items() if k != "residual"})
+    blob = layout.pack_tiles(got.dims, want, np.int8)
+    np.testing.assert_array_equal(got.decode({"out": blob}), want)
+
+
+def test_the_program_is_built_without_operand_values(monkeypatch):
+    """The builder never sees operand values: packing and the reference are not called."""
+    from fusion.kernels.gemm import kind
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the program build touched operand values")
+
+    monkeypatch.setattr(kind.GEMM.__class__, "pack", refuse)
+    monkeypatch.setattr(kind.GEMM.__class__, "reference", refuse)
+    monkeypatch.setattr(layout, "pack_a", refuse)
+    kernel = compiled_gemm(CFG, 13, 20, 27, stages=EPILOGUE_STAGES, fused=False, params=PARAMS)
+    assert kernel.program and set(kernel.meta["operands"]) == {"a", "b", "bias", "residual"}
 
 
 def test_key_covers_what_the_program_depends_on():
@@ -83,7 +105,7 @@ def test_key_covers_what_the_program_depends_on():
     ]
     texts = {json.dumps(p, sort_keys=True) for p in [base, *variants]}
     assert len(texts) == 1 + len(variants)
-    assert base["dtypes"] == {"a": "int8", "b": "int8", "out": "int8"}
+    assert base["op"] == "gemm" and base["params"]["shape"] == [8, 8, 8]
 
 
 def test_quantization_changes_the_program(tmp_path):
@@ -97,11 +119,13 @@ def test_quantization_changes_the_program(tmp_path):
 def test_dispatch_checks_operands_against_the_metadata(tmp_path):
     got = compiled_gemm(CFG, 6, 8, 10, stages=("bias",), cache=KernelCache(tmp_path))
     ops = operands(6, 8, 10)
-    with pytest.raises(ValueError, match=r"operand a has shape \(6, 9\), the kernel was "
-                                         r"compiled for \(6, 8\)"):
+    with pytest.raises(ValueError, match=r"operand a has shape \(6, 9\), the gemm 6x8x10 "
+                                         r"stages=bias was compiled for \(6, 8\)"):
         got.memory(np.zeros((6, 9), np.int8), ops["b"], bias=ops["bias"])
-    with pytest.raises(ValueError, match=r"needs a bias operand of shape \(10,\)"):
+    with pytest.raises(ValueError, match=r"needs a bias operand: int32 of shape \(10,\)"):
         got.memory(ops["a"], ops["b"])
+    with pytest.raises(ValueError, match=r"operand b has values outside int8"):
+        got.memory(ops["a"], ops["b"].astype(np.int32) * 2, bias=ops["bias"])
 
 
 def test_problems_that_do_not_fit_are_not_cached(tmp_path):

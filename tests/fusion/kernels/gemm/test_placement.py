@@ -1,5 +1,5 @@
 """Placing a GEMM kernel's regions at given word addresses: ``gemm_regions`` names what
-``build_gemm`` allocates, a placement moves exactly those regions, and the program follows
+``compiled_gemm`` allocates, a placement moves exactly those regions, and the program follows
 them (checked structurally by ``kernel_trace``). No Verilator."""
 
 import numpy as np
@@ -7,8 +7,7 @@ import pytest
 
 from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.gemm.build import build_gemm, gemm_regions
-from fusion.kernels.program import compiled_gemm, gemm_key_parts
+from fusion.kernels.gemm.kind import compiled_gemm, gemm_key_parts, gemm_regions
 from fusion.kernels.tiling import Tiling
 from hwgen.config import EPILOGUE_STAGES
 from hwgen.presets import SMALL, WIDE
@@ -26,9 +25,9 @@ def operands(m, k, n, seed=0):
             "mult": rng.integers(1 << 20, 1 << 24, n), "shift": rng.integers(20, 34, n)}
 
 
-def build(cfg, m, k, n, stages, fused, params=PARAMS, placement=None, tiling=None, seed=0):
-    return build_gemm(cfg, m, k, n, stages=stages, fused=fused, params=params, tiling=tiling,
-                      placement=placement, **operands(m, k, n, seed))
+def build(cfg, m, k, n, stages, fused, params=PARAMS, placement=None, tiling=None):
+    return compiled_gemm(cfg, m, k, n, stages=stages, fused=fused, params=params, tiling=tiling,
+                         placement=placement)
 
 
 def moved(sizes, cfg, gap=3):
@@ -50,13 +49,13 @@ def moved(sizes, cfg, gap=3):
     (("requant",), True, EpilogueParams(per_channel=True, zp=2)),
     (("bias", "requant", "relu"), False, EpilogueParams(per_channel=True)),
 ], ids=lambda v: ",".join(v) if isinstance(v, tuple) else None)
-def test_gemm_regions_are_what_build_gemm_allocates(cfg, stages, fused, params):
+def test_gemm_regions_are_what_compiled_gemm_allocates(cfg, stages, fused, params):
     for m, k, n in [(1, 1, 1), (13, 20, 27), (33, 64, 17)]:
         kernel = build(cfg, m, k, n, stages, fused, params)
         sizes = gemm_regions(cfg, m, k, n, stages=stages, fused=fused, params=params)
         assert list(sizes) == list(kernel.regions)  # the same names, in allocation order
         assert sizes == {name: r.nbytes for name, r in kernel.regions.items()}
-        for addr, blob in kernel.memory:  # every operand fills its region exactly
+        for addr, blob in kernel.memory(**operands(m, k, n)):  # each fills its region exactly
             (region,) = [r for r in kernel.regions.values() if r.addr == addr]
             assert len(blob) == region.nbytes
 
@@ -87,13 +86,15 @@ def test_a_placed_kernel_reads_and_writes_its_placed_regions(stages, fused, tili
     assert kernel.regions["out"].addr < kernel.regions["a"].addr
     assert kernel.reads == {"out": (placement["out"], sizes["out"])}
     # the same operand bytes, at the placed addresses
-    assert sorted(blob for _, blob in kernel.memory) == sorted(b for _, b in default.memory)
-    assert {a for a, _ in kernel.memory} == {placement[name] for name in sizes
-                                             if name not in ("out", "tmp0", "tmp1")}
+    ops = operands(m, k, n)
+    placed, moved_from = kernel.memory(**ops), default.memory(**ops)
+    assert sorted(blob for _, blob in placed) == sorted(b for _, b in moved_from)
+    assert {a for a, _ in placed} == {placement[name] for name in sizes
+                                      if name not in ("out", "tmp0", "tmp1")}
     # hazard-free, and every output row computed from the right operand rows of the placed
     # regions (kernel_trace labels rows by region name)
     check_gemm(kernel)
-    np.testing.assert_array_equal(kernel.expected, default.expected)
+    np.testing.assert_array_equal(kernel.expected(**ops), default.expected(**ops))
     assert kernel.tiling == default.tiling and kernel.program != default.program
 
 
@@ -142,7 +143,7 @@ def test_placement_is_part_of_the_cache_key_and_metadata(tmp_path):
     assert got.meta["placement"] == placement
     assert {name: a for name, (a, _) in got.meta["regions"].items()} == placement
     ops = operands(m, k, n)
-    assert got.memory(ops["a"], ops["b"], bias=ops["bias"]) == direct.memory
+    assert got.memory(ops["a"], ops["b"], bias=ops["bias"]) == direct.memory(**ops)
     # the default placement is another entry; the same placement again is a hit
     compiled_gemm(SMALL, m, k, n, stages=stages, params=PARAMS, cache=cache)
     compiled_gemm(SMALL, m, k, n, stages=stages, params=PARAMS, placement=dict(placement),

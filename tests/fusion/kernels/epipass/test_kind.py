@@ -1,21 +1,18 @@
-"""Standalone epilogue passes and the element-wise max kernel, checked structurally (no
-hardware model): regions, metadata, operand checks, the cache, and every output row's
-provenance through ``kernel_trace``."""
+"""Standalone epilogue passes, checked structurally (no hardware model): regions, metadata,
+operand checks, the cache, and every output row's provenance through ``kernel_trace``."""
 
 import numpy as np
 import pytest
 
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.eltmax.build import CompiledMax, compiled_max, max_regions
-from fusion.kernels.epipass.build import CompiledPass, compiled_pass, pass_key_parts, pass_regions
-from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from fusion.kernels.epipass.kind import PassKernel, compiled_pass, pass_key_parts, pass_regions
+from hwgen.config import EPILOGUE_STAGES
 from hwgen.presets import SMALL, WIDE
 from hwgen.reference import EpilogueParams, epilogue, to_dtype
 from tests.helpers.kernel_trace import Label, check_loops, trace
 
 ALL = EPILOGUE_STAGES
 PARAMS = EpilogueParams(mult=1 << 22, shift=14, zp=-5, clamp_lo=-60, clamp_hi=90)
-NO_RESIDUAL = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant", "relu"))
 
 
 def values(m, n, src_dtype="int32", seed=0):
@@ -46,7 +43,7 @@ def final_stores(kernel):
     return t, by_addr
 
 
-def check_pass(kernel: CompiledPass):
+def check_pass(kernel: PassKernel):
     """Every output row is one epipass with the stages' mask, of the right src, bias and
     residual rows; the trace's byte count is the kernel's."""
     t, stores = final_stores(kernel)
@@ -65,26 +62,6 @@ def check_pass(kernel: CompiledPass):
             assert s.bias == Label("bias", j * group * cfg.e_row_bytes, "e32")
         if "residual" in kernel.stages:
             assert s.res == Label("residual", row * d.C, "e8")
-    assert t.bytes_loaded == kernel.bytes_loaded
-    return t
-
-
-def check_max(kernel: CompiledMax):
-    """Every output row is the last of a chain of residual-only epipasses: in0 with in1, the
-    result with in2, ... in order."""
-    t, stores = final_stores(kernel)
-    d, cfg, n = kernel.dims, kernel.config, kernel.n_inputs
-    for i, j, r, addr in out_rows(kernel, 1):
-        s, off = stores[addr], ((i * d.Nb + j) * d.R + r) * d.C
-        for k in range(n - 1, 0, -1):
-            assert (s.kind, s.mask, s.dt) == ("epipass", cfg.stage_bit("residual"), "i8")
-            assert s.res == Label(f"in{k}", off, "e8"), (k, s.res)
-            assert s.src.offset == off and s.src.dst == "e8"
-            if k > 1:
-                assert s.src.region in ("tmp0", "tmp1") and s.src.producer is not None
-                s = s.src.producer
-        assert s.src == Label("in0", off, "e8") and s.src.producer is None
-    assert t.csrs["res_mode"] == 1
     assert t.bytes_loaded == kernel.bytes_loaded
     return t
 
@@ -140,8 +117,10 @@ def test_regions_and_metadata():
     assert (kernel.src_dtype, kernel.out_dtype) == (np.int32, np.int8)
     assert kernel.meta["operands"] == {"src": ["int32", [13, 27]], "bias": ["int32", [27]],
                                        "residual": ["int8", [13, 27]]}
-    assert kernel.meta["dtypes"] == {"src": "int32", "bias": "int32", "residual": "int8",
-                                     "out": "int8"}
+    assert kernel.meta["out"] == ["int8", [13, 27]] and kernel.meta["dims"] == [13, 1, 27]
+    assert kernel.meta["params"] == {"shape": [13, 27], "stages": list(stages),
+                                     "quant": kernel.meta["quant"], "src_dtype": "int32",
+                                     "out_dtype": "int8"}
     assert kernel.placement is None and kernel.meta["kind"] == "pass"
     assert list(pass_regions(SMALL, 5, 5, stages=("relu",))) == ["src", "out"]
 
@@ -170,7 +149,8 @@ def test_memory_expected_and_decode():
 
 @pytest.mark.parametrize("call, match", [
     (lambda k, v: k.memory(v["src"][:, :-1], bias=v["bias"], residual=v["residual"]),
-     r"operand src has shape \(13, 26\), the epilogue pass .* compiled for \(13, 27\)"),
+     r"operand src has shape \(13, 26\), the pass 13x27 int32->int8 stages=bias,residual "
+     r"was compiled for \(13, 27\)"),
     (lambda k, v: k.memory(v["src"], residual=v["residual"]),
      r"needs a bias operand: int32 of shape \(27,\)"),
     (lambda k, v: k.memory(v["src"], bias=v["bias"], residual=v["residual"] * 2),
@@ -229,72 +209,5 @@ def test_passes_are_cached_by_signature(tmp_path):
     assert fresh.stats.disk_hits == 1
     parts = pass_key_parts(SMALL, 13, 27, stages=("bias", "requant"), params=PARAMS,
                            out_dtype="int8")
-    assert parts["op"] == "pass" and parts["shape"] == [13, 27] and parts["placement"] is None
-
-
-@pytest.mark.parametrize("n_inputs, tmps", [(2, []), (3, ["tmp0"]), (4, ["tmp0", "tmp1"]),
-                                            (9, ["tmp0", "tmp1"])])
-@pytest.mark.parametrize("cfg", [SMALL, WIDE], ids=["4x8", "8x2w16"])
-def test_max_chains_residual_passes(cfg, n_inputs, tmps):
-    for m, n in [(1, 1), (13, 27)]:
-        kernel = compiled_max(cfg, m, n, n_inputs)
-        sizes = max_regions(cfg, m, n, n_inputs)
-        assert list(sizes) == [f"in{i}" for i in range(n_inputs)] + tmps + ["out"]
-        assert sizes == {name: r.nbytes for name, r in kernel.regions.items()}
-        check_max(kernel)
-        assert kernel.source.count("halt") == 1 and kernel.n_inputs == n_inputs
-        assert kernel.bytes_stored == (n_inputs - 1) * sizes["out"]
-
-
-def test_max_memory_expected_and_errors(tmp_path):
-    cache = KernelCache(tmp_path)
-    kernel = compiled_max(SMALL, 13, 27, 3, cache=cache)
-    assert compiled_max(SMALL, 13, 27, 3, cache=cache).program == kernel.program
-    assert (cache.stats.misses, cache.stats.hits) == (1, 1)
-    rng = np.random.default_rng(1)
-    xs = [rng.integers(-128, 128, (13, 27)) for _ in range(3)]
-    writes = kernel.memory(xs)
-    assert [a for a, _ in writes] == [kernel.regions[f"in{i}"].addr for i in range(3)]
-    np.testing.assert_array_equal(kernel.expected(xs), np.maximum.reduce(xs))
-    assert kernel.expected(xs).dtype == np.int8
-    # the inputs by region name, as a model compiler holds them
-    named = {f"in{i}": x for i, x in enumerate(xs)}
-    assert kernel.memory(**named) == writes
-    np.testing.assert_array_equal(kernel.expected(**named), np.maximum.reduce(xs))
-    with pytest.raises(ValueError, match="needs a in2 operand"):
-        kernel.memory(in0=xs[0], in1=xs[1])
-    with pytest.raises(ValueError, match="inputs in0..in2, not in3"):
-        kernel.memory(**named, in3=xs[0])
-    with pytest.raises(ValueError, match="not both"):
-        kernel.memory(xs, in0=xs[0])
-    with pytest.raises(ValueError, match="compiled for 3 inputs, got 2"):
-        kernel.memory(xs[:2])
-    with pytest.raises(ValueError, match=r"operand in1 has shape \(13, 26\)"):
-        kernel.memory([xs[0], xs[1][:, 1:], xs[2]])
-    with pytest.raises(ValueError, match="operand in2 has values outside int8"):
-        kernel.memory([xs[0], xs[1], xs[2] + 200])
-    with pytest.raises(ValueError, match="a sequence of 3 arrays"):
-        kernel.memory(np.stack(xs))
-
-
-def test_max_refuses_a_variant_without_the_residual_stage():
-    with pytest.raises(ValueError, match=r"residual stage .* lacks; use a variant generated "
-                                         r"with the residual stage"):
-        compiled_max(NO_RESIDUAL, 8, 8, 2)
-    with pytest.raises(ValueError, match="residual stage"):
-        max_regions(NO_RESIDUAL, 8, 8, 2)
-    for bad in (1, 0, 2.0, True):
-        with pytest.raises(ValueError, match="n_inputs >= 2"):
-            compiled_max(SMALL, 8, 8, bad)
-
-
-def test_a_placed_max_uses_its_placement(tmp_path):
-    sizes = max_regions(SMALL, 13, 27, 4)
-    words = sizes["out"] // SMALL.port_bytes
-    placement = {name: 4000 - n * words for n, name in enumerate(sizes)}
-    kernel = compiled_max(SMALL, 13, 27, 4, placement=placement)
-    assert {n: r.addr for n, r in kernel.regions.items()} == placement
-    check_max(kernel)
-    with pytest.raises(ValueError, match="missing tmp1"):
-        compiled_max(SMALL, 13, 27, 4, placement={k: v for k, v in placement.items()
-                                                  if k != "tmp1"})
+    assert parts["op"] == "pass" and parts["params"]["shape"] == [13, 27]
+    assert parts["placement"] is None

@@ -1,0 +1,62 @@
+"""The cost-model features of a standalone epilogue pass, and its analytical estimate."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fusion.cost.analytical import estimate_pass
+from fusion.cost.model import Features
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassFeatures(Features):
+    """What a cost model knows about one epilogue pass over an ``M x N`` tensor.
+
+    Parameters
+    ----------
+    config : VariantConfig
+    M, N : int
+        The tensor's shape.
+    stages : tuple of str
+    epilogue : EpilogueParams
+        The stages' control-register values (per-channel requantize loads a bias region).
+    src_dtype, out_dtype : {"int8", "int32"}
+        The element types read and stored.
+    """
+
+    kind: ClassVar[str] = "pass"
+
+    config: VariantConfig
+    M: int
+    N: int
+    stages: tuple[str, ...]
+    epilogue: EpilogueParams
+    src_dtype: str
+    out_dtype: str
+
+    @property
+    def problem(self) -> tuple:
+        return (self.M, self.N, self.stages, self.src_dtype, self.out_dtype)
+
+    def analytical_cycles(self) -> int:
+        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``."""
+        return estimate_pass(self.config, self.M, self.N, stages=self.stages,
+                             params=self.epilogue, src_dtype=self.src_dtype,
+                             out_dtype=self.out_dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),
+                "m": self.M, "n": self.N, "stages": list(self.stages),
+                "src_dtype": self.src_dtype,
+                "out_dtype": self.out_dtype, "quant": dataclasses.asdict(self.epilogue)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PassFeatures:
+        """Inverse of :meth:`to_dict`."""
+        return cls(config=VariantConfig.from_dict(data["config"]), M=data["m"], N=data["n"],
+                   stages=tuple(data["stages"]), epilogue=EpilogueParams(**data["quant"]),
+                   src_dtype=data["src_dtype"], out_dtype=data["out_dtype"])

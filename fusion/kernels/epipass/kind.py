@@ -1,0 +1,339 @@
+"""The epilogue-pass kernel kind: epilogue stages alone, one memory-to-memory pass.
+
+A model compiler runs the epilogue stages on their own where no GEMM precedes them (a
+requantize or a residual add between layers). A pass streams a tile-blocked ``M x N`` tensor
+(``[Mb][Nb][R][C]``, :mod:`fusion.kernels.layout`; int32 via ``e32`` or int8 via ``e8``) through
+the epilogue scratchpad and its stages (:func:`fusion.kernels.epilogue.pass_context`,
+``epilogue_pass.j2``), and stores it in the same layout as int32 or int8. The geometry is that
+of an ``M x 1 x N`` GEMM (:class:`fusion.kernels.layout.GemmDims`, K unused).
+
+Regions, in allocation order: ``src``, ``bias`` (for the bias stage or per-channel
+requantize: :func:`fusion.kernels.layout.pack_bias_group`), ``residual`` (int8 tiles, for the
+residual stage), ``out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fusion.kernels import layout
+from fusion.kernels.cache import KernelCache
+from fusion.kernels.codegen import assemble_program, render
+from fusion.kernels.epilogue import pass_context, pass_fit_problem, reads_bias_region
+from fusion.kernels.epipass.features import PassFeatures
+from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.program import (
+    Kernel,
+    compile_kernel,
+    figures,
+    key_parts,
+    regions_of,
+    tensor_bytes,
+)
+from fusion.kernels.protocol import (
+    Build,
+    KernelKind,
+    Operand,
+    Refusal,
+    check_per_channel,
+    check_sizes,
+    stage_refusal,
+)
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams, epilogue, to_dtype
+
+#: Element types of a pass's input and output, and their names in the templates.
+DTYPES = {"int8": "i8", "int32": "i32"}
+
+
+def lane_dtype(value: Any, what: str) -> str:
+    """``value`` (a name or numpy dtype) as ``"int8"`` or ``"int32"``.
+
+    Raises
+    ------
+    ValueError
+        Any other type, naming ``what``.
+    """
+    try:
+        name = np.dtype(value).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"{what} must be int8 or int32, not {value!r}")
+    return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassParams:
+    """One pass of ``stages`` over an ``M x N`` tensor.
+
+    Parameters
+    ----------
+    M, N : int
+        The tensor's shape.
+    stages : tuple of str
+        The stages to apply, in the variant's chain order (empty: a copy that converts
+        between the dtypes).
+    epilogue : EpilogueParams
+        The requantize, clamp and residual CSR values (identity defaults).
+    src_dtype, out_dtype : {"int32", "int8"} or numpy dtype
+        The element types of the input and of the output. An int8 input is sign-extended;
+        an int8 output keeps the low byte of each lane (:func:`hwgen.reference.to_dtype`),
+        which is exact after requant or residual.
+
+    Raises
+    ------
+    ValueError
+        A non-positive dimension, a dtype other than int8 or int32, or per-channel
+        requantize without the requant stage.
+    """
+
+    M: int
+    N: int
+    stages: tuple[str, ...] = ()
+    epilogue: EpilogueParams = field(default_factory=EpilogueParams)
+    src_dtype: str = "int32"
+    out_dtype: str = "int32"
+
+    def __post_init__(self) -> None:
+        check_sizes(M=self.M, N=self.N)
+        if isinstance(self.stages, str):
+            raise ValueError(f"stages must be a sequence of stage names, not the string "
+                             f"{self.stages!r}")
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "src_dtype", lane_dtype(self.src_dtype, "src_dtype"))
+        object.__setattr__(self, "out_dtype", lane_dtype(self.out_dtype, "out_dtype"))
+        check_per_channel(self.stages, self.epilogue)
+
+
+@dataclass(frozen=True, eq=False)
+class PassKernel(Kernel):
+    """A compiled epilogue pass, and what is needed to run it on given operands."""
+
+    @property
+    def src_dtype(self) -> np.dtype:
+        return np.dtype(self.signature.src_dtype)
+
+    def memory(self, src: np.ndarray | None = None,
+               **values: np.ndarray | None) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes that put the operands where the program reads.
+
+        Operands no stage uses are ignored. ``mult`` and ``shift`` are the per-channel
+        requantize vectors (N int32 each, with ``params.per_channel``).
+
+        Raises
+        ------
+        ValueError
+            A missing operand, or one whose shape or values do not match the metadata
+            (naming it and what the kernel was compiled for).
+        """
+        return self.write({"src": src, **values})
+
+    def expected(self, src: np.ndarray | None = None, **values: np.ndarray | None) -> np.ndarray:
+        """The reference result for these operands (numpy, no hardware), M x N."""
+        return self.result_of({"src": src, **values})
+
+
+class PassKind(KernelKind):
+    """Epilogue stages alone, memory to memory (see the module docstring)."""
+
+    name = "pass"
+    template = "epilogue_pass.j2"
+    params_type = PassParams
+    kernel_type = PassKernel
+    features_type = PassFeatures
+    const_regions = frozenset({"bias"})
+
+    @staticmethod
+    def _dims(config: VariantConfig, p: PassParams) -> GemmDims:
+        return GemmDims(config, p.M, 1, p.N)  # a pass has no reduction: K is unused
+
+    def legality(self, config: VariantConfig, params: PassParams) -> Refusal | None:
+        p = params
+        refusal = stage_refusal(self.name, p.stages, config.epilogue)
+        if refusal is not None:
+            return refusal
+        problem = pass_fit_problem(self._dims(config, p), stages=p.stages, params=p.epilogue,
+                                   src_dt=DTYPES[p.src_dtype])
+        if problem is not None:
+            return Refusal(self.name, "pass_does_not_fit", problem)
+        return None
+
+    def dims(self, params: PassParams) -> tuple[int, int, int]:
+        return params.M, 1, params.N
+
+    def stages(self, params: PassParams) -> tuple[str, ...]:
+        return params.stages
+
+    def epilogue(self, params: PassParams) -> EpilogueParams:
+        return params.epilogue
+
+    def operands(self, config: VariantConfig, params: PassParams) -> dict[str, Operand]:
+        p = params
+        ops = {"src": Operand(p.src_dtype, (p.M, p.N))}
+        if "bias" in p.stages:
+            ops["bias"] = Operand("int32", (p.N,))
+        if p.epilogue.per_channel:
+            ops["mult"] = ops["shift"] = Operand("int32", (p.N,))
+        if "residual" in p.stages:
+            ops["residual"] = Operand("int8", (p.M, p.N))
+        return ops
+
+    def output(self, params: PassParams) -> Operand:
+        return Operand(params.out_dtype, (params.M, params.N))
+
+    def regions(self, config: VariantConfig, params: PassParams) -> dict[str, int]:
+        p, dims = params, self._dims(config, params)
+        sizes = {"src": tensor_bytes(dims, p.src_dtype)}
+        if reads_bias_region(p.stages, p.epilogue):
+            sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
+        if "residual" in p.stages:
+            sizes["residual"] = tensor_bytes(dims, "int8")
+        sizes["out"] = tensor_bytes(dims, p.out_dtype)
+        return sizes
+
+    def key_params(self, params: PassParams) -> dict[str, Any]:
+        p = params
+        return {"shape": [p.M, p.N], "stages": list(p.stages),
+                "quant": dataclasses.asdict(p.epilogue), "src_dtype": p.src_dtype,
+                "out_dtype": p.out_dtype}
+
+    def build(self, config: VariantConfig, params: PassParams,
+              regions: Mapping[str, Region]) -> Build:
+        p, dims = params, self._dims(config, params)
+        text = render(self.template, **pass_context(
+            dims, stages=p.stages, params=p.epilogue, src=regions["src"],
+            src_dt=DTYPES[p.src_dtype], out=regions["out"], out_dt=DTYPES[p.out_dtype],
+            bias=regions.get("bias"), residual=regions.get("residual"), prefix="pass",
+            halt=True))
+        program = assemble_program(config, text, what=self.describe(p))
+        return figures(config, program, busy=dims.Mb * dims.Nb * dims.R,
+                       stored=regions["out"].nbytes)
+
+    def pack(self, config: VariantConfig, params: PassParams,
+             values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
+        p, dims = params, self._dims(config, params)
+        data = {"src": layout.pack_tiles(dims, values["src"], np.dtype(p.src_dtype).type)}
+        if p.epilogue.per_channel:
+            # one (bias, multipliers, shifts) row group per column block; a pass without the
+            # bias stage has zero bias rows
+            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
+                                                  values["shift"])
+        elif "bias" in p.stages:
+            data["bias"] = layout.pack_bias(dims, values["bias"])
+        if "residual" in p.stages:
+            data["residual"] = layout.pack_tiles(dims, values["residual"])
+        return data
+
+    def reference(self, params: PassParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        extra = {k: v for k, v in values.items() if k != "src"}
+        out = epilogue(values["src"], params.stages, params.epilogue, **extra)
+        return to_dtype(out, np.dtype(params.out_dtype))
+
+    def features(self, config: VariantConfig, params: PassParams) -> PassFeatures:
+        p = params
+        return PassFeatures(config=config, M=p.M, N=p.N, stages=p.stages, epilogue=p.epilogue,
+                            src_dtype=p.src_dtype, out_dtype=p.out_dtype)
+
+    def describe(self, params: PassParams, ops: str = "") -> str:
+        p = params
+        return (f"pass {p.M}x{p.N} {p.src_dtype}->{p.out_dtype}{f' [{ops}]' if ops else ''} "
+                f"stages={','.join(p.stages)}")
+
+    def host_operands(self, config: VariantConfig, params: PassParams,
+                      inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        shape = (params.M, params.N)
+        ops = {"src": np.asarray(inputs[0]).reshape(shape)}
+        if "residual" in params.stages:
+            ops["residual"] = np.asarray(inputs[1]).reshape(shape)
+        return ops
+
+    def inputs_in_place(self, params: PassParams) -> dict[str, int]:
+        return {"src": 0, **({"residual": 1} if "residual" in params.stages else {})}
+
+
+PASS = PassKind()
+
+
+def pass_params(M: int, N: int, *, stages: Sequence[str] = (),  # noqa: N803
+                params: EpilogueParams | None = None, src_dtype: Any = "int32",
+                out_dtype: Any = "int32") -> PassParams:
+    """:class:`PassParams` from the builder's customary arguments."""
+    return PassParams(M=M, N=N, stages=stages,
+                      epilogue=params if params is not None else EpilogueParams(),
+                      src_dtype=src_dtype, out_dtype=out_dtype)
+
+
+def compiled_pass(
+    config: VariantConfig,
+    M: int,  # noqa: N803 - the layout's customary names
+    N: int,  # noqa: N803
+    *,
+    stages: Sequence[str],
+    params: EpilogueParams | None = None,
+    src_dtype: Any = "int32",
+    out_dtype: Any = "int32",
+    placement: Mapping[str, int] | None = None,
+    cache: KernelCache | None = None,
+) -> PassKernel:
+    """One memory-to-memory epilogue pass over an M x N tile-blocked tensor.
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant to run on.
+    M, N, stages, params, src_dtype, out_dtype
+        As for :class:`PassParams` (``params`` is its ``epilogue``).
+    placement : mapping of str to int, optional
+        The word address of every region of :func:`pass_regions` (exactly those); by default
+        they are allocated first fit from word 0. Part of the cache key.
+    cache : KernelCache, optional
+        Where to look and store; without one the kernel is built every time.
+
+    Returns
+    -------
+    PassKernel
+
+    Raises
+    ------
+    KernelRefused
+        A stage not in the chain or out of order, or a tile that does not fit the epilogue
+        scratchpad.
+    ValueError
+        A dtype other than int8 or int32, a placement that misses, adds or overlaps regions
+        or runs past the memory, or a tensor too large for the memory.
+    """
+    p = pass_params(M, N, stages=stages, params=params, src_dtype=src_dtype,
+                    out_dtype=out_dtype)
+    return compile_kernel(PASS, config, p, placement=placement, cache=cache)
+
+
+def pass_regions(config: VariantConfig, M: int, N: int, *,  # noqa: N803
+                 stages: Sequence[str], params: EpilogueParams | None = None,
+                 src_dtype: Any = "int32", out_dtype: Any = "int32") -> dict[str, int]:
+    """The memory regions :func:`compiled_pass` uses, without building the program:
+    ``name -> bytes`` in allocation order (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        As :func:`compiled_pass` does before building.
+    """
+    p = pass_params(M, N, stages=stages, params=params, src_dtype=src_dtype,
+                    out_dtype=out_dtype)
+    return regions_of(PASS, config, p)
+
+
+def pass_key_parts(config: VariantConfig, M: int, N: int, *,  # noqa: N803
+                   stages: Sequence[str], params: EpilogueParams | None = None,
+                   src_dtype: Any = "int32", out_dtype: Any = "int32",
+                   placement: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cache key parts of an epilogue pass's program."""
+    p = pass_params(M, N, stages=stages, params=params, src_dtype=src_dtype,
+                    out_dtype=out_dtype)
+    return key_parts(PASS, config, p, placement)

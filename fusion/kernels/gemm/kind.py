@@ -1,0 +1,295 @@
+"""The GEMM kernel kind: ``epilogue(a @ b)``, its epilogue fused into the drain or run after
+it as passes (program: :mod:`fusion.kernels.gemm.build`; super-tile loops:
+:mod:`fusion.kernels.gemm.loops`; features: :mod:`fusion.kernels.gemm.features`).
+
+Operands: ``a`` (``M x K`` int8), ``b`` (``K x N`` int8, pre-packed in the array's tile
+order), ``bias`` (``N`` int32, with the bias stage), ``residual`` (``M x N`` int8, with the
+residual stage), ``mult`` and ``shift`` (``N`` int32 each, with per-channel requantize: they
+go with the bias into the bias region's groups, :func:`fusion.kernels.layout.pack_bias_group`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fusion.kernels import layout
+from fusion.kernels.cache import KernelCache
+from fusion.kernels.epilogue import pass_dtypes, pass_fit_problem
+from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
+from fusion.kernels.gemm.features import GemmFeatures
+from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
+from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
+from fusion.kernels.tiling import Tiling, ranked_tilings, tiling_problem
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams, gemm_epilogue, output_dtype
+
+#: Tilings priced per GEMM: the tiler's best few, plus the best of each loop order.
+TILINGS_PRICED = 4
+ROW_MAJOR_REFUSAL = ("weights row-major in memory: gemm.j2 loads B as pre-packed [Nb][Kp][C] "
+                     "tiles in one load per super tile; row-major B needs a strided load per "
+                     "column block and k slice, which the microcode does not emit")
+
+
+@dataclass(frozen=True, eq=False)
+class GemmKernel(Kernel):
+    """A compiled GEMM: its program, and what is needed to run it on given operands."""
+
+    @property
+    def fused(self) -> bool:
+        return bool(self.signature.fused)
+
+    @property
+    def tiling(self) -> Tiling:
+        """The super tiles the program uses (resolved)."""
+        return Tiling(**self.meta["chosen"]["tiling"])
+
+    def memory(self, a: np.ndarray | None = None, b: np.ndarray | None = None,
+               **values: np.ndarray | None) -> list[tuple[int, bytes]]:
+        """``(word address, bytes)`` writes that put the operands where the program reads.
+
+        ``mult`` and ``shift`` are the per-channel requantize vectors (needed when
+        ``params.per_channel``). Operands no stage uses are ignored.
+        """
+        return self.write({"a": a, "b": b, **values})
+
+    def expected(self, a: np.ndarray | None = None, b: np.ndarray | None = None,
+                 **values: np.ndarray | None) -> np.ndarray:
+        """The reference result for these operands (numpy, no hardware), ``M x N``."""
+        return self.result_of({"a": a, "b": b, **values})
+
+
+class GemmKind(KernelKind):
+    """``epilogue(a @ b)`` (see the module docstring)."""
+
+    name = "gemm"
+    template = "gemm.j2"
+    params_type = GemmParams
+    kernel_type = GemmKernel
+    features_type = GemmFeatures
+    const_regions = frozenset({"b", "bias"})
+    variants_label = "tilings"
+
+    def legality(self, config: VariantConfig, params: GemmParams) -> Refusal | None:
+        p = params
+        refusal = stage_refusal(self.name, p.stages, config.epilogue)
+        if refusal is not None:
+            return refusal
+        dims = GemmDims(config, p.M, p.K, p.N)
+        per_channel = p.epilogue.per_channel
+        problem = tiling_problem(dims, p.stages if p.fused else (), p.tiling,
+                                 per_channel=per_channel)
+        if problem is not None:
+            if p.tiling is not None:
+                return Refusal(self.name, "tiling", problem, tiling=p.tiling)
+            return Refusal(self.name, "no_tiling", f"no tiling fits: {problem}")
+        if not p.fused and p.stages:
+            src = "i32"
+            for stage, dt in zip(p.stages, pass_dtypes(p.stages, p.epilogue,
+                                                       dt_name(output_dtype(p.stages))),
+                                 strict=True):
+                problem = pass_fit_problem(dims, stages=(stage,), params=p.epilogue, src_dt=src)
+                if problem is not None:
+                    return Refusal(self.name, "pass_does_not_fit", problem, stage=stage)
+                src = dt
+        return None
+
+    def dims(self, params: GemmParams) -> tuple[int, int, int]:
+        return params.M, params.K, params.N
+
+    def stages(self, params: GemmParams) -> tuple[str, ...]:
+        return params.stages
+
+    def epilogue(self, params: GemmParams) -> EpilogueParams:
+        return params.epilogue
+
+    def operands(self, config: VariantConfig, params: GemmParams) -> dict[str, Operand]:
+        p = params
+        ops = {"a": Operand("int8", (p.M, p.K)), "b": Operand("int8", (p.K, p.N))}
+        if "bias" in p.stages:
+            ops["bias"] = Operand("int32", (p.N,))
+        if "residual" in p.stages:
+            ops["residual"] = Operand("int8", (p.M, p.N))
+        if p.epilogue.per_channel:
+            ops["mult"] = ops["shift"] = Operand("int32", (p.N,))
+        return ops
+
+    def output(self, params: GemmParams) -> Operand:
+        return Operand(output_dtype(params.stages).name, (params.M, params.N))
+
+    def regions(self, config: VariantConfig, params: GemmParams) -> dict[str, int]:
+        return gemm_sizes(GemmDims(config, params.M, params.K, params.N), params)
+
+    def key_params(self, params: GemmParams) -> dict[str, Any]:
+        p = params
+        return {"shape": [p.M, p.K, p.N], "stages": list(p.stages), "fused": p.fused,
+                "quant": dataclasses.asdict(p.epilogue),
+                "tiling": dataclasses.asdict(p.tiling) if p.tiling is not None else None}
+
+    def build(self, config: VariantConfig, params: GemmParams,
+              regions: Mapping[str, Region]) -> Build:
+        return build_program(config, params, regions)
+
+    def pack(self, config: VariantConfig, params: GemmParams,
+             values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
+        p = params
+        dims = GemmDims(config, p.M, p.K, p.N)
+        data = {"a": layout.pack_a(dims, values["a"]), "b": layout.pack_b(dims, values["b"])}
+        if p.epilogue.per_channel:  # the bias region holds [Nb][3][C] groups
+            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
+                                                  values["shift"])
+        elif "bias" in p.stages:
+            data["bias"] = layout.pack_bias(dims, values["bias"])
+        if "residual" in p.stages:
+            data["residual"] = layout.pack_tiles(dims, values["residual"], np.int8)
+        return data
+
+    def reference(self, params: GemmParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        extra = {k: v for k, v in values.items() if k not in ("a", "b")}
+        return gemm_epilogue(values["a"], values["b"], params.stages, params.epilogue, **extra)
+
+    def features(self, config: VariantConfig, params: GemmParams) -> GemmFeatures:
+        p = params
+        return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
+                                     tiling=p.tiling, params=p.epilogue)
+
+    def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
+        """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
+        (given a tiling, just that)."""
+        p = params
+        if p.tiling is not None:
+            return [p]
+        dims = GemmDims(config, p.M, p.K, p.N)
+        stages, pc = p.stages if p.fused else (), p.epilogue.per_channel
+        tilings = list(itertools.islice(ranked_tilings(dims, stages, per_channel=pc),
+                                        TILINGS_PRICED))
+        for order in ("mn", "nm"):
+            best = next(iter(ranked_tilings(dims, stages, order=order, per_channel=pc)), None)
+            if best is not None and best not in tilings:
+                tilings.append(best)
+        return [dataclasses.replace(p, tiling=t) for t in tilings]
+
+    def variant_label(self, params: GemmParams) -> str:
+        t = params.tiling
+        return (f"tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
+                f"double_buffer={t.double_buffer}")
+
+    def explain_notes(self, params: GemmParams) -> list[str]:
+        return ["weight layout pre-packed (tile order): chosen",
+                f"weight layout row-major: refused: {ROW_MAJOR_REFUSAL}"]
+
+    def describe(self, params: GemmParams, ops: str = "") -> str:
+        p, t = params, params.tiling
+        tiles = "" if t is None else (f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
+                                      f"{'' if t.double_buffer else ' single-buffered'}")
+        return (f"{self.name} {p.M}x{p.K}x{p.N}{f' [{ops}]' if ops else ''} "
+                f"stages={','.join(p.stages) or '-'}{tiles}")
+
+    def host_operands(self, config: VariantConfig, params: GemmParams,
+                      inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        return {"a": np.asarray(inputs[0]).reshape(params.M, params.K)}
+
+
+GEMM = GemmKind()
+
+
+def gemm_params(M: int, K: int, N: int, *, stages: Sequence[str] = (),  # noqa: N803
+                fused: bool = True, tiling: Tiling | None = None,
+                params: EpilogueParams | None = None) -> GemmParams:
+    """:class:`GemmParams` from the builder's customary arguments."""
+    return GemmParams(M=M, K=K, N=N, stages=stages, fused=fused,
+                      epilogue=params if params is not None else EpilogueParams(),
+                      tiling=tiling)
+
+
+def compiled_gemm(
+    config: VariantConfig,
+    M: int,  # noqa: N803 - the GEMM's customary names
+    K: int,  # noqa: N803
+    N: int,  # noqa: N803
+    *,
+    stages: Sequence[str] = (),
+    fused: bool = True,
+    tiling: Tiling | None = None,
+    params: EpilogueParams | None = None,
+    placement: Mapping[str, int] | None = None,
+    cache: KernelCache | None = None,
+) -> GemmKernel:
+    """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant to run on.
+    M, K, N : int
+        The GEMM shape: ``a`` is M x K int8, ``b`` K x N int8.
+    stages : sequence of str
+        Epilogue stages to apply: an ordered subset of ``config.epilogue``.
+    fused : bool
+        Fuse the stages into the GEMM's drain, or run them as separate passes.
+    tiling : Tiling, optional
+        Super tiles; the default is the best-ranked tiling whose program fits.
+    params : EpilogueParams, optional
+        Requantize, clamp and residual CSR values (see :class:`GemmParams`).
+    placement : mapping of str to int, optional
+        The word address of every region of :func:`gemm_regions` (exactly those); by default
+        they are allocated first fit from word 0 (:class:`fusion.kernels.layout.Allocator`).
+    cache : KernelCache, optional
+        Where to look and store; without one the kernel is built every time.
+
+    Returns
+    -------
+    GemmKernel
+
+    Raises
+    ------
+    KernelRefused
+        A stage not in the variant's chain or out of order; a tiling that does not fit the
+        scratchpads (naming rows needed and available), or none that does.
+    ValueError
+        Per-channel requantize without the requant stage; a problem too large for the
+        memory; a placement that misses a region, names an unknown one, runs past the memory
+        or overlaps two regions (:func:`fusion.kernels.layout.place`); a program longer than
+        the instruction memory.
+    """
+    p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params)
+    return compile_kernel(GEMM, config, p, placement=placement, cache=cache)
+
+
+def gemm_regions(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
+                 stages: Sequence[str] = (), fused: bool = True,
+                 params: EpilogueParams | None = None) -> dict[str, int]:
+    """The memory regions :func:`compiled_gemm` uses, without building the program.
+
+    A memory planner needs them before it can give the kernel a ``placement``.
+
+    Returns
+    -------
+    dict of str to int
+        ``name -> bytes`` in allocation order: ``a``, ``b``, ``bias`` (when the kernel has a
+        bias region), ``residual`` (when the residual stage runs), ``out``, and ``tmp0``,
+        ``tmp1`` (the int32 intermediates, when unfused with stages).
+
+    Raises
+    ------
+    ValueError
+        As :func:`compiled_gemm` does before building.
+    """
+    p = gemm_params(M, K, N, stages=stages, fused=fused, params=params)
+    return regions_of(GEMM, config, p)
+
+
+def gemm_key_parts(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
+                   stages: Sequence[str] = (), fused: bool = True,
+                   tiling: Tiling | None = None, params: EpilogueParams | None = None,
+                   placement: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The cache key parts of a GEMM kernel's program (:func:`fusion.kernels.program.key_parts`)."""
+    p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params)
+    return key_parts(GEMM, config, p, placement)

@@ -1,0 +1,57 @@
+"""What a GEMM kernel's program depends on: its shape, epilogue, quantization and tiling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fusion.kernels.protocol import check_per_channel, check_sizes
+from fusion.kernels.tiling import Tiling
+from hwgen.reference import EpilogueParams
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmParams:
+    """``epilogue(a @ b)`` for an ``M x K`` int8 ``a`` and a ``K x N`` int8 ``b``.
+
+    Parameters
+    ----------
+    M, K, N : int
+        The GEMM shape (positive).
+    stages : tuple of str
+        Epilogue stages to apply, in the variant's chain order (checked against the variant
+        by the kind's legality check).
+    fused : bool
+        Fuse the stages into the GEMM's drain, or run them as separate passes.
+    epilogue : EpilogueParams
+        Requantize, clamp and residual CSR values (identity defaults). With
+        ``per_channel``, the requantize multipliers and shifts are the ``mult`` and ``shift``
+        operands (the fields of the same names are unused; ``zp`` applies to every channel),
+        and the requant stage must be one of ``stages``.
+    tiling : Tiling, optional
+        Super tiles; by default the best-ranked tiling whose program fits the instruction
+        memory (:func:`fusion.kernels.tiling.ranked_tilings`).
+
+    Raises
+    ------
+    ValueError
+        A non-positive dimension, stages that are not a sequence, or per-channel requantize
+        without the requant stage.
+    """
+
+    M: int
+    K: int
+    N: int
+    stages: tuple[str, ...] = ()
+    fused: bool = True
+    epilogue: EpilogueParams = field(default_factory=EpilogueParams)
+    tiling: Tiling | None = None
+
+    def __post_init__(self) -> None:
+        check_sizes(M=self.M, K=self.K, N=self.N)
+        if isinstance(self.stages, str):
+            raise ValueError(f"stages must be a sequence of stage names, not the string "
+                             f"{self.stages!r}")
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "fused", bool(self.fused))
+        check_per_channel(self.stages, self.epilogue)
+
