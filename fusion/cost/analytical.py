@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fusion.cost.machine import Machine
-from fusion.cost.model import CostModel, KernelFeatures
+from fusion.cost.model import CostModel, Features
 from fusion.cost.schedule import Step, schedule
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
@@ -79,7 +79,7 @@ def _grid(tme: int, tne: int, last: bool, stages: tuple[str, ...],
             "per_outer": int(n_inner > 1) + (len(regs) + 1 if n_outer > 1 else 0)}
 
 
-def _gemm(m: Machine, dims: GemmDims, f: KernelFeatures, stages: tuple[str, ...],
+def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
           lane_bytes: int) -> None:
     """The phases of ``gemm.j2``: prologue loads, then per super tile (double buffered)
     ``loads(t+1) [wait 4; load R(t+1)] matmuls(t) after wait 3``, or (single buffered)
@@ -197,8 +197,11 @@ def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_
     chunk(False)
 
 
-def estimate(f: KernelFeatures) -> Estimate:
-    """Walk the kernel's phases through :class:`Machine`; see the module docstring."""
+def estimate(f: Features) -> Estimate:
+    """Walk a GEMM kernel's phases through :class:`Machine`; see the module docstring.
+
+    ``f`` is the GEMM's features (:class:`fusion.kernels.gemm.features.GemmFeatures`).
+    """
     dims = f.dims
     m = Machine(f.config)
     final_lanes = output_dtype(f.stages).itemsize
@@ -226,7 +229,7 @@ def _dt(dtype: str) -> str:
 
 def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str],  # noqa: N803
                   params: EpilogueParams, src_dtype: str, out_dtype: str) -> int:
-    """Cycles of a standalone pass kernel (``fusion.kernels.epipass.build.compiled_pass``)."""
+    """Cycles of a standalone pass kernel (``fusion.kernels.epipass.kind.compiled_pass``)."""
     m = Machine(config)
     _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
     m.wait(load=True, feed=True, epi=True)
@@ -245,13 +248,15 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  
 
 
 class AnalyticalModel(CostModel):
-    """Cycles from the hardware description (:func:`estimate`); nothing is fitted."""
+    """Cycles from the hardware description, nothing fitted: each kind's features walk its
+    program's phases (:meth:`fusion.cost.model.Features.analytical_cycles`, which calls
+    :func:`estimate`, :func:`estimate_pass` or :func:`estimate_max`)."""
 
     name = "analytical"
 
-    def predict(self, features: KernelFeatures) -> float:
-        return float(estimate(features).cycles)
+    def predict(self, features: Features) -> float:
+        return float(features.analytical_cycles())
 
-    def explain(self, features: KernelFeatures) -> Estimate:
-        """The prediction with its parts."""
+    def explain(self, features: Features) -> Estimate:
+        """A GEMM's prediction with its parts."""
         return estimate(features)
