@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from fusion.kernels.layout import Region
 from hwgen.config import VariantConfig
 from hwgen.isa import Csr, Dst, Dt, Op, decode
+from hwgen.stages import REQ_MULT_ROW, REQ_SHIFT_ROW
 
 MASK32 = (1 << 32) - 1
 
@@ -151,7 +152,7 @@ class Tracer:
         chain = self.cfg.epilogue
         bias_on = "bias" in chain and mask & self.cfg.stage_bit("bias")
         res_on = "residual" in chain and mask & self.cfg.stage_bit("residual")
-        # per-channel requantize reads rows bias + 1 and bias + 2 (hwgen/epilogue.py)
+        # per-channel requantize reads the bias group's multiplier and shift rows (hwgen.stages)
         pc_on = ("requant" in chain and mask & self.cfg.stage_bit("requant")
                  and self.trace.csrs.get("req_mode", 0) & 1)
         row_bytes = self.cfg.cols * (4 if dt == "i32" else 1)
@@ -165,8 +166,9 @@ class Tracer:
             self._rows("e", regs[i.get("bias")], 1, pc, f"{kind} bias")
             e_read.append((regs[i.get("bias")], regs[i.get("bias")] + 1))
         if pc_on:
-            self._rows("e", regs[i.get("bias")] + 1, 2, pc, f"{kind} per-channel requant")
-            e_read.append((regs[i.get("bias")] + 1, regs[i.get("bias")] + 3))
+            first, last = regs[i.get("bias")] + REQ_MULT_ROW, regs[i.get("bias")] + REQ_SHIFT_ROW
+            self._rows("e", first, last - first + 1, pc, f"{kind} per-channel requant")
+            e_read.append((first, last + 1))
         if res_on:
             self._rows("e", regs[i.get("res")], nrows, pc, f"{kind} residual")
             e_read.append((regs[i.get("res")], regs[i.get("res")] + nrows))
