@@ -100,9 +100,11 @@ def _r(name: str, slot: str, doc: str) -> Field:
     return Field(name, slot, 0, 4, "reg", doc)
 
 
-_MASK = Field("mask", "imm", 16, 5, "uint",
+#: MATMUL and EPIPASS: the stage mask has one bit per stage a variant can chain (bits 16 and
+#: up of the immediate), then the store type and MATMUL's ``last`` flag.
+_MASK = Field("mask", "imm", 16, len(STAGES), "uint",
               "epilogue stages to apply: bit i = stage i of the variant's chain")
-_DT = Field("dt", "imm", 21, 1, "dt", "stored element type: i32 or i8")
+_DT = Field("dt", "imm", _MASK.lo + _MASK.width, 1, "dt", "stored element type: i32 or i8")
 
 #: Opcode -> (fields, description).
 OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
@@ -144,7 +146,7 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          _r("res", "r5", "epilogue scratchpad row of the residual tile's first row"),
          Field("k", "imm", 0, 16, "uint", "reduction steps"),
          _MASK, _DT,
-         Field("last", "imm", 22, 1, "uint",
+         Field("last", "imm", _DT.lo + 1, 1, "uint",
                "1: this ends the tile; drain it through the epilogue")),
         "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
         "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
@@ -169,6 +171,11 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
 }
 
 
+for _op, (_fields, _) in OPCODES.items():  # a field grown with the stages must still fit
+    for _f in _fields:
+        if _f.lo + _f.width > SLOTS[_f.slot][1]:
+            raise ImportError(f"{_op.name.lower()} field {_f.name} (bits {_f.lo}.."
+                              f"{_f.lo + _f.width - 1} of {_f.slot}) does not fit its slot")
 _CSR_BITS = next(f.width for f in OPCODES[Op.CSRWI][0] if f.name == "csr")
 if max(Csr) >= 1 << _CSR_BITS:
     raise ImportError(f"control register {max(Csr).name.lower()} is number {int(max(Csr))}; "
