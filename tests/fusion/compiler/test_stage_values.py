@@ -11,7 +11,7 @@ from hwgen.stages import STAGES
 
 def test_each_stage_spec_names_the_op_it_implements():
     assert STAGE_OF == {s.op: s.name for s in STAGES if s.op}
-    assert set(STAGE_OF) == {"bias_add", "requant", "relu", "clamp"}
+    assert {"bias_add", "requant", "relu", "clamp"} <= set(STAGE_OF)
 
 
 def _chain():
