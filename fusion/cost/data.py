@@ -126,9 +126,10 @@ class Evaluation:
     """How well a model's predictions match measured cycles.
 
     ``regret`` is what choosing by the model costs: over each group of rows that solve the
-    same problem (variant, shape, stages) in different ways (fused or not, tilings), how much
-    slower the kernel with the least predicted cycles measured than the fastest one, in
-    percent, averaged over the groups with a choice (NaN when none has).
+    same problem (kind, variant and :attr:`fusion.cost.model.Features.problem`: shape,
+    stages) in different ways (fused or not, tilings), how much slower the kernel with the
+    least predicted cycles measured than the fastest one, in percent, averaged over the
+    groups with a choice (NaN when none has).
     """
 
     model: str

@@ -1,0 +1,84 @@
+"""Calibration rows and the metrics models are judged by (no simulator)."""
+
+import math
+
+import pytest
+
+from fusion.cost import (
+    CostModel,
+    Row,
+    evaluate,
+    mape,
+    read_rows,
+    spearman,
+    write_rows,
+)
+from fusion.kernels.gemm.features import GemmFeatures
+from fusion.kernels.tiling import Tiling
+from hwgen.presets import SMALL
+from hwgen.reference import EpilogueParams
+
+CFG = SMALL
+STAGES = ("bias", "requant", "clamp", "residual")
+PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)
+
+
+def test_rows_round_trip_and_name_a_bad_line(tmp_path):
+    f = GemmFeatures.for_gemm(CFG, 8, 16, 8, stages=("bias",))
+    rows = [Row(f, {"cycles": 100, "instret": 7}, True, {"seed": 3}),
+            Row(f, {"cycles": 120}, False)]
+    path = tmp_path / "cal.jsonl"
+    assert write_rows(path, rows) == 2
+    assert read_rows(path) == rows
+    with path.open("a") as out:
+        out.write('{"format": "something else"}\n')
+    with pytest.raises(ValueError, match=r"cal.jsonl:3: not a calibration row"):
+        read_rows(path)
+
+
+def test_mape_and_spearman():
+    assert mape([110, 90], [100, 100]) == pytest.approx(10.0)
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties take their average rank: ranks (1.5, 1.5, 3) and (1, 2, 3)
+    assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(math.sqrt(3) / 2)
+    assert math.isnan(spearman([1, 1], [1, 2]))
+    with pytest.raises(ValueError, match="equally many"):
+        mape([1], [1, 2])
+
+
+class Constant(CostModel):
+    name = "constant"
+
+    def predict(self, features):
+        return 100.0
+
+
+def test_evaluate_uses_only_successful_runs():
+    f = GemmFeatures.for_gemm(CFG, 8, 16, 8)
+    rows = [Row(f, {"cycles": 100}), Row(f, {"cycles": 200}), Row(f, {"cycles": 1}, ok=False)]
+    ev = evaluate(Constant(), rows)
+    assert (ev.n, ev.mape, ev.worst) == (2, pytest.approx(25.0), pytest.approx(50.0))
+    assert "constant: 2 kernels, MAPE 25.00%" in ev.summary()
+    # both rows solve the same problem and the model cannot tell them apart: a tie goes to
+    # the first row, here the faster one; swapped, the choice costs 2x
+    assert ev.regret == pytest.approx(0.0)
+    assert evaluate(Constant(), rows[1::-1]).regret == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="no successful calibration rows"):
+        evaluate(Constant(), rows[2:])
+
+
+class ByTiling(CostModel):
+    name = "by tiling"
+
+    def predict(self, features):
+        return 100.0 * features.tiling.tm
+
+
+def test_regret_is_the_cost_of_the_models_choice():
+    f1 = GemmFeatures.for_gemm(CFG, 16, 16, 16, tiling=Tiling(tm=1))
+    f2 = GemmFeatures.for_gemm(CFG, 16, 16, 16, tiling=Tiling(tm=2))
+    other = GemmFeatures.for_gemm(CFG, 8, 16, 16)  # a problem with no choice: ignored
+    rows = [Row(f1, {"cycles": 150}), Row(f2, {"cycles": 100}), Row(other, {"cycles": 9})]
+    assert evaluate(ByTiling(), rows).regret == pytest.approx(50.0)  # picked tm=1: 1.5x
+    assert math.isnan(evaluate(ByTiling(), rows[2:]).regret)
