@@ -156,8 +156,8 @@ class Build(NamedTuple):
 class KernelKind(abc.ABC):
     """One kind of kernel (see the module docstring). Kinds are stateless singletons.
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     name : str
         The kind's name in cache keys, metadata and plans.
     template : str

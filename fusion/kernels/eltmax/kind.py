@@ -256,11 +256,9 @@ def compiled_max(
         The variant; its epilogue chain must have the residual stage.
     M, N, n_inputs
         As for :class:`MaxParams`.
-    placement : mapping of str to int, optional
-        The word address of every region of :func:`max_regions` (exactly those); by default
-        they are allocated first fit from word 0. Part of the cache key.
-    cache : KernelCache, optional
-        Where to look and store; without one the kernel is built every time.
+    placement, cache
+        As for :func:`fusion.kernels.program.compile_kernel` (the regions are those of
+        :func:`max_regions`).
 
     Returns
     -------

@@ -289,11 +289,9 @@ def compiled_pass(
         The variant to run on.
     M, N, stages, params, src_dtype, out_dtype
         As for :class:`PassParams` (``params`` is its ``epilogue``).
-    placement : mapping of str to int, optional
-        The word address of every region of :func:`pass_regions` (exactly those); by default
-        they are allocated first fit from word 0. Part of the cache key.
-    cache : KernelCache, optional
-        Where to look and store; without one the kernel is built every time.
+    placement, cache
+        As for :func:`fusion.kernels.program.compile_kernel` (the regions are those of
+        :func:`pass_regions`).
 
     Returns
     -------

@@ -238,11 +238,9 @@ def compiled_gemm(
         Super tiles; the default is the best-ranked tiling whose program fits.
     params : EpilogueParams, optional
         Requantize, clamp and residual CSR values (see :class:`GemmParams`).
-    placement : mapping of str to int, optional
-        The word address of every region of :func:`gemm_regions` (exactly those); by default
-        they are allocated first fit from word 0 (:class:`fusion.kernels.layout.Allocator`).
-    cache : KernelCache, optional
-        Where to look and store; without one the kernel is built every time.
+    placement, cache
+        As for :func:`fusion.kernels.program.compile_kernel` (the regions are those of
+        :func:`gemm_regions`).
 
     Returns
     -------
