@@ -7,9 +7,9 @@ the same saturation or wrap-around the hardware applies.
 
 The epilogue stages, their parameters and their arithmetic are declared in :mod:`hwgen.stages`
 (one :class:`~hwgen.stages.StageSpec` each, whose ``doc`` states the stage's rule; the lane
-functions are re-exported here). :func:`epilogue` applies a chain of them through each spec's
-``reference``. The requantize rounding is **half toward +inf**: ``-2.5`` rounds to ``-2`` and
-``2.5`` to ``3``.
+functions of :mod:`hwgen.lanes` are re-exported here). :func:`epilogue` applies a chain of
+them through each spec's ``reference``. The requantize rounding is **half toward +inf**:
+``-2.5`` rounds to ``-2`` and ``2.5`` to ``3``.
 
 A stored int8 result is the low byte of the final lane (:func:`to_dtype`); the stages that end in
 a saturation to int8 (``requant``, ``residual``) make that exact.
@@ -25,15 +25,11 @@ from typing import Any
 import numpy as np
 
 from hwgen.config import EPILOGUE_STAGES
-from hwgen.stages import (  # noqa: F401 - the lane arithmetic is part of this module's API
+from hwgen.lanes import (  # noqa: F401 - the lane arithmetic is part of this module's API
     INT8_MAX,
     INT8_MIN,
     INT32_MAX,
     INT32_MIN,
-    OPERANDS,
-    RESIDUAL_OPS,
-    SPECS,
-    STAGES,
     bias_add,
     channel_params,
     clamp,
@@ -43,8 +39,8 @@ from hwgen.stages import (  # noqa: F401 - the lane arithmetic is part of this m
     residual_add,
     residual_max,
     sat,
-    spec,
 )
+from hwgen.stages import OPERANDS, RESIDUAL_OPS, SPECS, STAGES, spec  # noqa: F401
 
 #: Parameter field -> the stage whose record holds it.
 _OWNER = {f: s.name for s in STAGES if s.params for f in s.params.__dataclass_fields__}

@@ -22,7 +22,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.stages import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, SPECS, StageSpec
+from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
+from hwgen.stages import SPECS, StageSpec
 
 
 def lanes_layout(config: VariantConfig) -> data.ArrayLayout:
@@ -97,7 +98,7 @@ def _requant(m, x, csr, e):
 
     ``y = sat8(((x * mult + round) >> shift) + zp)`` with ``round = 2**(shift-1)`` (0 when
     ``shift`` is 0) and an arithmetic shift: rounding half toward +infinity. The product is
-    exact (64 bits); :func:`hwgen.stages.requantize` is the same rule in numpy.
+    exact (64 bits); :func:`hwgen.lanes.requantize` is the same rule in numpy.
 
     Per tensor, ``mult`` and ``shift`` come from the control registers. Per channel
     (``req_mode`` high), lane c's come from the bias group's rows (reads ``pc_mult`` and

@@ -8,12 +8,9 @@ import pytest
 from hwgen import reference as ref
 from hwgen.config import EPILOGUE_STAGES
 from hwgen.isa import Csr
+from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
 from hwgen.stages import (
     BIAS_GROUP_ROWS,
-    INT8_MAX,
-    INT8_MIN,
-    INT32_MAX,
-    INT32_MIN,
     OPERANDS,
     SPECS,
     STAGES,
