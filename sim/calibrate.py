@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusion.cost import AnalyticalModel, CostModel, Evaluation, Row, evaluate, write_rows
+from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.gemm.features import GemmFeatures
+from fusion.kernels.protocol import KernelRefused
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES, SIM_VARIANTS
@@ -53,7 +55,7 @@ def sweep_cases(config: VariantConfig, samples: int, seed: int = 0) -> list[tupl
 
     The product is shuffled with ``seed`` and walked in that order; a case the variant
     refuses (a tiling or an epilogue pass that does not fit the scratchpads, a program longer
-    than the instruction memory: ``compiled_gemm`` raises ``ValueError`` naming it) is skipped,
+    than the instruction memory: ``KernelRefused`` or ``ProgramTooLong``, naming it) is skipped,
     since a calibration needs runnable kernels, not every combination.
     """
     stage_sets = [s for s in STAGE_SETS if set(s) <= set(config.epilogue)]
@@ -67,8 +69,8 @@ def sweep_cases(config: VariantConfig, samples: int, seed: int = 0) -> list[tupl
         case = GemmCase(m, k, n_, stages=stages, fused=fused, tiling=tiling, seed=seed + n)
         try:
             kernel = case.kernel(config)
-        except ValueError:  # compiled_gemm's refusals (tiling, scratchpads, imem) are all this
-            continue
+        except (KernelRefused, ProgramTooLong):  # refused as illegal here, or too long for imem;
+            continue  # any other error is a builder bug and must surface
         picked.append((case, GemmFeatures.from_kernel(kernel)))
     return picked
 
