@@ -3,7 +3,8 @@
 Every width, depth and size of a variant is decided here and nowhere else: the Amaranth
 generators, the microcode templates, the simulator harness and the descriptor file all take a
 :class:`VariantConfig` and read its fields and derived properties. Like a generated C header,
-this module imports nothing else from the project.
+this module imports nothing else from the project but the names of the epilogue stages, which
+:mod:`hwgen.stages` declares (one record per stage, so that a new stage is declared once).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Epilogue stages the generator knows, in no particular order. A variant chains any ordered
-#: subset of them, each at most once.
-EPILOGUE_STAGES = ("bias", "requant", "relu", "clamp", "residual")
+from hwgen.stages import STAGE_NAMES
+
+#: Epilogue stages the generator knows, in their canonical order (the order the compiler
+#: fuses graph ops in). A variant chains any ordered subset of them, each at most once.
+EPILOGUE_STAGES: tuple[str, ...] = STAGE_NAMES
 
 #: Bumped whenever the meaning of a field changes, so that old descriptors are refused.
 DESCRIPTOR_VERSION = 1

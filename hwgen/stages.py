@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from hwgen import lanes
-from hwgen.config import EPILOGUE_STAGES
 from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
 
 #: What the residual stage can do with its operand (CSR ``res_mode`` 0 and 1).
@@ -124,7 +123,7 @@ class StageSpec:
     Attributes
     ----------
     name : str
-        The stage's name in a variant's chain (:data:`hwgen.config.EPILOGUE_STAGES`).
+        The stage's name in a variant's chain (:data:`STAGE_NAMES`).
     doc : str
         Its arithmetic on an int32 lane ``x``.
     op : str or None
@@ -269,7 +268,8 @@ def _per_tensor(p: RequantParams) -> bool:
     return not p.per_channel
 
 
-#: The stages, in the canonical chain order (:data:`hwgen.config.EPILOGUE_STAGES`).
+#: The stages, in the canonical chain order (:data:`hwgen.config.EPILOGUE_STAGES` is their
+#: names): the order the compiler fuses graph ops in.
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None, regs=(),
@@ -323,6 +323,8 @@ STAGES: tuple[StageSpec, ...] = (
         reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual),
 )
 
+#: The stage names, in the canonical chain order.
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 #: Stage name -> its spec.
 SPECS: dict[str, StageSpec] = {spec.name: spec for spec in STAGES}
 #: Rows of one column block's bias group: the bias vector and the per-channel rows after it.
@@ -343,7 +345,7 @@ def spec(name: str) -> StageSpec:
         return SPECS[name]
     except KeyError:
         raise ValueError(f"unknown epilogue stage {name!r}; the known stages are "
-                         f"{', '.join(EPILOGUE_STAGES)}") from None
+                         f"{', '.join(STAGE_NAMES)}") from None
 
 
 def epilogue_latency(chain: tuple[str, ...]) -> int:
@@ -354,10 +356,8 @@ def epilogue_latency(chain: tuple[str, ...]) -> int:
 def _check() -> None:
     """The records agree with each other and with the config; a new stage that breaks this
     fails at import, naming what to fix."""
-    names = tuple(s.name for s in STAGES)
-    if names != EPILOGUE_STAGES:
-        raise ImportError(f"hwgen.stages declares {names}, hwgen.config.EPILOGUE_STAGES is "
-                          f"{EPILOGUE_STAGES}: list every stage in both, in the same order")
+    if len(set(STAGE_NAMES)) != len(STAGE_NAMES):
+        raise ImportError(f"two stages share a name: {STAGE_NAMES}")
     regs = [r for s in STAGES for r in s.regs]
     reads = [r for s in STAGES for r in s.reads]
     for what, values in (("control registers share a name", [r.name for r in regs]),
