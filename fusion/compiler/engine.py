@@ -85,19 +85,24 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
 
     Only the legality checks refuse (the lowering's, :func:`spec_for`, and the kind's): a
     refusal is the record they return. Anything raised while pricing is a bug and propagates.
-    ``memo`` maps a segment's kind and params to its priced variants, so identical layers
-    are priced once per compile.
+    ``memo`` maps a segment's kind and params to its refusal or its priced variants, so
+    identical layers are checked and priced once per compile.
     """
     base = spec_for(graph, config, chain, start, stop)
     if isinstance(base, Refusal):
         return [Option(None, None, base)]
     kind = base.kind
-    refusal = kind.legality(config, base.params)
-    if refusal is not None:
-        return [Option(None, None, refusal)]
     key = (kind.name, base.params)
     if memo is not None and key in memo:
-        return [Option(base.with_params(p), cycles) for p, cycles in memo[key]]
+        known = memo[key]
+        if isinstance(known, Refusal):
+            return [Option(None, None, known)]
+        return [Option(base.with_params(p), cycles) for p, cycles in known]
+    refusal = kind.legality(config, base.params)
+    if refusal is not None:
+        if memo is not None:
+            memo[key] = refusal
+        return [Option(None, None, refusal)]
     options = [Option(base.with_params(p), float(model.predict(kind.features(config, p))))
                for p in kind.variants(config, base.params)]
     options.sort(key=lambda o: o.cycles)
