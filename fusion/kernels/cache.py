@@ -1,6 +1,6 @@
 """The kernel cache: an in-memory LRU in front of an on-disk store of compiled kernels.
 
-A compiled kernel (:class:`CompiledKernel`) is what codegen produces and what does not depend
+A cache entry (:class:`CacheEntry`) is what codegen produces and what does not depend
 on operand values: the program words, the microcode listing and JSON metadata (shapes,
 dtypes, quantization, memory regions, tiling). Entries are keyed by :func:`cache_key`: a hash
 of the caller's key parts (op signature, shapes, dtypes, quantization, variant key) and of
@@ -134,7 +134,7 @@ def cache_key(parts: Mapping[str, Any], version: str) -> str:
 
 
 @dataclass(frozen=True, eq=True)
-class CompiledKernel:
+class CacheEntry:
     """A kernel as the cache stores it: everything but the operand bytes.
 
     Build one with :meth:`create`. ``metadata`` is returned as a fresh dict on every access,
@@ -156,7 +156,7 @@ class CompiledKernel:
 
     @classmethod
     def create(cls, words: Iterable[int], source: str,
-               metadata: Mapping[str, Any]) -> CompiledKernel:
+               metadata: Mapping[str, Any]) -> CacheEntry:
         """Check and freeze a kernel; ``metadata`` must be JSON data.
 
         Raises
@@ -182,7 +182,7 @@ class CompiledKernel:
         return {"words": list(self.words), "source": self.source, "metadata": self.metadata}
 
     @classmethod
-    def from_json(cls, data: Any) -> CompiledKernel:
+    def from_json(cls, data: Any) -> CacheEntry:
         """Inverse of :meth:`to_json`; ``ValueError`` if ``data`` is malformed."""
         if not isinstance(data, dict) or set(data) != {"words", "source", "metadata"}:
             raise ValueError("the kernel must be an object with words, source and metadata")
@@ -264,7 +264,7 @@ class KernelCache:
         self.version = version if version is not None else codegen_version()
         self.disk = disk
         self.stats = CacheStats()
-        self._memory: OrderedDict[str, CompiledKernel] = OrderedDict()
+        self._memory: OrderedDict[str, CacheEntry] = OrderedDict()
         self._lock = threading.Lock()  # guards the LRU and the stats, not the build
 
     # -- public API ------------------------------------------------------------------------
@@ -277,7 +277,7 @@ class KernelCache:
         return self._path(self.key(key_parts))
 
     def get_or_build(self, key_parts: Mapping[str, Any],
-                     build: Callable[[], CompiledKernel]) -> CompiledKernel:
+                     build: Callable[[], CacheEntry]) -> CacheEntry:
         """The kernel of ``key_parts``: from memory, else from disk, else ``build()``.
 
         A built kernel is stored in memory and written to disk. ``build`` runs outside the
@@ -288,7 +288,7 @@ class KernelCache:
         ------
         ValueError
             If ``key_parts`` is not JSON data, or ``build`` returns something other than a
-            :class:`CompiledKernel`.
+            :class:`CacheEntry`.
         """
         key = self.key(key_parts)
         parts = _jsonable(dict(key_parts), "key_parts")
@@ -307,9 +307,9 @@ class KernelCache:
         with self._lock:
             self.stats.misses += 1
         kernel = build()
-        if not isinstance(kernel, CompiledKernel):
+        if not isinstance(kernel, CacheEntry):
             raise ValueError(f"the kernel builder returned {type(kernel).__name__}, "
-                             f"not a CompiledKernel")
+                             f"not a CacheEntry")
         if self.disk:
             self._write(key, parts, kernel)
         with self._lock:
@@ -326,7 +326,7 @@ class KernelCache:
 
     # -- memory --------------------------------------------------------------------------
 
-    def _remember(self, key: str, kernel: CompiledKernel) -> None:
+    def _remember(self, key: str, kernel: CacheEntry) -> None:
         if self.capacity == 0:
             return
         self._memory[key] = kernel
@@ -340,7 +340,7 @@ class KernelCache:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def _read(self, key: str, parts: Any) -> CompiledKernel | None:
+    def _read(self, key: str, parts: Any) -> CacheEntry | None:
         path = self._path(key)
         try:
             raw = path.read_bytes()
@@ -359,7 +359,7 @@ class KernelCache:
         with self._lock:
             self.stats._refuse(exc.reason, f"{path}: {exc}")
 
-    def _verify(self, raw: bytes, key: str, parts: Any) -> CompiledKernel:
+    def _verify(self, raw: bytes, key: str, parts: Any) -> CacheEntry:
         try:
             entry = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -381,11 +381,11 @@ class KernelCache:
         if entry.get("sha256") != digest:
             raise CorruptEntry("checksum", "the kernel does not match its recorded SHA-256")
         try:
-            return CompiledKernel.from_json(kernel_json)
+            return CacheEntry.from_json(kernel_json)
         except ValueError as exc:
             raise CorruptEntry("malformed", str(exc)) from None
 
-    def _write(self, key: str, parts: Any, kernel: CompiledKernel) -> None:
+    def _write(self, key: str, parts: Any, kernel: CacheEntry) -> None:
         path = self._path(key)
         kernel_json = kernel.to_json()
         entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": key,

@@ -12,7 +12,7 @@ runs with new activations every time, and the operand bytes are large. So the ca
   requested tiling...);
 - the placement of the regions (``None``: allocated from word 0): addresses are immediates.
 
-The value is a :class:`~fusion.kernels.cache.CompiledKernel`: the words, the listing, and the
+The value is a :class:`~fusion.kernels.cache.CacheEntry`: the words, the listing, and the
 metadata below. The program is built from the params and the placed regions alone
 (:meth:`KernelKind.build`), never from operand values. :class:`Kernel` packs operands into the
 regions (checking them against the metadata first), computes their expected result, and
@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from fusion.kernels import layout
-from fusion.kernels.cache import CompiledKernel, KernelCache
+from fusion.kernels.cache import CacheEntry, KernelCache
 from fusion.kernels.codegen import Program, load_bytes
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.protocol import Build, KernelKind, KernelRefused, Operand
@@ -159,14 +159,14 @@ class Kernel:
     kind : KernelKind
     signature : params
         The kind's params the kernel was compiled for.
-    entry : CompiledKernel
+    entry : CacheEntry
         The cache entry: words, listing, metadata.
     """
 
     config: VariantConfig
     kind: KernelKind
     signature: Any
-    entry: CompiledKernel
+    entry: CacheEntry
 
     @functools.cached_property
     def meta(self) -> dict[str, Any]:
@@ -236,7 +236,7 @@ class Kernel:
     def with_program(self, words: Sequence[int], source: str = "") -> Kernel:
         """The same kernel (metadata, regions) running other program words: fault injection
         and tests of what a program left behind."""
-        return dataclasses.replace(self, entry=CompiledKernel.create(words, source, self.meta))
+        return dataclasses.replace(self, entry=CacheEntry.create(words, source, self.meta))
 
     # -- operands --------------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
     regions = layout.place(config, sizes, placement, what=kind.describe(params))
     parts = key_parts(kind, config, params, placement)
 
-    def build() -> CompiledKernel:
+    def build() -> CacheEntry:
         built = kind.build(config, params, regions)
         out = regions["out"]
         meta = {
@@ -347,7 +347,7 @@ def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
             "bytes_stored": built.bytes_stored, "ideal_cycles": built.ideal_cycles,
             "program_words": len(built.program),
         }
-        return CompiledKernel.create(built.program.words, built.program.text, meta)
+        return CacheEntry.create(built.program.words, built.program.text, meta)
 
     entry = build() if cache is None else cache.get_or_build(parts, build)
     if entry.metadata.get("variant") != config.key():

@@ -10,7 +10,7 @@ import pytest
 
 from fusion.kernels.cache import (
     CACHE_VERSION,
-    CompiledKernel,
+    CacheEntry,
     KernelCache,
     _codegen_files,
     cache_key,
@@ -19,8 +19,8 @@ from fusion.kernels.cache import (
 )
 
 
-def kernel(n: int = 0) -> CompiledKernel:
-    return CompiledKernel.create([n, (1 << 64) - 1, 0x1234], f"# kernel {n}\nhalt\n",
+def kernel(n: int = 0) -> CacheEntry:
+    return CacheEntry.create([n, (1 << 64) - 1, 0x1234], f"# kernel {n}\nhalt\n",
                                  {"shape": [n, 2, 3], "stages": ["bias"], "n": n})
 
 
@@ -30,7 +30,7 @@ class Builder:
     def __init__(self, n: int = 0):
         self.n, self.calls = n, 0
 
-    def __call__(self) -> CompiledKernel:
+    def __call__(self) -> CacheEntry:
         self.calls += 1
         return kernel(self.n)
 
@@ -227,10 +227,10 @@ def test_errors_name_the_bad_value(tmp_path):
         KernelCache(tmp_path, capacity=-1)
     with pytest.raises(ValueError, match=r"key_parts\.f = <object"):
         KernelCache(tmp_path).get_or_build({"f": object()}, Builder())
-    with pytest.raises(ValueError, match="returned str, not a CompiledKernel"):
+    with pytest.raises(ValueError, match="returned str, not a CacheEntry"):
         KernelCache(tmp_path).get_or_build(PARTS, lambda: "program")
     with pytest.raises(ValueError, match="program word 1 is -1"):
-        CompiledKernel.create([0, -1], "", {})
+        CacheEntry.create([0, -1], "", {})
 
 
 def test_metadata_cannot_be_changed_through_the_cache(tmp_path):
