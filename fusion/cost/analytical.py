@@ -1,36 +1,48 @@
 """The analytical cost model: cycles from the hardware description, not from measurements.
 
-:func:`estimate` walks a kernel's microcode phases in program order through
-:class:`~fusion.cost.machine.Machine`, whose rules are the timing of each unit of the
-gateware (see there). The phases are those of the templates:
+:func:`estimate` walks a kernel's program, instruction by instruction in program order,
+through :class:`~fusion.cost.machine.Machine`, whose rules are the timing of each unit of the
+gateware (see there). The program is not rendered: the walk reads the context the template
+renders (the addresses do not matter, so the regions are dummies) and follows the template's
+macros over it:
 
-- ``gemm.j2``: CSR writes, the bias load, the first super tile's loads; then, double
-  buffered, per super tile ``loads(t+1) [wait 4; load R(t+1)] matmuls(t) after; wait 3`` (the
-  loads of the next super tile overlap this one's matmuls, and a step costs the larger of
-  the two plus the exposed instructions), or single buffered
-  ``matmuls(t) after; wait 2; [wait 4; load R(t+1)] loads(t+1); wait 1``;
-- ``epilogue_pass.j2`` (unfused only): per stage, chunks of tiles loaded into the epilogue
-  scratchpad (double buffered when two fit) and streamed through it at the store rate.
+- ``gemm.j2`` (:func:`fusion.kernels.gemm.loops.gemm_context`): the prologue (CSR writes, the
+  bias load, the register setup), the first super tile's loads, then the nest of hardware
+  loops (a counter before each, a branch per iteration) over the super tiles: double
+  buffered ``loads(t+1) [wait EPI; load R(t+1)] grid(t) after wait LOAD+FEED``, single
+  buffered ``grid(t) after wait FEED [wait EPI; load R(t+1)] loads(t+1) wait LOAD``;
+- ``epilogue_pass.j2`` (:func:`fusion.kernels.epilogue.pass_context`; unfused stages, pass and
+  max kernels): per chunk of tiles, its loads and its grid of EPIPASSes, double buffered when
+  two chunks fit;
+- the ``grid`` of ``common.j2``: per register that steps, an ``addi`` per inner iteration
+  and one per outer iteration where it moves, and the counters and branches of the loops
+  (none for a loop of one iteration).
 
-The super tiles come from :mod:`fusion.cost.schedule`; the pass chunking from
-:func:`fusion.kernels.epilogue.pass_context`. Instruction counts per phase follow the templates
-as they are written; a template change that adds instructions on a critical path shows up as
-model error in calibration (``sim.calibrate``), and a change in what is loaded shows up in
-the test that compares this model's bytes with the program's.
+So every instruction is counted where the program has it, and the loads, MATMULs and
+EPIPASSes are the program's. The programs go through
+:func:`fusion.kernels.codegen.drop_redundant_li`, which leaves out an ``li`` that sets a
+register to the value it holds; the walk does the same for the load stride ``r3`` of
+``gemm.j2`` (the one such ``li`` that does not depend on where the regions are). What it
+cannot know are coincidences of addresses: when passes are chained in one program (an unfused
+GEMM, a max kernel), the next pass's setup ``li`` of an address the previous pass's pointer
+happens to end at, or of the same scratchpad half, is dropped too; the estimate is then up to
+three cycles a pass over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fusion.cost.machine import Machine
 from fusion.cost.model import CostModel, Features
-from fusion.cost.schedule import Step, schedule
+from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
+from hwgen.isa import Dst
 from hwgen.reference import EpilogueParams, output_dtype
 
 
@@ -52,6 +64,8 @@ class Estimate:
         Cycles tile-ending slices are held by the one-draining-tile rule.
     gemm_cycles : int
         Cycles until the GEMM's last tile is stored (all of ``cycles`` when fused).
+    instret : int
+        Instructions the program retires (the ``instret`` counter).
     """
 
     cycles: int
@@ -61,117 +75,125 @@ class Estimate:
     bytes_stored: int
     stall_epilogue: int
     gemm_cycles: int
+    instret: int
 
 
-def _grid(tme: int, tne: int, last: bool, stages: tuple[str, ...],
-          order: str) -> dict[str, int]:
-    """The instructions of one super tile's matmul grid (macro ``grid`` of ``common.j2``):
-    the matmul, the ``addi`` of each operand register that steps in the inner loop and a
-    branch per inner iteration; a counter, the adjusts and a branch per outer iteration."""
-    regs = {"a", "b"}
-    if last:
-        regs |= {"out"} | {"bias" for s in stages if s == "bias"} | {
-            "res" for s in stages if s == "residual"}
-    inner = regs & ({"b", "out", "bias", "res"} if order == "mn" else {"a", "out", "res"})
-    n_outer, n_inner = (tme, tne) if order == "mn" else (tne, tme)
-    return {"n_outer": n_outer, "n_inner": n_inner, "setup": int(n_outer > 1),
-            "per_inner": 1 + (len(inner) + 1 if n_inner > 1 else 0),
-            "per_outer": int(n_inner > 1) + (len(regs) + 1 if n_outer > 1 else 0)}
+def _load(m: Machine, c: VariantConfig, load: dict[str, Any], setup: int) -> None:
+    """One LOAD of a context (``count`` segments of ``len`` words into ``dst``'s rows), after
+    ``setup`` register instructions."""
+    m.load(load["count"] * load["len"] * c.port_bytes,
+           load_row_bytes(c, Dst[load["dst"].upper()]), setup=setup)
+
+
+def _grid(m: Machine, g: dict[str, Any], job: Callable[[], None]) -> None:
+    """Macro ``grid`` of ``common.j2``: a register set per register not kept and the outer
+    counter; per outer iteration the inner counter, the inner loop (the job, the registers
+    that step and the branch) and the registers that adjust and the branch."""
+    n_outer, n_inner, regs = g["n_outer"], g["n_inner"], g["regs"]
+    inner, outer = n_inner > 1, n_outer > 1
+    m.grid(job, n_outer=n_outer, n_inner=n_inner,
+           setup=sum(not r["keep"] for r in regs) + outer, head=int(inner),
+           per_inner=(sum(bool(r["inner"]) for r in regs) + 1) if inner else 0,
+           per_outer=(sum(bool(r["adjust"]) for r in regs) + 1) if outer else 0)
+
+
+def _prologue(m: Machine, c: VariantConfig, ctx: dict[str, Any], waited: bool) -> None:
+    """Macro ``prologue`` of ``common.j2``: CSR writes, the bias load (its two address
+    registers set first), the register setup."""
+    if ctx["csrs"] and not waited:
+        m.wait(epi=True)
+    m.instrs(len(ctx["csrs"]))
+    if ctx["bias_load"]:
+        _load(m, c, ctx["bias_load"], setup=2 + (ctx["bias_load"]["count"] > 1))
+    m.instrs(len(ctx["setup"]))
 
 
 def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
           lane_bytes: int) -> None:
-    """The phases of ``gemm.j2``: prologue loads, then per super tile (double buffered)
-    ``loads(t+1) [wait 4; load R(t+1)] matmuls(t) after wait 3``, or (single buffered)
-    ``matmuls(t) after wait 2 [wait 4; load R(t+1)] loads(t+1) wait 1``."""
-    c, R, C = dims.config, dims.R, dims.C
-    double, residual = f.tiling.double_buffer, "residual" in stages
-    per_channel = f.per_channel
-    params = EpilogueParams(per_channel=per_channel)
-    reads_bias = reads_bias_region(stages, params)
-    # The prologue as gemm.j2 writes it, from the same context (the addresses do not matter):
-    # the CSR writes, the bias load (two register writes and the load), the register setup.
+    """``gemm.j2``, walked over the context it renders (the addresses do not matter): the
+    prologue, the first super tile's loads, then the loop nest of super tiles."""
+    c = dims.config
+    params = EpilogueParams(per_channel=f.per_channel)
     dummy = Region("x", 0, 1)
-    regions = {"a": dummy, "b": dummy} | ({"bias": dummy} if reads_bias else {}) | (
-        {"residual": dummy} if residual else {})
+    regions = {"a": dummy, "b": dummy} | (
+        {"bias": dummy} if reads_bias_region(stages, params) else {}) | (
+        {"residual": dummy} if "residual" in stages else {})
     ctx = gemm_context(dims, f.tiling, stages, regions, params=params, out=dummy,
                        out_dt="i8" if lane_bytes == 1 else "i32", halt=False)
-    if ctx["csrs"]:
-        m.wait(epi=True)
-        m.instrs(len(ctx["csrs"]))
-    if ctx["bias_load"]:
-        m.load(ctx["bias_load"]["len"] * dims.W, c.e_row_bytes, setup=2)
-    m.instrs(len(ctx["setup"]))
-    runs, first, last_step = schedule(dims, f.tiling)
+    double = ctx["double_buffer"]
+    # The segment stride r3 holds at this point of the text: its li is left out of the
+    # program when r3 holds it already (codegen.drop_redundant_li, which forgets every value
+    # at a label, where a branch may arrive).
+    stride: list[int | None] = [None]
 
-    def loads_of(step: Step, first: bool) -> None:
-        loads, tme, tne, _, last = step
-        for nbytes, row, count in loads:
-            m.load(nbytes, row, setup=(not first) + (count > 1))
-        if residual and last:
-            if not first:
-                m.wait(epi=True)  # the rows refilled were read by an earlier super tile
-            m.load(tme * tne * R * C, C, setup=1 + (tme > 1))
+    def label() -> None:
+        stride[0] = None
 
-    def matmuls(step: Step) -> None:
-        _, tme, tne, kte, last = step
-        m.matmuls(kte, last, lane_bytes, **_grid(tme, tne, last, stages, f.tiling.order))
+    def load(ld: dict[str, Any], waited: bool) -> None:  # macro load of gemm.j2
+        if ld["dst"] == "e8" and not waited:
+            m.wait(epi=True)  # the residual rows refilled were read by an earlier super tile
+        set_stride = ld["count"] > 1 and ld["stride"] != stride[0]
+        if set_stride:
+            stride[0] = ld["stride"]
+        _load(m, c, ld, setup=bool(ld["set_ext"]) + set_stride)
 
-    def super_tile(step: Step, nxt: Step) -> None:  # every super tile but the last
+    def grid(g: dict[str, Any]) -> None:
+        if g["n_outer"] > 1 or g["n_inner"] > 1:
+            label()
+        _grid(m, g, lambda: m.matmul(g["k"], bool(g["last"]), DT_BYTES[g["dt"]]))
+
+    def step(s: dict[str, Any]) -> None:  # macro step of gemm.j2
         if double:
-            loads_of(nxt, False)
-        matmuls(step)
-        swaps = (len(nxt[0]) + (residual and nxt[4])) if double else 0
-        # move the operand registers on
-        m.instrs(2 + reads_bias + 3 * swaps)
-        m.wait(load=double, feed=True)
-        if not double:
-            loads_of(nxt, False)
-            m.wait(load=True)
-        m.instrs(1)  # the loop branch
+            for ld in s["loads"]:
+                load(ld, False)
+        grid(s["grid"])
+        m.instrs(len(s["after"]))
+        if s["final"]:
+            return
+        if double:
+            m.wait(load=True, feed=True)
+        else:
+            m.wait(feed=True)
+            for ld in s["loads"]:
+                load(ld, False)
+            if s["loads"]:
+                m.wait(load=True)
 
-    def outer_iteration(inner: list) -> None:
-        for block, reps in inner:
-            m.repeat(reps, lambda block=block: [super_tile(*pair) for pair in block])
+    def nest(nodes: list[dict[str, Any]]) -> None:  # macro nest of gemm.j2
+        for node in nodes:
+            if node["kind"] == "loop":
+                m.instrs(1)  # the counter, then the label, the body and the branch
+                m.repeat(node["count"],
+                         lambda node=node: (label(), nest(node["body"]), m.instrs(1)))
+            else:
+                step(node)
 
-    loads_of(first, True)
+    _prologue(m, c, ctx, waited=False)
+    for ld in ctx["prologue_loads"]:
+        load(ld, True)
     m.wait(load=True)
-    for inner, count in runs:
-        m.repeat(count, lambda inner=inner: outer_iteration(inner))
-    matmuls(last_step)
+    nest(ctx["supertiles"])
 
 
 def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_dt: str,
           params: EpilogueParams) -> None:
-    """The phases of ``epilogue_pass.j2`` (memory to memory), with its chunking taken from
-    :func:`fusion.kernels.epilogue.pass_context`."""
-    c, W = dims.config, dims.W
+    """``epilogue_pass.j2`` (memory to memory), walked over the context it renders."""
+    c = dims.config
     dummy = Region("x", 0, 1)
     ctx = pass_context(dims, stages=stages, params=params, src=dummy,
                        src_dt=src_dt, out=dummy, out_dt=out_dt,
                        bias=dummy if reads_bias_region(stages, params) else None,
                        residual=dummy if "residual" in stages else None)
-    m.wait(epi=True)
-    m.instrs(len(ctx["csrs"]))
-    if ctx["bias_load"]:
-        m.load(ctx["bias_load"]["len"] * W, c.e_row_bytes, setup=2)
-    m.instrs(len(ctx["setup"]))
-    in_row = c.e_row_bytes if ctx["in_dst"] == "e32" else c.cols
-    double = ctx["double_buffer"]
+    double, g = ctx["double_buffer"], ctx["grid"]
+    in_load = {"dst": ctx["in_dst"], "count": 1, "len": ctx["in_len"]}
+    res_load = {"dst": "e8", "count": 1, "len": ctx["res_len"]}
 
-    def load_chunk() -> None:
-        m.load(ctx["in_len"] * W, in_row)
+    def load_chunk() -> None:  # the input, then its address moves on; the same for residual
+        _load(m, c, in_load, setup=0)
         m.instrs(1)
         if ctx["res_len"]:
-            m.load(ctx["res_len"] * W, c.cols, setup=1)
+            _load(m, c, res_load, setup=1)  # its scratchpad row set first
             m.instrs(1)
-
-    g = ctx["grid"]
-    regs, inner = len(g["regs"]), sum(1 for r in g["regs"] if r["inner"])
-    n_inner = g["n_inner"]
-    per = 1 + (inner + 1 if n_inner > 1 else 0)
-    per_outer = int(n_inner > 1) + (regs + 1 if g["n_outer"] > 1 else 0)
-    after = 2 + bool(ctx["bias_step"]) + (3 if double else 0)  # addresses, swap, branch
 
     def chunk(prefetch: bool) -> None:
         if double:
@@ -182,23 +204,36 @@ def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_
             m.wait(epi=True)
             load_chunk()
             m.wait(load=True)
-        m.instrs(regs + (g["n_outer"] > 1))
+        _grid(m, g, lambda: m.epipass(g["rows"], DT_BYTES[g["dt"]]))
+        if prefetch or not double:  # output and bias addresses move on; halves swap
+            m.instrs(1 + bool(ctx["bias_step"]) + 3 * double)
 
-        def row() -> None:
-            m.epipasses(n_inner, g["rows"], DT_BYTES[out_dt], per=per)
-            m.instrs(per_outer)
+    def rows(count: int) -> None:  # macro rows: a loop of chunks (none of one)
+        m.instrs(count > 1)
+        m.repeat(count, lambda: (chunk(True), m.instrs(count > 1)))
 
-        m.repeat(g["n_outer"], row)
-        m.instrs(after)
+    looped = ctx["n_outer"] > 1  # a loop over rows of chunks (the bias rows restart)
 
-    if double:
-        load_chunk()
-    m.repeat(ctx["n_outer"] * ctx["n_inner"] - 1, lambda: chunk(True))
+    def outer(count: int) -> None:
+        m.instrs(looped)
+        m.repeat(count, lambda: (rows(ctx["n_inner"]),
+                                 m.instrs((bool(ctx["bias_adjust"]) + 1) * looped)))
+
+    m.wait(epi=True)  # the input was written by earlier jobs
+    _prologue(m, c, ctx, waited=True)
+    if not double:
+        outer(ctx["n_outer"])
+        return
+    load_chunk()
+    if looped:
+        outer(ctx["n_outer"] - 1)
+    if ctx["n_inner"] > 1:
+        rows(ctx["n_inner"] - 1)
     chunk(False)
 
 
 def estimate(f: Features) -> Estimate:
-    """Walk a GEMM kernel's phases through :class:`Machine`; see the module docstring.
+    """Walk a GEMM kernel's program through :class:`Machine`; see the module docstring.
 
     ``f`` is the GEMM's features (:class:`fusion.kernels.gemm.features.GemmFeatures`).
     """
@@ -220,7 +255,8 @@ def estimate(f: Features) -> Estimate:
     cycles = m.seq + 1  # halt retires after the wait; done the cycle after
     return Estimate(cycles=cycles, k_slices=f.k_slices, load_busy=m.load_busy,
                     bytes_loaded=m.bytes_loaded, bytes_stored=m.bytes_stored,
-                    stall_epilogue=m.stall, gemm_cycles=gemm_cycles)
+                    stall_epilogue=m.stall, gemm_cycles=gemm_cycles,
+                    instret=m.instret + 1)  # and the halt
 
 
 def _dt(dtype: str) -> str:

@@ -1,10 +1,10 @@
 """The timing of each unit of the accelerator, as rules on the cycles they are next free.
 
 :class:`Machine` keeps, for the sequencer and every unit behind it, the cycle it is next free,
-and advances them one microcode phase at a time (some instructions, a LOAD, a grid of
-MATMULs, a run of EPIPASSes, a WAIT). The rules are read off the gateware (``hwgen/``) and
-``docs/hardware.md``; their constants are the contract's (:mod:`hwgen.timing`), which the
-gateware is built from or names at the registers they count:
+and advances them instruction by instruction (register and CSR writes, a LOAD, a MATMUL, an
+EPIPASS, a WAIT; a grid of jobs as the templates' hardware loops run it). The rules are read
+off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the contract's
+(:mod:`hwgen.timing`), which the gateware is built from or names at the registers they count:
 
 - **sequencer**: one instruction a cycle, no branch penalty (the next word is fetched from
   ``pc_next``); a WAIT retires the cycle its units are idle.
@@ -28,7 +28,7 @@ gateware is built from or names at the registers they count:
   rows are in, and streams its rows like a drain.
 
 Each rule is exact for its unit in isolation: the micro-benchmarks in
-``tests/fusion/test_cost_machine.py`` (single phases, measured on Verilator) pin them down.
+``tests/fusion/cost/test_machine.py`` (single phases, measured on Verilator) pin them down.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ class Machine:
     Times count from ``start`` (the first instruction retires at cycle 0). The methods are
     the microcode's phases; :func:`fusion.cost.analytical.estimate` calls them in the order
     a kernel's program would. Each is exact for the unit it models when the program is one
-    such phase (the micro-benchmarks in ``tests/fusion/test_cost_machine.py``).
+    such phase (the micro-benchmarks in ``tests/fusion/cost/test_machine.py``).
     """
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
     TIMES = ("seq", "dma", "feed_end", "clear", "pass_free", "store", "idle")
-    TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall")
+    TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
         c = config
@@ -67,6 +67,7 @@ class Machine:
         self.idle = 0  # cycle the compute unit (array, epilogue, store) is idle
         self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
+        self.instret = 0  # instructions retired (the ``instret`` counter)
 
     # -- repetition --------------------------------------------------------------------------
 
@@ -143,67 +144,69 @@ class Machine:
     # -- instructions ----------------------------------------------------------------------
 
     def instrs(self, n: int) -> None:
+        """``n`` instructions that retire one a cycle (register writes, CSR writes, branches)."""
         self.seq += n
+        self.instret += n
 
     def wait(self, load: bool = False, feed: bool = False, epi: bool = False) -> None:
         t = self.seq
         t = max(t, self.dma) if load else t
         t = max(t, self.feed_end) if feed else t
         t = max(t, self.idle) if epi else t
-        self.seq = t + 1
+        self.seq = t
+        self.instrs(1)
 
     def load(self, nbytes: int, row_bytes: int, setup: int = 0) -> None:
         """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
         register instructions. A word a cycle, or a row a cycle when a word holds several
         (the gearbox rate), then the port latency."""
-        self.seq += setup
+        self.instrs(setup)
         start = max(self.seq + ISSUE_LATENCY, self.dma + 1)
         busy = -(-nbytes // min(self.W, row_bytes)) + self.c.port_latency + LOAD_TAIL
         self.dma = start + busy
         self.load_busy += busy
         self.bytes_loaded += nbytes
-        self.seq += 1
+        self.instrs(1)
 
-    def matmuls(self, k: int, last: bool, lane_bytes: int, *, n_outer: int = 1,
-                n_inner: int = 1, setup: int = 0, per_inner: int = 1,
-                per_outer: int = 0) -> None:
-        """An ``n_outer`` x ``n_inner`` grid of MATMULs of ``k`` slices (``per_inner``
-        instructions each, ``per_outer`` more per outer iteration, ``setup`` before).
-        Slices stream back to back; a tile-ending slice waits until the previous tile has
-        drained (the stall rule)."""
+    def matmul(self, k: int, last: bool, lane_bytes: int) -> None:
+        """One MATMUL of ``k`` slices. Slices stream back to back; a tile-ending slice waits
+        until the previous tile has drained (the stall rule)."""
+        take = self._job()
+        start = max(take + 1, self.feed_end)
+        self._took(start - 1)
+        self.instrs(1)
+        if not last:
+            self.feed_end = start + k
+            self.idle = max(self.idle, self.feed_end + 1)
+            return
+        final = max(start + k - 1, self.clear)
+        self.stall += final - (start + k - 1)
+        self.feed_end = final + 1
+        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes)
+
+    def epipass(self, rows: int, lane_bytes: int) -> None:
+        """One EPIPASS of ``rows`` rows: it starts once the array has drained and the
+        previous pass's rows are in, and streams its rows like a drain."""
+        take = self._job()
+        start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1)
+        self._took(start - 1)
+        self.pass_free = self._stream(start, rows, lane_bytes)
+        self.instrs(1)
+
+    def grid(self, job: Callable[[], None], *, n_outer: int = 1, n_inner: int = 1,
+             setup: int = 0, head: int = 0, per_inner: int = 0, per_outer: int = 0) -> None:
+        """An ``n_outer`` x ``n_inner`` grid of one job (macro ``grid`` of ``common.j2``):
+        ``setup`` instructions, then per outer iteration ``head`` instructions, the inner
+        loop (the job, then ``per_inner`` instructions) and ``per_outer`` instructions."""
 
         def tile() -> None:
-            take = self._job()
-            start = max(take + 1, self.feed_end)
-            self._took(start - 1)
-            self.seq += per_inner
-            if not last:
-                self.feed_end = start + k
-                self.idle = max(self.idle, self.feed_end + 1)
-                return
-            final = max(start + k - 1, self.clear)
-            self.stall += final - (start + k - 1)
-            self.feed_end = final + 1
-            self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes)
+            job()
+            self.instrs(per_inner)
 
         def row() -> None:
+            self.instrs(head)
             self.repeat(n_inner, tile)
-            self.seq += per_outer
+            self.instrs(per_outer)
 
-        self.seq += setup
+        self.instrs(setup)
         self.repeat(n_outer, row)
-
-    def epipasses(self, n: int, rows: int, lane_bytes: int, *, setup: int = 0,
-                  per: int = 1) -> None:
-        """``n`` EPIPASSes of ``rows`` rows each (``per`` instructions each); a pass waits
-        for the array to drain and for the previous pass's rows to enter the epilogue."""
-
-        def one() -> None:
-            take = self._job()
-            start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1)
-            self._took(start - 1)
-            self.pass_free = self._stream(start, rows, lane_bytes)
-            self.seq += per
-
-        self.seq += setup
-        self.repeat(n, one)

@@ -26,21 +26,31 @@ def load(dst, words):
     return f"load dst={dst}, ext=r0, spad=r0, stride=r0, count=1, len={words}\n"
 
 
+def mms(m, k, lane_bytes, n=1, last=True, setup=0):
+    """``n`` MATMULs in straight-line code after ``setup`` other instructions."""
+    m.grid(lambda: m.matmul(k, last, lane_bytes), n_inner=n, setup=setup)
+
+
+def eps(m, n, rows, lane_bytes):
+    """``n`` EPIPASSes in straight-line code."""
+    m.grid(lambda: m.epipass(rows, lane_bytes), n_inner=n)
+
+
 #: name -> (program before "wait units=7; halt", the same as Machine phases)
 MICRO = {
-    "mm16_i8": (mm(16, "i8"), lambda m: m.matmuls(16, True, 1)),
-    "mm16_i32": (mm(16, "i32"), lambda m: m.matmuls(16, True, 4)),
-    "6mm2_i32": (mm(2, "i32") * 6, lambda m: m.matmuls(2, True, 4, n_inner=6)),
-    "6mm2_i8": (mm(2, "i8") * 6, lambda m: m.matmuls(2, True, 1, n_inner=6)),
-    "6mm20_i32": (mm(20, "i32") * 6, lambda m: m.matmuls(20, True, 4, n_inner=6)),
-    "ep40_i32": (ep(40, "i32"), lambda m: m.epipasses(1, 40, 4)),
-    "2ep16_i8": (ep(16, "i8") * 2, lambda m: m.epipasses(2, 16, 1)),
+    "mm16_i8": (mm(16, "i8"), lambda m: mms(m, 16, 1)),
+    "mm16_i32": (mm(16, "i32"), lambda m: mms(m, 16, 4)),
+    "6mm2_i32": (mm(2, "i32") * 6, lambda m: mms(m, 2, 4, n=6)),
+    "6mm2_i8": (mm(2, "i8") * 6, lambda m: mms(m, 2, 1, n=6)),
+    "6mm20_i32": (mm(20, "i32") * 6, lambda m: mms(m, 20, 4, n=6)),
+    "ep40_i32": (ep(40, "i32"), lambda m: eps(m, 1, 40, 4)),
+    "2ep16_i8": (ep(16, "i8") * 2, lambda m: eps(m, 2, 16, 1)),
     "mm_ep": (mm(8, "i32") + ep(8, "i8"),
-              lambda m: (m.matmuls(8, True, 4), m.epipasses(1, 8, 1))),
+              lambda m: (mms(m, 8, 4), eps(m, 1, 8, 1))),
     "mm8_nl_mm8": (mm(8, "i32", 0) + mm(8, "i32"),
-                   lambda m: (m.matmuls(8, False, 4), m.matmuls(8, True, 4))),
+                   lambda m: (mms(m, 8, 4, last=False), mms(m, 8, 4))),
     "nop_mm": ("nop\n" * 3 + mm(8, "i8") + "nop\n" * 3 + mm(8, "i8"),
-               lambda m: (m.matmuls(8, True, 1, setup=3), m.matmuls(8, True, 1, setup=3))),
+               lambda m: (mms(m, 8, 1, setup=3), mms(m, 8, 1, setup=3))),
     "loadb8": (load("b", 8), lambda m: m.load(8 * m.W, m.C)),
     "loadb16x2": (load("b", 16) * 2, lambda m: (m.load(16 * m.W, m.C), m.load(16 * m.W, m.C))),
     "loade32_16": (load("e32", 16), lambda m: m.load(16 * m.W, m.C * 4)),
@@ -77,7 +87,7 @@ def test_stall_rule_counts_what_the_hardware_counts():
     # 6 tiles of k=2 on 4x4: each tile-ending slice waits 13 - 2 = 11 cycles for the
     # previous tile's drain (rows + cols - 1 + 2 + 4 rows); the counter read 55.
     m = Machine(DEFAULT_VARIANTS["4x4"])
-    m.matmuls(2, True, 1, n_inner=6)
+    mms(m, 2, 1, n=6)
     assert m.stall == 55
 
 
@@ -87,10 +97,11 @@ def test_repeat_extrapolates_exactly():
         if not extrapolate:
             m.repeat = lambda count, body: [body() for _ in range(count)]
         for _ in range(3):
-            m.repeat(50, lambda: (m.load(256, m.R), m.matmuls(20, True, 1, n_inner=7, n_outer=3,
-                                                              per_inner=4, per_outer=5),
+            m.repeat(50, lambda: (m.load(256, m.R),
+                                  m.grid(lambda: m.matmul(20, True, 1), n_inner=7, n_outer=3,
+                                         setup=1, head=1, per_inner=3, per_outer=4),
                                   m.wait(load=True, feed=True)))
-            m.repeat(40, lambda: m.epipasses(3, 8, 4, per=3))
+            m.repeat(40, lambda: m.grid(lambda: m.epipass(8, 4), n_inner=3, per_inner=2))
         return m.seq, m.idle, m.stall, m.bytes_loaded, m.bytes_stored, m.load_busy
 
     assert walk(True) == walk(False)
