@@ -23,9 +23,9 @@ from fusion.kernels.protocol import KernelRefused
 from fusion.kernels.tiling import Tiling, traffic
 from hwgen.config import EPILOGUE_STAGES
 from hwgen.isa import Op, decode
+from hwgen.presets import SIM_VARIANTS as DEFAULT_VARIANTS
 from hwgen.presets import SMALL
 from hwgen.reference import EpilogueParams
-from sim.calibrate import DEFAULT_VARIANTS
 
 MODEL = AnalyticalModel()
 PARAMS = EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60, clamp_hi=90)

@@ -2,7 +2,7 @@
 
 Each micro-benchmark is one phase (a load, a few matmuls, an epilogue pass) followed by
 ``wait 7; halt``; its ``cycles`` counter was measured on the three variants of
-``sim.calibrate.DEFAULT_VARIANTS`` (the simulation tests' variants) and is recorded here, so
+``hwgen.presets.SIM_VARIANTS`` (the simulation tests' variants) and is recorded here, so
 the fast test replays the hardware without Verilator. The slow test re-measures them: when
 the gateware's timing changes, it fails and names the benchmark, and the recorded numbers
 and :mod:`fusion.cost.machine` are updated together.
@@ -11,7 +11,7 @@ and :mod:`fusion.cost.machine` are updated together.
 import pytest
 
 from fusion.cost.machine import Machine
-from sim.calibrate import DEFAULT_VARIANTS
+from hwgen.presets import SIM_VARIANTS as DEFAULT_VARIANTS
 
 
 def mm(k, dt, last=1):
