@@ -7,6 +7,7 @@ This sits above the low part of ``sim`` (it uses :mod:`fusion` to build kernels)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,8 +131,13 @@ class GemmCase:
     problem: Problem | None = None
 
     def operands(self) -> Problem:
-        """The case's problem: the one given, or random operands from its seed."""
-        return self.problem or random_problem(self.M, self.K, self.N, self.stages, self.seed)
+        """The case's problem: the one given, or random operands from its seed (drawn once:
+        the kernel, its memory image and its expected result all read them)."""
+        return self.problem or self._random_problem
+
+    @functools.cached_property
+    def _random_problem(self) -> Problem:
+        return random_problem(self.M, self.K, self.N, self.stages, self.seed)
 
     def kernel(self, config: VariantConfig) -> GemmKernel:
         """The compiled kernel (no operands: see :meth:`memory` and :meth:`expected`)."""
