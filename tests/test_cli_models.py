@@ -63,6 +63,8 @@ def test_no_fusion_plan_has_a_kernel_per_op(variant_dir, tmp_path, capsys):
     (["compile", "nosuch.onnx", "--variant", "V", "-o", "x"], "no ONNX model at nosuch.onnx"),
     (["compile", "model.txt", "--variant", "V", "-o", "x"], "neither an ONNX model"),
     (["run", "M.onnx", "--variant", "/nonexistent"], "no variant descriptor"),
+    (["run", "M.onnx", "--variant", "V", "--input", "nosuch=x.npy"],
+     "--input nosuch: the model's inputs are"),
 ])
 def test_user_errors_are_one_line_with_status_2(argv, message, variant_dir, capsys):
     argv = [str(variant_dir) if a == "V" else str(EXAMPLES / "qop_mlp.onnx") if a == "M.onnx"
@@ -70,6 +72,16 @@ def test_user_errors_are_one_line_with_status_2(argv, message, variant_dir, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("hwgen: error:") and message in err
+
+
+def test_a_misnamed_output_is_refused_before_the_simulator_runs(variant_dir, tmp_path,
+                                                               monkeypatch, capsys):
+    monkeypatch.setenv("HWGEN_BUILD_DIR", str(tmp_path / "sim"))
+    assert main(["run", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+                 "--output", f"nosuch={tmp_path / 'y.npy'}",
+                 "--cache", str(tmp_path / "cache")]) == 2
+    assert "--output nosuch: the model's outputs are y" in capsys.readouterr().err
+    assert not (tmp_path / "sim").exists()  # nothing was built or run
 
 
 def test_a_model_that_does_not_fit_says_what_is_too_big(tmp_path, capsys):

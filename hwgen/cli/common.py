@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
@@ -78,12 +79,27 @@ def kernel_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
 
 
-def named_paths(values: list[str] | None, what: str) -> dict[str | None, str]:
-    out: dict[str | None, str] = {}
+def named_paths(values: list[str] | None, flag: str, names: Sequence[str],
+                what: str) -> dict[str, str]:
+    """``[NAME=]FILE`` options as ``{name: file}``; a file without a name is for the only one
+    of ``names`` (the model's inputs or outputs, ``what``).
+
+    Raises
+    ------
+    ValueError
+        A name that is not one of ``names``, or no name when there are several.
+    """
+    out: dict[str, str] = {}
     for text in values or []:
         name, sep, path = text.partition("=")
-        if sep and not name.endswith(".npy"):
-            out[name] = path
-        else:
-            out[None] = text
+        if not sep or name.endswith(".npy"):
+            name, path = "", text
+        if not name:
+            if len(names) != 1:
+                raise ValueError(f"the model has {what} {', '.join(names)}; name the one "
+                                 f"{path} is for: {flag} NAME={path}")
+            name = names[0]
+        if name not in names:
+            raise ValueError(f"{flag} {name}: the model's {what} are {', '.join(names)}")
+        out[name] = path
     return out

@@ -16,21 +16,13 @@ def run(args: argparse.Namespace) -> int:
 
     compiled = compile_args(args)
     graph = compiled.graph
-    given = named_paths(args.input, "--input")
     inputs = random_inputs(graph, args.seed)
-    for name, path in given.items():
-        if name is None:
-            if len(graph.inputs) != 1:
-                raise ValueError(f"the model has inputs {', '.join(graph.inputs)}; name the one "
-                                 f"{path} is for: --input NAME={path}")
-            name = graph.inputs[0]
-        if name not in graph.inputs:
-            raise ValueError(f"--input {name}: the model's inputs are "
-                             f"{', '.join(graph.inputs)}")
+    for name, path in named_paths(args.input, "--input", graph.inputs, "inputs").items():
         try:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read --input {path}: {exc}") from None
+    outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
     try:
         report = run_compiled(compiled, inputs)
     except ShadowMismatch as exc:
@@ -38,15 +30,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
         print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
         return 1
-    for name, path in named_paths(args.output, "--output").items():
-        if name is None:
-            if len(graph.outputs) != 1:
-                raise ValueError(f"the model has outputs {', '.join(graph.outputs)}; name one: "
-                                 f"--output NAME={path}")
-            name = graph.outputs[0]
-        if name not in report.outputs:
-            raise ValueError(f"--output {name}: the model's outputs are "
-                             f"{', '.join(graph.outputs)}")
+    for name, path in outputs.items():
         np.save(path, report.outputs[name], allow_pickle=False)
     if args.json:
         print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
