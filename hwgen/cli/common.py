@@ -57,6 +57,22 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The options ``hwgen compile`` and ``hwgen run`` share: a model and a variant."""
+    p.add_argument("model", help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
+    p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
+    p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
+                   metavar="NAME=D0,D1,...",
+                   help="static shape of an ONNX input with dynamic dimensions")
+    p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
+                   help="every op its own kernel, through memory")
+    p.add_argument("--min-gain", dest="min_gain", type=float, default=0.02,
+                   help="fraction of predicted cycles fusion must save (default 0.02)")
+    p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
+                                   "build/kernel_cache)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def compile_args(args: argparse.Namespace):
     """Load the model and the variant, and compile (through the kernel cache)."""
     from fusion.compiler.plan import compile_model

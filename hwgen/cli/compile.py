@@ -6,7 +6,16 @@ import argparse
 import json
 from pathlib import Path
 
-from hwgen.cli.common import compile_args, kernel_table
+from hwgen.cli.common import add_model_arguments, compile_args, kernel_table
+
+HELP = "compile a model for a variant: kernels, microcode, memory plan"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("-o", "--output", required=True, help="plan folder to write")
+    p.add_argument("--explain", action="store_true",
+                   help="show every candidate, its predicted cycles, and why it lost")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+HELP = "check Python, Amaranth, cocotb and Verilator"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``hwgen doctor`` takes no options."""
+
 
 def run(args: argparse.Namespace) -> int:
     from sim.toolchain import doctor

@@ -5,6 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 
+from hwgen.cli.common import input_shape
+
+HELP = "print a model's graph after the passes: ops, shapes, quantization per tensor"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
+    p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
+                   metavar="NAME=D0,D1,...",
+                   help="static shape of an ONNX input with dynamic dimensions (repeatable)")
+    p.add_argument("--no-legalize", dest="no_legalize", action="store_true",
+                   help="stop after Q/DQ folding (leave convolutions as qconv2d)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
 
 def run(args: argparse.Namespace) -> int:
     from fusion.frontend.load import load_model

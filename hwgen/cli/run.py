@@ -6,7 +6,19 @@ import argparse
 import json
 import sys
 
-from hwgen.cli.common import compile_args, kernel_table, named_paths
+from hwgen.cli.common import add_model_arguments, compile_args, kernel_table, named_paths
+
+HELP = ("compile a model and run every kernel on Verilator, each shadow-checked against the "
+        "reference")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
+                   help="an input's value (default: random, from --seed)")
+    p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
+                   help="write an output (in the model's output dtype)")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def run(args: argparse.Namespace) -> int:
