@@ -18,6 +18,7 @@ from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
+from sim.build import BuildInfo
 from sim.run import Job, MemoryImage, RunResult, run_programs
 
 
@@ -177,20 +178,24 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
         program_words=len(kernel.program), variant=config.key(), got=got)
 
 
-def run_gemms(config: VariantConfig, cases: Sequence[GemmCase]) -> list[GemmReport]:
-    """Build and run every case in one simulator launch; one report per case, in order."""
+def run_gemms(config: VariantConfig, cases: Sequence[GemmCase], *,
+              build: BuildInfo | None = None) -> list[GemmReport]:
+    """Build and run every case in one simulator launch; one report per case, in order.
+
+    ``build`` is the simulation to run on (:func:`sim.build.build_variant` of ``config`` by
+    default)."""
     kernels = [case.kernel(config) for case in cases]
     jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(c.memory(k)), reads=k.reads),
                 name=f"gemm {c.M}x{c.K}x{c.N} {','.join(c.stages) or 'none'} "
                      f"{'fused' if c.fused else 'unfused'}")
             for c, k in zip(cases, kernels, strict=True)]
-    results = run_programs(config, jobs)
+    results = run_programs(config, jobs, build=build)
     return [report(config, c, k, r) for c, k, r in zip(cases, kernels, results, strict=True)]
 
 
 def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
              stages: Sequence[str] = (), fused: bool = True, seed: int = 0,
-             tiling: Tiling | None = None) -> GemmReport:
+             tiling: Tiling | None = None, build: BuildInfo | None = None) -> GemmReport:
     """Run one random GEMM with ``stages`` on Verilator and check it bit for bit.
 
     Parameters
@@ -207,11 +212,13 @@ def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
         Seed of the random operands and parameters.
     tiling : Tiling, optional
         Super tiles, loop order, double buffering; chosen automatically by default.
+    build : BuildInfo, optional
+        The simulation to run on; the variant's default build otherwise.
 
     Returns
     -------
     GemmReport
     """
     case = GemmCase(M=M, K=K, N=N, stages=tuple(stages), fused=fused, tiling=tiling, seed=seed)
-    return run_gemms(config, [case])[0]
+    return run_gemms(config, [case], build=build)[0]
 

@@ -22,6 +22,28 @@ def stage_list(text: str) -> tuple[str, ...]:
     return stages
 
 
+def positive_int(text: str) -> int:
+    """An option that counts something: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An option that is a share of something: a number from 0 to 1 (``nan`` is not one)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:  # also false for nan
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, not {text!r}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
     if args.config:
         try:
@@ -66,7 +88,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="static shape of an ONNX input with dynamic dimensions")
     p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
                    help="every op its own kernel, through memory")
-    p.add_argument("--min-gain", dest="min_gain", type=float, default=0.02,
+    p.add_argument("--min-gain", dest="min_gain", type=fraction, default=0.02,
                    help="fraction of predicted cycles fusion must save (default 0.02)")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hwgen.cli.common import stage_list
+from hwgen.cli.common import positive_int, stage_list
 from hwgen.gateware.folder import read_variant
 
 HELP = "run one GEMM kernel on Verilator, checked bit for bit"
@@ -13,17 +13,17 @@ HELP = "run one GEMM kernel on Verilator, checked bit for bit"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
-    p.add_argument("--m", type=int, required=True)
-    p.add_argument("--k", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--m", type=positive_int, required=True)
+    p.add_argument("--k", type=positive_int, required=True)
+    p.add_argument("--n", type=positive_int, required=True)
     p.add_argument("--epilogue", type=stage_list,
                    help="stages to apply (default: the variant's whole chain; 'none' for none)")
     p.add_argument("--unfused", action="store_true",
                    help="run the epilogue as separate memory-to-memory passes")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tm", type=int, help="array tiles per super tile along M")
-    p.add_argument("--tn", type=int, help="array tiles per super tile along N")
-    p.add_argument("--kt", type=int, help="K per MATMUL (K chunking)")
+    p.add_argument("--tm", type=positive_int, help="array tiles per super tile along M")
+    p.add_argument("--tn", type=positive_int, help="array tiles per super tile along N")
+    p.add_argument("--kt", type=positive_int, help="K per MATMUL (K chunking)")
     p.add_argument("--loop-order", dest="loop_order", choices=("mn", "nm"))
     p.add_argument("--no-double-buffer", dest="no_double_buffer", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
