@@ -12,13 +12,16 @@
 
 Weights are int8, symmetric, per output channel; activation scales are calibrated on a fixed
 random batch with the float model, so the quantized models are faithful. Everything is
-seeded: running the script again writes the same bytes.
+seeded, and the calibration's dot products are exact sums (``math.fsum``) rather than BLAS
+calls, whose summation order (and so the last bit of a scale) depends on the CPU: running the
+script again, on any x86-64 machine, writes the same bytes.
 
     .venv/bin/python -m examples.build_models     (or: .venv/bin/python examples/build_models.py)
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +96,17 @@ class _Model:
         return model
 
 
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64, each element the correctly rounded sum of its products.
+
+    Elementwise products are IEEE-exact on every CPU; only the order of a sum differs between
+    BLAS kernels, and ``math.fsum`` does not depend on the order.
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.array([[math.fsum(a[i] * b[:, j]) for j in range(b.shape[1])]
+                     for i in range(a.shape[0])])
+
+
 def _scale(values: np.ndarray, signed: bool = True) -> float:
     return float(np.abs(values).max() / 127) if signed else float(values.max() / 255)
 
@@ -102,8 +116,8 @@ def qop_mlp() -> onnx.ModelProto:
     x = sample_input("qop_mlp", seed=0)
     w1, s1, f1 = m.weights((64, 32), axis=1)
     w2, s2, f2 = m.weights((32, 10), axis=1)
-    h = np.maximum(x @ f1, 0)  # calibration: the hidden layer's float range
-    xs, hs, ys = _scale(x), _scale(h, signed=False), _scale(h @ f2)
+    h = np.maximum(_matmul(x, f1), 0)  # calibration: the hidden layer's float range
+    xs, hs, ys = _scale(x), _scale(h, signed=False), _scale(_matmul(h, f2))
     c = m.const
     xq = m.node("QuantizeLinear", ["x", c("x_scale", np.float32(xs)),
                                    c("x_zp", np.uint8(128))], "x_q")
@@ -123,8 +137,8 @@ def qdq_mlp_residual() -> onnx.ModelProto:
     w1, s1, f1 = m.weights((32, 32), axis=1)
     w2, s2, f2 = m.weights((32, 32), axis=1)
     b1, b2 = m.rng.normal(0, 0.1, 32), m.rng.normal(0, 0.1, 32)
-    h1 = np.maximum(x @ f1 + b1, 0)
-    h2 = np.clip(h1 @ f2 + b2, 0, 6)
+    h1 = np.maximum(_matmul(x, f1) + b1, 0)
+    h2 = np.clip(_matmul(h1, f2) + b2, 0, 6)
     xs, h1s, h2s, ys = _scale(x), _scale(h1), _scale(h2), _scale(h1 + h2)
     flat = m.node("Reshape", ["x", m.const("shape", np.array([8, 32], np.int64))], "x_flat")
     a = m.qdq(flat, "xa", xs)
@@ -145,18 +159,21 @@ def qdq_mlp_residual() -> onnx.ModelProto:
 
 
 def _conv(x: np.ndarray, w: np.ndarray, pad: int, group: int = 1) -> np.ndarray:
-    """Float NCHW convolution for calibration (stride 1)."""
+    """Float NCHW convolution for calibration (stride 1), by im2col and :func:`_matmul`."""
     n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
     xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)])
     oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
     out = np.zeros((n, m, oh, ow))
-    for o in range(m):
-        g = o // (m // group)
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg, i:i + oh, j:j + ow]
-                out[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j])
+    per_group = m // group
+    for g in range(group):
+        # Rows: (n, y, x) positions; columns: (channel, ky, kx) of this group's inputs.
+        cols = np.stack([xp[:, g * cg:(g + 1) * cg, i:i + oh, j:j + ow]
+                         for i in range(kh) for j in range(kw)], axis=2)  # n, cg, kh*kw, oh, ow
+        cols = cols.transpose(0, 3, 4, 1, 2).reshape(n * oh * ow, cg * kh * kw)
+        weights = w[g * per_group:(g + 1) * per_group].reshape(per_group, cg * kh * kw)
+        y = _matmul(cols, weights.T).reshape(n, oh, ow, per_group)
+        out[:, g * per_group:(g + 1) * per_group] = y.transpose(0, 3, 1, 2)
     return out
 
 
@@ -170,7 +187,7 @@ def qdq_cnn() -> onnx.ModelProto:
     c1 = np.maximum(_conv(x, f1, 1) + b1.reshape(1, -1, 1, 1), 0)
     p1 = c1.reshape(2, 8, 6, 2, 6, 2).max(axis=(3, 5))
     c2 = np.maximum(_conv(p1, f2, 0, group=8) + b2.reshape(1, -1, 1, 1), 0)
-    y = c2.reshape(2, -1) @ f3.T + b3
+    y = _matmul(c2.reshape(2, -1), f3.T) + b3
     xs, c1s, c2s, ys = _scale(x), _scale(c1, signed=False), _scale(c2), _scale(y)
     a = m.qdq("x", "xa", xs)
     conv1 = m.node("Conv", [a, m.dq_weights("w1", w1, s1, 0), m.dq_bias("b1", b1, xs * s1)],
