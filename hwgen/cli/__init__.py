@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from hwgen.cli import compile, doctor, gemm, generate, inspect, run
 
@@ -18,19 +19,33 @@ COMMANDS = {"doctor": doctor, "generate": generate, "gemm": gemm, "inspect": ins
             "compile": compile, "run": run}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hwgen", description=__doc__.splitlines()[0])
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in hwgen's form: one ``hwgen: error:`` line (not the usage
+    block, then ``hwgen gemm: error:``) that says where the help is, and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("hwgen").strip()
+        self.exit(2, f"hwgen: error: {message} (see 'hwgen {command + ' ' if command else ''}"
+                     f"--help')\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="hwgen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.set_defaults(commands={})
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.HELP)
         module.add_arguments(p)
         p.set_defaults(func=module.run)
+        parser.get_default("commands")[name] = p
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's parser says so, pointing at the command's help
+        args.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except KeyboardInterrupt:
