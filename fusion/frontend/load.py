@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fusion.ir.graph import Graph, GraphError
+from fusion.ir.validation import validate
 
 #: Model file types :func:`load_model` reads, by extension.
 MODEL_TYPES = {".onnx": "ONNX", ".json": "hwgen JSON graph"}
@@ -24,7 +25,9 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
     Raises
     ------
     GraphError
-        For an unknown extension, an unreadable or invalid model, or input shapes given for a
+        For an unknown extension, an unreadable or invalid model (checked by
+        :func:`fusion.ir.validation.validate`), a model that computes nothing (no outputs, no
+        nodes, or only graph inputs and constants as outputs), or input shapes given for a
         JSON graph (whose shapes are static already).
     """
     path = Path(path)
@@ -37,10 +40,29 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
     if kind == "ONNX":
         from fusion.frontend.onnx_import import import_onnx
 
-        return import_onnx(path, input_shapes=input_shapes)
-    if input_shapes:
-        raise GraphError(f"--input-shape applies to ONNX models; the hwgen JSON graph {path} "
-                         f"has static shapes already")
-    from fusion.frontend.json_format import load_json
+        graph = import_onnx(path, input_shapes=input_shapes)  # validated
+    else:
+        if input_shapes:
+            raise GraphError(f"--input-shape applies to ONNX models; the hwgen JSON graph "
+                             f"{path} has static shapes already")
+        from fusion.frontend.json_format import load_json
 
-    return load_json(path)
+        graph = load_json(path)
+        try:
+            validate(graph)  # the file format checks fields, not ops, arities or attributes
+        except GraphError as exc:
+            raise GraphError(f"{path}: {exc}") from None
+    _check_computes(graph, path)
+    return graph
+
+
+def _check_computes(graph: Graph, path: Path) -> None:
+    """Refuse a model that computes nothing: protobuf reads a 0-byte file as an empty model."""
+    if not graph.outputs:
+        raise GraphError(f"{path}: the model has no outputs; is it the model you meant?")
+    if not graph.nodes:
+        raise GraphError(f"{path}: the model has no nodes: there is nothing to compute")
+    computed = {o for node in graph.nodes for o in node.outputs}
+    if not computed & set(graph.outputs):
+        raise GraphError(f"{path}: the model computes none of its outputs "
+                         f"({', '.join(graph.outputs)}: graph inputs or constants)")

@@ -155,6 +155,12 @@ class Graph:
     # -- structure ---------------------------------------------------------------------
 
     def _check(self) -> None:
+        for role, listed in (("input", self.inputs), ("output", self.outputs)):
+            if not all(isinstance(n, str) and n for n in listed):
+                raise GraphError(f"graph {role}s need names, not {list(listed)}")
+            twice = sorted({n for n in listed if listed.count(n) > 1})
+            if twice:
+                raise GraphError(f"graph {role} {twice[0]!r} is listed twice; list each once")
         names = set()
         for node in self.nodes:
             if node.name in names:
