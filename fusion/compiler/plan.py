@@ -1,24 +1,19 @@
-""":func:`compile_model`: graph -> kernels with programs and a memory plan; the plan folder.
+""":func:`compile_model`: graph -> kernels with programs and a memory plan.
 
 The pipeline: prune and legalize the graph (:func:`fusion.passes.driver.optimize`), find the
 chains and host steps (:mod:`fusion.compiler.lower`), choose a cover per chain
 (:mod:`fusion.compiler.engine`), order the steps, plan the external memory
 (:mod:`fusion.compiler.memplan`), then build each kernel's program at its placement through
 the kernel cache. A kernel whose program does not fit the instruction memory with the chosen
-tiling is built with the next-best one, and the plan says so.
+tiling is built with the next-best one, and the plan says so. The plan folder (write and
+read) is :mod:`fusion.compiler.plan_folder`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
@@ -32,8 +27,13 @@ from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.program import Kernel
 from hwgen.config import VariantConfig
 
-#: Version of ``plan.json``: 2 records each kernel's kind and params (``form``, ``params``).
-PLAN_FORMAT = 2
+#: The ``format`` tag of ``plan.json``.
+PLAN_TAG = "hwgen-plan"
+#: Version of ``plan.json`` (its ``version``): 2 recorded each kernel's kind and params
+#: (``form``, ``params``); 3 makes the folder a deployable artifact
+#: (:mod:`fusion.compiler.plan_folder`): the graph after the passes, each kernel's metadata,
+#: every file's size and SHA-256, the gateware digest and a digest of ``plan.json`` itself.
+PLAN_FORMAT = 3
 
 
 @dataclass
@@ -106,7 +106,7 @@ class CompiledModel:
                 "program_words": len(s.compiled.program), "describe": sp.describe(),
                 "note": s.note,
             })
-        return {"format": PLAN_FORMAT, "model": self.graph.name,
+        return {"format": PLAN_TAG, "version": PLAN_FORMAT, "model": self.graph.name,
                 "signature": self.graph.signature(), "variant": self.config.key(),
                 "fusion": self.fusion, "predicted_cycles": round(self.predicted_cycles),
                 "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
@@ -121,8 +121,26 @@ def _order(graph: Graph, kernels: Sequence[KernelSpec], host: Sequence[Node]
                                              else s.name])
 
 
-def _reads(step: KernelSpec | Node) -> tuple[str, ...]:
-    return step.inputs
+def order_and_place(graph: Graph, config: VariantConfig, kernels: Sequence[KernelSpec],
+                    host: Sequence[Node]) -> tuple[list[KernelSpec | Node], MemoryPlan]:
+    """The steps in execution order (topological, by each one's first node) and the memory
+    plan of their buffers: what a compile decides after choosing the kernels, and what
+    reading a plan folder checks it against.
+
+    Raises
+    ------
+    CompileError
+        If the model does not fit the variant's external memory.
+    """
+    order = _order(graph, kernels, host)
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(order):
+        for t in step.inputs:
+            last_use[t] = i
+    for t in graph.outputs:
+        last_use[t] = len(order)
+    regions = {s.name: s.regions(config) for s in order if isinstance(s, KernelSpec)}
+    return order, plan_memory(config, order, regions, last_use)
 
 
 def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
@@ -163,15 +181,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     for d in decisions:
         for option in d.chosen.options:
             chosen[option.spec.name] = (option.spec, option, d)
-    order = _order(g, [c[0] for c in chosen.values()], host)
-    last_use: dict[str, int] = {}
-    for i, step in enumerate(order):
-        for t in _reads(step):
-            last_use[t] = i
-    for t in g.outputs:
-        last_use[t] = len(order)
-    regions = {s.name: s.regions(config) for s in order if isinstance(s, KernelSpec)}
-    memory = plan_memory(config, order, regions, last_use)
+    order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
     before = cache.stats.to_dict() if cache is not None else {}
     steps: list[KernelStep | HostStep] = []
     for step in order:
@@ -210,43 +220,3 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
     raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")
-
-
-# -- the plan folder ---------------------------------------------------------------------------
-
-
-def _file_stem(index: int, name: str) -> str:
-    return f"{index:02d}_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
-
-
-def write_plan(compiled: CompiledModel, folder: Path | str) -> dict[str, Any]:
-    """Write ``plan.json`` and, per kernel, its listing (``.asm``) and binary (``.bin``).
-
-    The binary is the program's 64-bit words, little-endian; ``plan.json`` records each one's
-    SHA-256 so a changed file is noticed.
-
-    Returns
-    -------
-    dict
-        What ``plan.json`` holds.
-    """
-    folder = Path(folder)
-    (folder / "kernels").mkdir(parents=True, exist_ok=True)
-    plan = compiled.to_dict()
-    kernel_steps = iter(compiled.kernels)
-    for i, entry in enumerate(plan["steps"]):
-        if entry["kind"] != "kernel":
-            continue
-        k = next(kernel_steps)
-        stem = _file_stem(i, k.name)
-        words = np.asarray(k.compiled.program, dtype="<u8").tobytes()
-        (folder / "kernels" / f"{stem}.bin").write_bytes(words)
-        (folder / "kernels" / f"{stem}.asm").write_text(k.compiled.source)
-        entry["binary"] = f"kernels/{stem}.bin"
-        entry["listing"] = f"kernels/{stem}.asm"
-        entry["sha256"] = hashlib.sha256(words).hexdigest()
-    tmp = folder / "plan.json.tmp"
-    tmp.write_text(json.dumps(plan, indent=1))
-    tmp.replace(folder / "plan.json")
-    (folder / "explain.txt").write_text(compiled.explain() + "\n")
-    return plan

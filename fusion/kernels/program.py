@@ -301,6 +301,71 @@ def regions_of(kind: KernelKind, config: VariantConfig, params: Any) -> dict[str
     return kind.regions(config, params)
 
 
+#: The metadata keys a kind's builder decides (:class:`~fusion.kernels.protocol.Build`); every
+#: other key follows from the kind, its params and the placed regions
+#: (:func:`layout_metadata`).
+BUILD_KEYS = ("chosen", "bytes_loaded", "bytes_stored", "ideal_cycles", "program_words")
+
+
+def layout_metadata(kind: KernelKind, config: VariantConfig, params: Any,
+                    regions: Mapping[str, Region],
+                    placement: Mapping[str, int] | None) -> dict[str, Any]:
+    """The metadata (see the module docstring) that needs no build: everything but
+    :data:`BUILD_KEYS`, from the kind, its params and the placed ``regions``."""
+    out = regions["out"]
+    return {
+        "kind": kind.name, "variant": config.key(), "params": kind.key_params(params),
+        "dims": list(kind.dims(params)), "stages": list(kind.stages(params)),
+        "quant": dataclasses.asdict(kind.epilogue(params)),
+        "operands": {name: [op.dtype, list(op.shape)]
+                     for name, op in kind.operands(config, params).items()},
+        "out": [kind.output(params).dtype, list(kind.output(params).shape)],
+        "regions": {name: [r.addr, r.nbytes] for name, r in regions.items()},
+        "reads": {"out": [out.addr, out.nbytes]}, "placement": placement_key(placement),
+    }
+
+
+def restore_kernel(kind: KernelKind, config: VariantConfig, params: Any, entry: CacheEntry, *,
+                   placement: Mapping[str, int] | None = None, what: str = "the kernel"
+                   ) -> Kernel:
+    """The kernel of ``params`` from a stored ``entry`` (a plan folder), without building it.
+
+    The entry's metadata must be exactly what :func:`compile_kernel` would record for
+    ``params`` at ``placement`` (:func:`layout_metadata`), with the builder's figures
+    (:data:`BUILD_KEYS`) well formed and ``program_words`` the number of words; the program
+    itself is taken as it is (its integrity is the caller's check: a plan's SHA-256).
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` and the first key that differs or is malformed.
+    """
+    sizes = regions_of(kind, config, params)
+    regions = layout.place(config, sizes, placement, what=kind.describe(params))
+    # as JSON data, the way the cache stores it (tuples become lists)
+    want = CacheEntry.create((), "", layout_metadata(kind, config, params, regions,
+                                                     placement)).metadata
+    meta = entry.metadata
+    extra = sorted(set(meta) - set(want) - set(BUILD_KEYS))
+    if extra:
+        raise ValueError(f"{what}: unknown metadata key {extra[0]!r}")
+    for key, value in want.items():
+        if meta.get(key) != value:
+            raise ValueError(f"{what}: metadata {key!r} is {meta.get(key)!r}, but its kind and "
+                             f"params give {value!r}")
+    if not isinstance(meta.get("chosen"), dict):
+        raise ValueError(f"{what}: metadata 'chosen' must be an object")
+    for key in BUILD_KEYS[1:]:
+        value = meta.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{what}: metadata {key!r} must be a non-negative integer, not "
+                             f"{value!r}")
+    if meta["program_words"] != len(entry.words):
+        raise ValueError(f"{what}: metadata says {meta['program_words']} program words, the "
+                         f"program has {len(entry.words)}")
+    return kind.kernel_type(config, kind, params, entry)
+
+
 def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
                    placement: Mapping[str, int] | None = None,
                    cache: KernelCache | None = None) -> Kernel:
@@ -333,20 +398,10 @@ def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
 
     def build() -> CacheEntry:
         built = kind.build(config, params, regions)
-        out = regions["out"]
-        meta = {
-            "kind": kind.name, "variant": config.key(), "params": parts["params"],
-            "dims": list(kind.dims(params)), "stages": list(kind.stages(params)),
-            "quant": dataclasses.asdict(kind.epilogue(params)),
-            "operands": {name: [op.dtype, list(op.shape)]
-                         for name, op in kind.operands(config, params).items()},
-            "out": [kind.output(params).dtype, list(kind.output(params).shape)],
-            "regions": {name: [r.addr, r.nbytes] for name, r in regions.items()},
-            "reads": {"out": [out.addr, out.nbytes]}, "placement": parts["placement"],
-            "chosen": built.chosen, "bytes_loaded": built.bytes_loaded,
-            "bytes_stored": built.bytes_stored, "ideal_cycles": built.ideal_cycles,
-            "program_words": len(built.program),
-        }
+        meta = {**layout_metadata(kind, config, params, regions, placement),
+                "chosen": built.chosen, "bytes_loaded": built.bytes_loaded,
+                "bytes_stored": built.bytes_stored, "ideal_cycles": built.ideal_cycles,
+                "program_words": len(built.program)}
         return CacheEntry.create(built.program.words, built.program.text, meta)
 
     entry = build() if cache is None else cache.get_or_build(parts, build)

@@ -13,16 +13,18 @@ HELP = "compile a model for a variant: kernels, microcode, memory plan"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("-o", "--output", required=True, help="plan folder to write")
+    p.add_argument("-o", "--output", required=True,
+                   help="plan folder to write: new, empty, or an old plan (replaced whole)")
     p.add_argument("--explain", action="store_true",
                    help="show every candidate, its predicted cycles, and why it lost")
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusion.compiler.plan import write_plan
+    from fusion.compiler.plan_folder import check_output_folder, write_plan
 
+    check_output_folder(Path(args.output))  # before the work, not after it
     compiled = compile_args(args)
-    plan = write_plan(compiled, Path(args.output))
+    plan = write_plan(compiled, Path(args.output), source=Path(args.model))
     if args.json:
         print(json.dumps({**plan, "explain": compiled.explain().splitlines()}
                          if args.explain else plan))
