@@ -1,9 +1,15 @@
 """Errors at the command line's edge: every bad option or input is one ``hwgen: error:`` line
 and exit status 2, naming the fix."""
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from hwgen.cli import main
+from hwgen.cli.run import finite_inputs
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def one_error_line(capsys) -> str:
@@ -34,3 +40,36 @@ def test_a_parse_error_is_one_line_naming_the_help(argv, message, command, capsy
     line = one_error_line(capsys)
     assert message in line
     assert line.endswith(f"(see 'hwgen {command} --help')".replace("  ", " "))
+
+
+@pytest.fixture(scope="module")
+def variant_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("variant") / "v2x2"
+    assert main(["generate", "--rows", "2", "--cols", "2", "--port-bytes", "4",
+                 "-o", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize(("value", "count"), [(np.nan, 3), (np.inf, 1), (-np.inf, 2)])
+def test_non_finite_inputs_are_refused_before_the_run(variant_dir, tmp_path, monkeypatch,
+                                                      capsys, value, count):
+    # NaN became the int8 minimum without a word; now it is named, with the way out
+    monkeypatch.setenv("HWGEN_BUILD_DIR", str(tmp_path / "sim"))
+    x = np.zeros((8, 64), np.float32)
+    x.flat[:count] = value
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+                 "--input", str(tmp_path / "x.npy"), "--cache", str(tmp_path / "c")]) == 2
+    line = one_error_line(capsys)
+    assert f"input 'x' holds {count} non-finite value" in line and "--saturate-nonfinite" in line
+    assert not (tmp_path / "sim").exists()  # refused before anything ran
+
+
+def test_saturating_maps_nan_to_zero_and_infinities_to_the_ends():
+    x = np.array([np.nan, np.inf, -np.inf, 1.5], np.float32)
+    got = finite_inputs({"x": x}, saturate=True)["x"]
+    big = np.finfo(np.float32).max
+    np.testing.assert_array_equal(got, np.array([0.0, big, -big, 1.5], np.float32))
+    assert got.dtype == np.float32
+    ints = np.arange(3, dtype=np.int8)
+    assert finite_inputs({"i": ints}, saturate=False)["i"] is ints  # integers are always finite

@@ -44,6 +44,18 @@ def fraction(text: str) -> float:
     return value
 
 
+def seed(text: str) -> int:
+    """A random seed: a whole number from 0 to 2**32 - 1 (what numpy's generators take)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {(1 << 32) - 1}, "
+                                         f"not {text!r}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
     if args.config:
         try:

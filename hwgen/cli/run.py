@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from hwgen.cli.common import add_model_arguments, compile_args, kernel_table, named_paths
+from hwgen.cli.common import (
+    add_model_arguments,
+    compile_args,
+    kernel_table,
+    named_paths,
+    seed,
+)
 
 HELP = ("compile a model and run every kernel on Verilator, each shadow-checked against the "
         "reference")
@@ -18,7 +24,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an input's value (default: random, from --seed)")
     p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
                    help="write an output (in the model's output dtype)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
+    p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
+                   help="let NaN and infinities into float inputs: an infinity saturates, NaN "
+                        "reads as 0.0 (the zero point); refused by default")
+
+
+def finite_inputs(inputs: dict, *, saturate: bool) -> dict:
+    """The inputs with their float values checked: NaN and infinities are refused, or with
+    ``saturate`` made finite (an infinity becomes the largest float of its sign, which
+    quantizing saturates, and NaN 0.0, which quantizes to the zero point: ONNX's
+    QuantizeLinear leaves NaN undefined for integer outputs, and runtimes differ).
+
+    Raises
+    ------
+    ValueError
+        Naming the input and how many of its values are not finite.
+    """
+    import numpy as np
+
+    out = dict(inputs)
+    for name, value in inputs.items():
+        if not np.issubdtype(value.dtype, np.floating):
+            continue
+        bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+        if not bad:
+            continue
+        if not saturate:
+            raise ValueError(f"input {name!r} holds {bad:,} non-finite value(s) (NaN or "
+                             f"infinity), which int8 cannot represent; fix the data, or pass "
+                             f"--saturate-nonfinite to saturate infinities and read NaN as 0")
+        big = np.finfo(value.dtype).max
+        out[name] = np.nan_to_num(value, nan=0.0, posinf=big, neginf=-big)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read --input {path}: {exc}") from None
+    inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)
     outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
     try:
         report = run_compiled(compiled, inputs)
