@@ -101,8 +101,9 @@ def load_plan_json(path: Path) -> Any:
                         f"({MAX_PLAN_BYTES:,}); it is not an hwgen plan")
     try:
         return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PlanError(f"{path} is not valid JSON ({exc}); it is truncated or damaged") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PlanError(f"{path} is not valid JSON ({str(exc) or 'nested too deep'}); it is "
+                        f"truncated or damaged") from None
 
 
 def _no_constant(name: str) -> Any:

@@ -233,7 +233,7 @@ class _Reader:
         path = self.folder / GRAPH_FILE
         try:
             graph = graph_from_dict(json.loads(blob.decode("utf-8")), str(path))
-        except (UnicodeDecodeError, ValueError) as exc:  # GraphError is a ValueError
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # GraphError too
             raise self.fail(f"{path} is not a readable graph: {exc}") from None
         if graph.signature() != self.get(data, "signature", str, ""):
             raise self.fail(f"{path} is not the graph the plan was compiled from (signature "
@@ -275,7 +275,7 @@ class _Reader:
         if [s.name for s in order] != [s["name"] for s in entries]:
             raise self.fail(f"{self.plan_path}: the steps are not in the order the graph "
                             f"runs them")
-        if self.get(data, "memory", dict, "") != memory.to_dict():
+        if self.get(data, "memory", dict, "") != _json(memory.to_dict()):
             raise self.fail(f"{self.plan_path}: memory is not the memory plan of its steps")
         steps: list[KernelStep | HostStep] = []
         for i, (step, entry) in enumerate(zip(order, entries, strict=True)):
@@ -309,14 +309,19 @@ class _Reader:
         stop = start + len(ops)
         if [n.name for n in chain.nodes[start:stop]] != ops:
             raise self.fail(f"{self.plan_path}: {where}ops {ops} is not a run of one chain")
-        base = spec_for(graph, self.config, chain, start, stop)
-        refusal = base if isinstance(base, Refusal) else base.kind.legality(self.config,
-                                                                            base.params)
-        if refusal is not None:
-            raise self.fail(f"{self.plan_path}: {where} cannot run on this variant: {refusal}")
+        try:  # what the compile did before pricing: lower the segment, check its legality
+            base = spec_for(graph, self.config, chain, start, stop)
+            refusal = base if isinstance(base, Refusal) else base.kind.legality(self.config,
+                                                                                base.params)
+            if refusal is not None:
+                raise ValueError(refusal)
+            offered = [base.params, *base.kind.variants(self.config, base.params)]
+        except ValueError as exc:  # CompileError and KernelRefused are ValueErrors
+            raise self.fail(f"{self.plan_path}: {where} cannot run on this variant: "
+                            f"{exc}") from None
         recorded = self.get(step, "params", dict, where)
         kind = base.kind
-        for params in [base.params, *kind.variants(self.config, base.params)]:
+        for params in offered:
             if _json(kind.key_params(params)) == recorded:
                 break
         else:
@@ -351,6 +356,8 @@ class _Reader:
         except (UnicodeDecodeError, ValueError, GraphError) as exc:
             raise self.fail(str(exc)) from None
         cycles = self.get(entry, "predicted_cycles", (int, float), where)
+        if cycles < 0:
+            raise self.fail(f"{self.plan_path}: {where}predicted_cycles is negative")
         note = self.get(entry, "note", str, where)
         return KernelStep(spec, kernel, float(cycles), note)
 

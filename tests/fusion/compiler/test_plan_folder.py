@@ -137,7 +137,8 @@ def test_the_source_model_is_checked_when_given(plan_dir):
 
 
 @pytest.mark.parametrize("content", [b"", b'{"format": "hwgen-plan", "ver', b"\xff\xfe garbage",
-                                     b"NaN", b"{}", b"[1, 2]", b"null", b'"plan"'])
+                                     b"NaN", b"{}", b"[1, 2]", b"null", b'"plan"',
+                                     b"[" * 100_000])
 def test_garbage_or_a_wrong_shape_of_plan_json_is_refused(plan_dir, content):
     (plan_dir / "plan.json").write_bytes(content)
     _refused(plan_dir, "plan.json")
@@ -184,6 +185,7 @@ def _first_kernel(plan: dict) -> dict:
     (lambda p: _first_kernel(p).update(program_words=10 ** 12), ["program_words"]),
     (lambda p: _first_kernel(p).update(ops=["nosuch"]), ["ops"]),
     (lambda p: _first_kernel(p).update(predicted_cycles=True), ["predicted_cycles"]),
+    (lambda p: _first_kernel(p).update(predicted_cycles=-1), ["predicted_cycles"]),
     (lambda p: p["memory"]["buffers"][0].update(bytes=1), ["memory plan"]),
     (lambda p: p.update(fusion="yes"), ["fusion"]),
 ])
@@ -312,3 +314,50 @@ def test_a_copied_plan_folder_reads_anywhere(plan_dir, tmp_path):
     copy = tmp_path / "elsewhere" / "p"
     shutil.copytree(plan_dir, copy)
     assert len(read_plan(copy, V4X4).kernels) == 4
+
+
+KILLED_WRITER = """
+import sys, time
+from pathlib import Path
+from fusion.compiler import plan_folder
+from fusion.compiler.plan import compile_model
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from hwgen.presets import SIM_VARIANTS
+
+compiled = compile_model(load_model(sys.argv[1]), SIM_VARIANTS["4x4"],
+                         cache=KernelCache(disk=False))
+write = plan_folder._write_synced
+
+def slow(path, data):
+    write(path, data)
+    Path(sys.argv[3]).touch()  # a file of the new plan is written: kill me now
+    time.sleep(60)
+
+plan_folder._write_synced = slow
+plan_folder.write_plan(compiled, sys.argv[2])
+"""
+
+
+def test_a_killed_compile_leaves_the_old_plan(plan_dir, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    before = {p: p.read_bytes() for p in plan_dir.rglob("*") if p.is_file()}
+    ready = tmp_path / "ready"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER,
+                              str(EXAMPLES / "qop_mlp.onnx"), str(plan_dir), str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists()
+    finally:
+        child.kill()
+        child.wait()
+    assert {p: p.read_bytes() for p in plan_dir.rglob("*") if p.is_file()} == before
+    assert len(read_plan(plan_dir, V4X4).kernels) == 4
+    # the killed writer's temporary folder is hidden beside the plan, never inside it
+    assert all(p.name.startswith(".plan.tmp-") for p in plan_dir.parent.iterdir()
+               if p.name not in ("plan", "ready"))
