@@ -74,11 +74,8 @@ def file_stem(index: int, name: str) -> str:
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file, read in blocks (a model may be large)."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # -- is it a plan? ------------------------------------------------------------------------------
