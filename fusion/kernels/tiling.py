@@ -300,7 +300,14 @@ def ranked_tilings(
     double_buffer: bool | None = None,
     per_channel: bool = False,
 ) -> Iterator[Tiling]:
-    """Every fitting tiling that keeps the given choices, best first (:func:`default_tiling`)."""
+    """Every fitting tiling that keeps the given choices, best first (:func:`default_tiling`).
+
+    Raises
+    ------
+    ValueError
+        For a choice no tiling can keep (``tm``, ``tn`` or ``kt`` below 1, an unknown order).
+    """
+    _check_choices(tm=tm, tn=tn, kt=kt, order=order)
     doubles = (True, False) if double_buffer is None else (bool(double_buffer),)
     for double in doubles:
         if kt is None or kt >= dims.Kp:
@@ -333,7 +340,9 @@ def default_tiling(
     Raises
     ------
     ValueError
-        If nothing fits, naming what the most modest candidate needs and what is available.
+        For a choice no tiling can keep (``tm``, ``tn`` or ``kt`` below 1, an unknown order:
+        it is refused, never replaced), or if nothing fits, naming what the most modest
+        candidate with the given choices needs and what is available.
     """
     fixed = {"tm": tm, "tn": tn, "kt": kt, "order": order, "double_buffer": double_buffer}
     for tiling in ranked_tilings(dims, stages, **fixed, per_channel=per_channel):
@@ -343,10 +352,23 @@ def default_tiling(
     raise AssertionError("unreachable: the most modest tiling fits but was not found")
 
 
+def _check_choices(**choices: int | str | None) -> None:
+    """Refuse a given choice that no tiling can keep (a falsy 0 used to mean "choose")."""
+    for name in ("tm", "tn", "kt"):
+        value = choices[name]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+    if choices["order"] is not None and choices["order"] not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {choices['order']!r}")
+
+
 def _modest(dims: GemmDims, *, tm: int | None = None, tn: int | None = None,
             kt: int | None = None, order: str | None = None,
             double_buffer: bool | None = None) -> Tiling:
     """The least demanding tiling with the given choices: what is short when it fails is
-    what no tiling can do without."""
-    return Tiling(tm=tm or 1, tn=tn or 1, kt=kt or dims.config.k_align, order=order or "mn",
-                  double_buffer=bool(double_buffer))
+    what no tiling can do without. A super tile of several tiles takes the whole K (K
+    chunking needs one tile), so its problem is the scratchpad it does not fit."""
+    several = (tm or 1) > 1 or (tn or 1) > 1
+    return Tiling(tm=tm or 1, tn=tn or 1, kt=kt or (dims.Kp if several else dims.config.k_align),
+                  order=order or "mn", double_buffer=bool(double_buffer))
