@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: setup demo test test-fast sim bench lint clean
+.PHONY: setup demo test test-fast sim bench mutate lint clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ sim: setup
 
 bench: setup
 	$(PY) -m bench.run
+
+# Inject each fault of bench/mutations.py into a scratch copy and check that hwgen catches it.
+mutate: setup
+	$(PY) -m bench.mutate
 
 lint: setup
 	$(VENV)/bin/ruff check hwgen fusion sim tests bench

@@ -16,6 +16,8 @@ import numpy as np
 
 from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm
 from fusion.kernels.tiling import Tiling
+from fusion.runtime.edge_cases import plant
+from fusion.runtime.invariants import check_counters
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 from sim.build import BuildInfo
@@ -38,22 +40,36 @@ class Problem:
 
 
 def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> Problem:  # noqa: N803
-    """Full-range int8 operands, and epilogue parameters that spread the int8 outputs.
+    """Full-range int8 operands and epilogue parameters that spread the int8 outputs, with
+    every edge case of the stages planted (:func:`fusion.runtime.edge_cases.plant`).
 
     The requantize scale maps about three standard deviations of the accumulators onto the
-    int8 range, so saturation, rounding and the ReLU all see real traffic.
+    int8 range, so saturation and the ReLU see real traffic. Its multiplier is a small odd
+    number shifted to full width, so that exact rounding ties exist within the int8 range;
+    one row of B holds only -1 and 1, so that the planted rows of A can reach any accumulator
+    exactly. Rows of A are then solved, one edge case each (as many as there are rows), and
+    residual elements set, so that each reachable case occurs: negative and positive sums,
+    saturation at both ends, ties of both signs, ReLU around 0 and at -1, each clamp bound.
     """
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (M, K), dtype=np.int8)
     b = rng.integers(-128, 128, (K, N), dtype=np.int8)
-    spread = math.sqrt(K) * 5500.0 + 1.0  # std of a sum of K products of uniform int8
+    b[rng.integers(K)] = rng.choice(np.array([-1, 1], np.int8), N)
+    # std of a sum of K products of uniform int8, or less when K is too small for the
+    # planted rows to reach the saturation (each other row of B adds 64 * 128 on average)
+    spread = min(math.sqrt(K) * 5500.0, 128.0 * (64 * (K - 1) + 1) / 5) + 1.0
     bias = rng.integers(-int(spread), int(spread) + 1, N).astype(np.int32)
     residual = rng.integers(-128, 128, (M, N), dtype=np.int8)
-    lo = int(rng.integers(-120, -20))
-    params = EpilogueParams.from_scale(127.0 / (3.0 * spread), zp=int(rng.integers(-10, 11)),
-                                       clamp_lo=lo, clamp_hi=int(rng.integers(lo + 1, 121)))
-    return Problem(a=a, b=b, bias=bias if "bias" in stages else None,
-                   residual=residual if "residual" in stages else None, params=params)
+    # after a ReLU the clamp sees no negative values: its lower bound must be positive to bite
+    lo = int(rng.integers(1, 40)) if "relu" in stages else int(rng.integers(-120, -20))
+    odd = int(rng.integers(32, 64)) * 2 + 1  # 65..127: ties at +-odd/2, inside int8
+    half_steps = max(1, round(math.log2(odd * 3.0 * spread / 127.0)))
+    params = EpilogueParams(mult=odd << 24, shift=24 + half_steps, zp=int(rng.integers(-10, 11)),
+                            clamp_lo=lo, clamp_hi=int(rng.integers(lo + 1, 121)))
+    problem = Problem(a=a, b=b, bias=bias if "bias" in stages else None,
+                      residual=residual if "residual" in stages else None, params=params)
+    plant(a, b, tuple(stages), params, problem.operands, rng)
+    return problem
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,8 @@ class GemmReport:
     program_words: int
     variant: str
     got: np.ndarray = field(repr=False, compare=False)
+    #: Counter invariants the run broke (:func:`fusion.runtime.invariants.check_counters`).
+    violations: tuple[str, ...] = ()
 
     @property
     def cycles(self) -> int:
@@ -103,13 +121,16 @@ class GemmReport:
             "stall_epilogue": c["stall_epilogue"], "array_busy": c["array_busy"],
             "instret": c["instret"], "program_words": self.program_words,
             "mismatches": self.mismatches, "first_mismatch": self.first_mismatch,
+            "counter_violations": list(self.violations),
             "wall_seconds": round(self.wall_seconds, 4),
             "sim_cycles_per_s": round(self.cycles / self.wall_seconds) if self.wall_seconds else 0,
         }
 
     def summary(self) -> str:
-        verdict = "bit-exact" if self.ok else (
+        verdict = "bit-exact" if not self.mismatches else (
             f"MISMATCH in {self.mismatches} elements, first at {self.first_mismatch}")
+        if self.violations:
+            verdict += "; COUNTER VIOLATION: " + "; ".join(self.violations)
         return (f"gemm {self.M}x{self.K}x{self.N} epilogue={','.join(self.stages) or 'none'} "
                 f"{'fused' if self.fused else 'unfused'}: {verdict}; {self.cycles} cycles "
                 f"(ideal {self.ideal_cycles}, utilization {self.utilization:.3f}), "
@@ -162,7 +183,9 @@ def ideal_cycles(config: VariantConfig, M: int, K: int, N: int) -> int:  # noqa:
 
 def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: RunResult,
            expected: np.ndarray | None = None) -> GemmReport:
-    """Compare a run with the reference (or with ``expected``, for tests that must fail)."""
+    """Compare a run with the reference (or with ``expected``, for tests that must fail), and
+    check its counters against the program (:func:`fusion.runtime.invariants.check_counters`):
+    the report is ok only when both hold."""
     got = kernel.decode(bytes(result.outputs["out"]))
     want = case.expected(kernel) if expected is None else expected
     bad = np.argwhere(got != want)
@@ -170,12 +193,16 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
     if len(bad):
         r, c = (int(v) for v in bad[0])
         first = (r, c, int(got[r, c]), int(want[r, c]))
+    ideal = ideal_cycles(config, case.M, case.K, case.N)
+    violations = tuple(str(v) for v in check_counters(config, kernel.program, result.counters,
+                                                      ideal_cycles=ideal))
     return GemmReport(
         M=case.M, K=case.K, N=case.N, stages=tuple(case.stages), fused=case.fused,
-        tiling=kernel.tiling, ok=not len(bad), mismatches=len(bad), first_mismatch=first,
-        counters=result.counters, ideal_cycles=ideal_cycles(config, case.M, case.K, case.N),
+        tiling=kernel.tiling, ok=not len(bad) and not violations, mismatches=len(bad),
+        first_mismatch=first, counters=result.counters, ideal_cycles=ideal,
         bytes_loaded=kernel.bytes_loaded, wall_seconds=result.wall_seconds,
-        program_words=len(kernel.program), variant=config.key(), got=got)
+        program_words=len(kernel.program), variant=config.key(), got=got,
+        violations=violations)
 
 
 def run_gemms(config: VariantConfig, cases: Sequence[GemmCase], *,

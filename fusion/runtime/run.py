@@ -10,6 +10,19 @@ with the reference executor running the kernel's nodes one by one (the unfused r
 the same input values. The first difference stops the run with :class:`ShadowMismatch`,
 naming the kernel, its nodes and where the values differ. A kernel whose compiled metadata
 does not match its operands (shapes, dtypes) is refused before it runs.
+
+Two more checks run with every kernel, so that a fault the model's own values do not exercise
+is still seen:
+
+- **directed inputs**: in the same simulator launch, the kernel also runs on ``shadow_inputs``
+  further sets of input values chosen to reach every stage's edge cases (negative and positive
+  pre-activations, both saturations, each clamp bound, exact rounding ties where the
+  multiplier allows them: :mod:`fusion.runtime.shadow_inputs`); each is checked against the
+  reference like the model's own, and only the model's own result is used;
+- **counter invariants** (:mod:`fusion.runtime.invariants`): after each run the hardware
+  counters must agree with what the program implies (bytes read and written, k-slices,
+  instructions retired, cycles at least the ideal); a disagreement raises
+  :class:`CounterViolation`.
 """
 
 from __future__ import annotations
@@ -24,6 +37,8 @@ import numpy as np
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.reference import executor
+from fusion.runtime.invariants import check_counters
+from fusion.runtime.shadow_inputs import directed_inputs
 
 
 class ShadowMismatch(RuntimeError):
@@ -32,6 +47,27 @@ class ShadowMismatch(RuntimeError):
     def __init__(self, kernel: str, message: str) -> None:
         super().__init__(message)
         self.kernel = kernel
+
+
+class CounterViolation(ShadowMismatch):
+    """A kernel's hardware counters disagree with its program (see
+    :func:`fusion.runtime.invariants.check_counters`): the run stopped there.
+
+    Attributes
+    ----------
+    kernel : str
+    violations : list of fusion.runtime.invariants.Violation
+        Each names the counter, the expected and the measured value.
+    """
+
+    def __init__(self, kernel: str, violations: list) -> None:
+        super().__init__(kernel, f"kernel {kernel!r}: " + "; ".join(str(v) for v in violations)
+                         + ". The hardware did other work than its program asks; the run "
+                           "stopped here")
+        self.violations = violations
+
+#: Directed input sets each kernel also runs on by default (``run_compiled(shadow_inputs=)``).
+DEFAULT_SHADOW_INPUTS = 2
 
 
 @dataclass
@@ -106,7 +142,8 @@ def check_dispatch(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None
 
 
 def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
-                 build: Any = None) -> RunReport:
+                 build: Any = None, shadow_inputs: int = DEFAULT_SHADOW_INPUTS,
+                 seed: int = 0) -> RunReport:
     """Run ``compiled`` on the simulator with shadow checks (see the module docstring).
 
     Parameters
@@ -116,16 +153,31 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         One value per graph input.
     build : sim.build.BuildInfo, optional
         The variant's build (built and cached on first use otherwise).
+    shadow_inputs : int
+        Directed input sets each kernel also runs on, in the same simulator launch, checked
+        against the reference (0: only the model's own values).
+    seed : int
+        Seed of the directed inputs' random part.
 
     Raises
     ------
     ShadowMismatch
-        At the first kernel whose result differs from the reference.
+        At the first kernel whose result, on the model's values or on a directed set, differs
+        from the reference.
+    CounterViolation
+        At the first kernel whose counters disagree with its program (a ShadowMismatch).
     GraphError
         For inputs that do not match the graph.
+    ValueError
+        For a negative ``shadow_inputs``.
     """
     from sim.build import build_variant
     from sim.run import Job, MemoryImage, run_programs
+
+    if not isinstance(shadow_inputs, int) or isinstance(shadow_inputs, bool) or (
+            shadow_inputs < 0):
+        raise ValueError(f"shadow_inputs is a count of directed input sets, 0 or more, not "
+                         f"{shadow_inputs!r}")
 
     graph, config = compiled.graph, compiled.config
     build = build or build_variant(config)
@@ -140,31 +192,43 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             host.append(step.name)
             continue
         spec = step.spec
-        operands = spec.operands(graph, env, config)
-        check_dispatch(step, operands)
-        writes = step.compiled.memory(**operands)
-        job = Job(program=step.compiled.program,
-                  memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
-                  name=step.name)
-        (result,) = run_programs(config, [job], build=build)
-        got = spec.result(graph, step.compiled.decode(result.outputs))
-        # The reference: the kernel's nodes, one by one, on the same inputs.
-        ref_env = {t: env[t] for t in spec.inputs}
-        ref_env.update(graph.initializers)
-        evaluate_nodes(graph, [graph.node(n) for n in spec.nodes], ref_env)
-        want = ref_env[spec.output]
-        if got.shape != want.shape or not np.array_equal(got, want):
-            raise ShadowMismatch(step.name, _mismatch(step, got, want))
-        env[spec.output] = got
-        runs.append(KernelRun(step.name, list(spec.nodes), int(result.counters["cycles"]),
-                              step.predicted_cycles, dict(result.counters), spec.describe()))
+        sets = [{t: env[t] for t in spec.inputs}]
+        sets += directed_inputs(graph, spec, step.compiled, sets[0], config, shadow_inputs,
+                                seed=seed)
+        jobs = []
+        for n, values in enumerate(sets):
+            operands = spec.operands(graph, values, config)
+            check_dispatch(step, operands)
+            writes = step.compiled.memory(**operands)
+            jobs.append(Job(program=step.compiled.program,
+                            memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
+                            name=step.name if n == 0 else f"{step.name}-directed{n}"))
+        results = run_programs(config, jobs, build=build)
+        for n, (values, result) in enumerate(zip(sets, results, strict=True)):
+            got = spec.result(graph, step.compiled.decode(result.outputs))
+            # The reference: the kernel's nodes, one by one, on the same inputs.
+            ref_env = dict(values)
+            ref_env.update(graph.initializers)
+            evaluate_nodes(graph, [graph.node(x) for x in spec.nodes], ref_env)
+            want = ref_env[spec.output]
+            if got.shape != want.shape or not np.array_equal(got, want):
+                what = "" if n == 0 else f" on directed input set {n} of {len(sets) - 1}"
+                raise ShadowMismatch(step.name, _mismatch(step, got, want, what))
+            violations = check_counters(config, step.compiled.program, result.counters)
+            if violations:
+                raise CounterViolation(step.name, violations)
+            if n == 0:
+                env[spec.output] = got
+                runs.append(KernelRun(step.name, list(spec.nodes),
+                                      int(result.counters["cycles"]), step.predicted_cycles,
+                                      dict(result.counters), spec.describe()))
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host)
 
 
-def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray) -> str:
-    where = f"kernel {step.name!r} ({' -> '.join(step.spec.nodes)})"
+def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:
+    where = f"kernel {step.name!r} ({' -> '.join(step.spec.nodes)}){what}"
     if got.shape != want.shape:
         return f"{where}: the hardware result has shape {got.shape}, the reference {want.shape}"
     diff = np.argwhere(got != want)

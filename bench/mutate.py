@@ -1,0 +1,207 @@
+"""``make mutate``: inject each fault of :mod:`bench.mutations` and check that hwgen catches it.
+
+For the unmutated sources (the baseline, which must pass every check) and then for each
+mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl_templates``,
+``examples``) into a scratch folder, patches the copy, and runs there, with the copy first on
+``PYTHONPATH`` and its own build folder and kernel cache:
+
+1. ``hwgen generate`` of a small variant with every epilogue stage (:data:`VARIANT`);
+2. the standard checks with default options: ``hwgen gemm`` on a few shapes (:data:`GEMMS`)
+   and ``hwgen run`` on every bundled example (``examples/*.onnx``).
+
+A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
+error (a failed build or generate counts as caught, and the table says so; so does a crash,
+a Python traceback, which is told apart from exit 1). The table lists,
+per mutation, the file, the checks that caught it and its status; the campaign exits 1 if a
+mutant survived, and 2 if the baseline fails or a mutation no longer applies.
+
+Usage: ``python -m bench.mutate [--jobs N] [--only NAME ...] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.mutations import MUTATIONS, Mutation
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What the scratch copy holds: the packages and the bundled examples.
+COPIED = ("hwgen", "fusion", "sim", "rtl_templates", "examples")
+#: The variant each mutant is generated as (hwgen generate options).
+VARIANT = ("--rows", "4", "--cols", "4", "--epilogue", "bias,requant,relu,clamp,residual")
+#: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
+#: and a long K with K chunking.
+GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
+#: Seconds a check may take before it counts as hung (and so as caught).
+TIMEOUT = 600
+
+
+class MutationDoesNotApply(RuntimeError):
+    """A mutation's text is not in its file exactly once: the code moved on."""
+
+
+@dataclass
+class Outcome:
+    """What the checks said about one mutant (or the baseline)."""
+
+    name: str
+    path: str
+    caught_by: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # checks that exited 2 or worse
+    seconds: float = 0.0
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.caught_by or self.errors)
+
+    def status(self) -> str:
+        if self.caught_by:
+            return "caught"
+        if self.errors:
+            return "caught (error: " + ", ".join(self.errors) + ")"
+        return "SURVIVED"
+
+
+def patch(mutation: Mutation, text: str) -> str:
+    """``text`` with the mutation's ``old`` text, which must occur exactly once, replaced."""
+    count = text.count(mutation.old)
+    if count != 1:
+        raise MutationDoesNotApply(
+            f"mutation {mutation.name!r}: its text occurs {count} times in {mutation.path} "
+            f"(it must occur once); update bench/mutations.py to the current code:\n"
+            f"    {mutation.old}")
+    return text.replace(mutation.old, mutation.new)
+
+
+def apply(mutation: Mutation, root: Path) -> None:
+    """Patch the file ``mutation.path`` under ``root``."""
+    path = root / mutation.path
+    path.write_text(patch(mutation, path.read_text()))
+
+
+def scratch_copy(into: Path, source: Path = ROOT) -> None:
+    """Copy the sources the checks run from (:data:`COPIED`) from ``source`` into ``into``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "build")
+    for name in COPIED:
+        shutil.copytree(source / name, into / name, ignore=ignore)
+
+
+def checks() -> list[tuple[str, list[str]]]:
+    """The standard checks: a name and the ``hwgen`` arguments of each."""
+    out = []
+    for m, k, n in GEMMS:
+        out.append((f"gemm {m}x{k}x{n}", ["gemm", "--variant", "variant", "--m", str(m),
+                                          "--k", str(k), "--n", str(n)]))
+    for model in sorted((ROOT / "examples").glob("*.onnx")):
+        out.append((f"run {model.stem}", ["run", f"examples/{model.name}", "--variant",
+                                          "variant"]))
+    return out
+
+
+def _hwgen(folder: Path, args: list[str], log) -> int:
+    """Run ``hwgen args`` in the copy; its exit status, or -1 for a traceback (a crash is not
+    a check that caught the fault, even though Python exits 1 then)."""
+    env = {**os.environ, "PYTHONPATH": str(folder), "HWGEN_BUILD_DIR": str(folder / "build/sim"),
+           "HWGEN_KERNEL_CACHE": str(folder / "build/kernel_cache")}
+    log.write(f"$ hwgen {' '.join(args)}\n")
+    try:
+        done = subprocess.run([sys.executable, "-m", "hwgen.cli", *args], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log.write(f"(timed out after {TIMEOUT} s)\n")
+        return 124
+    log.write(done.stdout + done.stderr + f"(exit {done.returncode})\n")
+    log.flush()
+    return -1 if "Traceback (most recent call last)" in done.stderr else done.returncode
+
+
+def run_mutant(mutation: Mutation | None, work: Path) -> Outcome:
+    """Copy the snapshot ``work / "sources"``, patch it (unless ``mutation`` is None: the
+    baseline), generate the variant and run every check."""
+    name = mutation.name if mutation else "baseline"
+    outcome = Outcome(name, mutation.path if mutation else "-")
+    folder = work / name
+    began = time.perf_counter()
+    scratch_copy(folder, work / "sources")
+    if mutation is not None:
+        apply(mutation, folder)
+    with open(folder / "checks.log", "w") as log:
+        if _hwgen(folder, ["generate", *VARIANT, "-o", "variant"], log) != 0:
+            outcome.errors.append("generate")
+        else:
+            for check, args in checks():
+                code = _hwgen(folder, args, log)
+                if code == 1:
+                    outcome.caught_by.append(check)
+                elif code != 0:
+                    outcome.errors.append(f"{check} " + ("crashed" if code == -1
+                                                         else f"exit {code}"))
+    outcome.seconds = time.perf_counter() - began
+    return outcome
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("mutation", "file", "caught by", "status")]
+    for o in outcomes:
+        rows.append((o.name, o.path, ", ".join(o.caught_by) or "-", o.status()))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(" | ".join([*(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)),
+                                 r[3]]) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.mutate", description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutations")
+    p.add_argument("--keep", action="store_true", help="keep the scratch folders (and logs)")
+    args = p.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    unknown = set(args.only or ()) - {m.name for m in MUTATIONS}
+    if unknown:
+        print(f"bench.mutate: error: no mutation named {', '.join(sorted(unknown))}",
+              file=sys.stderr)
+        return 2
+    for mutation in chosen:  # every patch must apply before anything runs
+        try:
+            patch(mutation, (ROOT / mutation.path).read_text())
+        except MutationDoesNotApply as exc:
+            print(f"bench.mutate: error: {exc}", file=sys.stderr)
+            return 2
+    began = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="hwgen-mutate-"))
+    scratch_copy(work / "sources")  # one snapshot: edits made while it runs do not leak in
+    try:
+        baseline = run_mutant(None, work)
+        if baseline.caught:
+            print(f"bench.mutate: error: the unmutated sources fail the checks "
+                  f"({baseline.status()}: {', '.join(baseline.caught_by + baseline.errors)}); "
+                  f"see {work / 'baseline' / 'checks.log'}", file=sys.stderr)
+            args.keep = True
+            return 2
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            outcomes = list(pool.map(lambda m: run_mutant(m, work), chosen))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(table(outcomes))
+    survived = [o.name for o in outcomes if not o.caught]
+    print(f"{len(outcomes) - len(survived)} of {len(outcomes)} mutants caught "
+          f"({len(checks())} checks each) in {time.perf_counter() - began:.0f} s"
+          + (f"; kept in {work}" if args.keep else ""))
+    if survived:
+        print(f"SURVIVED: {', '.join(survived)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

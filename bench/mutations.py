@@ -1,0 +1,106 @@
+"""The hardware and microcode faults that ``make mutate`` injects (:mod:`bench.mutate`).
+
+Each :class:`Mutation` is one small textual patch of a gateware module (``hwgen/gateware/``) or
+a microcode template (``rtl_templates/microcode/``): the text ``old`` must occur exactly once
+in the file (so the campaign fails loudly when the code moves on and a patch no longer
+applies), and is replaced by ``new``. Each models a plausible bug, chosen so that it changes
+only some results: off-by-one boundaries, rounding of exact ties, one wrong lane, a counter
+that counts the wrong unit, a wait that does not wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One injected fault.
+
+    Attributes
+    ----------
+    name : str
+        Short identifier (the table's first column).
+    path : str
+        The file patched, relative to the repository root.
+    old, new : str
+        The text replaced (exactly one occurrence) and its replacement.
+    doc : str
+        What the fault does.
+    """
+
+    name: str
+    path: str
+    old: str
+    new: str
+    doc: str
+
+
+EPI = "hwgen/gateware/epilogue.py"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("requant-round-ties", EPI,
+             "rnd.eq((Const(1, 65) << shift) >> 1)",
+             "rnd.eq(((Const(1, 65) << shift) >> 1) - (shift != 0))",
+             "requantize rounds exact halves toward -inf instead of +inf (only ties differ)"),
+    Mutation("requant-sat-low", EPI,
+             "out.append(saturate(scaled + csr.req_zp, INT8_MIN, INT8_MAX))",
+             "out.append(saturate(scaled + csr.req_zp, INT8_MIN + 1, INT8_MAX))",
+             "requantize saturates at -127 instead of -128"),
+    Mutation("requant-sat-high", EPI,
+             "out.append(saturate(scaled + csr.req_zp, INT8_MIN, INT8_MAX))",
+             "out.append(saturate(scaled + csr.req_zp, INT8_MIN, INT8_MAX - 1))",
+             "requantize saturates at 126 instead of 127"),
+    Mutation("relu-lets-minus-one", EPI,
+             "return [Mux(v < 0, 0, v) for v in x]",
+             "return [Mux(v < -1, 0, v) for v in x]",
+             "ReLU lets -1 through"),
+    Mutation("clamp-hi-off-by-one", EPI,
+             "out.append(Mux(low > csr.clamp_hi, csr.clamp_hi, low))",
+             "out.append(Mux(low > csr.clamp_hi + 1, csr.clamp_hi, low))",
+             "clamp lets hi + 1 through"),
+    Mutation("bias-lane", EPI,
+             'saturate(v + e["bias"][c], INT32_MIN, INT32_MAX)',
+             'saturate(v + e["bias"][c ^ 1], INT32_MIN, INT32_MAX)',
+             "each lane adds its neighbour's bias"),
+    Mutation("residual-mode", EPI,
+             "Mux(csr.res_mode, Mux(v > r, v, r), v + r)",
+             "Mux(csr.res_mode, Mux(v > r, r, v), v + r)",
+             "residual max mode computes the minimum"),
+    Mutation("residual-sat-high", EPI,
+             "Mux(csr.res_mode, Mux(v > r, v, r), v + r), INT8_MIN, INT8_MAX)",
+             "Mux(csr.res_mode, Mux(v > r, v, r), v + r), INT8_MIN, INT8_MAX - 1)",
+             "residual add saturates at 126 instead of 127"),
+    Mutation("per-channel-shift", EPI,
+             'shift.eq(Mux(csr.req_mode, e["pc_shift"][c][:6], csr.req_shift))',
+             "shift.eq(csr.req_shift)",
+             "per-channel requantize takes the per-tensor shift register"),
+    Mutation("mac-sign", "hwgen/gateware/pe.py",
+             "total.eq(acc + self.a_in * self.b_in)",
+             "total.eq(acc + self.a_in.as_unsigned() * self.b_in)",
+             "the MAC reads A as unsigned"),
+    Mutation("skew", "hwgen/gateware/array.py",
+             'pe.a_in.eq(self._delay(m, self.a[i], i, f"a{i}"))',
+             'pe.a_in.eq(self._delay(m, self.a[i], i - (i == 2), f"a{i}"))',
+             "row 2 of A enters the array a cycle early"),
+    Mutation("dma-stride", "hwgen/gateware/dma.py",
+             "seg_base.eq(seg_base + cmd.stride)",
+             "seg_base.eq(seg_base + cmd.stride + (seg == 1))",
+             "the third segment of a strided LOAD starts a word late"),
+    Mutation("loop-count", "rtl_templates/microcode/common.j2",
+             "li rd=r12, imm={{ g.n_inner }}",
+             "li rd=r12, imm={{ g.n_inner - 1 }}",
+             "the inner loop of a job grid runs one iteration short"),
+    Mutation("wait-ignores-compute", "hwgen/gateware/sequencer.py",
+             "& ((~units[2]) | self.compute_idle))",
+             ")",
+             "WAIT does not wait for the compute unit (epilogue and stores)"),
+    Mutation("bytes-written-beats", "hwgen/gateware/counters.py",
+             'step = self._config.port_bytes if name.startswith("bytes_") else 1',
+             'step = self._config.port_bytes if name == "bytes_read" else 1',
+             "bytes_written counts write beats, not bytes"),
+    Mutation("instret-skips-halt", "hwgen/gateware/sequencer.py",
+             "m.d.comb += [retire.eq(1), pc_next.eq(pc)]",
+             "m.d.comb += pc_next.eq(pc)",
+             "HALT does not retire (instret one short)"),
+)
