@@ -60,12 +60,13 @@ def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> 
     spread = min(math.sqrt(K) * 5500.0, 128.0 * (64 * (K - 1) + 1) / 5) + 1.0
     bias = rng.integers(-int(spread), int(spread) + 1, N).astype(np.int32)
     residual = rng.integers(-128, 128, (M, N), dtype=np.int8)
-    # after a ReLU the clamp sees no negative values: its lower bound must be positive to bite
+    # After a ReLU the clamp sees no negative values: its lower bound must be positive to bite.
+    # The upper bound is positive, so that a residual added after it can saturate.
     lo = int(rng.integers(1, 40)) if "relu" in stages else int(rng.integers(-120, -20))
     odd = int(rng.integers(32, 64)) * 2 + 1  # 65..127: ties at +-odd/2, inside int8
     half_steps = max(1, round(math.log2(odd * 3.0 * spread / 127.0)))
     params = EpilogueParams(mult=odd << 24, shift=24 + half_steps, zp=int(rng.integers(-10, 11)),
-                            clamp_lo=lo, clamp_hi=int(rng.integers(lo + 1, 121)))
+                            clamp_lo=lo, clamp_hi=int(rng.integers(max(lo + 1, 1), 121)))
     problem = Problem(a=a, b=b, bias=bias if "bias" in stages else None,
                       residual=residual if "residual" in stages else None, params=params)
     plant(a, b, tuple(stages), params, problem.operands, rng)
