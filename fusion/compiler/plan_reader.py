@@ -141,8 +141,11 @@ class _Reader:
             raise self.fail(f"{self.plan_path} has plan format {found!r}; this hwgen reads "
                             f"format {PLAN_FORMAT}")
         source = data.get("source")
-        if isinstance(source, dict) and isinstance(source.get("path"), str):
-            self.model = source["path"]
+        if source is not None and not (isinstance(source, dict) and set(source) == {
+                "path", "sha256"} and all(isinstance(v, str) for v in source.values())):
+            raise self.fail(f"{self.plan_path}: source must be null or the model's path and "
+                            f"sha256")
+        self.model = source["path"] if source is not None else self.model
         if data.get("digest") != plan_digest(data):
             raise self.fail(f"{self.plan_path} does not match its recorded digest: it was "
                             f"edited or damaged after hwgen compile wrote it")
@@ -275,8 +278,14 @@ class _Reader:
         if [s.name for s in order] != [s["name"] for s in entries]:
             raise self.fail(f"{self.plan_path}: the steps are not in the order the graph "
                             f"runs them")
-        if self.get(data, "memory", dict, "") != _json(memory.to_dict()):
+        if not _same(self.get(data, "memory", dict, ""), memory.to_dict()) or \
+                self.get(data, "peak_memory_bytes", int, "") != memory.peak_bytes:
             raise self.fail(f"{self.plan_path}: memory is not the memory plan of its steps")
+        if self.get(data, "model", str, "") != graph.name:
+            raise self.fail(f"{self.plan_path}: model is not the name of its graph")
+        self.get(data, "cache", dict, "")  # what the compile's kernel cache did: shown only
+        if self.get(data, "predicted_cycles", (int, float), "") < 0:
+            raise self.fail(f"{self.plan_path}: predicted_cycles is negative")
         steps: list[KernelStep | HostStep] = []
         for i, (step, entry) in enumerate(zip(order, entries, strict=True)):
             if isinstance(step, Node):
@@ -294,7 +303,7 @@ class _Reader:
             raise self.fail(f"{self.plan_path}: {where}name {name!r} is no host step of the "
                             f"graph")
         recorded = (step.get("op"), step.get("inputs"), step.get("outputs"))
-        if recorded != (node.op, list(node.inputs), list(node.outputs)):
+        if not _same(recorded, (node.op, node.inputs, node.outputs)):
             raise self.fail(f"{self.plan_path}: {where} does not match node {name!r} of the "
                             f"graph")
         return node
@@ -322,22 +331,24 @@ class _Reader:
         recorded = self.get(step, "params", dict, where)
         kind = base.kind
         for params in offered:
-            if _json(kind.key_params(params)) == recorded:
+            if _same(kind.key_params(params), recorded):
                 break
         else:
             raise self.fail(f"{self.plan_path}: {where}params are none the "
                             f"{kind.name} kind offers for {ops}")
         spec = base.with_params(params)
-        recorded = (step.get("name"), step.get("form"), step.get("inputs"), step.get("output"))
-        if recorded != (spec.name, kind.name, list(spec.inputs), spec.output):
-            raise self.fail(f"{self.plan_path}: {where} name, form, inputs or output do not "
-                            f"match its nodes")
+        recorded = (step.get("name"), step.get("form"), step.get("inputs"), step.get("output"),
+                    step.get("describe"))
+        if not _same(recorded, (spec.name, kind.name, spec.inputs, spec.output,
+                                spec.describe())):
+            raise self.fail(f"{self.plan_path}: {where} name, form, inputs, output or describe "
+                            f"do not match its nodes")
         return spec
 
     def kernel_step(self, spec: KernelSpec, entry: dict[str, Any], placement: dict[str, int],
                     files: dict[str, bytes], index: int) -> KernelStep:
         where = f"steps[{index}]."
-        if entry.get("placement") != placement:
+        if not _same(entry.get("placement"), placement):
             raise self.fail(f"{self.plan_path}: {where}placement is not the memory plan's")
         blob = files[entry["binary"]]
         if len(blob) % 8:
@@ -362,9 +373,10 @@ class _Reader:
         return KernelStep(spec, kernel, float(cycles), note)
 
 
-def _json(value: Any) -> Any:
-    """``value`` as parsed JSON would hold it (tuples become lists)."""
-    return json.loads(json.dumps(value))
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON: ``true`` is not ``1`` and ``1.0`` is not ``1`` (Python's ``==`` says
+    they are), and a tuple is the list it is written as."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

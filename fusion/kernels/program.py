@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ from fusion.kernels.cache import CacheEntry, KernelCache
 from fusion.kernels.codegen import Program, load_bytes
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.protocol import Build, KernelKind, KernelRefused, Operand
+from hwgen import isa
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 
@@ -350,7 +352,8 @@ def restore_kernel(kind: KernelKind, config: VariantConfig, params: Any, entry: 
     if extra:
         raise ValueError(f"{what}: unknown metadata key {extra[0]!r}")
     for key, value in want.items():
-        if meta.get(key) != value:
+        if json.dumps(meta.get(key), sort_keys=True) != json.dumps(value, sort_keys=True):
+            # compared as JSON: Python's == takes true for 1 and 1.0 for 1
             raise ValueError(f"{what}: metadata {key!r} is {meta.get(key)!r}, but its kind and "
                              f"params give {value!r}")
     if not isinstance(meta.get("chosen"), dict):
@@ -363,6 +366,13 @@ def restore_kernel(kind: KernelKind, config: VariantConfig, params: Any, entry: 
     if meta["program_words"] != len(entry.words):
         raise ValueError(f"{what}: metadata says {meta['program_words']} program words, the "
                          f"program has {len(entry.words)}")
+    try:  # the one figure the words alone give: what the loads read
+        loaded = load_bytes(config, [isa.decode(w) for w in entry.words])
+    except ValueError as exc:  # IsaError is one
+        raise ValueError(f"{what}: its program does not decode: {exc}") from None
+    if meta["bytes_loaded"] != loaded:
+        raise ValueError(f"{what}: metadata says the program loads {meta['bytes_loaded']} "
+                         f"bytes, its loads read {loaded}")
     return kind.kernel_type(config, kind, params, entry)
 
 

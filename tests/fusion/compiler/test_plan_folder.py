@@ -181,6 +181,8 @@ def _first_kernel(plan: dict) -> dict:
     (lambda p: _first_kernel(p)["metadata"]["regions"]["out"].__setitem__(1, 1 << 40),
      ["metadata 'regions'"]),
     (lambda p: _first_kernel(p)["metadata"].update(bytes_loaded=-1), ["bytes_loaded"]),
+    (lambda p: _first_kernel(p)["metadata"].update(bytes_loaded=10 ** 30), ["loads read"]),
+    (lambda p: _first_kernel(p)["params"]["tiling"].update(tm=True), ["params are none"]),
     (lambda p: _first_kernel(p)["metadata"].update(chosen=None), ["chosen"]),
     (lambda p: _first_kernel(p).update(program_words=10 ** 12), ["program_words"]),
     (lambda p: _first_kernel(p).update(ops=["nosuch"]), ["ops"]),
@@ -202,6 +204,15 @@ def test_sizes_are_bounded_before_a_file_is_read(plan_dir):
     _edit(plan_dir, lambda p: p["files"][name].update(
         bytes=len(big), sha256=hashlib.sha256(big).hexdigest()))
     _refused(plan_dir, "more than this variant could use")
+
+
+def test_a_binary_that_does_not_decode_is_refused(plan_dir):
+    # garbage of the right length, recorded with its hash: the words must still be a program
+    name = _first_kernel(json.loads((plan_dir / "plan.json").read_text()))["binary"]
+    junk = b"\xff" * (plan_dir / name).stat().st_size
+    (plan_dir / name).write_bytes(junk)
+    _edit(plan_dir, lambda p: p["files"][name].update(sha256=hashlib.sha256(junk).hexdigest()))
+    _refused(plan_dir, "its program does not decode", "unknown opcode")
 
 
 # -- writing -----------------------------------------------------------------------------------
