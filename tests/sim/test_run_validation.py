@@ -112,6 +112,7 @@ def test_the_default_timeout_grows_with_program_and_data():
 
 def test_a_missing_build_is_reported_not_launched():
     with pytest.raises(SimError, match=r"no simulator at /nonexistent/hwgen-build/obj/"
-                                       r"hwgen_tb_top.*build_variant"):
+                                       r"hwgen_tb_top: the build folder was removed.*cannot "
+                                       r"be remade"):
         run()
     assert not Path("/nonexistent").exists()
