@@ -50,6 +50,9 @@ def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> 
     exactly. Rows of A are then solved, one edge case each (as many as there are rows), and
     residual elements set, so that each reachable case occurs: negative and positive sums,
     saturation at both ends, ties of both signs, ReLU around 0 and at -1, each clamp bound.
+    Where a case of one stage cannot be seen at the output through the stages after it (a
+    saturation clamped anyway, a negative tie after a ReLU), the case still occurs but a
+    fault there shows only with fewer stages (``--epilogue``).
     """
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (M, K), dtype=np.int8)
@@ -60,13 +63,14 @@ def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> 
     spread = min(math.sqrt(K) * 5500.0, 128.0 * (64 * (K - 1) + 1) / 5) + 1.0
     bias = rng.integers(-int(spread), int(spread) + 1, N).astype(np.int32)
     residual = rng.integers(-128, 128, (M, N), dtype=np.int8)
-    # After a ReLU the clamp sees no negative values: its lower bound must be positive to bite.
-    # The upper bound is positive, so that a residual added after it can saturate.
-    lo = int(rng.integers(1, 40)) if "relu" in stages else int(rng.integers(-120, -20))
+    # The clamp's bounds keep the planted cases visible at the output: its lower bound is
+    # negative (above a ReLU's 0 it would hide a ReLU that lets -1 through), its upper bound
+    # above the requantized ties (odd / 2 + zp <= 74) and below 127.
+    lo = int(rng.integers(-120, -20))
     odd = int(rng.integers(32, 64)) * 2 + 1  # 65..127: ties at +-odd/2, inside int8
     half_steps = max(1, round(math.log2(odd * 3.0 * spread / 127.0)))
     params = EpilogueParams(mult=odd << 24, shift=24 + half_steps, zp=int(rng.integers(-10, 11)),
-                            clamp_lo=lo, clamp_hi=int(rng.integers(max(lo + 1, 1), 121)))
+                            clamp_lo=lo, clamp_hi=int(rng.integers(80, 121)))
     problem = Problem(a=a, b=b, bias=bias if "bias" in stages else None,
                       residual=residual if "residual" in stages else None, params=params)
     plant(a, b, tuple(stages), params, problem.operands, rng)

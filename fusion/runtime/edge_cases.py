@@ -155,9 +155,10 @@ def _targets(stage: str, params: EpilogueParams) -> dict[str, tuple[str, int, in
                 "x > 0": ("x", 1, 100)}
     if stage == "clamp":
         lo, hi = params.clamp_lo, params.clamp_hi
-        return {"x < lo": ("x", lo - 20, lo - 1), "x = lo": ("x", lo, lo),
+        # just past each bound: a bound off by one shows there
+        return {"x < lo": ("x", lo - 1, lo - 1), "x = lo": ("x", lo, lo),
                 "lo < x < hi": ("x", lo + 1, hi - 1), "x = hi": ("x", hi, hi),
-                "x > hi": ("x", hi + 1, hi + 20)}
+                "x > hi": ("x", hi + 1, hi + 1)}
     return {}
 
 
@@ -239,6 +240,7 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
             for event, v in zip(("tie, x > 0", "tie, x < 0"), ties or (), strict=False):
                 wanted.append((f"requant: {event}", col, v - bias, v - bias))
     done = []
+    planted: list[tuple[int, int]] = []
     rows = rng.permutation(M)
     wanted.sort(key=lambda w: w[3] - w[2])  # single values first: random values rarely hit them
     for (event, col, lo, hi), m in zip(wanted, rows, strict=False):
@@ -249,8 +251,14 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
             ok = solve_row(a[m], np.asarray(b)[:, col], lo, hi)
         if ok:
             done.append(event)
-    if "residual" in stages and operands.get("residual") is not None:
-        done += _plant_residual(a, b, stages, params, operands, rng, direct)
+            planted.append((int(m), col))
+    residual = operands.get("residual")
+    if "residual" in stages and residual is not None:
+        # the planted values pass the residual stage unchanged, so that they reach the output
+        keep = 0 if params.residual_op == "add" else INT8_MIN
+        for m, col in planted:
+            residual[m, col] = keep
+        done += _plant_residual(a, b, stages, params, operands, rng, direct, planted)
     return done
 
 
@@ -259,14 +267,16 @@ def _limits(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _plant_residual(a, b, stages, params, operands, rng, direct) -> list[str]:
-    """Set residual elements against the residual stage's input at them."""
+def _plant_residual(a, b, stages, params, operands, rng, direct, planted) -> list[str]:
+    """Set residual elements against the residual stage's input at them (not at the elements
+    ``planted`` for the stages before)."""
     x = np.asarray(a, np.int64) if direct else np.asarray(a, np.int64) @ np.asarray(b, np.int64)
     x = x.astype(np.int32).astype(np.int64)  # the accumulators wrap at 32 bits
     for stage in stages[:stages.index("residual")]:
         x = apply_stage(x, stage, params, **operands)
     r = operands["residual"]
-    flat = rng.permutation(r.size)
+    taken = {m * r.shape[1] + n for m, n in planted}
+    flat = np.array([i for i in rng.permutation(r.size) if i not in taken], dtype=np.int64)
     done = []
     if params.residual_op == "max":
         goals = (("x > r", -1), ("x < r", 1), ("x = r", 0))

@@ -38,7 +38,7 @@ def missed(a, b, stages, params, bias, residual):
 MISSED_BY_RANDOM = [
     (("requant",), (32, 64, 32), "requant: tie, x < 0"),  # a 31-bit multiplier has no ties
     (("requant", "relu"), (4, 32, 8), "relu: x = -1"),
-    (("requant", "clamp"), (4, 16, 4), "clamp: x = hi"),
+    (("requant", "clamp"), (8, 8, 8), "clamp: x = hi"),
     (("requant", "residual"), (4, 16, 4), "residual: x + r = 127"),
 ]
 
@@ -52,9 +52,9 @@ def test_plain_random_operands_miss_an_edge_case_that_planted_ones_reach(stages,
         assert event not in missed(p.a, p.b, stages, p.params, p.bias, p.residual)
 
 
-#: Edge cases no input can reach in a chain: after a ReLU (and a clamp whose lower bound is
-#: then positive) the residual stage never sees a negative x, so its sum cannot go below -127.
-UNREACHABLE_AFTER_RELU = {"residual: x + r < -128", "residual: x + r = -128"}
+#: Edge cases no input can reach in a chain: after a ReLU the clamp and the residual stage never
+#: see a negative x, so the clamp's (negative) lower bound and a sum below -128 are out of reach.
+UNREACHABLE_AFTER_RELU = {"residual: x + r < -128", "clamp: x < lo", "clamp: x = lo"}
 
 
 @pytest.mark.parametrize("stages", [ALL, ("bias", "requant", "relu"), ("requant", "clamp"),
@@ -104,3 +104,55 @@ def test_solve_row_hits_the_interval_when_b_allows():
         assert int(a.astype(np.int64) @ b.astype(np.int64)) == target
     a = np.zeros(4, np.int8)
     assert not solve_row(a, np.array([2, 4, 6, 8]), 3, 3)  # even weights, odd target
+
+
+def _relu_lets_minus_one(x, p, ops):
+    return np.where(x < -1, 0, x)
+
+
+def _ties_down(x, p, ops):
+    prod = x * p.mult
+    return np.clip(((prod + (1 << (p.shift - 1)) - 1) >> p.shift) + p.zp, -128, 127)
+
+
+def _clamp_hi_plus_one(x, p, ops):
+    low = np.maximum(x, p.clamp_lo)
+    return np.where(low > p.clamp_hi + 1, p.clamp_hi, low)
+
+
+#: numpy models of three of ``make mutate``'s faults, each wrong only at one edge case.
+NUMPY_MUTANTS = {"relu": _relu_lets_minus_one, "requant": _ties_down,
+                 "clamp": _clamp_hi_plus_one}
+
+
+def _output(a, b, stages, params, bias, residual, mutant=None):
+    from hwgen.reference import apply_stage
+
+    x = gemm(a, b).astype(np.int64)
+    for stage in stages:
+        if stage == mutant:
+            x = NUMPY_MUTANTS[stage](x, params, None)
+        else:
+            x = apply_stage(x, stage, params, bias=bias, residual=residual)
+    return x
+
+
+@pytest.mark.parametrize("mutant", sorted(NUMPY_MUTANTS))
+@pytest.mark.parametrize("shape", [(19, 40, 23), (32, 96, 40)])
+def test_the_planted_cases_show_at_the_output_of_the_whole_chain(mutant, shape):
+    """Planted is not enough: the case must reach the output through the stages after it (a
+    clamp above a ReLU would hide its -1). Default `hwgen gemm` runs the variant's whole
+    chain; a fault wrong only at one edge case changes its output, for every seed."""
+    for seed in range(4):
+        p = random_problem(*shape, ALL, seed)
+        args = (p.a, p.b, ALL, p.params, p.bias, p.residual)
+        assert not np.array_equal(_output(*args), _output(*args, mutant=mutant)), seed
+
+
+def test_plain_random_operands_never_show_the_rounding_fault():
+    """What the planted ties fix: with a full-precision multiplier no accumulator is an exact
+    half, so the old problems could not tell half-up from half-down rounding."""
+    for seed in range(4):
+        a, b, bias, residual, params = plain_random(32, 96, 40, ALL, seed)
+        args = (a, b, ALL, params, bias, residual)
+        assert np.array_equal(_output(*args), _output(*args, mutant="requant"))
