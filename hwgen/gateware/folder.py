@@ -224,7 +224,7 @@ def writing_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     process is interrupted), the temporary folder is removed and ``out_dir`` is untouched; a
     process killed outright leaves its temporary folder, which the next write removes.
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # "-o ." names a folder too
     check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out_dir)

@@ -215,7 +215,7 @@ def test_ctrl_c_during_a_build_of_hwgen_gemm_leaves_nothing_behind(tmp_path):
     from hwgen.gateware.emit import generate
 
     variant = tmp_path / "v"
-    generate(VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=("relu",), imem_depth=16),
+    generate(VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=("relu",), imem_depth=64),
              variant)
     root = tmp_path / "cache"
     env = {**os.environ, "HWGEN_BUILD_DIR": str(root)}
