@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fusion.compiler import memplan
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import Chain, CompileError
 from fusion.cost.model import CostModel
@@ -123,6 +124,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
         if the unfused cover is not.
     """
     n = len(chain.nodes)
+    _check_sizes(graph, config, chain)
     seg: dict[tuple[int, int], list[Option]] = {}
 
     def options(i: int, j: int) -> list[Option]:
@@ -169,6 +171,20 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     first = chosen.options[0].spec
     variants = seg[chosen.cuts[0]] if first.kind.variants_label else []
     return ChainDecision(chain, chosen, covers, variants, note)
+
+
+def _check_sizes(graph: Graph, config: VariantConfig, chain: Chain) -> None:
+    """Refuse a chain that cannot fit the external memory before any candidate is priced
+    (pricing a kernel of a huge batch is bounded, but wasted): every cover's first kernel
+    starts at the chain's head, so the smallest of those kernels' floors bounds them all
+    (:func:`fusion.compiler.memplan.check_floor`)."""
+    heads = [s for stop in range(1, len(chain.nodes) + 1)
+             if not isinstance(s := spec_for(graph, config, chain, 0, stop), Refusal)]
+    if not heads:
+        return  # refused by legality, with the reasons
+    roles = {s.name: {r: s.region_role(r) for r in s.regions(config)} for s in heads}
+    least = min(heads, key=lambda s: memplan.floor_bytes(s.regions(config), roles[s.name]))
+    memplan.check_floor(config, least.describe(), least.regions(config), roles[least.name])
 
 
 def _seg_name(chain: Chain, i: int, j: int) -> str:

@@ -16,6 +16,7 @@ planner). The peak is the highest end address.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -126,22 +127,68 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
                 producer_of[step.output] = (step, buf)
     _assign(buffers)
     peak = max((b.end for b in buffers), default=0)
-    capacity = config.mem_words * config.port_bytes
-    if peak > capacity:
+    if peak > config.mem_words * config.port_bytes:
         worst = max(range(len(steps)), key=lambda i: sum(b.nbytes for b in buffers
                                                          if b.first <= i <= b.last))
         live = sorted((b for b in buffers if b.first <= worst <= b.last),
                       key=lambda b: -b.nbytes)[:4]
-        names = ", ".join(f"{b.name} ({b.nbytes:,} B)" for b in live)
-        bits = max(config.mem_addr_bits + 1, (-(-peak // config.port_bytes) - 1).bit_length())
-        raise CompileError(
-            f"the model needs {peak:,} bytes of external memory at its peak but the variant has "
-            f"{capacity:,} (mem_addr_bits={config.mem_addr_bits}); the largest live buffers "
-            f"are {names}; generate a variant with --mem-addr-bits {bits}")
+        raise too_big(config, peak, "the model needs", "at its peak", "the largest live "
+                      "buffers are " + ", ".join(f"{b.name} ({b.nbytes:,} B)" for b in live))
     placements: dict[str, dict[str, int]] = {}
     for (kernel, region), buf in owner.items():
         placements.setdefault(kernel, {})[region] = buf.offset // config.port_bytes
     return MemoryPlan(buffers, peak, placements)
+
+
+def too_big(config: VariantConfig, need: int, who: str, when: str, parts: str
+            ) -> CompileError:
+    """The error for ``need`` bytes of external memory that the variant does not have: the
+    figures, what takes them, and the ``--mem-addr-bits`` that would fit (or that none does)."""
+    capacity = config.mem_words * config.port_bytes
+    bits = max(config.mem_addr_bits + 1, (-(-need // config.port_bytes) - 1).bit_length())
+    try:
+        dataclasses.replace(config, mem_addr_bits=bits)
+        fix = f"generate a variant with --mem-addr-bits {bits}"
+    except ValueError as exc:  # more than any variant addresses
+        fix = (f"that needs --mem-addr-bits {bits}, which no variant has ({exc}): make the "
+               f"model smaller (a smaller batch)")
+    return CompileError(f"{who} {need:,} bytes of external memory{' ' * bool(when)}{when} but "
+                        f"the variant has "
+                        f"{capacity:,} (mem_addr_bits={config.mem_addr_bits}); {parts}; {fix}")
+
+
+def floor_bytes(regions: dict[str, int], roles: dict[str, str]) -> int:
+    """The least external memory a kernel's regions take, whatever the plan (see
+    :func:`check_floor`)."""
+    inputs = [n for r, n in regions.items() if roles[r] == "input"]
+    return sum(n for r, n in regions.items() if roles[r] != "input") + max(inputs, default=0)
+
+
+def check_floor(config: VariantConfig, kernel: str, regions: dict[str, int],
+                roles: dict[str, str]) -> None:
+    """Refuse, before anything is priced, a kernel whose own buffers cannot fit: whatever the
+    plan, its output, constants and scratch are live with its largest input (its inputs may
+    share a buffer with a producer's output, or each other, so only the largest counts).
+
+    Parameters
+    ----------
+    config : VariantConfig
+    kernel : str
+        Named in the error.
+    regions, roles : dict
+        The kernel's regions (name -> bytes) and their roles
+        (:meth:`fusion.compiler.kernels.KernelSpec.region_role`).
+
+    Raises
+    ------
+    CompileError
+        With the bytes needed and available, and the ``--mem-addr-bits`` that would fit.
+    """
+    need = floor_bytes(regions, roles)
+    if need > config.mem_words * config.port_bytes:
+        biggest = sorted(regions.items(), key=lambda item: -item[1])[:3]
+        raise too_big(config, need, f"kernel {kernel!r} needs at least", "", "its largest "
+                      "regions are " + ", ".join(f"{r} ({n:,} B)" for r, n in biggest))
 
 
 def _input_tensor(spec: KernelSpec, region: str) -> str | None:

@@ -61,19 +61,24 @@ def _channel_vector(value: np.ndarray, out_shape: tuple[int, ...], axis: int,
     """The per-channel vector of a bias that broadcasts to ``out_shape`` along ``axis`` only."""
     rank = len(out_shape)
     try:
-        full = np.broadcast_to(value, out_shape)
+        fits = np.broadcast_shapes(value.shape, out_shape) == tuple(out_shape)
     except ValueError:
+        fits = False
+    if not fits:
         raise Refused(f"{what} of shape {value.shape} does not broadcast to the output "
-                      f"{out_shape}") from None
+                      f"{out_shape}")
+    # Work on the value's own elements, never the broadcast output (a batch of 10**12 is a
+    # shape, not an array): the value padded to the output's rank, then one index per axis.
+    value = value.reshape((1,) * (rank - value.ndim) + value.shape)
     index = [0] * rank
     index[axis] = slice(None)
-    vector = full[tuple(index)]
+    picked = value[tuple(index)]  # along the channel axis: one value, or one per channel
     shape = [1] * rank
-    shape[axis] = out_shape[axis]
-    if not np.array_equal(full, np.broadcast_to(vector.reshape(shape), out_shape)):
+    shape[axis] = picked.size
+    if not np.array_equal(value, np.broadcast_to(picked.reshape(shape), value.shape)):
         raise Refused(f"{what} varies along more than the channel axis {axis}; only a "
                       f"per-channel bias folds into bias_add")
-    return np.ascontiguousarray(vector)
+    return np.ascontiguousarray(np.broadcast_to(picked, (out_shape[axis],)))
 
 
 def _bias(edit: Edit, graph: Graph, base: str, name: str, acc_scale: np.ndarray,
