@@ -73,3 +73,11 @@ def test_saturating_maps_nan_to_zero_and_infinities_to_the_ends():
     assert got.dtype == np.float32
     ints = np.arange(3, dtype=np.int8)
     assert finite_inputs({"i": ints}, saturate=False)["i"] is ints  # integers are always finite
+
+
+def test_a_file_as_the_kernel_cache_is_refused(variant_dir, tmp_path, capsys):
+    # the cache swallows failed writes, so the compile went on without one, silently
+    (tmp_path / "f").write_text("x")
+    assert main(["compile", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+                 "-o", str(tmp_path / "p"), "--cache", str(tmp_path / "f")]) == 2
+    assert "is a file, not a folder" in one_error_line(capsys)

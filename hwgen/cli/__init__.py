@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         # `hwgen inspect ... | head`: the reader left; that is not an error of ours.
         sys.stderr.close()
         return 0
+    except MemoryError as exc:
+        # a size no check caught before the work began: still the user's to shrink
+        print(f"hwgen: error: out of memory ({exc}); the problem is too large for this "
+              f"machine: use smaller sizes", file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError, OSError) as exc:
         # User-facing errors carry their own fix; a bug elsewhere still shows a traceback.
         print(f"hwgen: error: {exc}", file=sys.stderr)

@@ -117,6 +117,10 @@ def compile_args(args: argparse.Namespace):
     config = read_variant(args.variant)
     shapes = dict(args.input_shape or [])
     graph = load_model(args.model, shapes)
+    if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
+        # the cache ignores failed writes (never a reason to fail), so say it here
+        raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
+                         f"the kernel cache")
     cache = KernelCache(args.cache) if args.cache else KernelCache()
     compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
                              min_gain=args.min_gain)
