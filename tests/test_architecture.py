@@ -158,9 +158,13 @@ def test_layers(importers, forbidden, allowed):
     assert not bad, f"{importers} must not import {', '.join(forbidden)}:\n" + "\n".join(bad)
 
 
+#: Harnesses that drive the command line in-process, as a user would (like the tests do).
+CLI_DRIVERS = {"bench.bad_inputs"}
+
+
 def test_nothing_imports_the_cli():
     bad = [f"{a} -> {b}" for a, targets in sorted(graph().items())
-           if not (a == "hwgen.cli" or a.startswith("hwgen.cli."))
+           if not (a == "hwgen.cli" or a.startswith("hwgen.cli.")) and a not in CLI_DRIVERS
            for b in sorted(targets) if b == "hwgen.cli" or b.startswith("hwgen.cli.")]
     assert not bad, "the CLI is the top: nothing imports it\n" + "\n".join(bad)
 

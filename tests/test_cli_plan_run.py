@@ -93,3 +93,12 @@ def test_another_model_with_the_plan_is_refused(variant_dir, plan_dir, capsys):
 def test_no_model_and_no_plan_is_refused(variant_dir, capsys):
     assert main(["run", "--variant", str(variant_dir)]) == 2
     assert capsys.readouterr().err.startswith("hwgen: error:")
+
+
+def test_compile_options_with_a_plan_are_refused(variant_dir, plan_dir, capsys):
+    # They would be silently ignored: the plan is already compiled.
+    assert main(["run", "--plan", str(plan_dir), "--variant", str(variant_dir),
+                 "--no-fusion", "--min-gain", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hwgen: error: --no-fusion, --min-gain cannot change a compiled plan")
+    assert "\n" not in err

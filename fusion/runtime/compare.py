@@ -60,13 +60,15 @@ class Comparison:
 
 
 def compare(name: str, graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
-            seed: int = 1, inputs: dict[str, np.ndarray] | None = None) -> Comparison:
-    """Compile and run ``graph`` fused and unfused on the same inputs."""
+            seed: int = 1, inputs: dict[str, np.ndarray] | None = None,
+            build: Any = None) -> Comparison:
+    """Compile and run ``graph`` fused and unfused on the same inputs, on ``build`` (a
+    :class:`sim.build.BuildInfo`; the variant's default build otherwise)."""
     inputs = inputs if inputs is not None else random_inputs(graph, seed)
     compiled, reports = {}, {}
     for fusion in (True, False):
         compiled[fusion] = compile_model(graph, config, cache=cache, fusion=fusion)
-        reports[fusion] = run_compiled(compiled[fusion], inputs)
+        reports[fusion] = run_compiled(compiled[fusion], inputs, build=build)
     for out in reports[True].outputs:
         if not np.array_equal(reports[True].outputs[out], reports[False].outputs[out]):
             raise RuntimeError(f"{name}: fused and unfused outputs differ on {out!r}")
@@ -89,6 +91,7 @@ def render(c: Comparison) -> str:
 def main(argv: list[str] | None = None) -> int:
     from fusion.frontend.load import load_model
     from hwgen.gateware.folder import read_variant
+    from sim.build import build_folder
 
     parser = argparse.ArgumentParser(prog="python -m fusion.runtime.compare",
                                      description=__doc__.splitlines()[0])
@@ -98,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = read_variant(args.variant)
+        build = build_folder(args.variant)  # the folder's own Verilog, checked
         for path in args.models:
             graph = load_model(path)
             print(render(compare(Path(path).stem, graph, config, cache=KernelCache(),
-                                 seed=args.seed)), flush=True)
+                                 seed=args.seed, build=build)), flush=True)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

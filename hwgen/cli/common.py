@@ -9,6 +9,10 @@ from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 
+#: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
+#: import before it must (tests/test_cli.py checks the two agree).
+DEFAULT_MIN_GAIN = 0.02
+
 
 def stage_list(text: str) -> tuple[str, ...]:
     if text.strip().lower() in ("", "none"):
@@ -91,17 +95,23 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """The options ``hwgen compile`` and ``hwgen run`` share: a model and a variant."""
-    p.add_argument("model", help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
+def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = False) -> None:
+    """The options ``hwgen compile`` and ``hwgen run`` share: a model and a variant.
+
+    ``model_optional`` for ``hwgen run``, whose model may come from ``--plan`` instead. The
+    compile options default to None so that a command can tell one given from the default.
+    """
+    p.add_argument("model", nargs="?" if model_optional else None,
+                   help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
     p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
     p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
                    metavar="NAME=D0,D1,...",
                    help="static shape of an ONNX input with dynamic dimensions")
     p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
                    help="every op its own kernel, through memory")
-    p.add_argument("--min-gain", dest="min_gain", type=fraction, default=0.02,
-                   help="fraction of predicted cycles fusion must save (default 0.02)")
+    p.add_argument("--min-gain", dest="min_gain", type=fraction,
+                   help=f"fraction of predicted cycles fusion must save (default "
+                        f"{DEFAULT_MIN_GAIN})")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -122,9 +132,9 @@ def compile_args(args: argparse.Namespace):
         raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
                          f"the kernel cache")
     cache = KernelCache(args.cache) if args.cache else KernelCache()
-    compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
-                             min_gain=args.min_gain)
-    return compiled
+    min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
+    return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
+                         min_gain=min_gain)
 
 
 def kernel_table(rows: list[tuple[str, str, str, str]]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hwgen.cli.common import positive_int, stage_list
+from hwgen.cli.common import positive_int, seed, stage_list
 from hwgen.gateware.folder import read_variant
 
 HELP = "run one GEMM kernel on Verilator, checked bit for bit"
@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stages to apply (default: the variant's whole chain; 'none' for none)")
     p.add_argument("--unfused", action="store_true",
                    help="run the epilogue as separate memory-to-memory passes")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random operands")
     p.add_argument("--tm", type=positive_int, help="array tiles per super tile along M")
     p.add_argument("--tn", type=positive_int, help="array tiles per super tile along N")
     p.add_argument("--kt", type=positive_int, help="K per MATMUL (K chunking)")

@@ -14,12 +14,20 @@ from hwgen.cli.common import (
     seed,
 )
 
-HELP = ("compile a model and run every kernel on Verilator, each shadow-checked against the "
-        "reference")
+HELP = ("compile a model (or read a compiled plan) and run every kernel on Verilator, each "
+        "shadow-checked against the reference")
+
+#: Compile options that mean nothing for a plan that is already compiled.
+_COMPILE_OPTIONS = {"no_fusion": "--no-fusion", "min_gain": "--min-gain", "cache": "--cache",
+                    "input_shape": "--input-shape"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_arguments(p)
+    add_model_arguments(p, model_optional=True)
+    p.add_argument("--plan", metavar="DIR",
+                   help="run a plan folder written by 'hwgen compile' instead of compiling; its "
+                        "files are checked against their sha256 and the variant first (a MODEL "
+                        "given too must be the one it was compiled from)")
     p.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
                    help="an input's value (default: random, from --seed)")
     p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
@@ -59,12 +67,32 @@ def finite_inputs(inputs: dict, *, saturate: bool) -> dict:
     return out
 
 
+def _compiled(args: argparse.Namespace):
+    """The model compiled now, or the plan folder's, checked (``--plan``)."""
+    if args.plan is None:
+        if args.model is None:
+            raise ValueError("give a MODEL to compile and run, or --plan DIR (a folder written "
+                             "by 'hwgen compile')")
+        return compile_args(args)
+    given = [flag for name, flag in _COMPILE_OPTIONS.items() if getattr(args, name)]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot change a compiled plan; drop "
+                         f"{'them' if len(given) > 1 else 'it'}, or compile again with "
+                         f"'hwgen compile'")
+    from fusion.compiler.plan_reader import read_plan
+    from hwgen.gateware.folder import read_variant
+
+    return read_plan(args.plan, read_variant(args.variant), model=args.model,
+                     variant=args.variant)
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from fusion.runtime.run import ShadowMismatch, random_inputs, run_compiled
+    from sim.build import build_folder
 
-    compiled = compile_args(args)
+    compiled = _compiled(args)
     graph = compiled.graph
     inputs = random_inputs(graph, args.seed)
     for name, path in named_paths(args.input, "--input", graph.inputs, "inputs").items():
@@ -75,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)
     outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
     try:
-        report = run_compiled(compiled, inputs)
+        report = run_compiled(compiled, inputs, build=build_folder(args.variant))
     except ShadowMismatch as exc:
         if args.json:
             print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
