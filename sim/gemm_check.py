@@ -17,7 +17,7 @@ import numpy as np
 from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm
 from fusion.kernels.tiling import Tiling
 from fusion.runtime.edge_cases import plant
-from fusion.runtime.invariants import check_counters
+from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 from sim.build import BuildInfo
@@ -199,8 +199,10 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
         r, c = (int(v) for v in bad[0])
         first = (r, c, int(got[r, c]), int(want[r, c]))
     ideal = ideal_cycles(config, case.M, case.K, case.N)
-    violations = tuple(str(v) for v in check_counters(config, kernel.program, result.counters,
-                                                      ideal_cycles=ideal))
+    predicted = kernel.kind.features(config, kernel.signature).analytical_cycles()
+    violations = tuple(str(v) for v in check_counters(
+        config, kernel.program, result.counters, ideal_cycles=ideal,
+        floor_cycles=timing_floor(config, kernel.program, predicted)))
     return GemmReport(
         M=case.M, K=case.K, N=case.N, stages=tuple(case.stages), fused=case.fused,
         tiling=kernel.tiling, ok=not len(bad) and not violations, mismatches=len(bad),

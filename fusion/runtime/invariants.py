@@ -165,8 +165,23 @@ class Violation:
                 f"{self.relation} {self.expected:,} ({self.why})")
 
 
+def timing_floor(config: VariantConfig, words: Sequence[int], predicted: float) -> int:
+    """The fewest cycles correct hardware can take, by the analytical timing model.
+
+    The model (:mod:`fusion.cost.analytical`) walks the templates and is exact unit by unit;
+    measured on Verilator it is never below a run and at most a few cycles above one (it
+    cannot see when chained passes skip a setup ``li``: up to three cycles a pass). The floor
+    leaves 1% and four cycles per EPIPASS instruction (and four) of margin. A run faster than
+    that skipped a wait or some work even if its outputs came out right: a WAIT that does
+    not wait for the compute unit wins a race its programs happen to lose harmlessly.
+    """
+    op_lo, op_width = SLOTS["op"]
+    passes = sum((int(w) >> op_lo) & ((1 << op_width) - 1) == Op.EPIPASS for w in words)
+    return int(predicted) - int(predicted) // 100 - 4 * (1 + passes)
+
+
 def check_counters(config: VariantConfig, words: Sequence[int], counters: Mapping[str, int],
-                   *, ideal_cycles: int = 0) -> list[Violation]:
+                   *, ideal_cycles: int = 0, floor_cycles: int = 0) -> list[Violation]:
     """The counter invariants of one run of ``words`` (see the module docstring).
 
     Parameters
@@ -178,6 +193,8 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
         The counters read after ``done`` (every name of :data:`hwgen.perf.COUNTERS`).
     ideal_cycles : int
         A further lower bound on ``cycles`` the caller knows (a GEMM's ``M*N*K / (rows*cols)``).
+    floor_cycles : int
+        The timing model's floor (:func:`timing_floor`); 0 for none.
 
     Returns
     -------
@@ -204,6 +221,10 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
     if cycles < ideal:
         found.append(Violation("cycles", ">=", ideal, cycles, "the ideal: every unit at full "
                                "rate, all overlapped"))
+    if cycles < floor_cycles:
+        found.append(Violation("cycles", ">=", floor_cycles, cycles, "the analytical timing "
+                               "model's floor for correct hardware: a wait or some work was "
+                               "skipped"))
     for stall in ("stall_memory", "stall_epilogue"):
         busy = int(counters["array_busy"]) + int(counters[stall])
         if busy > cycles:

@@ -21,8 +21,8 @@ is still seen:
   reference like the model's own, and only the model's own result is used;
 - **counter invariants** (:mod:`fusion.runtime.invariants`): after each run the hardware
   counters must agree with what the program implies (bytes read and written, k-slices,
-  instructions retired, cycles at least the ideal); a disagreement raises
-  :class:`CounterViolation`.
+  instructions retired, cycles at least the ideal and at least the analytical timing model's
+  floor for correct hardware); a disagreement raises :class:`CounterViolation`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.reference import executor
-from fusion.runtime.invariants import check_counters
+from fusion.runtime.invariants import check_counters, timing_floor
 from fusion.runtime.shadow_inputs import directed_inputs
 
 
@@ -204,6 +204,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                             memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
                             name=step.name if n == 0 else f"{step.name}-directed{n}"))
         results = run_programs(config, jobs, build=build)
+        predicted = spec.kind.features(config, spec.params).analytical_cycles()
+        floor = timing_floor(config, step.compiled.program, predicted)
         for n, (values, result) in enumerate(zip(sets, results, strict=True)):
             got = spec.result(graph, step.compiled.decode(result.outputs))
             # The reference: the kernel's nodes, one by one, on the same inputs.
@@ -214,7 +216,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             if got.shape != want.shape or not np.array_equal(got, want):
                 what = "" if n == 0 else f" on directed input set {n} of {len(sets) - 1}"
                 raise ShadowMismatch(step.name, _mismatch(step, got, want, what))
-            violations = check_counters(config, step.compiled.program, result.counters)
+            violations = check_counters(config, step.compiled.program, result.counters,
+                                        floor_cycles=floor)
             if violations:
                 raise CounterViolation(step.name, violations)
             if n == 0:

@@ -13,6 +13,7 @@ from fusion.runtime.invariants import (
     Violation,
     check_counters,
     count_program,
+    timing_floor,
 )
 from hwgen.asm import assemble
 from hwgen.config import EPILOGUE_STAGES
@@ -139,3 +140,17 @@ def test_violation_text_names_the_counter_and_both_values():
     v = Violation("instret", "==", 10, 9, "instructions the program retires")
     assert str(v) == ("counter instret reads 9, but the program implies == 10 (instructions "
                       "the program retires)")
+
+
+def test_a_run_faster_than_the_timing_model_allows_is_a_violation():
+    """A WAIT that ignores the compute unit leaves the outputs right when its race is lost
+    harmlessly, but the run then beats the analytical model of correct hardware."""
+    kernel = compiled_max(CONFIG, 36, CONFIG.cols, 4)  # three chained residual-max passes
+    predicted = kernel.kind.features(CONFIG, kernel.signature).analytical_cycles()
+    floor = timing_floor(CONFIG, kernel.program, predicted)
+    assert predicted - predicted // 10 < floor < predicted  # a margin of a few percent
+    good = _counters(CONFIG, kernel.program, cycles=predicted)
+    assert check_counters(CONFIG, kernel.program, good, floor_cycles=floor) == []
+    fast = {**good, "cycles": floor - 1}
+    (v,) = check_counters(CONFIG, kernel.program, fast, floor_cycles=floor)
+    assert v.counter == "cycles" and v.expected == floor and "timing model" in str(v)
