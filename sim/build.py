@@ -31,13 +31,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwgen.atomic import replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware import folder as variant_folder
 from hwgen.gateware import sources as hwgen_sources
@@ -256,25 +256,11 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
 
 def _build(config: VariantConfig, directory: Path, digest: str,
            source: Callable[[], str]) -> dict:
-    """Build in a temporary folder and rename it over ``directory``; the caller holds the
-    lock, so any temporary folder of this name is a killed build's and is removed first."""
+    """Build in a temporary folder and swap it in over ``directory`` (:mod:`hwgen.atomic`;
+    a killed build's temporary folder is removed by the next)."""
     root = directory.parent
-    for stale in root.glob(f"{directory.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{directory.name}.tmp-", dir=root))
-    try:
-        with toolchain.terminate_interrupts():
-            marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log")
-        if directory.exists():
-            old = Path(tempfile.mkdtemp(prefix=f"{directory.name}.tmp-old-", dir=root))
-            os.replace(directory, old)  # onto the empty folder
-            os.replace(work, directory)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(work, directory)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    with replacing(directory) as work, toolchain.terminate_interrupts():
+        marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log")
     with contextlib.suppress(FileNotFoundError):
         (root / f"{directory.name}.failed.log").unlink()
     return marker

@@ -26,15 +26,10 @@ is not an hwgen plan is refused, never emptied.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import hashlib
 import json
 import os
 import re
-import shutil
-import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +38,7 @@ import numpy as np
 
 from fusion.compiler.plan import PLAN_TAG, CompiledModel
 from fusion.frontend.json_format import to_dict as graph_to_dict
+from hwgen.atomic import replacing
 from hwgen.gateware.sources import gateware_digest
 
 PLAN_FILE = "plan.json"
@@ -215,16 +211,10 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
                      for name, data in blobs.items()}
     plan["digest"] = plan_digest(plan)
     blobs[PLAN_FILE] = (json.dumps(plan, indent=1, allow_nan=False) + "\n").encode()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with replacing(target) as tmp:
         (tmp / KERNELS_DIR).mkdir()
         for name, data in blobs.items():  # plan.json last: a folder without it is no plan
             _write_synced(tmp / name, data)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a plan is shared like any output
-        _swap_in(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return plan
 
 
@@ -233,46 +223,3 @@ def _write_synced(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())  # the rename into place must not land before the data
-
-
-def _swap_in(tmp: Path, target: Path) -> None:
-    """Put the finished folder ``tmp`` at ``target``; an old plan there ends up at ``tmp``
-    (and is deleted by the caller)."""
-    if not target.exists():
-        os.rename(tmp, target)
-    elif not _exchange(tmp, target):
-        # Two renames: a kill between them leaves the old plan at a hidden sibling.
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rename(target, old)  # onto the empty folder mkdtemp made
-        os.rename(tmp, target)
-        os.rename(old, tmp)
-    try:
-        fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two folders atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
-    system or the file system cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                          ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, f"cannot replace the plan folder: {os.strerror(err)}", str(b))

@@ -12,18 +12,16 @@ Free of Amaranth imports: reading a folder must stay fast.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
-import secrets
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwgen.atomic import replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware.sources import gateware_digest
 
@@ -165,56 +163,6 @@ def check_replaceable(out_dir: Path) -> None:
             f"variant folders")
 
 
-def _temp_prefix(out_dir: Path) -> str:
-    return f".{out_dir.name}.tmp-"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _clean_stale(out_dir: Path) -> None:
-    """Remove temporary folders that killed generates left beside ``out_dir``."""
-    prefix = _temp_prefix(out_dir)
-    for tmp in out_dir.parent.glob(f"{prefix}*"):
-        pid = tmp.name[len(prefix):].split("-")[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False if the
-    system or file system cannot (the caller then falls back to two renames)."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                          ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _move_into_place(tmp: Path, out_dir: Path) -> None:
-    if not out_dir.exists() or not any(out_dir.iterdir()):
-        os.replace(tmp, out_dir)  # onto nothing, or onto an empty folder: one rename
-        return
-    if exchange(tmp, out_dir):  # tmp now holds the old folder
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
-    # No atomic swap here: for an instant there is no folder at out_dir (never a mixed one).
-    old = tmp.with_name(tmp.name + "-old")
-    os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 @contextmanager
 def writing_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     """Write a variant folder atomically: yield a temporary sibling folder to fill, then
@@ -226,13 +174,5 @@ def writing_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     """
     out_dir = Path(out_dir).resolve()  # "-o ." names a folder too
     check_replaceable(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(out_dir)
-    tmp = out_dir.with_name(f"{_temp_prefix(out_dir)}{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.mkdir()
-    try:
+    with replacing(out_dir) as tmp:
         yield tmp
-        _move_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

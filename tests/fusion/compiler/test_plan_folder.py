@@ -21,6 +21,7 @@ from fusion.compiler.plan_folder import (
 from fusion.compiler.plan_reader import read_plan
 from fusion.frontend.load import load_model
 from fusion.kernels.cache import KernelCache
+from hwgen import atomic
 from hwgen.presets import SIM_VARIANTS
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -293,7 +294,7 @@ def test_an_interrupted_write_leaves_the_old_plan(plan_dir, monkeypatch):
 
 
 def test_the_replacement_works_without_an_atomic_exchange(plan_dir, monkeypatch):
-    monkeypatch.setattr(plan_folder, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic, "exchange", lambda a, b: False)
     write_plan(_compile("qop_mlp.onnx"), plan_dir)
     assert len(read_plan(plan_dir, V4X4).kernels) == 2
     assert sorted(p.name for p in plan_dir.parent.iterdir()) == ["plan"]
@@ -331,6 +332,7 @@ KILLED_WRITER = """
 import sys, time
 from pathlib import Path
 from fusion.compiler import plan_folder
+from hwgen import atomic
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
 from fusion.kernels.cache import KernelCache

@@ -1,0 +1,128 @@
+"""Replacing an output folder whole: variant folders, plan folders and simulator builds.
+
+Each is written into a temporary sibling folder, then swapped into place in one step, so a
+reader (or the next run after a crash) finds the old folder or the new one, never a mix::
+
+    with replacing(Path("build/v4x4")) as tmp:
+        (tmp / "variant.json").write_text(...)
+
+A process killed outright leaves its temporary folder, named for its process id; the next
+:func:`replacing` of the same target removes it once that process is gone.
+
+Not gateware: :mod:`hwgen.gateware.sources` leaves this module out of the build digest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def temp_prefix(target: Path) -> str:
+    """The name every temporary folder of ``target`` starts with (hidden, beside it)."""
+    return f".{target.name}.tmp-"
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Returns
+    -------
+    bool
+        False where the system or the file system cannot (the caller falls back to two
+        renames).
+
+    Raises
+    ------
+    OSError
+        If the swap is supported but failed (permissions, a vanished path).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot replace {b}: {os.strerror(err)}", str(b))
+
+
+def swap_in(tmp: Path, target: Path) -> None:
+    """Put the finished folder ``tmp`` at ``target``; an old ``target`` ends up at ``tmp``
+    (for the caller to delete), or nothing does."""
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+        os.replace(tmp, target)  # onto nothing, or onto an empty folder: one rename
+    elif not exchange(tmp, target):
+        # Two renames: for an instant there is no folder at target (never a mixed one).
+        old = tmp.with_name(tmp.name + "-old")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        os.replace(old, tmp)
+    _sync_folder(target.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    # The rename must reach the disk after the files it publishes (best effort: not every
+    # file system lets a folder be synced).
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(target: Path) -> None:
+    """Remove temporary folders of ``target`` whose process is gone (killed mid-write)."""
+    prefix = temp_prefix(target)
+    for tmp in target.parent.glob(f"{prefix}*"):
+        pid = tmp.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replacing(target: Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``target`` to fill; swap it into place when the
+    body returns.
+
+    If the body raises (or the process is interrupted), the temporary folder is removed and
+    ``target`` is untouched. Checking that ``target`` may be replaced is the caller's job.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(target)
+    tmp = target.with_name(f"{temp_prefix(target)}{os.getpid()}-{secrets.token_hex(4)}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        swap_in(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the old folder, or an unfinished new one
