@@ -98,3 +98,10 @@ def test_min_gain_default_is_the_engines():
     from hwgen.cli import common
 
     assert common.DEFAULT_MIN_GAIN == DEFAULT_MIN_GAIN
+
+
+def test_shadow_inputs_default_is_the_runtimes():
+    from fusion.runtime.run import DEFAULT_SHADOW_INPUTS
+    from hwgen.cli import run
+
+    assert run.DEFAULT_SHADOW_INPUTS == DEFAULT_SHADOW_INPUTS > 0

@@ -81,3 +81,11 @@ def test_a_file_as_the_kernel_cache_is_refused(variant_dir, tmp_path, capsys):
     assert main(["compile", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
                  "-o", str(tmp_path / "p"), "--cache", str(tmp_path / "f")]) == 2
     assert "is a file, not a folder" in one_error_line(capsys)
+
+
+def test_a_gemm_bigger_than_external_memory_is_refused_before_its_operands(variant_dir, capsys):
+    # Was 'out of memory (Unable to allocate 3.64 TiB ...)': the operands were drawn first.
+    assert main(["gemm", "--variant", str(variant_dir), "--m", str(10**12), "--k", "4",
+                 "--n", "4"]) == 2
+    line = one_error_line(capsys)
+    assert "beyond the" in line and "words of external memory" in line

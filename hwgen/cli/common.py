@@ -37,6 +37,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """An option that counts something that may be none: a whole number, at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 1000, not {text!r}")
+    return value
+
+
 def fraction(text: str) -> float:
     """An option that is a share of something: a number from 0 to 1 (``nan`` is not one)."""
     try:

@@ -9,10 +9,15 @@ import sys
 from hwgen.cli.common import (
     add_model_arguments,
     compile_args,
+    count,
     kernel_table,
     named_paths,
     seed,
 )
+
+#: fusion.runtime.run.DEFAULT_SHADOW_INPUTS, which the CLI does not import before it must
+#: (tests/test_cli.py checks the two agree).
+DEFAULT_SHADOW_INPUTS = 2
 
 HELP = ("compile a model (or read a compiled plan) and run every kernel on Verilator, each "
         "shadow-checked against the reference")
@@ -33,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
                    help="write an output (in the model's output dtype)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
+    p.add_argument("--shadow-inputs", dest="shadow_inputs", type=count, default=None,
+                   metavar="N",
+                   help=f"directed input sets (edge cases of every stage: signs, saturation at "
+                        f"both ends, rounding ties) each kernel also runs on, beside the "
+                        f"model's own values, each shadow-checked (default "
+                        f"{DEFAULT_SHADOW_INPUTS}; 0 for none)")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -103,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
     inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)
     outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
     try:
-        report = run_compiled(compiled, inputs, build=build_folder(args.variant))
+        report = run_compiled(compiled, inputs, build=build_folder(args.variant),
+                              shadow_inputs=(DEFAULT_SHADOW_INPUTS if args.shadow_inputs is None
+                                             else args.shadow_inputs), seed=args.seed)
     except ShadowMismatch as exc:
         if args.json:
             print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
