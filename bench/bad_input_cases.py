@@ -404,6 +404,13 @@ def cases() -> list[Case]:  # noqa: PLR0915 - a flat list reads best
         Case("compile --min-gain nan", _model_cmd("compile", _json, "--min-gain", "nan")),
         Case("compile --min-gain -5", _model_cmd("compile", _json, "--min-gain", "-5")),
         Case("compile --min-gain 2", _model_cmd("compile", _json, "--min-gain", "2")),
+        Case("run --shadow-inputs -1", _model_cmd("run", _json, "--shadow-inputs", "-1")),
+        Case("run --shadow-inputs many", _model_cmd("run", _json, "--shadow-inputs", "10**6")),
+        Case("run with neither model nor --plan", lambda ws, d: [
+            "run", "--variant", str(ws.variant)], "give a MODEL"),
+        Case("run --plan with --no-fusion", lambda ws, d: [
+            "run", "--plan", str(ws.plan), "--variant", str(ws.variant), "--no-fusion"],
+            "cannot change a compiled plan"),
         Case("compile --input-shape for JSON", _model_cmd("compile", _json, "--input-shape",
                                                           "x=4,8")),
         Case("inspect --input-shape x=a", _model_cmd("inspect", _onnx, "--input-shape", "x=a")),
@@ -460,14 +467,15 @@ def cases() -> list[Case]:  # noqa: PLR0915 - a flat list reads best
     # plan folders (hwgen run --plan)
     out += [
         Case("plan .bin tampered", lambda ws, d: ["run", "--plan", ws.plan_copy(d, _flip_bin),
-                                                  "--variant", str(ws.variant)], "sha256"),
+                                                  "--variant", str(ws.variant)], "SHA-256"),
         Case("plan.json garbage", lambda ws, d: ["run", "--plan", ws.plan_copy(
-            d, lambda p: write(p / "plan.json", "{")), "--variant", str(ws.variant)], "plan"),
+            d, lambda p: write(p / "plan.json", "{")), "--variant", str(ws.variant)],
+             "plan.json is not valid JSON"),
         Case("plan for another variant", lambda ws, d: [
             "run", "--plan", str(ws.plan), "--variant", _other_variant(ws, d)], "variant"),
         Case("plan .bin deleted", lambda ws, d: ["run", "--plan", ws.plan_copy(
             d, lambda p: next((p / "kernels").glob("*.bin")).unlink()),
-            "--variant", str(ws.variant)], "plan"),
+            "--variant", str(ws.variant)], ".bin is missing"),
     ]
     return out
 

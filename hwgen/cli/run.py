@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from hwgen.cli.common import (
     add_model_arguments,
@@ -113,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read --input {path}: {exc}") from None
     inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)
     outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
+    for path in outputs.values():
+        folder = Path(path).resolve().parent
+        if not folder.is_dir():  # found now, not after minutes of simulation
+            raise ValueError(f"cannot write --output {path}: no folder {folder}; create it "
+                             f"first")
     try:
         report = run_compiled(compiled, inputs, build=build_folder(args.variant),
                               shadow_inputs=(DEFAULT_SHADOW_INPUTS if args.shadow_inputs is None
