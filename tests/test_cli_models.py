@@ -105,7 +105,16 @@ def test_run_json_has_the_promised_keys_and_writes_the_output(variant_dir, tmp_p
     assert report["total_cycles"] == sum(k["cycles"] for k in report["kernels"])
     assert report["peak_memory_bytes"] > 0
     for k in report["kernels"]:
-        assert set(k) >= {"name", "ops", "cycles", "predicted_cycles"}
+        assert set(k) >= {"name", "ops", "cycles", "predicted_cycles", "macs", "ideal_cycles",
+                          "utilization"}
+    # two 8x32x32 GEMMs (the MLP's matmuls): MACs, and the ideal on the variant's array
+    assert [k["macs"] for k in report["kernels"] if k["macs"]] == [8 * 32 * 32] * 2
+    assert report["macs"] == 2 * 8 * 32 * 32
+    assert report["ideal_cycles"] == sum(k["ideal_cycles"] for k in report["kernels"])
+    assert 0 < report["utilization"] == round(report["ideal_cycles"] / report["total_cycles"], 4)
+    assert {h["op"] for h in report["host"]} >= {"Reshape", "quantize"}
+    assert report["host_seconds"] == pytest.approx(sum(h["seconds"] for h in report["host"]),
+                                                   abs=1e-5)
     y = np.load(out)
     assert y.dtype == np.float32 and y.shape == (8, 32)  # dequantized, as the ONNX output
 

@@ -27,6 +27,7 @@ is still seen:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,7 +73,13 @@ DEFAULT_SHADOW_INPUTS = 2
 
 @dataclass
 class KernelRun:
-    """One kernel's measured run."""
+    """One kernel's measured run.
+
+    ``macs`` are the multiply-accumulates of its GEMMs as the array executes them (``M*K*N``
+    of each ``qmatmul``, so a depthwise convolution's block-diagonal zeros count); 0 for a
+    kernel with no GEMM. ``ideal_cycles`` is ``ceil(macs / (rows*cols))``: every PE busy
+    every cycle.
+    """
 
     name: str
     ops: list[str]
@@ -80,11 +87,34 @@ class KernelRun:
     predicted_cycles: float
     counters: dict[str, int]
     describe: str
+    macs: int = 0
+    ideal_cycles: int = 0
+
+    @property
+    def utilization(self) -> float:
+        """``ideal_cycles / cycles``: the share of the array's peak this kernel reached."""
+        return self.ideal_cycles / self.cycles if self.cycles else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "ops": self.ops, "cycles": self.cycles,
                 "predicted_cycles": round(self.predicted_cycles), "describe": self.describe,
-                "counters": self.counters}
+                "macs": self.macs, "ideal_cycles": self.ideal_cycles,
+                "utilization": round(self.utilization, 4), "counters": self.counters}
+
+
+@dataclass
+class HostRun:
+    """One host step: the op the reference executor ran between kernels, the elements it
+    produced, and how long it took (wall time, numpy on this machine)."""
+
+    name: str
+    op: str
+    elements: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op": self.op, "elements": self.elements,
+                "seconds": round(self.seconds, 6)}
 
 
 @dataclass
@@ -95,18 +125,54 @@ class RunReport:
     kernels: list[KernelRun]
     peak_memory_bytes: int
     wall_seconds: float
-    host_steps: list[str] = field(default_factory=list)
+    host: list[HostRun] = field(default_factory=list)
 
     @property
     def total_cycles(self) -> int:
         return sum(k.cycles for k in self.kernels)
 
+    @property
+    def total_macs(self) -> int:
+        return sum(k.macs for k in self.kernels)
+
+    @property
+    def ideal_cycles(self) -> int:
+        return sum(k.ideal_cycles for k in self.kernels)
+
+    @property
+    def utilization(self) -> float:
+        """The model's ideal cycles over its measured kernel cycles."""
+        return self.ideal_cycles / self.total_cycles if self.total_cycles else 0.0
+
+    @property
+    def host_seconds(self) -> float:
+        return sum(h.seconds for h in self.host)
+
+    @property
+    def host_steps(self) -> list[str]:
+        return [h.name for h in self.host]
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, "total_cycles": self.total_cycles,
                 "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
+                "macs": self.total_macs, "ideal_cycles": self.ideal_cycles,
+                "utilization": round(self.utilization, 4),
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "kernels": [k.to_dict() for k in self.kernels],
-                "host_steps": self.host_steps, "wall_seconds": round(self.wall_seconds, 3)}
+                "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
+                "host_seconds": round(self.host_seconds, 6),
+                "wall_seconds": round(self.wall_seconds, 3)}
+
+
+def kernel_macs(graph: Graph, nodes: list[str]) -> int:
+    """Multiply-accumulates of the GEMMs among ``nodes`` (``M*K*N`` of each ``qmatmul``)."""
+    total = 0
+    for name in nodes:
+        node = graph.node(name)
+        if node.op == "qmatmul":
+            a, b = (graph.tensors[n] for n in node.inputs[:2])
+            total += math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
+    return total
 
 
 def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) -> None:
@@ -185,11 +251,14 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     env.update(executor.coerce_inputs(graph, inputs))
     began = time.perf_counter()
     runs: list[KernelRun] = []
-    host: list[str] = []
+    host: list[HostRun] = []
     for step in compiled.steps:
         if isinstance(step, HostStep):
+            t0 = time.perf_counter()
             executor.evaluate_node(graph, step.node, env)
-            host.append(step.name)
+            seconds = time.perf_counter() - t0
+            host.append(HostRun(step.name, step.node.op,
+                                int(np.size(env[step.node.outputs[0]])), seconds))
             continue
         spec = step.spec
         sets = [{t: env[t] for t in spec.inputs}]
@@ -222,9 +291,11 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                 raise CounterViolation(step.name, violations)
             if n == 0:
                 env[spec.output] = got
+                macs = kernel_macs(graph, list(spec.nodes))
                 runs.append(KernelRun(step.name, list(spec.nodes),
                                       int(result.counters["cycles"]), step.predicted_cycles,
-                                      dict(result.counters), spec.describe()))
+                                      dict(result.counters), spec.describe(), macs,
+                                      -(-macs // (config.rows * config.cols))))
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host)

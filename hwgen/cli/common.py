@@ -148,10 +148,14 @@ def compile_args(args: argparse.Namespace):
                          min_gain=min_gain)
 
 
-def kernel_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+def kernel_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as aligned lines: the first and last columns (names) left-aligned, the
+    figures between them right-aligned."""
+    n = len(rows[0])
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    return ["  ".join(c.ljust(w) if i in (0, n - 1) else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+            for r in rows]
 
 
 def named_paths(values: list[str] | None, flag: str, names: Sequence[str],

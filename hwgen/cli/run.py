@@ -135,13 +135,22 @@ def run(args: argparse.Namespace) -> int:
                           "model": graph.name, "variant": compiled.config.key(),
                           "cache": compiled.cache_stats}))
         return 0
-    rows = [("kernel", "cycles", "predicted", "ops")]
+    rows = [("kernel", "cycles", "predicted", "MACs", "ideal", "util", "ops")]
     for k in report.kernels:
-        rows.append((k.name, f"{k.cycles:,}", f"{k.predicted_cycles:,.0f}",
+        rows.append((k.name, f"{k.cycles:,}", f"{k.predicted_cycles:,.0f}", f"{k.macs:,}",
+                     f"{k.ideal_cycles:,}", f"{k.utilization:.2f}" if k.macs else "-",
                      "+".join(n.rsplit("/", 1)[-1] for n in k.ops)))
+    rows.append(("total", f"{report.total_cycles:,}",
+                 f"{sum(k.predicted_cycles for k in report.kernels):,.0f}",
+                 f"{report.total_macs:,}", f"{report.ideal_cycles:,}",
+                 f"{report.utilization:.2f}", ""))
     print("\n".join(kernel_table(rows)))
+    host = (f"{len(report.host)} host steps in {report.host_seconds * 1e3:.1f} ms "
+            f"({', '.join(sorted({h.op for h in report.host}))})" if report.host
+            else "no host steps")
     print(f"ok: {len(report.kernels)} kernels {'fused' if compiled.fusion else 'unfused'}, "
-          f"each bit-exact against the reference; {report.total_cycles:,} cycles in total "
-          f"(predicted {sum(k.predicted_cycles for k in report.kernels):,.0f}); peak external "
+          f"each bit-exact against the reference; {report.total_cycles:,} cycles for "
+          f"{report.total_macs:,} MACs (utilization {report.utilization:.2f} of the "
+          f"{compiled.config.rows}x{compiled.config.cols} array); {host}; peak external "
           f"memory {report.peak_memory_bytes:,} B; {report.wall_seconds:.1f} s")
     return 0
