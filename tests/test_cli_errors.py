@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fusion.reference.executor import finite_inputs
 from hwgen.cli import main
-from hwgen.cli.run import finite_inputs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

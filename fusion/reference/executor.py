@@ -77,6 +77,34 @@ def coerce_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarr
     return env
 
 
+def finite_inputs(inputs: Mapping[str, np.ndarray], *, saturate: bool) -> dict[str, np.ndarray]:
+    """The inputs with their float values checked: NaN and infinities are refused, or with
+    ``saturate`` made finite (an infinity becomes the largest float of its sign, which
+    quantizing saturates, and NaN 0.0, which quantizes to the zero point: ONNX's
+    QuantizeLinear leaves NaN undefined for integer outputs, and runtimes differ).
+
+    Raises
+    ------
+    ValueError
+        Naming the input and how many of its values are not finite.
+    """
+    out = dict(inputs)
+    for name, value in inputs.items():
+        value = np.asarray(value)
+        if not np.issubdtype(value.dtype, np.floating):
+            continue
+        bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+        if not bad:
+            continue
+        if not saturate:
+            raise ValueError(f"input {name!r} holds {bad:,} non-finite value(s) (NaN or "
+                             f"infinity), which int8 cannot represent; fix the data, or pass "
+                             f"--saturate-nonfinite to saturate infinities and read NaN as 0")
+        big = np.finfo(value.dtype).max
+        out[name] = np.nan_to_num(value, nan=0.0, posinf=big, neginf=-big)
+    return out
+
+
 def evaluate_node(graph: Graph, node: Node, env: dict[str, np.ndarray]) -> None:
     """Run one node on the values in ``env`` and store its outputs there.
 

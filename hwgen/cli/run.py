@@ -50,35 +50,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reads as 0.0 (the zero point); refused by default")
 
 
-def finite_inputs(inputs: dict, *, saturate: bool) -> dict:
-    """The inputs with their float values checked: NaN and infinities are refused, or with
-    ``saturate`` made finite (an infinity becomes the largest float of its sign, which
-    quantizing saturates, and NaN 0.0, which quantizes to the zero point: ONNX's
-    QuantizeLinear leaves NaN undefined for integer outputs, and runtimes differ).
-
-    Raises
-    ------
-    ValueError
-        Naming the input and how many of its values are not finite.
-    """
-    import numpy as np
-
-    out = dict(inputs)
-    for name, value in inputs.items():
-        if not np.issubdtype(value.dtype, np.floating):
-            continue
-        bad = int(value.size - np.count_nonzero(np.isfinite(value)))
-        if not bad:
-            continue
-        if not saturate:
-            raise ValueError(f"input {name!r} holds {bad:,} non-finite value(s) (NaN or "
-                             f"infinity), which int8 cannot represent; fix the data, or pass "
-                             f"--saturate-nonfinite to saturate infinities and read NaN as 0")
-        big = np.finfo(value.dtype).max
-        out[name] = np.nan_to_num(value, nan=0.0, posinf=big, neginf=-big)
-    return out
-
-
 def _compiled(args: argparse.Namespace):
     """The model compiled now, or the plan folder's, checked (``--plan``)."""
     if args.plan is None:
@@ -101,6 +72,7 @@ def _compiled(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from fusion.reference.executor import finite_inputs
     from fusion.runtime.run import ShadowMismatch, random_inputs, run_compiled
     from sim.build import build_folder
 
