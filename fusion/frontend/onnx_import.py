@@ -31,6 +31,10 @@ _DTYPES = {TensorProto.FLOAT: "float32", TensorProto.UINT8: "uint8", TensorProto
            TensorProto.INT32: "int32", TensorProto.INT64: "int64"}
 #: Element types that are widened to float32 when they only serve as scales (exactly).
 _SCALE_TYPES = {TensorProto.FLOAT16: "float32", TensorProto.DOUBLE: "float32"}
+#: onnxruntime's quantized operators (domain ``com.microsoft``) that hwgen imports, under their
+#: own names: the catalog defines them with onnxruntime's semantics.
+CONTRIB_OPS = ("QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
+_CONTRIB_DOMAIN = "com.microsoft"
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
@@ -70,9 +74,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
         while name in names:
             name = f"{name}_{index}"
         names.add(name)
-        if n.domain not in ("", "ai.onnx"):
-            raise GraphError(f"node {name!r} is {n.domain}::{n.op_type}; hwgen imports only "
-                             f"standard ONNX ops: {', '.join(ops.ONNX_OPS)}")
+        _check_domain(n, name)
         if n.op_type == "Constant":
             constants[n.output[0]] = _constant(n, name)
             continue
@@ -132,6 +134,21 @@ def _load(model) -> onnx.ModelProto:
         return onnx.load(str(path))
     except Exception as exc:  # onnx raises DecodeError and friends
         raise GraphError(f"{path} is not a readable ONNX model ({exc})") from None
+
+
+def _check_domain(n: onnx.NodeProto, name: str) -> None:
+    """Standard ops from the default domain, onnxruntime's :data:`CONTRIB_OPS` from theirs."""
+    if n.domain in ("", "ai.onnx"):
+        if n.op_type in CONTRIB_OPS:
+            raise GraphError(f"node {name!r} is {n.op_type} in the standard ONNX domain, but "
+                             f"{n.op_type} is onnxruntime's: give it domain {_CONTRIB_DOMAIN!r}")
+        return
+    if n.domain == _CONTRIB_DOMAIN and n.op_type in CONTRIB_OPS:
+        return
+    raise GraphError(f"node {name!r} is {n.domain}::{n.op_type}, which hwgen does not "
+                     f"support; hwgen imports the standard ONNX ops "
+                     f"{', '.join(o for o in ops.ONNX_OPS if o not in CONTRIB_OPS)} and "
+                     f"{_CONTRIB_DOMAIN}'s {', '.join(CONTRIB_OPS)}")
 
 
 def _unsupported(node: Node) -> None:

@@ -8,6 +8,8 @@ the hwgen integer ops read:
 * ``QuantizeLinear`` annotates its output, ``DequantizeLinear`` its input (an int32 bias too);
 * ``QLinearMatMul``/``QLinearConv`` annotate a/x, b/w (per column of b, per output channel of
   w) and y, and QLinearConv's int32 bias with scale ``x_scale * w_scale`` and zero point 0;
+* onnxruntime's ``QLinearAdd``, ``QGemm`` (b per column, or per row with ``transB``) and
+  ``QLinear(Global)AveragePool`` annotate their integer inputs and output the same way;
 * ``MatMulInteger``/``ConvInteger`` carry zero points but no scale: their operands get a unit
   scale (1.0, the integer value is the real value), and only when nothing else quantizes them.
 
@@ -87,6 +89,17 @@ def annotate(nodes: Sequence, ranks: Mapping[str, int],
             xs, ws = value(i[1]), value(i[4])
             if i[8] and xs is not None and ws is not None:
                 note(i[8], node, (xs.astype(np.float64) * ws).ravel(), "", 0)
+        elif node.op in ("QLinearAveragePool", "QLinearGlobalAveragePool"):
+            note(i[0], node, i[1], i[2])
+            note(node.outputs[0], node, i[3], i[4])
+        elif node.op == "QLinearAdd":
+            note(i[0], node, i[1], i[2])
+            note(i[3], node, i[4], i[5])
+            note(node.outputs[0], node, i[6], i[7])
+        elif node.op == "QGemm":
+            note(i[0], node, i[1], i[2])
+            note(i[3], node, i[4], i[5], 0 if node.attr("transB", 0) else 1)
+            note(node.outputs[0], node, i[7], i[8])
         elif node.op in ("MatMulInteger", "ConvInteger"):
             for operand, zp, ax in ((i[0], i[2], -2 if node.op == "MatMulInteger" else 1),
                                     (i[1], i[3], -1 if node.op == "MatMulInteger" else 0)):

@@ -236,3 +236,106 @@ def _conv_integer(c: Call):
     shape, _ = conv_window(c, x.shape, w.shape)
     return (TensorType(shape, "int32"),)
 
+
+
+# -- pooling ---------------------------------------------------------------------------------
+
+_POOL = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
+         "kernel_shape": None, "pads": None, "strides": None}
+
+
+def _pool_shape(c: Call, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    kernel = c.attrs["kernel_shape"]
+    if kernel is None or len(x_shape) != len(kernel) + 2:
+        raise c.error(f"kernel_shape {kernel} must have one entry per spatial dimension of "
+                      f"the input {x_shape}")
+    out, _, _ = shapes.window(x_shape[2:], kernel, c.attrs["strides"], c.attrs["dilations"],
+                              c.attrs["pads"], c.attrs["auto_pad"], c.attrs["ceil_mode"])
+    return (*x_shape[:2], *out)
+
+
+def _global_shape(c: Call, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    if len(x_shape) < 3:
+        raise c.error(f"the input {x_shape} needs a batch, a channel and spatial axes")
+    return (*x_shape[:2], *(1,) * (len(x_shape) - 2))
+
+
+@register("AveragePool", "X", **_POOL,
+     summary="ONNX AveragePool (count_include_pad: padding counts in the divisor)")
+def _avgpool(c: Call):
+    x = c.need("X", ("float32",))
+    return (TensorType(_pool_shape(c, x.shape), x.dtype),)
+
+
+@register("GlobalAveragePool", "X", summary="mean over the spatial axes")
+def _global_avgpool(c: Call):
+    x = c.need("X", ("float32",))
+    return (TensorType(_global_shape(c, x.shape), x.dtype),)
+
+
+# -- onnxruntime's com.microsoft quantized ops -----------------------------------------------
+# The importer takes these from the com.microsoft domain only (onnx_import.CONTRIB_OPS).
+
+
+def _qlinear_pool(c: Call, shape) -> tuple[TensorType, ...]:
+    x = c.need("X", INT8S)
+    _zp_matches(c, ("X", "x_zero_point"), ("X", "y_zero_point"))
+    for s in ("x_scale", "y_scale"):
+        c.need(s, ("float32",))
+    if c.attrs["channels_last"]:
+        raise c.error("channels_last=1 (NHWC) is not supported; export the model with NCHW "
+                      "pooling (channels_last=0)")
+    return (TensorType(shape(c, x.shape), x.dtype),)
+
+
+@register("QLinearAveragePool", "X x_scale x_zero_point y_scale y_zero_point", 4,
+     const="x_scale x_zero_point y_scale y_zero_point", **_POOL, channels_last=0,
+     summary="com.microsoft: Q(AveragePool(DQ(X)))")
+def _qlinear_avgpool(c: Call):
+    return _qlinear_pool(c, _pool_shape)
+
+
+@register("QLinearGlobalAveragePool", "X x_scale x_zero_point y_scale y_zero_point", 4,
+     const="x_scale x_zero_point y_scale y_zero_point", channels_last=0,
+     summary="com.microsoft: Q(GlobalAveragePool(DQ(X)))")
+def _qlinear_global_avgpool(c: Call):
+    return _qlinear_pool(c, _global_shape)
+
+
+@register("QLinearAdd", "A A_scale A_zero_point B B_scale B_zero_point C_scale C_zero_point", 7,
+     const="A_scale A_zero_point B_scale B_zero_point C_scale C_zero_point",
+     summary="com.microsoft: Q(DQ(A) + DQ(B)), broadcasting")
+def _qlinear_add(c: Call):
+    a = c.need("A", INT8S)
+    c.same("A", "A_zero_point", "B", "B_zero_point", "C_zero_point")
+    for s in ("A_scale", "B_scale", "C_scale"):
+        c.need(s, ("float32",))
+    return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+
+
+@register("QGemm", "A a_scale a_zero_point B b_scale b_zero_point C y_scale y_zero_point", 6,
+     const="a_scale a_zero_point b_scale b_zero_point C y_scale y_zero_point", weights="B",
+     alpha=1.0, transA=0, transB=0,
+     summary="com.microsoft: alpha*a_scale*b_scale*((A'-a_zp) @ (B'-b_zp) + C), quantized "
+             "to y when y_scale is given")
+def _qgemm(c: Call):
+    a, b = c.need("A", INT8S), c.need("B", INT8S)
+    _zp_matches(c, ("A", "a_zero_point"), ("B", "b_zero_point"))
+    for s in ("a_scale", "b_scale"):
+        c.need(s, ("float32",))
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise c.error(f"A and B must be 2-D, not {a.shape} and {b.shape}")
+    (m, k), (k2, n) = (a.shape[::-1 if c.attrs["transA"] else 1],
+                       b.shape[::-1 if c.attrs["transB"] else 1])
+    if k != k2:
+        raise c.error(f"inner dimensions differ: {k} and {k2} (check transA/transB)")
+    cc = c.tensor("C")
+    if cc is not None:
+        c.need("C", ("int32",))
+        if shapes.broadcast(cc.shape, (m, n)) != (m, n):
+            raise c.error(f"C {cc.shape} does not broadcast to the output {(m, n)}")
+    if c.tensor("y_scale") is None:
+        return (TensorType((m, n), "float32"),)
+    c.need("y_scale", ("float32",))
+    y = c.need("y_zero_point", INT8S, " (with y_scale, give the output zero point)")
+    return (TensorType((m, n), y.dtype),)

@@ -167,3 +167,89 @@ def _matmul_integer(ctx: Ctx, a, b, a_zp=None, b_zp=None):
 @implements("ConvInteger")
 def _conv_integer(ctx: Ctx, x, w, x_zp=None, w_zp=None):
     return (_conv(ctx, _minus(x, x_zp), _minus(w, w_zp, 0)).astype(np.int32),)
+
+
+# -- pooling and onnxruntime's com.microsoft quantized ops ----------------------------------
+
+
+def _avgpool_float(ctx: Ctx, x: np.ndarray, acc=np.float64) -> np.ndarray:
+    a = ctx.attrs
+    return _windows.avgpool(x, a["kernel_shape"], a["strides"], a["dilations"], a["pads"],
+                            a["auto_pad"], a["ceil_mode"], a["count_include_pad"], acc)
+
+
+def _global_mean(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@implements("AveragePool")
+def _avgpool(ctx: Ctx, x):
+    return (_avgpool_float(ctx, x).astype(x.dtype),)
+
+
+@implements("GlobalAveragePool")
+def _global_avgpool(ctx: Ctx, x):
+    return (_global_mean(x).astype(x.dtype),)
+
+
+def _dq(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    """Per-tensor dequantize in float32, as onnxruntime's QLinear kernels do."""
+    return (_minus(x, zp).astype(np.float32) * np.float32(scale.ravel()[0])).astype(np.float32)
+
+
+def _q(real: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype) -> np.ndarray:
+    """Per-tensor quantize of float32 ``real`` (round half to even, saturate)."""
+    q = np.rint(np.float32(real) / np.float32(scale.ravel()[0]))
+    if zp is not None:
+        q = q + int(zp.ravel()[0])
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+@implements("QLinearAveragePool")
+def _qlinear_avgpool(ctx: Ctx, x, x_scale, x_zp=None, y_scale=None, y_zp=None):
+    # onnxruntime dequantizes, sums and divides in float32, and adds y's zero point to the
+    # scaled average before rounding half to even.
+    real = _avgpool_float(ctx, _dq(x, x_scale, x_zp), np.float32) / np.float32(y_scale.ravel()[0])
+    if y_zp is not None:
+        real = real + np.float32(y_zp.ravel()[0])
+    return (_q(real, np.ones(1, np.float32), None, x.dtype),)
+
+
+@implements("QLinearGlobalAveragePool")
+def _qlinear_global_avgpool(ctx: Ctx, x, x_scale, x_zp=None, y_scale=None, y_zp=None):
+    # onnxruntime sums the integers and scales the sum by x_scale / (y_scale * count) in float.
+    count = int(np.prod(x.shape[2:]))
+    sums = _minus(x, x_zp).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
+    ratio = np.float32(x_scale.ravel()[0]) / (np.float32(y_scale.ravel()[0]) * np.float32(count))
+    return (_q(sums.astype(np.float32) * ratio, np.ones(1, np.float32), y_zp, x.dtype),)
+
+
+@implements("QLinearAdd")
+def _qlinear_add(ctx: Ctx, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp=None):
+    # onnxruntime (MlasQLinearAdd): each input times its scale ratio to C in float32, plus
+    # C's zero point, then rounded half to even (the zero point is added before rounding).
+    c = np.float32(c_scale.ravel()[0])
+    real = (_minus(a, a_zp).astype(np.float32) * (np.float32(a_scale.ravel()[0]) / c)
+            + _minus(b, b_zp).astype(np.float32) * (np.float32(b_scale.ravel()[0]) / c))
+    if c_zp is not None:
+        real = real + np.float32(c_zp.ravel()[0])
+    return (_q(real, np.ones(1, np.float32), None, a.dtype),)
+
+
+@implements("QGemm")
+def _qgemm(ctx: Ctx, a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=None):
+    at = ctx.attrs
+    a = a.T if at["transA"] else a
+    b = b.T if at["transB"] else b
+    if b_zp is not None and b_zp.size > 1:
+        b_zp = b_zp.reshape(1, -1)
+    acc = np.matmul(_minus(a, a_zp), _minus(b, b_zp))
+    if c is not None:
+        acc = acc + c.astype(np.int64)
+    scale = (np.float32(at["alpha"]) * np.float32(a_scale.ravel()[0]) *
+             b_scale.astype(np.float32).reshape(1, -1))
+    if y_scale is None:
+        return ((acc.astype(np.int32).astype(np.float32) * scale).astype(np.float32),)
+    return (_requantize(acc, scale / np.float32(y_scale.ravel()[0]), y_zp, y_zp.dtype)
+            .astype(y_zp.dtype),)

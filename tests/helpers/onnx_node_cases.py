@@ -32,7 +32,7 @@ from fusion.reference import executor
 #: The ONNX ops of the issue; a case qualifies when every node of its model is one of them.
 OPS = ("QuantizeLinear", "DequantizeLinear", "MatMul", "Gemm", "Conv", "Add", "Relu", "Clip",
        "MaxPool", "Flatten", "Reshape", "Transpose", "QLinearMatMul", "QLinearConv",
-       "MatMulInteger", "ConvInteger", "Identity")
+       "MatMulInteger", "ConvInteger", "Identity", "AveragePool", "GlobalAveragePool")
 
 _NARROW = "element type outside hwgen's dtypes (int8, uint8, int32, int64, float32)"
 #: The cases we skip, and why. Every other qualifying case must pass.

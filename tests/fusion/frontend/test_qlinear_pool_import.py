@@ -1,0 +1,102 @@
+"""onnxruntime's com.microsoft quantized ops and the average pools: imported and run by hwgen's
+executor, against onnxruntime itself (CPU, optimizations off) on node-level models.
+
+hwgen's reference follows onnxruntime's arithmetic step by step (float32 scale ratios, the
+zero point added before rounding half to even in QLinearAdd, integer window sums in
+QLinearGlobalAveragePool), so every integer output is exact.
+"""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from fusion.frontend import import_onnx
+from fusion.ir.graph import GraphError
+from tests.fusion.frontend import qlinear_pool_cases as cases
+
+EXACT = {
+    "global_avgpool_int8": lambda: cases.qlinear_global_avgpool(1),
+    "global_avgpool_uint8": lambda: cases.qlinear_global_avgpool(2, "uint8"),
+    "global_avgpool_8x8": lambda: cases.qlinear_global_avgpool(3, shape=(1, 64, 8, 8)),
+    "avgpool_strided": lambda: cases.qlinear_avgpool(4, kernel_shape=[3, 3], strides=[2, 2]),
+    "avgpool_pads_include": lambda: cases.qlinear_avgpool(
+        5, kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    "avgpool_pads_exclude": lambda: cases.qlinear_avgpool(
+        6, kernel_shape=[3, 3], pads=[1, 0, 1, 2]),
+    "avgpool_ceil": lambda: cases.qlinear_avgpool(
+        7, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    "avgpool_uint8_same": lambda: cases.qlinear_avgpool(
+        8, "uint8", kernel_shape=[3, 3], auto_pad="SAME_UPPER"),
+    "qdq_global_avgpool": lambda: cases.qdq_avgpool(9, "GlobalAveragePool"),
+    "qdq_avgpool": lambda: cases.qdq_avgpool(10, kernel_shape=[4, 4], strides=[1, 2]),
+    "add_int8": lambda: cases.qlinear_add(11),
+    "add_uint8": lambda: cases.qlinear_add(12, "uint8"),
+    "add_broadcast": lambda: cases.qlinear_add(13, b_shape=(6, 1, 1)),
+    "qgemm_per_channel": lambda: cases.qgemm(14),
+    "qgemm_transB_per_tensor": lambda: cases.qgemm(15, per_channel=False, transB=1),
+    "qgemm_transA_alpha": lambda: cases.qgemm(16, transA=1, alpha=0.75),
+    "qgemm_uint8_no_bias": lambda: cases.qgemm(17, "uint8", bias=False),
+    "maxpool_int8": lambda: cases.int8_maxpool(18, kernel_shape=[3, 3], strides=[2, 2],
+                                               pads=[1, 1, 1, 1]),
+    "maxpool_uint8": lambda: cases.int8_maxpool(19, "uint8", kernel_shape=[2, 2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_integer_outputs_match_onnxruntime_exactly(name):
+    model, feeds = EXACT[name]()
+    want = cases.ort_run(model, feeds)
+    got, _ = cases.hwgen_run(model, feeds)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_float_qgemm_matches_onnxruntime():
+    model, feeds = cases.qgemm(20, quantized=False, alpha=0.5)
+    want = cases.ort_run(model, feeds)
+    got, _ = cases.hwgen_run(model, feeds)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_contrib_ops_are_annotated_with_their_quantization():
+    model, _ = cases.qlinear_add(21)
+    graph = import_onnx(model)
+    assert graph.tensors["a"].quant.zero_point == (2,)
+    assert graph.tensors["y"].quant.scale == pytest.approx((0.08,))
+    model, _ = cases.qgemm(22, transB=1)
+    graph = import_onnx(model)
+    assert graph.tensors["b"].quant.axis == 0  # per output column = per row of B'
+
+
+def _one_node(op, domain):
+    model, _ = cases.qlinear_global_avgpool(23)
+    model.graph.node[0].op_type = op
+    model.graph.node[0].domain = domain
+    return model
+
+
+def test_an_unsupported_contrib_op_is_refused_by_name():
+    with pytest.raises(GraphError, match=r"com\.microsoft::QLinearSoftmax, which hwgen does "
+                                         r"not support.*QLinearAdd"):
+        import_onnx(_one_node("QLinearSoftmax", cases.MS))
+
+
+def test_a_contrib_op_in_the_standard_domain_is_refused():
+    with pytest.raises(GraphError, match="give it domain 'com.microsoft'"):
+        import_onnx(_one_node("QLinearGlobalAveragePool", ""))
+
+
+def test_channels_last_pooling_is_refused():
+    model, _ = cases.qlinear_global_avgpool(24)
+    model.graph.node[0].attribute.append(helper.make_attribute("channels_last", 1))
+    with pytest.raises(GraphError, match="channels_last=1"):
+        import_onnx(model)
+
+
+def test_qgemm_with_y_scale_needs_y_zero_point():
+    model, _ = cases.qgemm(25)
+    node = model.graph.node[0]
+    del node.input[-1]
+    with pytest.raises(GraphError, match="y_zero_point"):
+        import_onnx(model)
