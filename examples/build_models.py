@@ -1,7 +1,9 @@
 """Build the bundled example models with ``onnx.helper`` and write them beside this script.
 
 * ``qop_mlp.onnx``: a QOperator MLP. QuantizeLinear (uint8) -> QLinearMatMul (int8 weights,
-  per-column scales, uint8 out) -> QLinearMatMul (int8 out). Output: int8.
+  per-column scales, uint8 out) -> QLinearMatMul (uint8 out, zero point 128). Output: uint8.
+  (ONNX allows an int8 output from a uint8 input, but onnxruntime, the tests' reference, has
+  QLinearMatMul kernels only for an output of the input's type.)
 * ``qdq_mlp_residual.onnx``: a QDQ MLP as static quantizers write it, with a residual add:
   Reshape -> Q/DQ -> MatMul+bias -> Relu -> Q/DQ -> MatMul+bias -> Clip(0, 6) -> Q/DQ ->
   Add(the two dequantized branches) -> Q -> DQ. Output: float32 (its int8 source is
@@ -126,9 +128,9 @@ def qop_mlp() -> onnx.ModelProto:
                                   c("h_zp", np.uint8(0))], "h_q")
     m.node("QLinearMatMul", [hq, "h_scale", "h_zp", c("w2", w2), c("w2_scale", s2),
                              c("w2_zp", np.zeros(10, np.int8)), c("y_scale", np.float32(ys)),
-                             c("y_zp", np.int8(0))], "y")
+                             c("y_zp", np.uint8(128))], "y")
     return m.model("qop_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 64))],
-                   [helper.make_tensor_value_info("y", TensorProto.INT8, (8, 10))])
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, (8, 10))])
 
 
 def qdq_mlp_residual() -> onnx.ModelProto:

@@ -29,6 +29,8 @@ from onnx.reference import ReferenceEvaluator
 from examples.build_models import MODELS, sample_input
 from fusion.frontend import import_onnx
 from fusion.reference import executor
+from tests.fusion.ort_reference import lsb_errors as diff_in_lsbs
+from tests.fusion.ort_reference import output_scale
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -43,9 +45,27 @@ def example(request):
 
 
 def test_bundled_models_are_what_the_script_builds(example):
+    """Same graph, same integers, same scales to float32 rounding: not the same bytes.
+
+    The script's arithmetic is exact (``math.fsum``, elementwise IEEE operations), but its
+    random weights come through numpy's ziggurat, whose rare wedge test calls the C library's
+    ``exp``, and the bytes through onnx's serializer: neither is promised bit-identical across
+    machines and versions, so this compares what the file means.
+    """
     name, path, _ = example
-    assert onnx.load(str(path)).SerializeToString() == MODELS[name]().SerializeToString(), \
-        f"{path.name} is stale: run examples/build_models.py"
+    have, want = onnx.load(str(path)).graph, MODELS[name]().graph
+    stale = f"{path.name} is stale: run examples/build_models.py"
+    assert [n.SerializeToString() for n in have.node] == \
+        [n.SerializeToString() for n in want.node], stale
+    assert (have.input, have.output) == (want.input, want.output), stale
+    assert [i.name for i in have.initializer] == [i.name for i in want.initializer], stale
+    for a, b in zip(have.initializer, want.initializer, strict=True):
+        a, b = onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, stale
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=0, err_msg=stale)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=stale)
 
 
 def test_imported_graph_matches_the_reference_on_every_tensor(example):
@@ -63,17 +83,11 @@ def test_imported_graph_matches_the_reference_on_every_tensor(example):
 
 def lsb_errors(name, graph, reference, path) -> np.ndarray:
     """Differences, in output LSBs, between ``graph`` and the reference over all seeds."""
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
-    diffs = []
-    for seed in SEEDS:
-        x = sample_input(name, seed)
-        got = executor.run(graph, {"x": x})[graph.outputs[0]]
-        want = reference.run(None, {"x": x})[0]
-        if want.dtype.kind == "f":  # a dequantized output: compare in units of its scale
-            diffs.append(np.rint((got.astype(np.float64) - want) / inits["y_scale"]))
-        else:
-            diffs.append(got.astype(np.int64) - want)
-    return np.concatenate([d.ravel() for d in diffs])
+    out = graph.outputs[0]
+    scale = output_scale(onnx.load(str(path)), out)
+    return np.concatenate([
+        diff_in_lsbs(executor.run(graph, {"x": x})[out], reference.run(None, {"x": x})[0], scale)
+        for x in (sample_input(name, seed) for seed in SEEDS)])
 
 
 @pytest.mark.parametrize("legalize", [False, True], ids=["folded", "legalized"])
