@@ -35,7 +35,7 @@ def _reference(name: str):
 
 @pytest.mark.parametrize("legalize", [False, True], ids=["folded", "legalized"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_executor_after_the_passes_matches_onnxruntime(name, legalize):
+def test_executor_after_the_passes_matches_onnxruntime(name, legalize, capsys):
     path, ort, out, scale = _reference(name)
     graph = optimize(load_model(path), legalize=legalize)
     errors, integer = [], True
@@ -44,8 +44,11 @@ def test_executor_after_the_passes_matches_onnxruntime(name, legalize):
         want = ort.run([out], {"x": x})[0]
         integer = want.dtype.kind in "iu"
         errors.append(lsb_errors(executor.run(graph, {"x": x})[out], want, scale))
-    check_within_one_lsb(np.concatenate(errors), f"{name} executor vs onnxruntime",
-                         integer=integer)
+    figures = check_within_one_lsb(np.concatenate(errors), f"{name} executor "
+                                   f"({'legalized' if legalize else 'folded'}) vs onnxruntime",
+                                   integer=integer)
+    with capsys.disabled():
+        print(f"\n{figures}")
 
 
 @pytest.mark.slow
@@ -60,6 +63,8 @@ def test_hwgen_run_on_the_simulator_matches_onnxruntime(name, variant_dir, tmp_p
                  f"x={tmp_path / 'x.npy'}", "--output", f"{out}={y}",
                  "--cache", str(tmp_path / "cache")]) == 0, capsys.readouterr().err
     want = ort.run([out], {"x": x})[0]
-    check_within_one_lsb(lsb_errors(np.load(y), want, scale),
-                         f"{name} hwgen run (4x4 simulator) vs onnxruntime",
-                         integer=want.dtype.kind in "iu")
+    figures = check_within_one_lsb(lsb_errors(np.load(y), want, scale),
+                                   f"{name} hwgen run (4x4 simulator) vs onnxruntime",
+                                   integer=want.dtype.kind in "iu")
+    with capsys.disabled():
+        print(f"\n{figures}")
