@@ -7,7 +7,8 @@ on the kind; what is here is the graph side:
 
 - :func:`spec_for` lowers a segment of a chain to a spec, one function per anchor op
   (:data:`ANCHORS`) and the standalone pass for a run of epilogue ops. A ``qmatmul`` is a
-  GEMM: A is the input viewed as ``[M, K]`` (leading axes flattened), B the constant weight.
+  GEMM: A is the input viewed as ``[M, K]`` (leading axes flattened), B the constant int8
+  weight, whose zero points :mod:`fusion.passes.weight_zero_point` has already folded in.
   A non-zero input zero point ``za`` is folded into the bias:
   ``sum((a - za) * w) = sum(a * w) - za * colsum(w)``, so such a GEMM always runs the bias
   stage (the bias vector is the correction plus any fused ``bias_add``). A ``qadd`` is the
@@ -68,6 +69,8 @@ class KernelSpec:
         The graph tensor it produces.
     consts : dict of str to ndarray
         Constant operands: ``b``, ``bias``, ``mult``, ``shift``.
+    note : str
+        What :meth:`describe` adds about how the graph made it (a weight split along K).
     """
 
     name: str
@@ -77,6 +80,7 @@ class KernelSpec:
     inputs: tuple[str, ...]
     output: str
     consts: dict[str, np.ndarray] = field(default_factory=dict)
+    note: str = ""
 
     @property
     def fused_ops(self) -> int:
@@ -84,8 +88,9 @@ class KernelSpec:
 
     def describe(self) -> str:
         """One line: the kind, the ops, the shape and what the kind adds (stages, tiling)."""
-        return self.kind.describe(self.params, "+".join(n.rsplit("/", 1)[-1]
+        text = self.kind.describe(self.params, "+".join(n.rsplit("/", 1)[-1]
                                                         for n in self.nodes))
+        return f"{text}; {self.note}" if self.note else text
 
     def with_params(self, params: Any) -> KernelSpec:
         """The same kernel with other params of its kind (another tiling)."""
@@ -131,12 +136,17 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
     K, N = w.shape  # noqa: N806
     M = math.prod(a.shape[:-1]) if len(a.shape) > 1 else 1  # noqa: N806
     za = tensor_zp(a, anchor)
+    # w has no zero point (fusion.passes.weight_zero_point folded it): this is colsum(w - zw).
     corr = None if za == 0 else -za * w.astype(np.int64).sum(axis=0)
     stages, params, consts = assemble_stages(graph, part[1:], N, corr)
     consts["b"] = w
+    producer = graph.producer(anchor.inputs[0])
+    note = "" if producer is None or producer.op != "repeat" else (
+        f"weights split into {producer.attr('times')} int8 parts along K (weight zero points), "
+        f"A repeated by {producer.name}")
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params),
-                      inputs=(anchor.inputs[0],), consts=consts, **names)
+                      inputs=(anchor.inputs[0],), consts=consts, note=note, **names)
 
 
 def _qadd(graph: Graph, config: VariantConfig, anchor: Node, part: Part,

@@ -3,11 +3,12 @@
 Every node is one of:
 
 - a **host step**: a model-boundary conversion (``quantize``, ``dequantize``) or pure data
-  movement (``reshape``, ``flatten``, ``transpose``, ``im2col`` and their ONNX forms). The
-  runtime does these on the host between kernels; they compute nothing the accelerator
-  could, and they are listed in the plan as host steps.
-- a **kernel anchor**: ``qmatmul`` with a constant int8 weight (a GEMM), ``qadd`` (a GEMM with
-  a constant diagonal weight, see :mod:`fusion.compiler.kernels`) or ``maxpool`` (a chain of
+  movement (``reshape``, ``flatten``, ``transpose``, ``im2col``, ``repeat`` and the ONNX
+  forms). The runtime does these on the host between kernels; they compute nothing the
+  accelerator could, and they are listed in the plan as host steps.
+- a **kernel anchor**: ``qmatmul`` with a constant 2-D int8 weight without zero point (a GEMM;
+  :mod:`fusion.passes.weight_zero_point` makes them so), ``qadd`` (a GEMM with a constant
+  diagonal weight, see :mod:`fusion.compiler.kernels`) or ``maxpool`` (a chain of
   element-wise max passes).
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
   epilogue chain; they run fused after an anchor, or as standalone passes.
@@ -35,7 +36,8 @@ from hwgen.stages import STAGES
 
 #: Host steps: model-boundary conversions and data movement, by op name.
 HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose", "im2col",
-                      "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+                      "repeat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
+                      "Identity"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
 ANCHORS = ("qmatmul", "qadd", "maxpool")
@@ -142,13 +144,18 @@ def classify(graph: Graph, node: Node) -> str:
             raise CompileError(f"node {node.name!r} (qmatmul): its second operand {b.name!r} "
                                f"is not a constant; the accelerator's GEMMs take constant "
                                f"weights (an activation x activation product is not supported)")
-        if b.dtype != "int8" or len(b.shape) != 2:
+        if len(b.shape) != 2:
             raise CompileError(f"node {node.name!r} (qmatmul): weight {b.name!r} is "
-                               f"{b.dtype}{list(b.shape)}; the accelerator needs a 2-D int8 "
-                               f"weight")
-        if b.quant is not None and any(z != 0 for z in b.quant.zero_point):
-            raise CompileError(f"node {node.name!r} (qmatmul): weight {b.name!r} has a non-zero "
-                               f"zero point; quantize weights symmetrically")
+                               f"{b.dtype}{list(b.shape)}; the accelerator needs a 2-D weight "
+                               f"(K x N)")
+        if b.dtype != "int8" or (b.quant is not None and any(b.quant.zero_point)):
+            # fusion.passes.weight_zero_point folds these into int8 weights; a graph that
+            # skipped the passes still has them
+            raise CompileError(f"node {node.name!r} (qmatmul): weight {b.name!r} is {b.dtype} "
+                               f"with zero point(s) {list(b.quant.zero_point) if b.quant else 0}"
+                               f"; the array multiplies int8 weights without a zero point: run "
+                               f"the passes (fusion.passes.driver.optimize) first, which fold "
+                               f"weight zero points")
         tensor_zp(a, node)
         return "anchor"
     if node.op == "qadd":

@@ -165,6 +165,24 @@ def _hw_transpose(c: Call):
     return (TensorType(shapes.transpose(x.shape, c.attrs["perm"]), x.dtype),)
 
 
+#: The most copies ``repeat`` makes: a weight with zero points splits into at most three int8
+#: parts (:mod:`fusion.passes.weight_zero_point`); a bound keeps a bad attribute from growing
+#: a tensor without limit.
+MAX_REPEAT = 8
+
+
+@register("repeat", "x", times=REQ,
+          summary="x repeated `times` times along its last axis (numpy.tile), same Quant")
+def _repeat(c: Call):
+    x = c.need("x", INTS)
+    times = c.attrs["times"]
+    if not isinstance(times, int) or isinstance(times, bool) or not 1 <= times <= MAX_REPEAT:
+        raise c.error(f"times {times!r} must be an integer from 1 to {MAX_REPEAT}")
+    if not x.shape:
+        raise c.error("input must have at least one dimension")
+    return (TensorType((*x.shape[:-1], x.shape[-1] * times), x.dtype),)
+
+
 @register("quantize", "x", dtype="int8", summary="float32 -> int8/uint8 with the output's Quant")
 def _quantize(c: Call):
     x = c.need("x", ("float32",))

@@ -106,6 +106,21 @@ def _table(rows: list[list[str]]) -> list[str]:
             for r in rows]
 
 
+def _splits(nodes: list[dict[str, Any]]) -> list[str]:
+    """The GEMMs whose weights, minus their zero points, were split into int8 parts along K
+    (:mod:`fusion.passes.weight_zero_point`): their input goes through a ``repeat``."""
+    lines = []
+    for n in nodes:
+        if n["op"] != "repeat" or not n["name"].endswith("/split_k"):
+            continue
+        times, out = n["attrs"]["times"], n["outputs"][0]
+        k = out["shape"][-1] // times
+        users = [u["name"] for u in nodes if out["name"] in u["inputs"]]
+        lines.append(f"  {', '.join(users)}: {times} int8 parts, K {k} -> {k * times} "
+                     f"(input repeated by {n['name']})")
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     """The report as the text ``hwgen inspect`` prints."""
     lines = [f"graph {report['name']}: {len(report['nodes'])} nodes after the passes "
@@ -132,6 +147,9 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", "outputs:"]
     lines += _table([[t["name"], _type_text(t), _quant_text(t["quant"])]
                      for t in report["outputs"]])
+    split = _splits(report["nodes"])
+    if split:
+        lines += ["", "weights split along K (weight zero points folded):"] + split
     if report["not_folded"]:
         lines += ["", "not folded:"] + [f"  {why}" for why in report["not_folded"]]
     return "\n".join(lines)

@@ -137,6 +137,11 @@ def _transpose(ctx: Ctx, x):
     return (np.transpose(x, ctx.attrs["perm"]),)
 
 
+@implements("repeat")
+def _repeat(ctx: Ctx, x):
+    return (np.tile(x, (1,) * (x.ndim - 1) + (ctx.attrs["times"],)),)
+
+
 @implements("quantize")
 def _quantize(ctx: Ctx, x):
     out = ctx.outputs[0]
