@@ -51,10 +51,15 @@ ACCEPTED = {
     "lenet5_qdq": "ok",
     "lenet5_qop": f"node 'pool1' (MaxPool: ONNX MaxPool) {_NO_KERNEL}",
 }
+#: Accepted models known to miss the 1-LSB bound against onnxruntime: name -> the measured
+#: figures and the issue item that fixes them (a strict xfail: fixing one fails until its row
+#: goes).
+KNOWN_DRIFT: dict[str, str] = {}
 
 
 def test_the_table_names_every_bundled_model():
     assert sorted(ACCEPTED) == sorted(NAMES)
+    assert all(ACCEPTED[n] == "ok" for n in KNOWN_DRIFT), "a drift row for a refused model"
     assert sorted(p.stem for p in REAL.glob("*.onnx")) == sorted(NAMES)
     assert sorted(p.stem for p in REAL.glob("*.npz")) == sorted(NAMES)
 
@@ -90,7 +95,9 @@ def test_hwgen_accepts_what_the_table_says(name):
         assert compiled.kernels
 
 
-@pytest.mark.parametrize("name", [n for n, v in ACCEPTED.items() if v == "ok"])
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_DRIFT[n])]
+                 if n in KNOWN_DRIFT else []) for n, v in ACCEPTED.items() if v == "ok"])
 def test_accepted_model_matches_onnxruntime(name, capsys):
     """The checked-in output, and onnxruntime live on more seeded inputs."""
     path = REAL / f"{name}.onnx"
