@@ -196,3 +196,46 @@ def window_pads(node: Node, x_shape: tuple[int, ...], kernel: tuple[int, ...]) -
                                   node.attr("dilations"), node.attr("pads"),
                                   node.attr("auto_pad", "NOTSET"), node.attr("ceil_mode", 0))
     return (*begin, *end)
+
+
+def maxpool_attrs(node: Node, x_shape: tuple[int, ...]) -> dict:
+    """The ``maxpool`` attributes of an ONNX ``MaxPool`` node (``auto_pad`` resolved)."""
+    kernel = tuple(node.attr("kernel_shape"))
+    return {"kernel_shape": kernel, "pads": window_pads(node, x_shape, kernel),
+            "strides": tuple(node.attr("strides") or (1,) * len(kernel)),
+            "dilations": tuple(node.attr("dilations") or (1,) * len(kernel)),
+            "ceil_mode": node.attr("ceil_mode", 0)}
+
+
+def average_window(node: Node, x_shape: tuple[int, ...]) -> dict:
+    """The ``qconv2d`` window (kernel, strides, dilations, pads) of an average pool whose
+    divisor is the same for every window, the kernel size.
+
+    Raises
+    ------
+    Refused
+        For a pool that is not 2-D, and where the divisor varies at the borders:
+        ``count_include_pad`` = 0 with padding, or a ``ceil_mode`` window that hangs over.
+    """
+    what = f"{node.op} {node.name!r}"
+    if len(x_shape) != 4:
+        raise Refused(f"{what} pools a {len(x_shape)}-D tensor; the accelerator pools 4-D "
+                      f"NCHW tensors")
+    if node.op.endswith("GlobalAveragePool"):
+        return {"kernel": tuple(x_shape[2:]), "strides": (1, 1), "dilations": (1, 1),
+                "pads": (0, 0, 0, 0)}
+    kernel = tuple(node.attr("kernel_shape"))
+    strides = tuple(node.attr("strides") or (1, 1))
+    dilations = tuple(node.attr("dilations") or (1, 1))
+    pads = window_pads(node, x_shape, kernel)
+    if any(pads) and not node.attr("count_include_pad", 0):
+        raise Refused(f"{what} has count_include_pad=0 with padding {pads}: its divisor varies "
+                      f"at the borders, which one requantize cannot do; export it with "
+                      f"count_include_pad=1 or without padding")
+    floor, _, _ = shapes.window(x_shape[2:], kernel, strides, dilations, pads)
+    ceil, _, _ = shapes.window(x_shape[2:], kernel, strides, dilations, pads, "NOTSET",
+                               node.attr("ceil_mode", 0))
+    if floor != ceil:
+        raise Refused(f"{what} has ceil_mode=1 and its last windows hang over the input: their "
+                      f"divisor is smaller, which one requantize cannot do")
+    return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads}

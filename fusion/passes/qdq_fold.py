@@ -20,7 +20,15 @@ Residual add
 QOperator ops
     ``QLinearMatMul``/``QLinearConv`` become ``qmatmul``/``qconv2d [-> bias_add] -> requant``;
     ``MatMulInteger``/``ConvInteger`` become ``qmatmul``/``qconv2d`` (their zero points are
-    recorded on the operands with a unit scale).
+    recorded on the operands with a unit scale). onnxruntime's ``QLinearAdd`` becomes ``qadd``
+    exactly as the residual ``Add`` does; ``QGemm`` becomes ``qmatmul [-> bias_add] ->
+    requant`` with ``alpha`` in the requantize scale (or ``dequantize`` without ``y_scale``);
+    a ``MaxPool`` of an 8-bit tensor becomes ``maxpool``.
+Average pools
+    ``DQ -> AveragePool | GlobalAveragePool -> Q`` and ``QLinear(Global)AveragePool`` become a
+    depthwise ``qconv2d`` with all-ones weights (the window sum; padding reads the zero point,
+    so it adds 0) and a ``requant`` by ``x_scale / (window * y_scale)``. Refused where the
+    divisor varies: ``count_include_pad`` = 0 with padding, ``ceil_mode`` windows that hang over.
 Layout ops between Q and DQ
     ``MaxPool``, ``Flatten``, ``Reshape``, ``Transpose`` and ``Relu`` of a ``DQ`` run on the
     integers instead (``maxpool`` ..., ``Relu`` as ``clamp(lo=zero_point)``), followed by a
@@ -39,25 +47,34 @@ cannot hold closely enough. :func:`explain` says why for each op left.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Quant
 from fusion.passes._edit import Edit, bypass, rewrite_each
 from fusion.passes._qdq_common import (
     Q_OPS,
     Refused,
+    Tail,
+    average_window,
+    const,
     dq_source,
     emit_activation,
     match_tail,
+    maxpool_attrs,
     per_tensor,
     q_target,
     quant_from,
-    window_pads,
+    requant_epilogue,
 )
-from fusion.passes._qdq_compute import fold_compute, fold_qoperator
+from fusion.passes._qdq_compute import _acc_quant, _channel_vector, fold_compute, fold_qoperator
 
 COMPUTE = ("MatMul", "Gemm", "Conv")
 QOPERATOR = ("QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger")
 SINKABLE = ("MaxPool", "Flatten", "Reshape", "Transpose", "Relu")
+POOLS = ("AveragePool", "GlobalAveragePool", "QLinearAveragePool", "QLinearGlobalAveragePool")
 INT8S = ("int8", "uint8")
 
 
@@ -69,21 +86,37 @@ def fold_residual(graph: Graph, node: Node) -> Graph:
         if source is None:
             raise Refused(f"Add {node.name!r} reads {name!r}, which is not dequantized from an "
                           f"integer tensor")
-        q, quant = source
-        if graph.tensors[q].dtype not in INT8S:
-            raise Refused(f"Add {node.name!r} adds {q!r}, which is {graph.tensors[q].dtype}; "
-                          f"qadd adds 8-bit tensors")
-        operands.append((q, per_tensor(q, quant)))
+        operands.append(source)
     tail = match_tail(graph, node.outputs[0])
     if tail is None:
         raise Refused(f"Add {node.name!r} is not followed by a QuantizeLinear; qadd produces "
                       f"an 8-bit result")
-    (a, qa), (b, qb) = operands
+    return _emit_qadd(graph, node, operands, tail)
+
+
+def fold_qlinear_add(graph: Graph, node: Node) -> Graph:
+    """onnxruntime's ``QLinearAdd`` into ``qadd``, exactly as the QDQ ``Add`` folds."""
+    i = node.inputs + ("",) * 8
+    y = node.outputs[0]
+    operands = [(q, quant_from(graph, q, scale, zp, 1))
+                for q, scale, zp in ((i[0], i[1], i[2]), (i[3], i[4], i[5]))]
+    tail = Tail((), y, quant_from(graph, y, i[6], i[7], 1), graph.tensors[y].dtype, None)
+    return _emit_qadd(graph, node, operands, tail)
+
+
+def _emit_qadd(graph: Graph, node: Node, operands: list[tuple[str, Quant]], tail: Tail) -> Graph:
+    """``qadd [-> relu | clamp]`` of the integer ``operands`` replacing ``node`` and ``tail``."""
+    for q, _ in operands:
+        if graph.tensors[q].dtype not in INT8S:
+            raise Refused(f"{node.op} {node.name!r} adds {q!r}, which is "
+                          f"{graph.tensors[q].dtype}; qadd adds 8-bit tensors")
+    (a, qa), (b, qb) = [(q, per_tensor(q, quant)) for q, quant in operands]
+    per_tensor(tail.output, tail.quant)
     try:
         attrs = ops.qadd_attrs(qa.scale[0], qb.scale[0], tail.quant.scale[0],
                                tail.quant.zero_point[0], out_dtype=tail.dtype)
     except ValueError as exc:
-        raise Refused(f"Add {node.name!r}: {exc}") from None
+        raise Refused(f"{node.op} {node.name!r}: {exc}") from None
     spans = []
     for q, quant in ((a, qa), (b, qb)):
         lo, hi = ops.INT_RANGE[graph.tensors[q].dtype]
@@ -92,7 +125,7 @@ def fold_residual(graph: Graph, node: Node) -> Graph:
     if bound >= 0.5:
         # Past half an LSB the rounded sum can be 2 LSBs from ONNX's: keep the promise of
         # one LSB by leaving this Add in float rather than folding it.
-        raise Refused(f"Add {node.name!r}: the int8 multipliers {attrs['a_mult']}/"
+        raise Refused(f"{node.op} {node.name!r}: the int8 multipliers {attrs['a_mult']}/"
                       f"{attrs['b_mult']} approximate the input scale ratio "
                       f"{qb.scale[0] / qa.scale[0]:.6g} to within {bound:.3g} output LSBs, "
                       f"more than the 0.5 that keeps qadd within one LSB of ONNX; a larger "
@@ -105,13 +138,142 @@ def fold_residual(graph: Graph, node: Node) -> Graph:
             raise Refused(why)
     lo, hi = ops.INT_RANGE[tail.dtype]
     bounds = tail.clamp
-    if bounds is None or (bounds[0] <= lo and bounds[1] >= hi):
-        edit.node(f"{node.name}/qadd", "qadd", [a, b], output=tail.output, quant=tail.quant,
-                  **attrs)
-    else:
-        y = edit.node(f"{node.name}/qadd", "qadd", [a, b], quant=tail.quant, **attrs)
-        emit_activation(edit, node.name, y, bounds, tail.dtype, tail.output, tail.quant)
+    try:
+        if bounds is None or (bounds[0] <= lo and bounds[1] >= hi):
+            edit.node(f"{node.name}/qadd", "qadd", [a, b], output=tail.output,
+                      quant=tail.quant, **attrs)
+        else:
+            y = edit.node(f"{node.name}/qadd", "qadd", [a, b], quant=tail.quant, **attrs)
+            emit_activation(edit, node.name, y, bounds, tail.dtype, tail.output, tail.quant)
+    except GraphError as exc:
+        raise Refused(f"{node.op} {node.name!r}: {exc}") from None
     return edit.apply()
+
+
+def fold_pool(graph: Graph, node: Node) -> Graph | None:
+    """An average pool as a depthwise window sum and one requantize.
+
+    The sum is a ``qconv2d`` with all-ones int8 weights and ``group`` = channels (padding
+    reads x's zero point, so it adds 0: ``count_include_pad`` = 1); the requantize scale
+    ``x_scale / (window * y_scale)`` divides by the window size. None for a float pool.
+    """
+    i = node.inputs + ("",) * 5
+    if node.op.startswith("QLinear"):
+        x, y = i[0], node.outputs[0]
+        qx = quant_from(graph, x, i[1], i[2], 1)
+        tail = Tail((), y, quant_from(graph, y, i[3], i[4], 1), graph.tensors[y].dtype, None)
+    else:
+        source = dq_source(graph, i[0])
+        if source is None:
+            return None
+        x, qx = source
+        tail = match_tail(graph, node.outputs[0])
+        if tail is None:
+            raise Refused(f"{node.op} {node.name!r} is not followed by a QuantizeLinear; the "
+                          f"integer pool produces an 8-bit result")
+    per_tensor(x, qx)
+    if graph.tensors[x].dtype not in INT8S:
+        raise Refused(f"{node.op} {node.name!r} pools {x!r}, which is "
+                      f"{graph.tensors[x].dtype}; the integer pool takes 8-bit tensors")
+    window = average_window(node, graph.tensors[x].shape)
+    channels, size = graph.tensors[x].shape[1], math.prod(window["kernel"])
+    edit = Edit(graph)
+    edit.drop(node, *tail.nodes)
+    for name, quant in ((x, qx), (tail.output, per_tensor(tail.output, tail.quant))):
+        why = edit.annotate(name, quant)
+        if why:
+            raise Refused(why)
+    ones = edit.const(f"{node.name}/ones", np.ones((channels, 1, *window["kernel"]), np.int8),
+                      quant=Quant(1.0, 0))
+    acc_scale = np.array([qx.scale[0] / size], np.float64)
+    try:
+        acc = edit.node(f"{node.name}/qconv2d", "qconv2d", [x, ones], group=channels,
+                        quant=Quant(float(acc_scale[0]), 0), strides=window["strides"],
+                        dilations=window["dilations"], pads=window["pads"])
+        requant_epilogue(edit, node.name, acc, acc_scale, 1, tail)
+    except GraphError as exc:
+        raise Refused(f"{node.op} {node.name!r}: {exc}") from None
+    return edit.apply()
+
+
+def fold_int_maxpool(graph: Graph, node: Node) -> Graph:
+    """A ``MaxPool`` read straight from an 8-bit tensor (QOperator form) as ``maxpool``.
+
+    Max pooling is order-preserving, so the output keeps the input's quantization.
+    """
+    x = graph.tensors[node.inputs[0]]
+    edit = Edit(graph)
+    edit.drop(node)
+    try:
+        if x.quant is not None:
+            why = edit.annotate(node.outputs[0], x.quant)
+            if why:
+                raise Refused(why)
+        edit.node(f"{node.name}/maxpool", "maxpool", [x.name], output=node.outputs[0],
+                  **maxpool_attrs(node, x.shape))
+    except GraphError as exc:
+        raise Refused(f"MaxPool {node.name!r}: {exc}") from None
+    return edit.apply()
+
+
+def fold_qgemm(graph: Graph, node: Node) -> Graph:
+    """onnxruntime's ``QGemm`` as ``qmatmul [-> bias_add] -> requant`` (or ``dequantize``).
+
+    ``alpha * a_scale * b_scale`` is the accumulator's scale and ``C`` (int32, in accumulator
+    units) its bias; without ``y_scale`` the result is the dequantized accumulator.
+    """
+    what = f"QGemm {node.name!r}"
+    i = node.inputs + ("",) * 9
+    alpha = float(node.attr("alpha", 1.0))
+    if node.attr("transA", 0):
+        raise Refused(f"{what} has transA=1; hwgen's qmatmul reads A as [M, K]: transpose A "
+                      f"before it")
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise Refused(f"{what} has alpha {alpha!r}; only a positive alpha folds into the "
+                      f"requantize scale")
+    a, b, y = i[0], i[3], node.outputs[0]
+    qa = per_tensor(a, quant_from(graph, a, i[1], i[2], 1))
+    qb = quant_from(graph, b, i[4], i[5], 1)
+    edit = Edit(graph)
+    edit.drop(node)
+    if node.attr("transB", 0):
+        # B' = B.T: the weights are constant, so transpose them here (a per-row Quant of B
+        # is per column of B').
+        value = const(graph, b)
+        if value is None:
+            raise Refused(f"{what} has transB=1 and computed weights {b!r}; make them constant")
+        qb = quant_from(graph, b, i[4], i[5], 0)
+        b = edit.const(f"{b}/kxn", np.ascontiguousarray(value.T),
+                       quant=Quant(qb.scale, qb.zero_point, 1 if qb.per_channel else None))
+        qb = edit.tensors[b].quant
+    out_shape = graph.tensors[y].shape
+    try:
+        for name, quant in ((a, qa), (b, qb)):
+            why = edit.annotate(name, quant)
+            if why:
+                raise Refused(why)
+        acc_scale = alpha * qa.scale[0] * np.array(qb.scale, np.float64)
+        acc = edit.node(f"{node.name}/qmatmul", "qmatmul", [a, b],
+                        quant=_acc_quant(acc_scale, 1))
+        if i[6]:
+            value = const(graph, i[6])
+            vector = _channel_vector(value, out_shape, 1, f"QGemm bias {i[6]!r}")
+            bias = i[6] if value.shape == vector.shape else edit.const(f"{node.name}/bias",
+                                                                        vector)
+            acc = edit.node(f"{node.name}/bias_add", "bias_add", [acc, bias], axis=1,
+                            quant=edit.tensors[acc].quant)
+        if not i[7]:
+            edit.node(f"{node.name}/dequantize", "dequantize", [acc], output=y)
+            return edit.apply()
+        qy = per_tensor(y, quant_from(graph, y, i[7], i[8], 1))
+        why = edit.annotate(y, qy)
+        if why:
+            raise Refused(why)
+        requant_epilogue(edit, node.name, acc, acc_scale, 1,
+                         Tail((), y, qy, graph.tensors[y].dtype, None))
+        return edit.apply()
+    except GraphError as exc:
+        raise Refused(f"{what}: {exc}") from None
 
 
 def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
@@ -140,11 +302,7 @@ def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
             if quant.per_channel and quant.axis != 1:
                 raise Refused(f"MaxPool {node.name!r}: {q!r} is quantized along axis "
                               f"{quant.axis}, not per channel")
-            kernel = tuple(node.attr("kernel_shape"))
-            attrs = {"kernel_shape": kernel, "pads": window_pads(node, x.shape, kernel),
-                     "strides": tuple(node.attr("strides") or (1,) * len(kernel)),
-                     "dilations": tuple(node.attr("dilations") or (1,) * len(kernel)),
-                     "ceil_mode": node.attr("ceil_mode", 0)}
+            attrs = maxpool_attrs(node, x.shape)
         elif node.op == "Flatten":
             attrs = {"axis": node.attr("axis", 1)}
         elif node.op == "Reshape":
@@ -227,6 +385,14 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     """
     if node.op in QOPERATOR:
         return fold_qoperator(graph, node)
+    if node.op == "QGemm":
+        return fold_qgemm(graph, node)
+    if node.op == "QLinearAdd":
+        return fold_qlinear_add(graph, node)
+    if node.op in POOLS:
+        return fold_pool(graph, node)
+    if node.op == "MaxPool" and graph.tensors[node.inputs[0]].dtype in INT8S:
+        return fold_int_maxpool(graph, node)
     if node.op in COMPUTE:
         return fold_compute(graph, node)
     if node.op == "Add":

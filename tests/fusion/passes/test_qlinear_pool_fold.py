@@ -1,0 +1,103 @@
+"""Folding onnxruntime's quantized ops and the average pools into hwgen's integer ops.
+
+Each node-level model (``tests/fusion/frontend/qlinear_pool_cases.py``) runs in onnxruntime and,
+after the passes, in hwgen's executor on the folded graph: only hwgen ops may be left, and the
+outputs must be within one LSB of onnxruntime's, at least 99% exact. The exceptions are
+measured and explained: ``QLinearAdd`` folds into ``qadd``, whose int8 input multipliers
+approximate the scale ratio (the QDQ ``Add`` has the same bound), and an average pool whose
+input and output scales are equal puts exact halves on many outputs, which the requantize
+rounds up where onnxruntime rounds to even.
+"""
+
+import numpy as np
+import pytest
+
+from fusion.frontend import import_onnx
+from fusion.ir import ops
+from fusion.passes import qdq_fold
+from fusion.passes.driver import optimize
+from tests.fusion.frontend import qlinear_pool_cases as cases
+
+FOLDS = {
+    "global_avgpool": (lambda: cases.qlinear_global_avgpool(1, shape=(2, 64, 8, 8)), 0.99),
+    "global_avgpool_uint8": (lambda: cases.qlinear_global_avgpool(2, "uint8"), 0.99),
+    "avgpool_2x2": (lambda: cases.qlinear_avgpool(3, kernel_shape=[2, 2], strides=[2, 2],
+                                                  shape=(2, 16, 16, 16)), 0.99),
+    "avgpool_pads_include": (lambda: cases.qlinear_avgpool(
+        4, kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), 0.99),
+    "avgpool_uint8_same_upper": (lambda: cases.qlinear_avgpool(
+        5, "uint8", kernel_shape=[3, 3], auto_pad="SAME_UPPER", count_include_pad=1), 0.99),
+    "avgpool_ceil_fits": (lambda: cases.qlinear_avgpool(
+        6, kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), 0.99),
+    "qdq_global_avgpool": (lambda: cases.qdq_avgpool(7, "GlobalAveragePool",
+                                                     shape=(2, 32, 8, 8)), 0.99),
+    "qdq_avgpool_dilated": (lambda: cases.qdq_avgpool(8, kernel_shape=[2, 3], dilations=[2, 1],
+                                                      strides=[1, 2]), 0.99),
+    "qgemm_per_channel": (lambda: cases.qgemm(9, m=16, k=64, n=24), 0.99),
+    "qgemm_transB_alpha": (lambda: cases.qgemm(10, transB=1, alpha=0.5), 0.99),
+    "qgemm_uint8_per_tensor": (lambda: cases.qgemm(11, "uint8", per_channel=False), 0.99),
+    "qgemm_no_bias": (lambda: cases.qgemm(12, bias=False), 0.99),
+    "maxpool_int8": (lambda: cases.int8_maxpool(13, kernel_shape=[3, 3], strides=[2, 2],
+                                                pads=[1, 1, 1, 1]), 1.0),
+    "maxpool_uint8_same": (lambda: cases.int8_maxpool(14, "uint8", kernel_shape=[2, 2],
+                                                      auto_pad="SAME_UPPER"), 1.0),
+    # qadd's int8 input multipliers (measured: 96-98% exact on these scales).
+    "add_int8": (lambda: cases.qlinear_add(15, shape=(2, 16, 8, 8)), 0.95),
+    "add_uint8_broadcast": (lambda: cases.qlinear_add(16, "uint8", b_shape=(6, 1, 1)), 0.95),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOLDS))
+def test_folded_graph_is_within_one_lsb_of_onnxruntime(name):
+    build, exact = FOLDS[name]
+    model, feeds = build()
+    want = cases.ort_run(model, feeds)
+    got, graph = cases.hwgen_run(model, feeds, fold=True)
+    left = [n.op for n in graph.nodes if n.op in ops.ONNX_OPS]
+    assert not left, qdq_fold.explain(graph)
+    worst, fraction = cases.lsb_diff(want, got)
+    assert worst <= 1 and fraction >= exact, (worst, fraction)
+
+
+def test_float_qgemm_folds_to_a_dequantized_accumulator():
+    model, feeds = cases.qgemm(17, quantized=False, alpha=0.5)
+    want = cases.ort_run(model, feeds)
+    got, graph = cases.hwgen_run(model, feeds, fold=True)
+    assert [n.op for n in graph.topo_order()] == ["qmatmul", "bias_add", "dequantize"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_average_pool_is_a_depthwise_window_sum_with_the_divisor_in_the_requantize():
+    model, _ = cases.qlinear_avgpool(18, kernel_shape=[3, 3], strides=[2, 2])
+    graph = optimize(import_onnx(model), legalize=False)
+    conv, requant = graph.topo_order()
+    assert conv.op == "qconv2d" and conv.attr("group") == 8
+    weights = graph.initializers[conv.inputs[1]]
+    assert weights.shape == (8, 1, 3, 3) and weights.dtype == np.int8 and (weights == 1).all()
+    want = float(np.float32(0.043)) / (9 * float(np.float32(0.031)))
+    assert requant.attr("mult") / 2 ** requant.attr("shift") == pytest.approx(want, rel=1e-8)
+
+
+def _refusal(model) -> str:
+    graph = optimize(import_onnx(model))
+    return "\n".join(qdq_fold.explain(graph))
+
+
+@pytest.mark.parametrize("build, why", [
+    (lambda: cases.qlinear_avgpool(19, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+     "count_include_pad=0 with padding (1, 1, 1, 1): its divisor varies at the borders"),
+    (lambda: cases.qdq_avgpool(20, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+     "ceil_mode=1 and its last windows hang over the input"),
+    (lambda: cases.qdq_avgpool(21, "AveragePool", shape=(1, 4, 9), kernel_shape=[3]),
+     "pools a 3-D tensor; the accelerator pools 4-D NCHW tensors"),
+    (lambda: cases.qgemm(22, transA=1), "transA=1"),
+    (lambda: cases.qgemm(23, alpha=-1.0), "alpha -1.0; only a positive alpha folds"),
+    (lambda: cases.qlinear_add(24, scales=(0.05, 0.0001, 0.08)),
+     "would be 0; requantize it closer"),
+])
+def test_what_cannot_fold_is_explained_in_one_line(build, why):
+    model, feeds = build()
+    assert why in _refusal(model)
+    want = cases.ort_run(model, feeds)
+    got, _ = cases.hwgen_run(model, feeds, fold=True)  # left as is: still runs exactly
+    np.testing.assert_array_equal(got, want)
