@@ -143,3 +143,30 @@ def int8_maxpool(seed=0, dtype="int8", shape=(1, 4, 9, 9), **attrs):
     node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
     feeds = {"x": _ints(rng, shape, dtype)}
     return build([node], feeds, {}, _TYPES[np.dtype(dtype)]), feeds
+
+
+def qoperator_chain(seed=0):
+    """A QOperator-style chain of every op here: MaxPool of int8, QLinearAveragePool (padding
+    counted), QLinearAdd of the two, QLinearGlobalAveragePool, Flatten, QGemm with a bias."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    inits = {"s0": f32(0.04), "z0": np.int8(-2), "s1": f32(0.03), "z1": np.int8(1),
+             "s2": f32(0.06), "z2": np.int8(-4), "s3": f32(0.02), "z3": np.int8(3),
+             "w": _ints(rng, (5, 8), "int8"), "ws": rng.uniform(0.003, 0.01, 5).astype(f32),
+             "wz": np.zeros(5, np.int8), "c": rng.integers(-2000, 2000, 5).astype(np.int32),
+             "ys": f32(0.05), "yz": np.int8(-1)}
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["mp"], kernel_shape=[2, 2]),
+        helper.make_node("QLinearAveragePool", ["mp", "s0", "z0", "s1", "z1"], ["ap"],
+                         domain=MS, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                         count_include_pad=1),
+        helper.make_node("QLinearAdd", ["mp", "s0", "z0", "ap", "s1", "z1", "s2", "z2"],
+                         ["sum"], domain=MS),
+        helper.make_node("QLinearGlobalAveragePool", ["sum", "s2", "z2", "s3", "z3"], ["gap"],
+                         domain=MS),
+        helper.make_node("Flatten", ["gap"], ["flat"]),
+        helper.make_node("QGemm", ["flat", "s3", "z3", "w", "ws", "wz", "c", "ys", "yz"], ["y"],
+                         domain=MS, transB=1),
+    ]
+    feeds = {"x": _ints(rng, (1, 8, 8, 8), "int8")}
+    return build(nodes, feeds, inits), feeds
