@@ -211,6 +211,8 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
                 lines.append(f"    {what:<48} {'-':>12}         refused: {c.refused}")
         if d.note:
             lines.append(f"  note: {d.note}")
+        # what the chosen kernels do beyond their tiling (e.g. weights split along K)
+        lines += [f"  note: {o.spec.note}" for o in d.chosen.options if o.spec.note]
         if d.variants:
             first = d.chosen.options[0].spec
             lines.append(f"  {first.kind.variants_label} of the first kernel:")

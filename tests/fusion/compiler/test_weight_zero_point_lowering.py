@@ -43,6 +43,12 @@ def test_a_split_gemm_runs_k_times_the_parts_after_a_host_repeat():
     np.testing.assert_array_equal(kernel.spec.consts["bias"], -3 * folded.sum(axis=0))
 
 
+def test_explain_names_the_split():
+    compiled = compile_model(asymmetric(), SMALL, cache=KernelCache(disk=False))
+    assert ("  note: weights split into 3 int8 parts along K (weight zero points), A repeated "
+            "by fc/split_k") in compiled.explain().splitlines()
+
+
 def test_inspect_names_the_split():
     text = render(inspect_model(asymmetric()))
     assert ("weights split along K (weight zero points folded):\n  fc: 3 int8 parts, K 16 -> "
