@@ -23,7 +23,8 @@ QOperator ops
     recorded on the operands with a unit scale). onnxruntime's ``QLinearAdd`` becomes ``qadd``
     exactly as the residual ``Add`` does; ``QGemm`` becomes ``qmatmul [-> bias_add] ->
     requant`` with ``alpha`` in the requantize scale (or ``dequantize`` without ``y_scale``);
-    a ``MaxPool`` of an 8-bit tensor becomes ``maxpool``.
+    a ``MaxPool``, ``Flatten``, ``Reshape`` or ``Transpose`` of an 8-bit tensor becomes its
+    hwgen op (``maxpool`` ...), keeping the quantization.
 Average pools
     ``DQ -> AveragePool | GlobalAveragePool -> Q`` and ``QLinear(Global)AveragePool`` become a
     depthwise ``qconv2d`` with all-ones weights (the window sum; padding reads the zero point,
@@ -73,7 +74,8 @@ from fusion.passes._qdq_compute import _acc_quant, _channel_vector, fold_compute
 
 COMPUTE = ("MatMul", "Gemm", "Conv")
 QOPERATOR = ("QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger")
-SINKABLE = ("MaxPool", "Flatten", "Reshape", "Transpose", "Relu")
+LAYOUT = ("MaxPool", "Flatten", "Reshape", "Transpose")
+SINKABLE = (*LAYOUT, "Relu")
 POOLS = ("AveragePool", "GlobalAveragePool", "QLinearAveragePool", "QLinearGlobalAveragePool")
 INT8S = ("int8", "uint8")
 
@@ -196,23 +198,14 @@ def fold_pool(graph: Graph, node: Node) -> Graph | None:
     return edit.apply()
 
 
-def fold_int_maxpool(graph: Graph, node: Node) -> Graph:
-    """A ``MaxPool`` read straight from an 8-bit tensor (QOperator form) as ``maxpool``.
-
-    Max pooling is order-preserving, so the output keeps the input's quantization.
-    """
-    x = graph.tensors[node.inputs[0]]
+def fold_integer_layout(graph: Graph, node: Node) -> Graph:
+    """A ``MaxPool``, ``Flatten``, ``Reshape`` or ``Transpose`` read straight from an 8-bit
+    tensor (QOperator form) as its hwgen op; the output keeps the input's quantization (max
+    pooling is order-preserving, the others move values)."""
     edit = Edit(graph)
     edit.drop(node)
-    try:
-        if x.quant is not None:
-            why = edit.annotate(node.outputs[0], x.quant)
-            if why:
-                raise Refused(why)
-        edit.node(f"{node.name}/maxpool", "maxpool", [x.name], output=node.outputs[0],
-                  **maxpool_attrs(node, x.shape))
-    except GraphError as exc:
-        raise Refused(f"MaxPool {node.name!r}: {exc}") from None
+    q = node.inputs[0]
+    _integer_layout(edit, graph, node, q, graph.tensors[q].quant, node.outputs[0])
     return edit.apply()
 
 
@@ -286,8 +279,6 @@ def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
     edit = Edit(graph)
     edit.drop(node)
     base, out = node.name, node.outputs[0]
-    if quant.per_channel and node.op not in ("Transpose", "Relu", "MaxPool"):
-        raise Refused(f"{node.op} {node.name!r} reshapes {q!r}, which is quantized per channel")
     if node.op == "Relu":
         # DQ(q) >= 0 exactly when q >= zero_point, so Relu is a clamp at the zero point.
         zps = set(quant.zero_point)
@@ -297,32 +288,47 @@ def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
         lo, hi = ops.INT_RANGE[x.dtype]
         t = emit_activation(edit, base, q, (max(lo, zps.pop()), hi), x.dtype, None, quant)
     else:
-        new_quant = quant
-        if node.op == "MaxPool":
-            if quant.per_channel and quant.axis != 1:
-                raise Refused(f"MaxPool {node.name!r}: {q!r} is quantized along axis "
-                              f"{quant.axis}, not per channel")
-            attrs = maxpool_attrs(node, x.shape)
-        elif node.op == "Flatten":
-            attrs = {"axis": node.attr("axis", 1)}
-        elif node.op == "Reshape":
-            attrs = {"shape": graph.tensors[out].shape}  # static: no 0 / -1 rules to carry
-        else:
-            perm = node.attr("perm")
-            perm = tuple(perm) if perm is not None else tuple(reversed(range(len(x.shape))))
-            attrs = {"perm": perm}
-            if quant.per_channel:
-                new_quant = Quant(quant.scale, quant.zero_point, perm.index(quant.axis))
-        try:
-            t = edit.node(f"{base}/{node.op.lower()}", node.op.lower(), [q], quant=new_quant,
-                          **attrs)
-        except GraphError as exc:
-            raise Refused(str(exc)) from None
+        t = _integer_layout(edit, graph, node, q, quant, None)
     why = edit.annotate(q, quant)
     if why:
         raise Refused(why)
     edit.node(f"{base}/dequantize", "dequantize", [t], output=out)
     return edit.apply()
+
+
+def _integer_layout(edit: Edit, graph: Graph, node: Node, q: str, quant: Quant | None,
+                    output: str | None) -> str:
+    """Record in ``edit`` the hwgen form of layout op ``node`` (MaxPool, Flatten, Reshape,
+    Transpose) applied to integer tensor ``q``; the result keeps q's quantization."""
+    x = graph.tensors[q]
+    per_channel = quant is not None and quant.per_channel
+    if per_channel and node.op not in ("Transpose", "MaxPool"):
+        raise Refused(f"{node.op} {node.name!r} reshapes {q!r}, which is quantized per channel")
+    new_quant = quant
+    if node.op == "MaxPool":
+        if per_channel and quant.axis != 1:
+            raise Refused(f"MaxPool {node.name!r}: {q!r} is quantized along axis "
+                          f"{quant.axis}, not per channel")
+        attrs = maxpool_attrs(node, x.shape)
+    elif node.op == "Flatten":
+        attrs = {"axis": node.attr("axis", 1)}
+    elif node.op == "Reshape":
+        attrs = {"shape": graph.tensors[node.outputs[0]].shape}  # static: no 0 / -1 rules
+    else:
+        perm = node.attr("perm")
+        perm = tuple(perm) if perm is not None else tuple(reversed(range(len(x.shape))))
+        attrs = {"perm": perm}
+        if per_channel:
+            new_quant = Quant(quant.scale, quant.zero_point, perm.index(quant.axis))
+    if output is not None and new_quant is not None:
+        why = edit.annotate(output, new_quant)
+        if why:
+            raise Refused(why)
+    try:
+        return edit.node(f"{node.name}/{node.op.lower()}", node.op.lower(), [q], output=output,
+                         quant=new_quant, **attrs)
+    except GraphError as exc:
+        raise Refused(f"{node.op} {node.name!r}: {exc}") from None
 
 
 def _fold_pair(graph: Graph, node: Node) -> Graph | None:
@@ -391,8 +397,8 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
         return fold_qlinear_add(graph, node)
     if node.op in POOLS:
         return fold_pool(graph, node)
-    if node.op == "MaxPool" and graph.tensors[node.inputs[0]].dtype in INT8S:
-        return fold_int_maxpool(graph, node)
+    if node.op in LAYOUT and graph.tensors[node.inputs[0]].dtype in INT8S:
+        return fold_integer_layout(graph, node)
     if node.op in COMPUTE:
         return fold_compute(graph, node)
     if node.op == "Add":

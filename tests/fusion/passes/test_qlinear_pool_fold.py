@@ -101,3 +101,14 @@ def test_what_cannot_fold_is_explained_in_one_line(build, why):
     want = cases.ort_run(model, feeds)
     got, _ = cases.hwgen_run(model, feeds, fold=True)  # left as is: still runs exactly
     np.testing.assert_array_equal(got, want)
+
+
+def test_layout_ops_of_int8_tensors_become_hwgen_ops_keeping_the_quantization():
+    model, feeds = cases.qoperator_chain(25)
+    want = cases.ort_run(model, feeds)
+    got, graph = cases.hwgen_run(model, feeds, fold=True)
+    flatten = next(n for n in graph.nodes if n.op == "flatten")
+    assert graph.tensors[flatten.outputs[0]].quant == graph.tensors[flatten.inputs[0]].quant
+    assert "maxpool" in {n.op for n in graph.nodes}
+    assert not [n.op for n in graph.nodes if n.op in ops.ONNX_OPS]
+    assert cases.lsb_diff(want, got)[0] <= 1
