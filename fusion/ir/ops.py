@@ -66,6 +66,11 @@ Integer op semantics
     same holds for the block-diagonal ``wT`` ``[C*kH*kW, M]`` whose column o holds o's weights
     at the rows of its group's input channels and zeros elsewhere
     (:mod:`fusion.passes.conv_legalize`).
+``repeat(x) -> x.dtype``
+    ``x`` tiled ``times`` (1..8) times along its last axis, same Quant. With weights split into
+    int8 parts ``[w_1; ...; w_P]`` along K (:mod:`fusion.passes.weight_zero_point`, for weights
+    whose zero point moves them out of int8), ``qmatmul(repeat(a), [w_1; ...; w_P])`` equals
+    ``qmatmul(a, w_1 + ... + w_P)``.
 """
 
 from __future__ import annotations

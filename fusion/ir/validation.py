@@ -24,7 +24,7 @@ def validate(graph: Graph) -> None:
       shape and dtype (a dtype mismatch names both);
     * inputs that must be constant (scales, zero points, ``Reshape`` shapes, biases) are
       initializers (a missing initializer);
-    * constant weights of matmul/conv ops are int8, directly or behind a dequantize;
+    * constant weights of matmul/conv ops are int8 or uint8, directly or behind a dequantize;
     * every tensor's quantization fits its dtype and shape (a zero point out of range).
 
     Raises
@@ -94,10 +94,10 @@ def _check_weights(graph: Graph, node: Node, slot: str, name: str) -> None:
     if source not in graph.initializers:
         return  # an activation operand, not weights
     dtype = graph.tensors[source].dtype
-    if dtype != "int8":
-        raise GraphError(
+    if dtype not in ("int8", "uint8"):  # uint8: folded to int8 parts exactly, see
+        raise GraphError(                # fusion.passes.weight_zero_point
             f"node {node.name!r} ({node.op}) has {dtype} weights {source!r}{via} in {slot!r}; "
-            f"hwgen multiplies int8 x int8: quantize the weights to int8 (for ONNX, "
+            f"hwgen multiplies 8-bit weights: quantize the weights to int8 or uint8 (for ONNX, "
             f"quantize_static with weight_type=QInt8)")
 
 

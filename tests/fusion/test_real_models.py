@@ -39,22 +39,18 @@ _NO_KERNEL = "has no accelerator kernel, and the host runs only layout and bound
 
 #: What hwgen makes of each model today: "ok" (imports and compiles for V8X8) or the start of
 #: its refusal. Update a row when coverage changes (issue 10 items 1-3).
-ACCEPTED = {
-    "resnet8_qdq": f"node 'pool' (GlobalAveragePool: mean over the spatial axes) {_NO_KERNEL}",
-    "resnet8_qop": f"node 's1_add_quant' (QLinearAdd: com.microsoft: Q(DQ(A) + DQ(B)), "
-                   f"broadcasting) {_NO_KERNEL}",
-    "ds_cnn_qdq": f"node 'pool' (AveragePool: ONNX AveragePool (count_include_pad: padding "
-                  f"counts in the divisor)) {_NO_KERNEL}",
-    "mobilenet_v1_025_qdq": f"node 'pool' (GlobalAveragePool: mean over the spatial axes) "
-                            f"{_NO_KERNEL}",
-    "fc_autoencoder_qdq": "ok",
-    "lenet5_qdq": "ok",
-    "lenet5_qop": f"node 'pool1' (MaxPool: ONNX MaxPool) {_NO_KERNEL}",
-}
+ACCEPTED = {name: "ok" for name in NAMES}
 #: Accepted models known to miss the 1-LSB bound against onnxruntime: name -> the measured
 #: figures and the issue item that fixes them (a strict xfail: fixing one fails until its row
 #: goes).
-KNOWN_DRIFT: dict[str, str] = {}
+KNOWN_DRIFT: dict[str, str] = {
+    "resnet8_qdq": "110 elements, max 1 LSB, 71.82% exact: qadd approximates the ratio of its "
+                   "input scales with int8 multipliers (issue 10, item 2)",
+    "resnet8_qop": "110 elements, max 1 LSB, 71.82% exact: qadd's int8 multipliers, as "
+                   "resnet8_qdq (issue 10, item 2)",
+    "mobilenet_v1_025_qdq": "22 elements, max 4 LSB, 90.91% exact: not yet diagnosed (no "
+                            "residual add; 2 of 22 logits differ)",
+}
 
 
 def test_the_table_names_every_bundled_model():

@@ -57,8 +57,7 @@ def test_split_weights_run_bit_exact_and_match_onnxruntime():
                                    providers=["CPUExecutionProvider"])
     want = dict(zip(["y_mm", "y_conv"], session.run(["y_mm", "y_conv"], inputs), strict=True))
 
-    # validate=False: fusion/ir/validation.py still refuses uint8 weights at import
-    compiled = compile_model(import_onnx(proto, validate=False), SIM_VARIANTS["4x4"],
+    compiled = compile_model(import_onnx(proto), SIM_VARIANTS["4x4"],
                              cache=KernelCache(disk=False))
     repeats = [s.node.attr("times") for s in compiled.steps
                if isinstance(s, HostStep) and s.node.op == "repeat"]

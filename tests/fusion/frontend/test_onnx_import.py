@@ -137,12 +137,13 @@ def test_dtype_mismatch_of_a_declared_output():
         import_onnx(m)
 
 
-def test_non_int8_weights():
+def test_uint8_weights_import_and_other_weights_are_refused():
     m = qdq_matmul(w=np.ones((4, 3), np.uint8), w_zp_dtype=np.uint8)
-    with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has uint8 weights 'w' \(through "
-                                         r"'dqw'\) in 'B'; hwgen multiplies int8 x int8"):
+    assert import_onnx(m).tensors["w"].dtype == "uint8"  # folded to int8 by the passes
+    m = qdq_matmul(w=np.ones((4, 3), np.int32), w_zp_dtype=np.int32)
+    with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has int32 weights 'w' \(through "
+                                         r"'dqw'\) in 'B'; hwgen multiplies 8-bit weights"):
         import_onnx(m)
-    assert import_onnx(m, validate=False).tensors["w"].dtype == "uint8"
 
 
 def test_unsupported_element_type():

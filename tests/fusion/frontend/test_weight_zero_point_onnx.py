@@ -18,7 +18,6 @@ from onnx import TensorProto
 from onnx.reference import ReferenceEvaluator
 
 from fusion.frontend import import_onnx
-from fusion.ir.graph import GraphError
 from fusion.passes import weight_zero_point
 from fusion.passes.driver import legalize_pipeline, optimize, prune_pipeline, run_to_fixed_point
 from fusion.reference import executor
@@ -120,9 +119,7 @@ def folded_weights(graph):
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_weight_zero_points_fold_exactly(form, w_dtype, kind, per_channel):
     proto, shape, x_dtype = FORMS[form](w_dtype, kind, per_channel)
-    # validate=False: fusion/ir/validation.py still refuses uint8 weights at import (see
-    # test_validation_still_refuses_uint8_weights)
-    imported = import_onnx(proto, validate=False)
+    imported = import_onnx(proto)
     before = run_to_fixed_point(run_to_fixed_point(imported, prune_pipeline()),
                                 [p for p in legalize_pipeline() if p is not weight_zero_point.run])
     after = optimize(imported)
@@ -146,9 +143,6 @@ def test_weight_zero_points_fold_exactly(form, w_dtype, kind, per_channel):
     assert np.mean(diffs == 0) >= 0.99
 
 
-@pytest.mark.xfail(raises=GraphError, strict=True,
-                   reason="fusion/ir/validation.py _check_weights accepts only int8 weights; "
-                          "the weight_zero_point pass folds uint8 ones exactly")
-def test_validation_still_refuses_uint8_weights():
+def test_uint8_weights_pass_validation():
     proto, _, _ = matmul_integer("uint8", "fit", False)
-    import_onnx(proto)
+    assert import_onnx(proto).tensors  # validated: uint8 weights are accepted

@@ -36,7 +36,7 @@ def test_unsupported_op_lists_the_supported_ones():
     with pytest.raises(GraphError) as info:
         validate(g)
     assert str(info.value).startswith("node 'sm': op 'Softmax' is not supported; supported ops "
-                                      "are Add, Clip, Conv,")
+                                      "are Add, AveragePool, Clip, Conv,")
     assert "qmatmul" in str(info.value) and "requant" in str(info.value)
 
 
@@ -86,25 +86,29 @@ def test_missing_initializer_that_nothing_provides_is_refused_by_the_ir():
                Tensor("y", (2, 3), "int32")), ("x",), ("y",))
 
 
+def test_uint8_weights_are_accepted():
+    # fusion.passes.weight_zero_point folds them into int8 exactly
+    validate(mlp(w_dtype="uint8"))
+
+
+def test_weights_that_are_not_8_bit():
+    with pytest.raises(GraphError, match=r"input 'b' \('w'\) is int32"):
+        validate(mlp(w_dtype="int32"))
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int32"])
-def test_non_int8_weights(dtype):
-    g = mlp(w_dtype=dtype)
-    with pytest.raises(GraphError, match=rf"node 'mm' \(qmatmul\) has {dtype} weights 'w' in 'b'; "
-                                         r"hwgen multiplies int8 x int8: quantize the weights "
-                                         r"to int8") if dtype == "uint8" else \
-            pytest.raises(GraphError, match=r"input 'b' \('w'\) is int32"):
-        validate(g)
-
-
-def test_float_weights_behind_a_dequantize_must_come_from_int8():
+def test_float_weights_behind_a_dequantize_must_come_from_8_bits(dtype):
     g = graph((Node("dq", "DequantizeLinear", ("wq", "s"), ("w",)),
                Node("mm", "MatMul", ("x", "w"), ("y",))),
-              (Tensor("x", (2, 4), "float32"), Tensor("wq", (4, 3), "uint8"),
+              (Tensor("x", (2, 4), "float32"), Tensor("wq", (4, 3), dtype),
                Tensor("s", (), "float32"), Tensor("w", (4, 3), "float32"),
                Tensor("y", (2, 3), "float32")), ("x",), ("y",),
-              {"wq": np.ones((4, 3), np.uint8), "s": np.float32(0.1)})
-    with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has uint8 weights 'wq' \(through "
-                                         r"'dq'\) in 'B'"):
+              {"wq": np.ones((4, 3), dtype), "s": np.float32(0.1)})
+    if dtype == "uint8":
+        validate(g)
+        return
+    with pytest.raises(GraphError, match=r"node 'mm' \(MatMul\) has int32 weights 'wq' \(through "
+                                         r"'dq'\) in 'B'; hwgen multiplies 8-bit weights"):
         validate(g)
 
 
