@@ -1,5 +1,6 @@
 """Settings shared by every test."""
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Tests check behaviour, not time: Hypothesis's per-example deadline fails a property test
@@ -7,3 +8,15 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("hwgen", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hwgen")
+
+
+@pytest.fixture(scope="session")
+def variant_dir(tmp_path_factory):
+    """A 4x4 variant folder with every epilogue stage, generated once per session (per xdist
+    worker) by the real ``hwgen generate``: what the CLI tests compile and run models on."""
+    from hwgen.cli import main
+
+    out = tmp_path_factory.mktemp("variant") / "v4x4"
+    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue",
+                 "bias,requant,relu,clamp,residual", "-o", str(out)]) == 0
+    return out

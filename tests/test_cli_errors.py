@@ -43,7 +43,7 @@ def test_a_parse_error_is_one_line_naming_the_help(argv, message, command, capsy
 
 
 @pytest.fixture(scope="module")
-def variant_dir(tmp_path_factory):
+def small_variant_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("variant") / "v2x2"
     assert main(["generate", "--rows", "2", "--cols", "2", "--port-bytes", "4",
                  "-o", str(out)]) == 0
@@ -51,14 +51,14 @@ def variant_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize(("value", "count"), [(np.nan, 3), (np.inf, 1), (-np.inf, 2)])
-def test_non_finite_inputs_are_refused_before_the_run(variant_dir, tmp_path, monkeypatch,
+def test_non_finite_inputs_are_refused_before_the_run(small_variant_dir, tmp_path, monkeypatch,
                                                       capsys, value, count):
     # NaN became the int8 minimum without a word; now it is named, with the way out
     monkeypatch.setenv("HWGEN_BUILD_DIR", str(tmp_path / "sim"))
     x = np.zeros((8, 64), np.float32)
     x.flat[:count] = value
     np.save(tmp_path / "x.npy", x)
-    assert main(["run", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+    assert main(["run", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(small_variant_dir),
                  "--input", str(tmp_path / "x.npy"), "--cache", str(tmp_path / "c")]) == 2
     line = one_error_line(capsys)
     assert f"input 'x' holds {count} non-finite value" in line and "--saturate-nonfinite" in line
@@ -75,17 +75,18 @@ def test_saturating_maps_nan_to_zero_and_infinities_to_the_ends():
     assert finite_inputs({"i": ints}, saturate=False)["i"] is ints  # integers are always finite
 
 
-def test_a_file_as_the_kernel_cache_is_refused(variant_dir, tmp_path, capsys):
+def test_a_file_as_the_kernel_cache_is_refused(small_variant_dir, tmp_path, capsys):
     # the cache swallows failed writes, so the compile went on without one, silently
     (tmp_path / "f").write_text("x")
-    assert main(["compile", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(variant_dir),
+    assert main(["compile", str(EXAMPLES / "qop_mlp.onnx"), "--variant", str(small_variant_dir),
                  "-o", str(tmp_path / "p"), "--cache", str(tmp_path / "f")]) == 2
     assert "is a file, not a folder" in one_error_line(capsys)
 
 
-def test_a_gemm_bigger_than_external_memory_is_refused_before_its_operands(variant_dir, capsys):
+def test_a_gemm_bigger_than_external_memory_is_refused_before_its_operands(small_variant_dir,
+                                                                           capsys):
     # Was 'out of memory (Unable to allocate 3.64 TiB ...)': the operands were drawn first.
-    assert main(["gemm", "--variant", str(variant_dir), "--m", str(10**12), "--k", "4",
+    assert main(["gemm", "--variant", str(small_variant_dir), "--m", str(10**12), "--k", "4",
                  "--n", "4"]) == 2
     line = one_error_line(capsys)
     assert "beyond the" in line and "words of external memory" in line

@@ -12,14 +12,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ALL = "bias,requant,relu,clamp,residual"
 
 
-@pytest.fixture(scope="module")
-def variant_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("variant") / "v4x4"
-    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue", ALL,
-                 "-o", str(out)]) == 0
-    return out
-
-
 def test_compile_writes_plan_listings_and_binaries(variant_dir, tmp_path, capsys):
     plan_dir = tmp_path / "plan"
     assert main(["compile", str(EXAMPLES / "qdq_cnn.onnx"), "--variant", str(variant_dir),

@@ -13,14 +13,6 @@ from hwgen.gateware.folder import read_variant
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.fixture(scope="module")
-def variant_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("variant") / "v4x4"
-    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue",
-                 "bias,requant,relu,clamp,residual", "-o", str(out)]) == 0
-    return out
-
-
 def _compile(model: str, variant_dir: Path, out: Path, tmp_path: Path) -> int:
     return main(["compile", str(EXAMPLES / model), "--variant", str(variant_dir), "-o",
                  str(out), "--cache", str(tmp_path / "cache"), "--json"])

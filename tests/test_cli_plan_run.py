@@ -28,14 +28,6 @@ pytestmark = pytest.mark.skipif(not _run_has_plan_option(),
                                 reason="hwgen run has no --plan option yet")
 
 
-@pytest.fixture(scope="module")
-def variant_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("variant") / "v4x4"
-    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue",
-                 "bias,requant,relu,clamp,residual", "-o", str(out)]) == 0
-    return out
-
-
 @pytest.fixture
 def plan_dir(variant_dir, tmp_path, capsys):
     out = tmp_path / "plan"

@@ -201,14 +201,45 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
     list of Violation
         Empty when every invariant holds.
     """
-    cycles = int(counters["cycles"])
+    (found,) = check_runs(config, words, [counters], ideal_cycles=ideal_cycles,
+                          floor_cycles=floor_cycles)
+    return found
+
+
+def check_runs(config: VariantConfig, words: Sequence[int],
+               runs: Sequence[Mapping[str, int]], *, ideal_cycles: int = 0,
+               floor_cycles: int = 0) -> list[list[Violation]]:
+    """:func:`check_counters` for several runs of one program (a kernel on its own values
+    and on directed input sets), interpreting the program once.
+
+    Returns
+    -------
+    list of list of Violation
+        One list per run, in order.
+    """
+    cycles = [int(c["cycles"]) for c in runs]
     try:
-        # instret <= cycles, so a program that needs more instructions than the run took
-        # cycles already breaks the cycles invariant: no need to interpret further.
-        counts = count_program(config, words, max_instructions=cycles)
+        # instret <= cycles, so interpreting past the longest run's cycles cannot help: such
+        # a program cannot have finished in any of them.
+        counts: ProgramCounts | None = count_program(config, words,
+                                                     max_instructions=max(cycles))
+        why = ""
     except UnfinishedProgram as exc:
-        return [Violation("cycles", ">=", cycles + 1, cycles,
-                          f"the program cannot have finished in that time: {exc}")]
+        counts, why = None, str(exc)
+    out = []
+    for counters, n in zip(runs, cycles, strict=True):
+        if counts is None or counts.instret > n:
+            why_n = why or f"the program retires more than {n:,} instructions"
+            out.append([Violation("cycles", ">=", n + 1, n,
+                                  f"the program cannot have finished in that time: {why_n}")])
+        else:
+            out.append(_compare(config, counts, counters, ideal_cycles, floor_cycles))
+    return out
+
+
+def _compare(config: VariantConfig, counts: ProgramCounts, counters: Mapping[str, int],
+             ideal_cycles: int, floor_cycles: int) -> list[Violation]:
+    cycles = int(counters["cycles"])
     found = []
     for name, want, why in (
             ("instret", counts.instret, "instructions the program retires"),

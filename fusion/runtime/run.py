@@ -38,7 +38,7 @@ import numpy as np
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.reference import executor
-from fusion.runtime.invariants import check_counters, timing_floor
+from fusion.runtime.invariants import check_runs, timing_floor
 from fusion.runtime.shadow_inputs import directed_inputs
 
 
@@ -275,7 +275,10 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         results = run_programs(config, jobs, build=build)
         predicted = spec.kind.features(config, spec.params).analytical_cycles()
         floor = timing_floor(config, step.compiled.program, predicted)
-        for n, (values, result) in enumerate(zip(sets, results, strict=True)):
+        checked = check_runs(config, step.compiled.program, [r.counters for r in results],
+                             floor_cycles=floor)
+        for n, (values, result, violations) in enumerate(zip(sets, results, checked,
+                                                               strict=True)):
             got = spec.result(graph, step.compiled.decode(result.outputs))
             # The reference: the kernel's nodes, one by one, on the same inputs.
             ref_env = dict(values)
@@ -285,8 +288,6 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             if got.shape != want.shape or not np.array_equal(got, want):
                 what = "" if n == 0 else f" on directed input set {n} of {len(sets) - 1}"
                 raise ShadowMismatch(step.name, _mismatch(step, got, want, what))
-            violations = check_counters(config, step.compiled.program, result.counters,
-                                        floor_cycles=floor)
             if violations:
                 raise CounterViolation(step.name, violations)
             if n == 0:

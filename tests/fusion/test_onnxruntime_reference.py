@@ -20,7 +20,6 @@ from fusion.passes.driver import optimize
 from fusion.reference import executor
 from hwgen.cli import main
 from tests.fusion.ort_reference import check_within_one_lsb, lsb_errors, output_scale, session
-from tests.test_cli_models import variant_dir  # noqa: F401 (the 4x4 all-stage variant fixture)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SEEDS = range(1, 26)

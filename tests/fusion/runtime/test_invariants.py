@@ -12,6 +12,7 @@ from fusion.runtime.invariants import (
     UnfinishedProgram,
     Violation,
     check_counters,
+    check_runs,
     count_program,
     timing_floor,
 )
@@ -154,3 +155,17 @@ def test_a_run_faster_than_the_timing_model_allows_is_a_violation():
     fast = {**good, "cycles": floor - 1}
     (v,) = check_counters(CONFIG, kernel.program, fast, floor_cycles=floor)
     assert v.counter == "cycles" and v.expected == floor and "timing model" in str(v)
+
+
+def test_several_runs_of_one_program_are_each_checked():
+    # a kernel and its directed input sets: one interpretation, one verdict per run
+    words = compiled_gemm(CONFIG, 19, 40, 23, stages=EPILOGUE_STAGES).program
+    good = _counters(CONFIG, words)
+    beats = good["bytes_written"] // CONFIG.port_bytes
+    too_short = {**good, "cycles": good["instret"] - 1}
+    ok, bad, short = check_runs(CONFIG, words, [good, {**good, "bytes_written": beats},
+                                                too_short])
+    assert ok == [] and [v.counter for v in bad] == ["bytes_written"]
+    assert [v.counter for v in short] == ["cycles"]
+    assert "cannot have finished in that time" in str(short[0])
+    assert short == check_counters(CONFIG, words, too_short)
