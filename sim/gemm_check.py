@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm
+from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm, gemm_regions
+from fusion.kernels.layout import place
 from fusion.kernels.tiling import Tiling
 from fusion.runtime.edge_cases import plant
 from fusion.runtime.invariants import check_counters, timing_floor
@@ -167,10 +168,28 @@ class GemmCase:
         return random_problem(self.M, self.K, self.N, self.stages, self.seed)
 
     def kernel(self, config: VariantConfig) -> GemmKernel:
-        """The compiled kernel (no operands: see :meth:`memory` and :meth:`expected`)."""
-        return compiled_gemm(config, self.M, self.K, self.N, stages=self.stages,
-                             fused=self.fused, tiling=self.tiling,
-                             params=self.operands().params)
+        """The compiled kernel (no operands: see :meth:`memory` and :meth:`expected`);
+        compiled once per variant.
+
+        Raises
+        ------
+        ValueError
+            If the regions do not fit the variant's external memory: checked before any
+            operand is drawn, since the operands of a 10**12-row GEMM would exhaust this
+            machine first. Or as :func:`~fusion.kernels.gemm.kind.compiled_gemm` refuses.
+        """
+        if config not in self._kernels:
+            if self.problem is None:
+                place(config, gemm_regions(config, self.M, self.K, self.N, stages=self.stages,
+                                           fused=self.fused))
+            self._kernels[config] = compiled_gemm(
+                config, self.M, self.K, self.N, stages=self.stages, fused=self.fused,
+                tiling=self.tiling, params=self.operands().params)
+        return self._kernels[config]
+
+    @functools.cached_property
+    def _kernels(self) -> dict[VariantConfig, GemmKernel]:
+        return {}
 
     def memory(self, kernel: GemmKernel) -> list[tuple[int, bytes]]:
         """The memory image of the case's operands for ``kernel``."""
