@@ -34,21 +34,41 @@ def bias_add(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
 
 
 def requantize(x: np.ndarray, mult: int | np.ndarray, shift: int | np.ndarray,
-               zp: int) -> np.ndarray:
-    """``sat8(((x * mult + round) >> shift) + zp)``, rounding half toward +inf.
+               zp: int, *, round_even: bool = False) -> np.ndarray:
+    """``sat8(round(x * mult / 2**shift) + zp)``, rounding half toward +inf, or with
+    ``round_even`` half to even (as ONNX's ``QuantizeLinear`` and onnxruntime's requantize).
 
     ``mult`` and ``shift`` are scalars (per tensor) or arrays broadcast against ``x`` (per
-    channel: one value per column, along the last axis).
-
-    ``x * mult`` needs 63 bits and adding the rounding constant could need 64, so the rounding
-    is done as ``((p >> (shift - 1)) + 1) >> 1``, which equals
-    ``(p + (1 << (shift - 1))) >> shift`` for every integer ``p`` and stays within int64.
+    channel: one value per column, along the last axis). ``x * mult`` needs 63 bits.
     """
     p = int_array(x, "x") * np.asarray(mult, np.int64)
-    s = np.asarray(shift, np.int64)
-    # the shift by max(s - 1, 0) only keeps numpy's shift count valid where s == 0
-    y = np.where(s == 0, p, ((p >> np.maximum(s - 1, 0)) + 1) >> np.int64(1))
-    return sat(y + np.int64(zp), 8)
+    return sat(round_shift(p, shift, even=round_even) + np.int64(zp), 8)
+
+
+def round_shift(p: np.ndarray, shift: int | np.ndarray, *, even: bool = False) -> np.ndarray:
+    """``p / 2**shift`` rounded to the nearest integer, ties toward +inf or (``even``) to
+    even; ``shift`` 0 leaves ``p``. ``shift`` is a scalar or an array broadcast against ``p``.
+
+    Done as the truncated quotient plus a carry: the remainder is over half, or exactly half
+    and (half up) always or (even) when the quotient is odd. The hardware gets the same carry
+    from one addition: ``2**(shift-1)`` for half up; ``2**(shift-1) - 1`` plus bit ``shift``
+    of ``p`` (the quotient's parity) for half to even. Works on int64 and on object arrays
+    of Python integers (any width).
+    """
+    p = np.asarray(p)
+    if p.dtype == object:
+        s = np.asarray(shift, object)
+        q = p >> s
+        rem = p - (q << s)
+        half = np.where(s == 0, 0, 1 << np.maximum(s - 1, 0).astype(object))
+    else:
+        s = np.asarray(shift, np.int64)
+        q = p >> s
+        rem = p - (q << s)
+        half = np.where(s == 0, 0, np.int64(1) << np.maximum(s - 1, 0))
+    tie = (s > 0) & (rem == half)
+    carry = (rem > half) & (s > 0) | (tie & ((q & 1) == 1) if even else tie)
+    return q + carry.astype(np.int64 if p.dtype != object else object)
 
 
 def channel_params(mult: np.ndarray | None, shift: np.ndarray | None,
@@ -95,3 +115,26 @@ def residual_add(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
 def residual_max(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
     """``sat8(max(x, residual))`` with an int8 residual of the same shape (``res_mode`` 1)."""
     return sat(np.maximum(int_array(x, "x"), int_array(residual, "residual")), 8)
+
+
+def residual_scaled(x: np.ndarray, residual: np.ndarray, x_mult: int, r_mult: int, shift: int,
+                    x_zp: int, r_zp: int, zp: int, lo: int, hi: int) -> np.ndarray:
+    """The residual stage's scaled add (``res_mode`` 2): two quantized tensors added in the
+    output's scale, ONNX's ``DequantizeLinear -> Add -> QuantizeLinear`` in integers.
+
+    ``y = min(max(rne(((x - x_zp) * x_mult + (r - r_zp) * r_mult) / 2**shift) + zp, lo), hi)``
+    where ``rne`` rounds to the nearest integer, ties to even (as onnxruntime's float
+    ``QLinearAdd`` and ``QuantizeLinear`` do). The sum is exact: on int64 when it fits, on
+    Python integers otherwise (an int32 ``x`` times a 32-bit multiplier needs 65 bits).
+    ``lo`` and ``hi`` are int8, so the result is too.
+    """
+    x, r = int_array(x, "x"), int_array(residual, "residual")
+    dx, dr = x - np.int64(x_zp), r - np.int64(r_zp)
+    big = max(int(np.abs(dx).max(initial=0)), 1) * abs(x_mult) + \
+        max(int(np.abs(dr).max(initial=0)), 1) * abs(r_mult)
+    if big < 1 << 61:
+        p = dx * np.int64(x_mult) + dr * np.int64(r_mult)
+    else:
+        p = dx.astype(object) * x_mult + dr.astype(object) * r_mult
+    y = round_shift(p, shift, even=True) + zp
+    return np.minimum(np.maximum(y, lo), hi).astype(np.int64)

@@ -25,8 +25,9 @@ import numpy as np
 from hwgen import lanes
 from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
 
-#: What the residual stage can do with its operand (CSR ``res_mode`` 0 and 1).
-RESIDUAL_OPS = ("add", "max")
+#: What the residual stage can do with its operand (CSR ``res_mode`` 0, 1 and 2): ``add`` and
+#: ``max`` of int8 lanes, and ``scaled``, the add of two quantized tensors in the output's scale.
+RESIDUAL_OPS = ("add", "max", "scaled")
 
 # -- the bias group: epilogue scratchpad rows relative to a job's ``bias`` row -------------
 
@@ -195,19 +196,24 @@ class RequantParams:
         its own multiplier and shift, given as ``mult`` and ``shift`` vectors (operands of the
         kernel, read from the bias group's rows); the ``mult`` and ``shift`` fields are then
         unused, ``zp`` still applies to every channel.
+    round_even : bool
+        Round exact halves to even (CSR ``req_mode`` bit 1), as ONNX's ``QuantizeLinear``
+        does, instead of toward +inf (gemmlowp's and TFLite's rule).
     """
 
     mult: int = 1
     shift: int = 0
     zp: int = 0
     per_channel: bool = False
+    round_even: bool = False
 
     def __post_init__(self) -> None:
         _check_int32(self, "mult", "zp")
         if not _is_int(self.shift) or not 0 <= self.shift <= 63:
             raise ValueError(f"shift must be an integer from 0 to 63, not {self.shift!r}")
-        if not isinstance(self.per_channel, bool):
-            raise ValueError(f"per_channel must be True or False, not {self.per_channel!r}")
+        for name in ("per_channel", "round_even"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,15 +233,49 @@ class ClampParams:
 
 @dataclass(frozen=True, kw_only=True)
 class ResidualParams:
-    """Parameters of the residual stage: ``residual_op`` (CSR ``res_mode``), ``"add"`` for
-    ``sat8(x + r)`` or ``"max"`` for ``sat8(max(x, r))``."""
+    """Parameters of the residual stage.
+
+    Parameters
+    ----------
+    residual_op : {"add", "max", "scaled"}
+        CSR ``res_mode``: ``sat8(x + r)``, ``sat8(max(x, r))``, or the scaled add of two
+        quantized tensors (:func:`hwgen.lanes.residual_scaled`), which uses the fields below.
+    res_x_mult, res_r_mult : int
+        Multipliers of ``x - res_x_zp`` and ``r - res_r_zp``, signed 32-bit: each input's
+        scale over the output's, times ``2**res_shift``.
+    res_shift : int
+        Right shift of the sum, rounding half to even, 0..63.
+    res_x_zp, res_r_zp : int
+        The inputs' zero points in lane terms, -256..255.
+    res_zp : int
+        The output zero point in lane terms, -256..255.
+    res_lo, res_hi : int
+        Bounds of the output, int8, ``res_lo <= res_hi``: a ReLU or Clip after the add.
+    """
 
     residual_op: str = "add"
+    res_x_mult: int = 1
+    res_r_mult: int = 1
+    res_shift: int = 0
+    res_x_zp: int = 0
+    res_r_zp: int = 0
+    res_zp: int = 0
+    res_lo: int = INT8_MIN
+    res_hi: int = INT8_MAX
 
     def __post_init__(self) -> None:
         if self.residual_op not in RESIDUAL_OPS:
             raise ValueError(f"residual_op must be one of {', '.join(RESIDUAL_OPS)}, not "
                              f"{self.residual_op!r}")
+        _check_int32(self, "res_x_mult", "res_r_mult")
+        for name, lo, hi in (("res_shift", 0, 63), ("res_x_zp", -256, 255),
+                             ("res_r_zp", -256, 255), ("res_zp", -256, 255),
+                             ("res_lo", INT8_MIN, INT8_MAX), ("res_hi", INT8_MIN, INT8_MAX)):
+            value = getattr(self, name)
+            if not _is_int(value) or not lo <= value <= hi:
+                raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
+        if self.res_lo > self.res_hi:
+            raise ValueError(f"res_lo ({self.res_lo}) must not exceed res_hi ({self.res_hi})")
 
 
 def _bias(x, params, operands):
@@ -249,15 +289,27 @@ def _requant(x, p: RequantParams, operands):
         x = lanes.int_array(x, "x")
         mults, shifts = lanes.channel_params(operands.get("mult"), operands.get("shift"),
                                              x.shape[-1])
-        return lanes.requantize(x, mults, shifts, p.zp)
-    return lanes.requantize(x, p.mult, p.shift, p.zp)
+        return lanes.requantize(x, mults, shifts, p.zp, round_even=p.round_even)
+    return lanes.requantize(x, p.mult, p.shift, p.zp, round_even=p.round_even)
 
 
 def _residual(x, p: ResidualParams, operands):
     if operands.get("residual") is None:
         raise ValueError("the residual stage needs a residual tensor")
+    if p.residual_op == "scaled":
+        return lanes.residual_scaled(x, operands["residual"], p.res_x_mult, p.res_r_mult,
+                                     p.res_shift, p.res_x_zp, p.res_r_zp, p.res_zp, p.res_lo,
+                                     p.res_hi)
     op = lanes.residual_max if p.residual_op == "max" else lanes.residual_add
     return op(x, operands["residual"])
+
+
+def _scaled(p: ResidualParams) -> bool:
+    return p.residual_op == "scaled"
+
+
+def _residual_range(lo: int, hi: int, p: ResidualParams) -> tuple[int, int]:
+    return (p.res_lo, p.res_hi) if p.residual_op == "scaled" else (INT8_MIN, INT8_MAX)
 
 
 def _per_channel(p: RequantParams) -> bool:
@@ -277,8 +329,9 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         name="requant",
         doc="x = sat8(((x * mult + round) >> shift) + zp), round = 1 << (shift - 1) (0 when "
-            "shift is 0), an arithmetic shift: rounding half toward +inf. Per channel, lane "
-            "c's mult and shift come from the bias group's rows",
+            "shift is 0), an arithmetic shift: rounding half toward +inf; with round_even, "
+            "exact halves round to even. Per channel, lane c's mult and shift come from the "
+            "bias group's rows",
         op="requant", params=RequantParams,
         regs=(Reg("req_mult", 0, 32, True, "requantize multiplier, signed 32-bit",
                   lambda p: p.mult, _per_tensor),
@@ -286,12 +339,12 @@ STAGES: tuple[StageSpec, ...] = (
                   lambda p: p.shift, _per_tensor),
               Reg("req_zp", 2, 32, True, "requantize output zero point, signed",
                   lambda p: p.zp),
-              Reg("req_mode", 5, 1, False,
+              Reg("req_mode", 5, 2, False,
                   f"bit 0: per-channel requantize; lane c's multiplier is then read from "
                   f"epilogue row `bias + {REQ_MULT_ROW}` and its shift from row "
                   f"`bias + {REQ_SHIFT_ROW}`: a column block's bias, multipliers and shifts "
-                  f"sit together as a group of rows",
-                  lambda p: int(p.per_channel))),
+                  f"sit together as a group of rows. Bit 1: round exact halves to even",
+                  lambda p: int(p.per_channel) | int(p.round_even) << 1)),
         reads=(ERead("pc_mult", "bias", REQ_MULT_ROW, "mult", _per_channel),
                ERead("pc_shift", "bias", REQ_SHIFT_ROW, "shift", _per_channel)),
         int8_out=True, reference=_requant),
@@ -312,15 +365,36 @@ STAGES: tuple[StageSpec, ...] = (
                                      min(max(hi, p.clamp_lo), p.clamp_hi))),
     StageSpec(
         name="residual",
-        doc="x = sat8(x + res[row, col]) (an int8 tensor, sign-extended), or with residual_op "
+        doc="x = sat8(x + res[row, col]) (an int8 tensor, sign-extended); with residual_op "
             "max, sat8(max(x, res[row, col])): saturated either way, so that the stage always "
-            "ends in int8; chains of max passes make max pooling",
-        op=None, params=ResidualParams,
-        regs=(Reg("res_mode", 6, 1, False,
-                  "bit 0: the residual stage computes `sat8(max(x, r))` instead of "
-                  "`sat8(x + r)`: chains of such passes make max pooling",
-                  lambda p: RESIDUAL_OPS.index(p.residual_op)),),
-        reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual),
+            "ends in int8; chains of max passes make max pooling. With residual_op scaled, "
+            "x = min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) * res_r_mult) / "
+            "2**res_shift) + res_zp, res_lo), res_hi), rounding half to even: the add of two "
+            "quantized tensors in the output's scale",
+        op="qadd", params=ResidualParams,
+        regs=(Reg("res_mode", 6, 2, False,
+                  "0: `sat8(x + r)`; 1: `sat8(max(x, r))` (chains of such passes make max "
+                  "pooling); 2: the scaled add of two quantized tensors (registers `res_*`)",
+                  lambda p: RESIDUAL_OPS.index(p.residual_op)),
+              Reg("res_x_mult", 7, 32, True, "scaled add: multiplier of `x - res_x_zp`",
+                  lambda p: p.res_x_mult, _scaled),
+              Reg("res_r_mult", 8, 32, True, "scaled add: multiplier of `r - res_r_zp`",
+                  lambda p: p.res_r_mult, _scaled),
+              Reg("res_shift", 9, 6, False,
+                  "scaled add: right shift of the sum, rounding half to even",
+                  lambda p: p.res_shift, _scaled),
+              Reg("res_x_zp", 10, 9, True, "scaled add: zero point of x",
+                  lambda p: p.res_x_zp, _scaled),
+              Reg("res_r_zp", 11, 9, True, "scaled add: zero point of the residual",
+                  lambda p: p.res_r_zp, _scaled),
+              Reg("res_zp", 12, 9, True, "scaled add: output zero point",
+                  lambda p: p.res_zp, _scaled),
+              Reg("res_lo", 13, 8, True, "scaled add: lower bound of the output",
+                  lambda p: p.res_lo, _scaled),
+              Reg("res_hi", 14, 8, True, "scaled add: upper bound of the output",
+                  lambda p: p.res_hi, _scaled)),
+        reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual,
+        out_range=_residual_range),
 )
 
 #: The stage names, in the canonical chain order.

@@ -2,7 +2,7 @@
 
 A chain of ``n`` items (an anchor and epilogue ops, :mod:`fusion.compiler.lower`) is covered by
 cutting it into consecutive segments; each segment is one kernel (:func:`spec_for`). A
-segment starting at the anchor is the anchor's kind (a GEMM, qadd or max kernel) with the
+segment starting at the anchor is the anchor's kind (a GEMM or max kernel) with the
 segment's ops as fused epilogue stages; any other segment is a standalone epilogue pass. The
 candidates of a segment are its kind's variants (a GEMM's tilings: super-tile sizes, k tile,
 loop order, double buffering), each priced by the cost model from the kind's features.

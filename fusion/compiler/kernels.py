@@ -12,8 +12,9 @@ on the kind; what is here is the graph side:
   A non-zero input zero point ``za`` is folded into the bias:
   ``sum((a - za) * w) = sum(a * w) - za * colsum(w)``, so such a GEMM always runs the bias
   stage (the bias vector is the correction plus any fused ``bias_add``). A ``qadd`` is the
-  ``qadd`` kind (:mod:`fusion.kernels.gemm.qadd`), a ``maxpool`` the element-wise max of its
-  window's positions (:mod:`fusion.kernels.eltmax.kind`);
+  residual stage's scaled add, fused after the GEMM that makes one of its inputs or in a
+  pass; its other input is the kernel's second graph input. A ``maxpool`` is the
+  element-wise max of its window's positions (:mod:`fusion.kernels.eltmax.kind`);
 - :meth:`KernelSpec.operands` makes the kernel's operand arrays from the values of the
   graph's tensors, and :meth:`KernelSpec.result` the output tensor's value from the kernel's.
 """
@@ -30,9 +31,7 @@ import numpy as np
 
 from fusion.compiler.lower import (
     Chain,
-    CompileError,
     from_lanes,
-    lanes_offset,
     tensor_zp,
     to_lanes,
 )
@@ -43,11 +42,9 @@ from fusion.kernels.eltmax.kind import MAX, MaxParams, Window
 from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.gemm.qadd import QADD
 from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
 from hwgen.config import VariantConfig
-from hwgen.reference import EpilogueParams
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,7 +135,8 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
     za = tensor_zp(a, anchor)
     # w has no zero point (fusion.passes.weight_zero_point folded it): this is colsum(w - zw).
     corr = None if za == 0 else -za * w.astype(np.int64).sum(axis=0)
-    stages, params, consts = assemble_stages(graph, part[1:], N, corr)
+    stages, params, consts, residual = assemble_stages(graph, part[1:], N, corr,
+                                                       source=anchor.outputs[0])
     consts["b"] = w
     producer = graph.producer(anchor.inputs[0])
     note = "" if producer is None or producer.op != "repeat" else (
@@ -146,32 +144,8 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
         f"A repeated by {producer.name}")
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params),
-                      inputs=(anchor.inputs[0],), consts=consts, note=note, **names)
-
-
-def _qadd(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
-          **names: Any) -> KernelSpec:
-    ta, tb = (graph.tensors[n] for n in anchor.inputs)
-    c = config.cols
-    M = -(-math.prod(ta.shape) // c)  # noqa: N806
-    am, bm = int(anchor.attr("a_mult")), int(anchor.attr("b_mult"))
-    eye = np.eye(c, dtype=np.int64)
-    w = np.concatenate([am * eye, bm * eye]).astype(np.int8)
-    zb = -(am * tensor_zp(ta, anchor) + bm * tensor_zp(tb, anchor))
-    stages, params, _ = assemble_stages(graph, part[1:], c, None)
-    if "requant" in stages:  # lowering ends a qadd's chain at its own requantize
-        raise CompileError(f"node {anchor.name!r}: a requant right after a qadd")
-    # The qadd's own requantize (per tensor) comes first.
-    zp = int(anchor.attr("zp", 0)) - lanes_offset(graph.tensors[anchor.outputs[0]].dtype)
-    params = EpilogueParams(mult=int(anchor.attr("mult")), shift=int(anchor.attr("shift")),
-                            zp=zp, clamp_lo=params.clamp_lo, clamp_hi=params.clamp_hi)
-    consts = {"b": w}
-    if zb != 0:
-        consts["bias"] = np.full(c, zb, np.int32)
-    full = (("bias",) if zb != 0 else ()) + ("requant",) + stages
-    return KernelSpec(kind=QADD, params=GemmParams(M=M, K=2 * c, N=c, stages=full,
-                                                   epilogue=params),
-                      inputs=tuple(anchor.inputs), consts=consts, **names)
+                      inputs=(anchor.inputs[0],) + ((residual,) if residual else ()),
+                      consts=consts, note=note, **names)
 
 
 _POOL_DEFAULTS = {"strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "ceil_mode": 0}
@@ -202,7 +176,6 @@ def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
 #: anchors); a segment without its anchor is a standalone pass.
 ANCHORS: dict[str, Callable[..., KernelSpec | Refusal]] = {
     "qmatmul": _gemm,
-    "qadd": _qadd,
     "maxpool": _maxpool,
 }
 
@@ -229,10 +202,11 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
     out_t = graph.tensors[names["output"]]
     N = x.shape[-1] if x.shape else 1  # noqa: N806
     M = math.prod(x.shape) // N  # noqa: N806
-    stages, params, consts = assemble_stages(graph, part, N, None)
+    stages, params, consts, residual = assemble_stages(graph, part, N, None)
     return KernelSpec(kind=PASS, params=PassParams(
         M=M, N=N, stages=stages, epilogue=params, src_dtype=_lane_dtype(x.dtype),
-        out_dtype=_lane_dtype(out_t.dtype)), inputs=(x.name,), consts=consts, **names)
+        out_dtype=_lane_dtype(out_t.dtype)),
+        inputs=(x.name,) + ((residual,) if residual else ()), consts=consts, **names)
 
 
 def _lane_dtype(dtype: str) -> str:

@@ -7,17 +7,21 @@ Every node is one of:
   forms). The runtime does these on the host between kernels; they compute nothing the
   accelerator could, and they are listed in the plan as host steps.
 - a **kernel anchor**: ``qmatmul`` with a constant 2-D int8 weight without zero point (a GEMM;
-  :mod:`fusion.passes.weight_zero_point` makes them so), ``qadd`` (a GEMM with a constant
-  diagonal weight, see :mod:`fusion.compiler.kernels`) or ``maxpool`` (a chain of
+  :mod:`fusion.passes.weight_zero_point` makes them so) or ``maxpool`` (a chain of
   element-wise max passes).
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
-  epilogue chain; they run fused after an anchor, or as standalone passes.
+  epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
+  from memory; they run fused after an anchor, or as standalone passes.
 
 Anything else is refused with the node's name and the reason: there is no silent fallback to
 the host for arithmetic.
 
 A *chain* is an anchor (or a first epilogue op) followed by the epilogue ops that consume its
-result alone, in the canonical stage order. Which of them fuse is the engine's choice.
+result alone, in the canonical stage order. Which of them fuse is the engine's choice. A
+``qadd`` joins the chain that makes either of its inputs when the other is already made
+(a residual branch computed earlier, a graph input); ``relu`` and ``clamp`` after it join
+too, as the bounds of its output (``res_lo``/``res_hi``), although their stages come before
+the residual stage in the chain order.
 
 Integer lanes: the accelerator computes on int8 and int32. A uint8 tensor is held as int8
 ``x - 128`` (its zero point moves by -128); :func:`to_lanes` and :func:`from_lanes` convert.
@@ -40,7 +44,9 @@ HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose
                       "Identity"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
-ANCHORS = ("qmatmul", "qadd", "maxpool")
+ANCHORS = ("qmatmul", "maxpool")
+#: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
+BOUNDS_QADD = ("relu", "clamp")
 
 
 class CompileError(ValueError):
@@ -129,6 +135,16 @@ def _stage(graph: Graph, node: Node) -> str | None:
                            f"per channel along the last axis only")
     if node.op == "relu" and x.dtype == "uint8":
         return None  # uint8 values are never negative
+    if node.op == "qadd":
+        a, b = (graph.tensors[n] for n in node.inputs)
+        if a.shape != b.shape:
+            raise CompileError(f"node {node.name!r} (qadd): inputs {a.shape} and {b.shape} "
+                               f"differ; the accelerator adds tensors of one shape (no "
+                               f"broadcasting)")
+        if node.inputs[0] == node.inputs[1]:
+            raise CompileError(f"node {node.name!r} (qadd): adds {node.inputs[0]!r} to itself; "
+                               f"that is a requantize by twice the scale (re-run the passes)")
+        tensor_zp(a, node), tensor_zp(b, node)
     return STAGE_OF[node.op]
 
 
@@ -158,19 +174,6 @@ def classify(graph: Graph, node: Node) -> str:
                                f"weight zero points")
         tensor_zp(a, node)
         return "anchor"
-    if node.op == "qadd":
-        a, b = (graph.tensors[n] for n in node.inputs)
-        if a.shape != b.shape:
-            raise CompileError(f"node {node.name!r} (qadd): inputs {a.shape} and {b.shape} "
-                               f"differ; the accelerator adds tensors of one shape (no "
-                               f"broadcasting)")
-        for name in ("a_mult", "b_mult"):
-            if not -128 <= node.attr(name) <= 127:
-                raise CompileError(f"node {node.name!r} (qadd): {name}={node.attr(name)} is not "
-                                   f"an int8; the accelerator multiplies the inputs by int8 "
-                                   f"weights (re-run the Q/DQ folding of this hwgen)")
-        tensor_zp(a, node), tensor_zp(b, node)
-        return "anchor"
     if node.op == "maxpool":
         tensor_zp(graph.tensors[node.inputs[0]], node)
         return "anchor"
@@ -195,12 +198,13 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
         role = classify(graph, node)
         if role == "host":
             host.append(node)
+            taken.add(node.name)
             continue
         anchor = node if role == "anchor" else None
         items: list[ChainOp] = [] if anchor else [ChainOp(node, _stage(graph, node))]
         taken.add(node.name)
-        last_rank = _rank(items[-1].stage) if anchor is None else (
-            _rank("requant") if anchor.op == "qadd" else -1)  # qadd ends in its own requant
+        last_rank = _rank(items[-1].stage) if anchor is None else -1
+        bounding = node.op == "qadd"  # relu and clamp after a qadd bound its output
         tail = node
         # maxpool results go straight to memory: no epilogue follows it in the same kernel.
         while anchor is None or anchor.op != "maxpool":
@@ -209,17 +213,41 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
             if out in outputs or len(users) != 1:
                 break
             nxt = users[0]
-            if nxt.op not in STAGE_OF or nxt.inputs[0] != out:
+            if nxt.op not in STAGE_OF or not _joins(graph, nxt, out, taken):
                 break
             stage = _stage(graph, nxt)
-            if stage is not None and _rank(stage) <= last_rank:
+            bounds = bounding and nxt.op in BOUNDS_QADD
+            if stage is not None and _rank(stage) <= last_rank and not bounds:
                 break  # out of the chain's order: it starts a chain of its own
             items.append(ChainOp(nxt, stage))
             taken.add(nxt.name)
-            last_rank = _rank(stage) if stage is not None else last_rank
+            if stage is not None and not bounds:
+                last_rank = _rank(stage)
+            bounding = nxt.op == "qadd" or bounds
             tail = nxt
         found.append(Chain(anchor, tuple(items)))
     return found, host
+
+
+def _joins(graph: Graph, node: Node, running: str, made: set[str]) -> bool:
+    """Whether ``node`` can take ``running`` (the chain's result so far) as its stage input: an
+    epilogue op reads it as its first input; a ``qadd`` as either, when its other input is
+    a constant, a graph input or the output of a node already placed (``made``), so that it
+    is in memory before the kernel runs."""
+    if node.op != "qadd":
+        return node.inputs[0] == running
+    if running not in node.inputs:
+        return False
+    other = residual_input(node, running)
+    producer = graph.producer(other)
+    return producer is None or producer.name in made
+
+
+def residual_input(node: Node, running: str) -> str:
+    """The input of a ``qadd`` that the residual stage reads from memory: the one that is not
+    ``running``, the chain's result so far."""
+    a, b = node.inputs
+    return b if a == running else a
 
 
 def _rank(stage: str | None) -> int:

@@ -113,7 +113,7 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
     """``gemm.j2``, walked over the context it renders (the addresses do not matter): the
     prologue, the first super tile's loads, then the loop nest of super tiles."""
     c = dims.config
-    params = EpilogueParams(per_channel=f.per_channel)
+    params = EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op)
     dummy = Region("x", 0, 1)
     regions = {"a": dummy, "b": dummy} | (
         {"bias": dummy} if reads_bias_region(stages, params) else {}) | (
@@ -247,7 +247,7 @@ def estimate(f: Features) -> Estimate:
         _gemm(m, dims, f, (), 4)
         gemm_cycles = m.idle
         src = "i32"
-        params = EpilogueParams(per_channel=f.per_channel)
+        params = EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op)
         for stage, dt in zip(f.stages, f.pass_dtypes, strict=True):
             _pass(m, dims, (stage,), src, dt, params)
             src = dt

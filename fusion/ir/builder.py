@@ -212,7 +212,8 @@ class GraphBuilder:
                        quant=kw.pop("quant", self.tensor(x).quant), **kw)
 
     def requant(self, x: str, quant: Quant, *, scale: float | Sequence[float] | None = None,
-                out_dtype: str = "int8", axis: int | None = None, **kw: Any) -> str:
+                out_dtype: str = "int8", axis: int | None = None, round_even: bool = False,
+                **kw: Any) -> str:
         """Requantize int32 ``x`` to ``quant`` (int8 or uint8).
 
         Parameters
@@ -225,6 +226,8 @@ class GraphBuilder:
         out_dtype : {"int8", "uint8"}
         axis : int, optional
             Channel axis of a per-channel scale (default: x's quantization axis, else -1).
+        round_even : bool
+            Round exact halves to even (ONNX's ``QuantizeLinear``; the Q/DQ folds set it).
         """
         xq = self.tensor(x).quant
         if axis is None:
@@ -235,7 +238,8 @@ class GraphBuilder:
                                  f"the scale from; pass scale=")
             ratio = np.array(xq.scale) / quant.scale[0]
             scale = float(ratio[0]) if ratio.size == 1 else tuple(ratio.tolist())
-        attrs = ops.requant_attrs(scale, quant.zero_point[0], out_dtype=out_dtype, axis=axis)
+        attrs = ops.requant_attrs(scale, quant.zero_point[0], out_dtype=out_dtype, axis=axis,
+                                  round_even=round_even)
         return self.op("requant", x, quant=quant, **attrs, **kw)
 
     def relu(self, x: str, **kw: Any) -> str:

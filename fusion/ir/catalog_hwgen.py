@@ -20,7 +20,7 @@ def _int32(value: object) -> bool:
 
 
 def check_requant(c: Call, channels: int | None) -> str:
-    """Check the requantize attributes (shared by requant and qadd); the output dtype."""
+    """Check the requantize attributes; the output dtype."""
     out, zp = c.attrs["out_dtype"], c.attrs["zp"]
     if out not in INT8S:
         raise c.error(f"out_dtype {out!r} must be int8 or uint8")
@@ -98,10 +98,13 @@ def _bias_add(c: Call):
     return (TensorType(x.shape, "int32"),)
 
 
-@register("requant", "x", mult=REQ, shift=REQ, zp=0, axis=-1, out_dtype="int8",
+@register("requant", "x", mult=REQ, shift=REQ, zp=0, axis=-1, out_dtype="int8", round_even=0,
      summary="sat(((x * mult + round) >> shift) + zp), per tensor or per channel")
 def _requant(c: Call):
     x = c.need("x", ("int32",))
+    if c.attrs["round_even"] not in (0, 1):
+        raise c.error(f"round_even {c.attrs['round_even']!r} must be 0 (halves toward +inf) "
+                      f"or 1 (halves to even)")
     ax = shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
     return (TensorType(x.shape, check_requant(c, x.shape[ax] if x.shape else 1)),)
 
@@ -121,22 +124,27 @@ def _clamp(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
-@register("qadd", "a b", a_mult=REQ, b_mult=REQ, mult=REQ, shift=REQ, zp=0, out_dtype="int8",
-     summary="requant((a - a_zp) * a_mult + (b - b_zp) * b_mult)")
+@register("qadd", "a b", a_mult=REQ, b_mult=REQ, shift=REQ, zp=0, out_dtype="int8",
+     summary="sat(rne(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2**shift) + zp)")
 def _qadd(c: Call):
     a, b = c.need("a", INT8S), c.need("b", INT8S)
     for t in (a, b):
         if t.quant is not None and t.quant.per_channel:
             raise c.error(f"input {t.name!r} must be quantized per tensor")
-    lo, hi = INT_RANGE["int8"]
     for name in ("a_mult", "b_mult"):
-        v = c.attrs[name]
-        # The accelerator runs qadd as a GEMM whose constant weights are a_mult and b_mult.
-        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-            raise c.error(f"{name} {v!r} must be an integer in {lo}..{hi}: the accelerator "
-                          f"multiplies the inputs by a_mult and b_mult as int8 weights; use "
-                          f"fusion.ir.ops.qadd_attrs to choose them from the scales")
-    out = check_requant(c, None)
+        if not _int32(c.attrs[name]):
+            raise c.error(f"{name} {c.attrs[name]!r} must be a signed 32-bit integer; use "
+                          f"fusion.ir.ops.qadd_attrs to choose the multipliers from the scales")
+    shift = c.attrs["shift"]
+    if not isinstance(shift, int) or isinstance(shift, bool) or not 0 <= shift <= 63:
+        raise c.error(f"shift {shift!r} must be an integer from 0 to 63")
+    out, zp = c.attrs["out_dtype"], c.attrs["zp"]
+    if out not in INT8S:
+        raise c.error(f"out_dtype {out!r} must be int8 or uint8")
+    lo, hi = INT_RANGE[out]
+    if not isinstance(zp, int) or isinstance(zp, bool) or not lo <= zp <= hi:
+        raise c.error(f"zero point {zp!r} is out of range for {out} ({lo}..{hi}); "
+                      f"give a zero point in that range")
     return (TensorType(shapes.broadcast(a.shape, b.shape), out),)
 
 

@@ -33,19 +33,21 @@ Integer op semantics
     ``sat32(x + bias)``, the 1-D bias along ``axis`` (default -1; 1 for NCHW).
 ``requant(x) -> int8 | uint8``
     Per element of channel ``c`` along ``axis``: ``sat(((x * mult[c] + 2**(shift[c]-1)) >>
-    shift[c]) + zp)``, i.e. :func:`hwgen.reference.requantize`: rounding half toward +inf.
-    ``mult``/``shift`` are ints (per tensor) or tuples (per channel). ``out_dtype`` "uint8"
-    saturates to 0..255; the hardware runs it as the int8 requant with ``zp - 128`` followed by
-    flipping the sign bit, which is exactly the same.
+    shift[c]) + zp)``, i.e. :func:`hwgen.reference.requantize`: rounding half toward +inf;
+    with ``round_even`` = 1 exact halves round to even (ONNX's ``QuantizeLinear``: the Q/DQ
+    folds set it). ``mult``/``shift`` are ints (per tensor) or tuples (per channel).
+    ``out_dtype`` "uint8" saturates to 0..255; the hardware runs it as the int8 requant with
+    ``zp - 128`` followed by flipping the sign bit, which is exactly the same.
 ``relu(x)``, ``clamp(x)``
     ``max(x, 0)`` and ``min(max(x, lo), hi)``, any integer dtype, same dtype out. On a
     quantized int8 tensor ``relu`` is ``clamp(lo=zp, hi=127)``; the passes choose.
 ``qadd(a, b) -> int8 | uint8``
-    ``requant(sat32((a - a_zp) * a_mult + (b - b_zp) * b_mult))`` with the requant attributes
-    ``mult``, ``shift``, ``zp``, ``out_dtype``; ``a_zp``/``b_zp`` from the tensors' Quant.
-    ``a_mult``/``b_mult`` are int8 (-128..127): the accelerator runs a ``qadd`` as one GEMM of
-    ``[a - a_zp | b - b_zp]`` with the constant weights ``[[a_mult * I], [b_mult * I]]``.
-    :func:`fusion.ir.ops.qadd_attrs` computes the attributes from the three scales.
+    ``sat(rne(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2**shift) + zp)``, ``rne``
+    rounding half to even (as onnxruntime's float ``QLinearAdd`` does), saturating to
+    ``out_dtype``; ``a_zp``/``b_zp`` from the tensors' Quant, ``a_mult``/``b_mult`` signed
+    32-bit, ``shift`` 0..63. It is the residual stage's scaled add
+    (:func:`hwgen.lanes.residual_scaled`): fused after the GEMM that makes one input, or a
+    pass. :func:`fusion.ir.ops.qadd_attrs` computes the attributes from the three scales.
 ``maxpool(x)``
     2-D max pooling, NCHW; ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``ceil_mode``;
     padding never wins. Order-preserving, so it commutes with the quantization.
@@ -77,6 +79,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -95,10 +98,7 @@ from fusion.ir.registry import (  # noqa: F401  (re-exported: the catalog's voca
     OpSpec,
     TensorType,
 )
-
-#: Largest magnitude of a ``qadd`` input multiplier: the accelerator runs ``qadd`` as a GEMM
-#: whose constant weights are ``a_mult``/``b_mult``, so they must be int8 (see :func:`qadd_attrs`).
-QADD_MULT_MAX = 127
+from hwgen.lanes import INT32_MAX
 
 
 def get(op: str) -> OpSpec:
@@ -200,7 +200,7 @@ def infer(node: Node, inputs: Sequence[Tensor | None],
 
 
 def requant_attrs(scale: float | Sequence[float], zp: int = 0, *, out_dtype: str = "int8",
-                  axis: int = -1) -> dict[str, Any]:
+                  axis: int = -1, round_even: bool = False) -> dict[str, Any]:
     """Attributes of a ``requant`` node that multiplies int32 values by ``scale``.
 
     Parameters
@@ -212,75 +212,35 @@ def requant_attrs(scale: float | Sequence[float], zp: int = 0, *, out_dtype: str
     out_dtype : {"int8", "uint8"}
     axis : int
         Channel axis for per-channel scales.
+    round_even : bool
+        Round exact halves to even, as ONNX's ``QuantizeLinear`` does (the attribute is
+        written only when set; absent, halves round toward +inf).
     """
     from hwgen.reference import quantize_multiplier
 
+    even = {"round_even": 1} if round_even else {}
     if np.ndim(scale) == 0:
         mult, shift = quantize_multiplier(float(scale))
-        return {"mult": mult, "shift": shift, "zp": int(zp), "out_dtype": out_dtype}
+        return {"mult": mult, "shift": shift, "zp": int(zp), "out_dtype": out_dtype, **even}
     pairs = [quantize_multiplier(float(s)) for s in np.ravel(scale)]
     return {"mult": tuple(m for m, _ in pairs), "shift": tuple(s for _, s in pairs),
-            "zp": int(zp), "out_dtype": out_dtype, "axis": axis}
-
-
-def qadd_input_mults(a_scale: float, b_scale: float) -> tuple[int, int]:
-    """The int8 input multipliers ``(a_mult, b_mult)`` of a ``qadd`` of these input scales.
-
-    The pair whose ratio ``b_mult / a_mult`` is nearest ``b_scale / a_scale`` among all pairs of
-    magnitude at most :data:`QADD_MULT_MAX`: for each multiplier ``w`` of the larger-scale
-    input (1..127), the other is ``round(w * smaller / larger)``; the least error wins, ties
-    (equal fractions such as 3/4 and 6/8) going to the larger ``w``. The larger-scale input
-    then stands exactly for ``w`` units of ``larger / w``, and the other is off by
-    ``|mult / w - smaller / larger|`` relative to the larger scale per unit of its input.
-
-    Parameters
-    ----------
-    a_scale, b_scale : float
-        The input scales, positive.
-
-    Returns
-    -------
-    a_mult, b_mult : int, int
-        In ``1..QADD_MULT_MAX``.
-
-    Raises
-    ------
-    ValueError
-        If a scale is not positive and finite, or the scales differ by more than a factor of
-        ``2 * QADD_MULT_MAX``, so that the smaller input's multiplier would round to 0.
-    """
-    for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
-        if not (math.isfinite(s) and s > 0):
-            raise ValueError(f"qadd {name} must be positive and finite, not {s!r}")
-    big, small = max(a_scale, b_scale), min(a_scale, b_scale)
-    ratio = small / big
-    best = (math.inf, 0, 0)
-    for w in range(1, QADD_MULT_MAX + 1):
-        other = round(w * ratio)  # ratio <= 1, so other <= w <= QADD_MULT_MAX
-        error = abs(other / w - ratio)
-        if error <= best[0]:  # <=: an equal fraction with a larger w wins the tie
-            best = (error, w, other)
-    _, w, other = best
-    if other == 0:
-        raise ValueError(f"qadd input scales {a_scale!r} and {b_scale!r} differ by more than "
-                         f"a factor of {2 * QADD_MULT_MAX}: the smaller input's int8 "
-                         f"multiplier would be 0; requantize it closer to the other first")
-    return (w, other) if a_scale >= b_scale else (other, w)
+            "zp": int(zp), "out_dtype": out_dtype, "axis": axis, **even}
 
 
 def qadd_attrs(a_scale: float, b_scale: float, y_scale: float, zp: int = 0, *,
                out_dtype: str = "int8") -> dict[str, Any]:
     """Attributes of a ``qadd`` computing ``a_scale*(a-a_zp) + b_scale*(b-b_zp)`` in y's scale.
 
-    The input multipliers are the int8 pair of :func:`qadd_input_mults` (the accelerator
-    multiplies them as int8 GEMM weights); with ``w`` the larger-scale input's multiplier, the
-    sum is in units of ``larger / w`` and ``requant`` by ``larger / (w * y_scale)`` brings it
-    to y.
+    Each input's multiplier is its scale over the output's, ``a_scale / y_scale``, times
+    ``2**shift``, rounded; ``shift`` is the largest (at most 63) that keeps both multipliers
+    within a signed 32-bit integer, so the larger has 31 significant bits and each is within
+    half a unit of the exact ratio (:func:`qadd_error_bound`). TFLite's add keeps 31-bit
+    multipliers too, with three roundings; here the sum is exact and rounded once.
 
     Parameters
     ----------
     a_scale, b_scale, y_scale : float
-        The scales of the inputs and the output.
+        The scales of the inputs and the output, positive and finite.
     zp : int
         The output zero point.
     out_dtype : {"int8", "uint8"}
@@ -288,50 +248,64 @@ def qadd_attrs(a_scale: float, b_scale: float, y_scale: float, zp: int = 0, *,
     Returns
     -------
     dict
-        ``a_mult``, ``b_mult``, ``mult``, ``shift``, ``zp``, ``out_dtype``.
+        ``a_mult``, ``b_mult``, ``shift``, ``zp``, ``out_dtype``.
 
     Raises
     ------
     ValueError
-        From :func:`qadd_input_mults`, or when the requantize scale does not fit the multiplier.
+        If a scale is not positive and finite, an input's scale is 2**31 times the output's
+        or more (no multiplier holds it), or the smaller input's multiplier rounds to 0 at the
+        largest shift (its scale is under ``2**-64`` times the output's).
     """
-    from hwgen.reference import quantize_multiplier
-
-    a_mult, b_mult = qadd_input_mults(a_scale, b_scale)
-    if a_scale >= b_scale:
-        mult, shift = quantize_multiplier(a_scale / (y_scale * a_mult))
-    else:
-        mult, shift = quantize_multiplier(b_scale / (y_scale * b_mult))
-    return {"a_mult": a_mult, "b_mult": b_mult, "mult": mult, "shift": shift, "zp": int(zp),
+    for name, s in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+        if not (math.isfinite(s) and s > 0):
+            raise ValueError(f"qadd {name} must be positive and finite, not {s!r}")
+    ra, rb = Fraction(a_scale) / Fraction(y_scale), Fraction(b_scale) / Fraction(y_scale)
+    top = max(ra, rb)
+    if round(top) > INT32_MAX:
+        raise ValueError(f"qadd input scale {float(top * Fraction(y_scale))!r} is more than "
+                         f"2**31 times the output scale {y_scale!r}: every non-zero input "
+                         f"saturates; give the output a larger scale")
+    shift = 0
+    while shift < 63 and round(top * 2 ** (shift + 1)) <= INT32_MAX:
+        shift += 1
+    a_mult, b_mult = round(ra * 2 ** shift), round(rb * 2 ** shift)
+    if min(a_mult, b_mult) == 0:
+        raise ValueError(f"qadd input scales {a_scale!r} and {b_scale!r} over the output scale "
+                         f"{y_scale!r}: the smaller input's multiplier rounds to 0 even at "
+                         f"shift 63; requantize it closer to the output first")
+    return {"a_mult": a_mult, "b_mult": b_mult, "shift": shift, "zp": int(zp),
             "out_dtype": out_dtype}
 
 
 def qadd_error_bound(attrs: Mapping[str, Any], a_scale: float, b_scale: float, y_scale: float,
-                     a_max: int, b_max: int) -> float:
+                     a_max: int, b_max: int) -> Fraction:
     """The largest error, in output LSBs before rounding, of a ``qadd`` against the real sum.
 
-    ``qadd`` computes ``(da * a_mult + db * b_mult) * mult / 2**shift`` where the real sum is
+    ``qadd`` rounds ``(da * a_mult + db * b_mult) / 2**shift`` where the real sum is
     ``(da * a_scale + db * b_scale) / y_scale``; for ``|da| <= a_max`` and ``|db| <= b_max``
-    the two differ by at most the returned value. Below 1/2, the rounded result is within one
-    LSB of the correctly rounded real sum (ONNX's ``DQ -> Add -> Q``); the int8 input
-    multipliers can make it larger when the output scale is small against the input scales
-    and their ratio is far from every fraction of int8 multipliers.
+    the two differ by at most the returned value (exact, a Fraction). Below 1/2 the rounded
+    result is within one LSB of the correctly rounded real sum (ONNX's ``DQ -> Add -> Q``),
+    and equal to it unless the real sum is within the bound of a rounding boundary. With
+    :func:`qadd_attrs` it is at most ``(a_max + b_max) / 2**(shift + 1)``: about ``1e-7``
+    LSB for scales of one magnitude.
 
     Parameters
     ----------
     attrs : mapping
-        The ``qadd`` attributes (``a_mult``, ``b_mult``, ``mult``, ``shift``).
+        The ``qadd`` attributes (``a_mult``, ``b_mult``, ``shift``).
     a_scale, b_scale, y_scale : float
     a_max, b_max : int
         The largest ``|a - a_zp|`` and ``|b - b_zp|``.
 
     Returns
     -------
-    float
+    fractions.Fraction
     """
-    real = attrs["mult"] / 2.0 ** attrs["shift"]
-    return (a_max * abs(attrs["a_mult"] * real - a_scale / y_scale)
-            + b_max * abs(attrs["b_mult"] * real - b_scale / y_scale))
+    unit = Fraction(1, 2 ** attrs["shift"])
+    y = Fraction(y_scale)
+    return (a_max * abs(attrs["a_mult"] * unit - Fraction(a_scale) / y)
+            + b_max * abs(attrs["b_mult"] * unit - Fraction(b_scale) / y))
 
 
 #: Every op name the catalog knows: ONNX ops, then hwgen ops, each sorted.

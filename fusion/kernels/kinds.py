@@ -11,13 +11,11 @@ from typing import Any
 from fusion.kernels.eltmax.kind import MAX
 from fusion.kernels.epipass.kind import PASS
 from fusion.kernels.gemm.kind import GEMM
-from fusion.kernels.gemm.qadd import QADD
 from fusion.kernels.protocol import KernelKind
 
 #: Every kernel kind, by name.
 KINDS: dict[str, KernelKind] = {k.name: k for k in (
     GEMM,
-    QADD,
     PASS,
     MAX,
 )}

@@ -174,7 +174,8 @@ def requant_epilogue(edit: Edit, base: str, acc: str, acc_scale: np.ndarray, axi
     scale = np.asarray(acc_scale, np.float64) / tail.quant.scale[0]
     try:
         attrs = ops.requant_attrs(float(scale[0]) if scale.size == 1 else tuple(scale.tolist()),
-                                  tail.quant.zero_point[0], out_dtype=tail.dtype, axis=axis)
+                                  tail.quant.zero_point[0], out_dtype=tail.dtype, axis=axis,
+                                  round_even=True)  # QuantizeLinear rounds halves to even
     except ValueError as exc:
         raise Refused(f"the requantize scale cannot be held by the multiplier: {exc}") from None
     if not _needs_activation(tail):

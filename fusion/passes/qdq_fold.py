@@ -12,11 +12,11 @@ Compute chains (QDQ form)
     is the accumulator's is used as is. Without the final ``Q`` the chain ends in a
     ``dequantize`` of the int32 accumulator.
 Residual add
-    ``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` becomes ``qadd [-> relu | clamp]``. Its
-    input multipliers are int8 (the accelerator multiplies them as GEMM weights), the pair
-    whose ratio is nearest the input scales' (:func:`fusion.ir.ops.qadd_input_mults`); an
-    ``Add`` where that approximation could cost more than half an output LSB
-    (:func:`fusion.ir.ops.qadd_error_bound`) is refused.
+    ``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` becomes ``qadd [-> relu | clamp]``: each
+    input times a 31-bit multiplier, one rounding half to even (:func:`fusion.ir.ops.qadd_attrs`),
+    within about ``1e-7`` LSB of the real sum before rounding; an ``Add`` whose scales leave
+    more than half an LSB (:func:`fusion.ir.ops.qadd_error_bound`: only for scales 2**30
+    apart) is refused.
 QOperator ops
     ``QLinearMatMul``/``QLinearConv`` become ``qmatmul``/``qconv2d [-> bias_add] -> requant``;
     ``MatMulInteger``/``ConvInteger`` become ``qmatmul``/``qconv2d`` (their zero points are
@@ -127,11 +127,11 @@ def _emit_qadd(graph: Graph, node: Node, operands: list[tuple[str, Quant]], tail
     if bound >= 0.5:
         # Past half an LSB the rounded sum can be 2 LSBs from ONNX's: keep the promise of
         # one LSB by leaving this Add in float rather than folding it.
-        raise Refused(f"{node.op} {node.name!r}: the int8 multipliers {attrs['a_mult']}/"
-                      f"{attrs['b_mult']} approximate the input scale ratio "
-                      f"{qb.scale[0] / qa.scale[0]:.6g} to within {bound:.3g} output LSBs, "
-                      f"more than the 0.5 that keeps qadd within one LSB of ONNX; a larger "
-                      f"output scale, or input scales with a ratio of small integers, folds")
+        raise Refused(f"{node.op} {node.name!r}: the multipliers {attrs['a_mult']}/"
+                      f"{attrs['b_mult']} >> {attrs['shift']} approximate the input scales "
+                      f"over the output's to within {float(bound):.3g} output LSBs, more than "
+                      f"the 0.5 that keeps qadd within one LSB of ONNX; scales this far apart "
+                      f"need a larger output scale")
     edit = Edit(graph)
     edit.drop(node, *tail.nodes)
     for name, quant in ((a, qa), (b, qb), (tail.output, tail.quant)):

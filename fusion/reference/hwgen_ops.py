@@ -14,6 +14,7 @@ from fusion.ir import windows as _windows
 from fusion.ir.graph import Tensor
 from fusion.reference.registry import Ctx, implements
 from hwgen import reference as ref
+from hwgen.lanes import residual_scaled
 
 # -- quantization parameters of tensors ------------------------------------------------------
 
@@ -74,7 +75,8 @@ def _bias_add(ctx: Ctx, x, bias):
     return (np.moveaxis(ref.bias_add(moved, bias), -1, ctx.attrs["axis"]),)
 
 
-def requant(x: np.ndarray, mult, shift, zp: int, out_dtype: str, axis: int = -1) -> np.ndarray:
+def requant(x: np.ndarray, mult, shift, zp: int, out_dtype: str, axis: int = -1,
+            round_even: bool = False) -> np.ndarray:
     """The ``requant`` op on int32 values (see :mod:`fusion.ir.ops`), per tensor or per channel.
 
     uint8 runs the int8 requantize with ``zp - 128`` and adds 128 (the hardware's sign-bit
@@ -82,10 +84,10 @@ def requant(x: np.ndarray, mult, shift, zp: int, out_dtype: str, axis: int = -1)
     """
     offset = 128 if out_dtype == "uint8" else 0
     if not isinstance(mult, tuple):
-        out = ref.requantize(x, mult, shift, zp - offset)
+        out = ref.requantize(x, mult, shift, zp - offset, round_even=round_even)
     else:
         moved = np.moveaxis(np.asarray(x), axis, 0)
-        out = np.stack([ref.requantize(moved[c], m, s, zp - offset)
+        out = np.stack([ref.requantize(moved[c], m, s, zp - offset, round_even=round_even)
                         for c, (m, s) in enumerate(zip(mult, shift, strict=True))])
         out = np.moveaxis(out, 0, axis)
     return (out + offset).astype(out_dtype)
@@ -94,7 +96,8 @@ def requant(x: np.ndarray, mult, shift, zp: int, out_dtype: str, axis: int = -1)
 @implements("requant")
 def _requant(ctx: Ctx, x):
     a = ctx.attrs
-    return (requant(x, a["mult"], a["shift"], a["zp"], a["out_dtype"], a["axis"]),)
+    return (requant(x, a["mult"], a["shift"], a["zp"], a["out_dtype"], a["axis"],
+                    bool(a["round_even"])),)
 
 
 @implements("relu")
@@ -110,9 +113,10 @@ def _clamp(ctx: Ctx, x):
 @implements("qadd")
 def _qadd(ctx: Ctx, a, b):
     at = ctx.attrs
-    acc = ref.sat((a.astype(np.int64) - zero_point(ctx.inputs[0])) * at["a_mult"]
-                  + (b.astype(np.int64) - zero_point(ctx.inputs[1])) * at["b_mult"], 32)
-    return (requant(acc, at["mult"], at["shift"], at["zp"], at["out_dtype"]),)
+    lo, hi = ops.INT_RANGE[at["out_dtype"]]
+    y = residual_scaled(a, b, at["a_mult"], at["b_mult"], at["shift"],
+                        zero_point(ctx.inputs[0]), zero_point(ctx.inputs[1]), at["zp"], lo, hi)
+    return (y.astype(at["out_dtype"]),)
 
 
 @implements("maxpool")

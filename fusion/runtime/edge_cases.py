@@ -20,7 +20,8 @@ The events, per stage (``x`` is the stage's input, ``r`` the residual):
 - ``relu``: ``x < -1``, ``x = -1``, ``x = 0``, ``x > 0``;
 - ``clamp``: below, at and above each bound, and between;
 - ``residual``: add: the sum above 127, below -128, at 127, at -128; max: ``x > r``,
-  ``x < r``, ``x = r``.
+  ``x < r``, ``x = r``; scaled add: the rounded sum (plus the zero point) above ``res_hi``,
+  below ``res_lo``, at each bound, and an exact rounding tie.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
-from hwgen.reference import OPERANDS, EpilogueParams, apply_stage
+from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, round_shift
+from hwgen.reference import OPERANDS, SPECS, EpilogueParams, apply_stage
 
 #: Stage -> its events, in a fixed order.
 EVENTS: dict[str, tuple[str, ...]] = {
@@ -40,6 +41,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "clamp": ("x < lo", "x = lo", "lo < x < hi", "x = hi", "x > hi"),
     "residual": ("x + r > 127", "x + r < -128", "x + r = 127", "x + r = -128"),
     "residual max": ("x > r", "x < r", "x = r"),
+    "residual scaled": ("y > hi", "y < lo", "y = hi", "y = lo", "tie"),
 }
 
 
@@ -51,11 +53,20 @@ def _channel(params: EpilogueParams, operands: Mapping, n: int) -> tuple[np.ndar
     return np.full(n, params.mult, np.int64), np.full(n, params.shift, np.int64)
 
 
-def _unsaturated(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, zp: int) -> np.ndarray:
+def _unsaturated(x: np.ndarray, mult: np.ndarray, shift: np.ndarray, zp: int,
+                 even: bool = False) -> np.ndarray:
     """The requantized value before its saturation (as :func:`hwgen.lanes.requantize`)."""
-    p = x * mult
-    y = np.where(shift == 0, p, ((p >> np.maximum(shift - 1, 0)) + 1) >> np.int64(1))
-    return y + zp
+    return round_shift(x * mult, shift, even=even) + zp
+
+
+def _scaled_sum(x: np.ndarray, r: np.ndarray, p: EpilogueParams) -> tuple[np.ndarray, np.ndarray]:
+    """The residual stage's scaled add before its bounds (``y``), and where it is an exact
+    tie (as :func:`hwgen.lanes.residual_scaled`)."""
+    total = (x - p.res_x_zp) * p.res_x_mult + (r - p.res_r_zp) * p.res_r_mult
+    y = round_shift(total, p.res_shift, even=True) + p.res_zp
+    s = p.res_shift
+    tie = (total & ((1 << s) - 1)) == (1 << (s - 1)) if s else np.zeros(total.shape, bool)
+    return y, tie
 
 
 def _ties(x: np.ndarray, mult: np.ndarray, shift: np.ndarray) -> np.ndarray:
@@ -64,7 +75,9 @@ def _ties(x: np.ndarray, mult: np.ndarray, shift: np.ndarray) -> np.ndarray:
 
 
 def _stage_name(stage: str, params: EpilogueParams) -> str:
-    return "residual max" if stage == "residual" and params.residual_op == "max" else stage
+    if stage == "residual" and params.residual_op != "add":
+        return f"residual {params.residual_op}"
+    return stage
 
 
 def stage_events(stage: str, x: np.ndarray, params: EpilogueParams,
@@ -77,7 +90,7 @@ def stage_events(stage: str, x: np.ndarray, params: EpilogueParams,
         cases = (s < 0, s > 0)
     elif name == "requant":
         mult, shift = _channel(params, operands, x.shape[-1])
-        y = _unsaturated(x, mult, shift, params.zp)
+        y = _unsaturated(x, mult, shift, params.zp, params.round_even)
         tie = _ties(x, mult, shift)
         cases = (y > INT8_MAX, y < INT8_MIN, tie & (x > 0), tie & (x < 0))
     elif name == "relu":
@@ -85,6 +98,10 @@ def stage_events(stage: str, x: np.ndarray, params: EpilogueParams,
     elif name == "clamp":
         lo, hi = params.clamp_lo, params.clamp_hi
         cases = (x < lo, x == lo, (x > lo) & (x < hi), x == hi, x > hi)
+    elif name == "residual scaled":
+        y, tie = _scaled_sum(x, np.asarray(operands["residual"], np.int64), params)
+        lo, hi = params.res_lo, params.res_hi
+        cases = (y > hi, y < lo, y == hi, y == lo, tie)
     else:
         r = np.asarray(operands["residual"], np.int64)
         s = x + r
@@ -217,6 +234,15 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
     wanted: list[tuple[str, int, int, int]] = []  # (event, column, lo, hi) of the accumulator
     for i, stage in enumerate(stages):
         if stage == "residual":
+            if params.residual_op == "scaled":
+                # elements whose x is near each end of its range, for the residual to push
+                # the sum past the bounds (_plant_scaled tries them first)
+                for tag, lo, hi in (("top", INT8_MAX - 27, INT8_MAX), ("bottom", INT8_MIN,
+                                                                       INT8_MIN + 27)):
+                    col = int(rng.integers(N))
+                    span = _interval(_through(stages[:i], params, operands, col), lo, hi)
+                    if span is not None:
+                        wanted.append((f"seed: {tag}", col, *span))
             continue
         for event, (what, lo, hi) in _targets(stage, params).items():
             col = int(rng.integers(N))
@@ -228,7 +254,7 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
                 if what == "y":
                     mult, shift = _channel(params, operands, N)
                     h = lambda v, f=h, m=mult[col], s=shift[col]: int(  # noqa: E731
-                        _unsaturated(np.int64(f(v)), m, s, params.zp))
+                        _unsaturated(np.int64(f(v)), m, s, params.zp, params.round_even))
                 span = _interval(h, lo, hi)
             if span is not None:
                 wanted.append((f"{stage}: {event}", col, *span))
@@ -241,6 +267,7 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
                 wanted.append((f"requant: {event}", col, v - bias, v - bias))
     done = []
     planted: list[tuple[int, int]] = []
+    seeds: list[tuple[int, int]] = []
     rows = rng.permutation(M)
     wanted.sort(key=lambda w: w[3] - w[2])  # single values first: random values rarely hit them
     for (event, col, lo, hi), m in zip(wanted, rows, strict=False):
@@ -249,16 +276,19 @@ def plant(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: EpilogueP
             ok = lo <= int(a[m, col]) <= hi
         else:
             ok = solve_row(a[m], np.asarray(b)[:, col], lo, hi)
-        if ok:
+        if ok and event.startswith("seed: "):
+            seeds.append((int(m), col))
+        elif ok:
             done.append(event)
             planted.append((int(m), col))
     residual = operands.get("residual")
     if "residual" in stages and residual is not None:
         # the planted values pass the residual stage unchanged, so that they reach the output
-        keep = 0 if params.residual_op == "add" else INT8_MIN
+        # (the scaled add of the residual's zero point is a monotone function of x alone)
+        keep = {"add": 0, "max": INT8_MIN, "scaled": params.res_r_zp}[params.residual_op]
         for m, col in planted:
             residual[m, col] = keep
-        done += _plant_residual(a, b, stages, params, operands, rng, direct, planted)
+        done += _plant_residual(a, b, stages, params, operands, rng, direct, planted, seeds)
     return done
 
 
@@ -267,9 +297,10 @@ def _limits(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _plant_residual(a, b, stages, params, operands, rng, direct, planted) -> list[str]:
+def _plant_residual(a, b, stages, params, operands, rng, direct, planted, seeds=()
+                    ) -> list[str]:
     """Set residual elements against the residual stage's input at them (not at the elements
-    ``planted`` for the stages before)."""
+    ``planted`` for the stages before; first at the ``seeds``)."""
     x = np.asarray(a, np.int64) if direct else np.asarray(a, np.int64) @ np.asarray(b, np.int64)
     x = x.astype(np.int32).astype(np.int64)  # the accumulators wrap at 32 bits
     for stage in stages[:stages.index("residual")]:
@@ -278,6 +309,10 @@ def _plant_residual(a, b, stages, params, operands, rng, direct, planted) -> lis
     taken = {m * r.shape[1] + n for m, n in planted}
     flat = np.array([i for i in rng.permutation(r.size) if i not in taken], dtype=np.int64)
     done = []
+    if params.residual_op == "scaled":
+        first = np.array([m * r.shape[1] + n for m, n in seeds], dtype=np.int64)
+        return _plant_scaled(x, r, np.concatenate([first, flat[~np.isin(flat, first)]]),
+                             params)
     if params.residual_op == "max":
         goals = (("x > r", -1), ("x < r", 1), ("x = r", 0))
         for (event, d), idx in zip(goals, flat, strict=False):
@@ -306,3 +341,42 @@ def _plant_residual(a, b, stages, params, operands, rng, direct, planted) -> lis
             total - x[m, n])
         done.append(f"residual: {event}")
     return done
+
+
+def _plant_scaled(x: np.ndarray, r: np.ndarray, flat: np.ndarray, params: EpilogueParams
+                  ) -> list[str]:
+    """Set residual elements (of the free ones, ``flat``) so that the scaled add reaches each
+    of its events: for each, the first free element and int8 ``r`` that reach it."""
+    done = []
+    values = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
+    for event in EVENTS["residual scaled"]:
+        xs = x.reshape(-1)[flat]
+        where = stage_events("residual", np.repeat(xs[:, None], values.size, axis=1), params,
+                             {"residual": np.broadcast_to(values, (xs.size, values.size))})
+        hits = np.argwhere(where[event])
+        if hits.size:
+            k, v = (int(i) for i in hits[0])
+            m, n = divmod(int(flat[k]), r.shape[1])
+            r[m, n] = values[v]
+            flat = np.delete(flat, k)
+            done.append(f"residual scaled: {event}")
+    return done
+
+
+def unreachable(stages: Sequence[str], params: EpilogueParams) -> set[str]:
+    """The events of ``stages`` that no input can reach, as :func:`coverage` names them.
+
+    Only the scaled add has such events: its bounds may lie beyond every sum the range of its
+    input allows (after a ReLU, ``x >= 0``, a small residual scale may never bring the sum
+    below ``res_lo``). Found by trying every ``x`` of the range the stages before leave
+    (:meth:`hwgen.stages.StageSpec.output_range`) with every int8 residual.
+    """
+    lo, hi = INT32_MIN, INT32_MAX
+    for stage in stages:
+        if stage == "residual" and params.residual_op == "scaled" and hi - lo < 1 << 12:
+            x, r = np.meshgrid(np.arange(lo, hi + 1, dtype=np.int64),
+                               np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64))
+            events = stage_events(stage, x, params, {"residual": r})
+            return {f"residual scaled: {e}" for e, where in events.items() if not where.any()}
+        lo, hi = SPECS[stage].output_range(lo, hi, params.stage(stage))
+    return set()

@@ -83,17 +83,20 @@ def directed_inputs(graph: Graph, spec: KernelSpec, kernel: Any, values: Mapping
     seed : int
         Seed of the random part (each kernel draws its own stream from it and its name).
     """
-    dtypes = [graph.tensors[t].dtype for t in spec.inputs]
+    # A tensor the kernel reads twice (a GEMM's input that is also its residual) is one set
+    # of values: its operands share element numbers, and the later edit of an element wins.
+    names = list(dict.fromkeys(spec.inputs))
+    dtypes = [graph.tensors[t].dtype for t in names]
     if count <= 0 or any(dt not in _LANES for dt in dtypes):
         return []
-    shapes = [np.shape(values[t]) for t in spec.inputs]
+    shapes = [np.shape(values[t]) for t in names]
     sizes = [int(np.prod(s)) for s in shapes]
     starts = np.cumsum([0, *sizes])
     # Element numbers (from 1; the layouts pad with 0 or negative values) through the kind's
     # own layout: where each operand element comes from.
-    numbers = [np.arange(a + 1, a + 1 + n, dtype=np.int64).reshape(s)
-               for a, n, s in zip(starts, sizes, shapes, strict=False)]
-    origin = spec.kind.host_operands(config, spec.params, numbers)
+    numbers = {t: np.arange(a + 1, a + 1 + n, dtype=np.int64).reshape(s)
+               for t, a, n, s in zip(names, starts, sizes, shapes, strict=False)}
+    origin = spec.kind.host_operands(config, spec.params, [numbers[t] for t in spec.inputs])
     rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
     sets = []
     for n in range(count):
@@ -110,7 +113,7 @@ def directed_inputs(graph: Graph, spec: KernelSpec, kernel: Any, values: Mapping
                     where = np.asarray(origin[edited]) > 0
                     flat[np.asarray(origin[edited])[where] - 1] = ops[edited][where]
         sets.append({t: from_lanes(flat[a:a + size].reshape(shape), dt) for t, a, size, shape, dt
-                     in zip(spec.inputs, starts, sizes, shapes, dtypes, strict=False)})
+                     in zip(names, starts, sizes, shapes, dtypes, strict=False)})
     return sets
 
 

@@ -97,22 +97,30 @@ def _requant(m, x, csr, e):
     """Fixed-point requantization to int8.
 
     ``y = sat8(((x * mult + round) >> shift) + zp)`` with ``round = 2**(shift-1)`` (0 when
-    ``shift`` is 0) and an arithmetic shift: rounding half toward +infinity. The product is
-    exact (64 bits); :func:`hwgen.lanes.requantize` is the same rule in numpy.
+    ``shift`` is 0) and an arithmetic shift: rounding half toward +infinity. With
+    ``req_mode`` bit 1, exact halves round to even instead: ``round`` is then
+    ``2**(shift-1) - 1`` plus bit ``shift`` of the product (the truncated quotient's parity),
+    which carries at a half just when the quotient is odd. The product is exact (64 bits);
+    :func:`hwgen.lanes.requantize` is the same rule in numpy.
 
     Per tensor, ``mult`` and ``shift`` come from the control registers. Per channel
-    (``req_mode`` high), lane c's come from the bias group's rows (reads ``pc_mult`` and
+    (``req_mode`` bit 0), lane c's come from the bias group's rows (reads ``pc_mult`` and
     ``pc_shift``, :data:`hwgen.stages.REQ_MULT_ROW` and :data:`~hwgen.stages.REQ_SHIFT_ROW`);
     the zero point stays per tensor.
     """
     out = []
+    per_channel, even = csr.req_mode[0], csr.req_mode[1]
     for c, v in enumerate(x):
-        mult = Mux(csr.req_mode, e["pc_mult"][c], csr.req_mult)
+        mult = Mux(per_channel, e["pc_mult"][c], csr.req_mult)
         shift = Signal(unsigned(6), name=f"shift{c}")
         rnd = Signal(unsigned(64), name=f"round{c}")
-        m.d.comb += [shift.eq(Mux(csr.req_mode, e["pc_shift"][c][:6], csr.req_shift)),
-                     rnd.eq((Const(1, 65) << shift) >> 1)]
-        scaled = (v * mult + rnd) >> shift
+        product = Signal(signed(64), name=f"product{c}")
+        m.d.comb += [shift.eq(Mux(per_channel, e["pc_shift"][c][:6], csr.req_shift)),
+                     product.eq(v * mult)]
+        parity = (product >> shift)[0]
+        m.d.comb += rnd.eq(Mux(even & (shift != 0), (Const(1, 65) << shift >> 1) - 1 + parity,
+                               (Const(1, 65) << shift) >> 1))
+        scaled = (product + rnd) >> shift
         out.append(saturate(scaled + csr.req_zp, INT8_MIN, INT8_MAX))
     return out
 
@@ -132,17 +140,36 @@ def _clamp(m, x, csr, e):
 
 
 def _residual(m, x, csr, e):
-    """``x + res[r][c]`` (an int8 tensor, sign-extended), saturating to int8; with
-    ``res_mode`` high, ``max(x, res[r][c])`` instead, saturated the same way.
+    """By ``res_mode``: 0, ``sat8(x + r)``; 1, ``sat8(max(x, r))``; 2, the scaled add of two
+    quantized tensors, ``min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) *
+    res_r_mult) / 2**res_shift) + res_zp, res_lo), res_hi)`` (``r`` is the int8 residual
+    row, sign-extended).
 
-    The max mode saturates too so that the stage always ends in int8, whichever mode: an int8
-    store of its output is then exact, which the unfused passes rely on
-    (:func:`fusion.kernels.epilogue.pass_dtypes`). For int8 ``x`` it is exactly ``max(x, r)``.
+    The add and max modes saturate so that the stage always ends in int8, whichever mode: an
+    int8 store of its output is then exact, which the unfused passes rely on
+    (:func:`fusion.kernels.epilogue.pass_dtypes`). For int8 ``x`` max is exactly ``max(x, r)``.
+
+    The scaled add keeps the whole sum (Amaranth widens each product to 65 bits), so it is
+    exact for any int32 ``x``. Rounding half to even is one addition: ``2**(shift-1) - 1``
+    plus bit ``shift`` of the sum (the parity of the truncated quotient) carries into the
+    quotient above a half always, at exactly a half only when the quotient is odd
+    (:func:`hwgen.lanes.round_shift_even` is the same rule in numpy).
     """
     out = []
+    half = Signal(unsigned(64), name="res_half")
+    m.d.comb += half.eq((Const(1, 65) << csr.res_shift) >> 1)
     for c, v in enumerate(x):
         r = e["res"][c]
-        out.append(saturate(Mux(csr.res_mode, Mux(v > r, v, r), v + r), INT8_MIN, INT8_MAX))
+        total = Signal(signed(67), name=f"res_sum{c}")
+        m.d.comb += total.eq((v - csr.res_x_zp) * csr.res_x_mult
+                             + (r - csr.res_r_zp) * csr.res_r_mult)
+        parity = (total >> csr.res_shift)[0]
+        rounded = Mux(csr.res_shift == 0, total, (total + half - 1 + parity) >> csr.res_shift)
+        scaled = rounded + csr.res_zp
+        bounded = Mux(scaled < csr.res_lo, csr.res_lo, Mux(scaled > csr.res_hi, csr.res_hi,
+                                                           scaled))
+        plain = saturate(Mux(csr.res_mode[0], Mux(v > r, v, r), v + r), INT8_MIN, INT8_MAX)
+        out.append(Mux(csr.res_mode[1], bounded, plain))
     return out
 
 

@@ -54,6 +54,9 @@ class GemmFeatures(Features):
         What the program's loads read and its stores write, when the kernel was built.
     per_channel : bool
         Per-channel requantize: the bias region holds three-row groups.
+    residual_op : str
+        The residual stage's mode (:data:`hwgen.stages.RESIDUAL_OPS`): the scaled add writes
+        eight more control registers.
     """
 
     kind: ClassVar[str] = "gemm"
@@ -70,6 +73,7 @@ class GemmFeatures(Features):
     bytes_loaded: int | None = None
     bytes_stored: int | None = None
     per_channel: bool = False
+    residual_op: str = "add"
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
@@ -112,7 +116,8 @@ class GemmFeatures(Features):
         dts = () if fused or not stages else tuple(
             pass_dtypes(stages, params, dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
-                   tiling=tiling, pass_dtypes=dts, per_channel=pc)
+                   tiling=tiling, pass_dtypes=dts, per_channel=pc,
+                   residual_op=params.residual_op)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -123,7 +128,8 @@ class GemmFeatures(Features):
         return cls(config=kernel.config, M=dims.M, K=dims.K, N=dims.N, stages=stages,
                    fused=bool(kernel.fused), tiling=kernel.tiling, pass_dtypes=dts,
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
-                   bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel)
+                   bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
+                   residual_op=kernel.params.residual_op)
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -167,6 +173,7 @@ class GemmFeatures(Features):
             "tiling": dataclasses.asdict(self.tiling), "pass_dtypes": list(self.pass_dtypes),
             "program_words": self.program_words, "bytes_loaded": self.bytes_loaded,
             "bytes_stored": self.bytes_stored, "per_channel": self.per_channel,
+            "residual_op": self.residual_op,
         }
 
     @classmethod
@@ -190,4 +197,5 @@ class GemmFeatures(Features):
                    tiling=Tiling(**data["tiling"]), pass_dtypes=tuple(data["pass_dtypes"]),
                    program_words=data.get("program_words"),
                    bytes_loaded=data.get("bytes_loaded"), bytes_stored=data.get("bytes_stored"),
-                   per_channel=bool(data.get("per_channel", False)))
+                   per_channel=bool(data.get("per_channel", False)),
+                   residual_op=str(data.get("residual_op", "add")))

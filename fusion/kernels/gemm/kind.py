@@ -194,7 +194,10 @@ class GemmKind(KernelKind):
 
     def host_operands(self, config: VariantConfig, params: GemmParams,
                       inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        return {"a": np.asarray(inputs[0]).reshape(params.M, params.K)}
+        ops = {"a": np.asarray(inputs[0]).reshape(params.M, params.K)}
+        if "residual" in params.stages:
+            ops["residual"] = np.asarray(inputs[1]).reshape(params.M, params.N)
+        return ops
 
 
 GEMM = GemmKind()

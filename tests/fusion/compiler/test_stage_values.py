@@ -30,7 +30,8 @@ def test_a_chain_becomes_its_stages_parameters_and_constants():
     graph = _chain()
     items = [(graph.node(n), STAGE_OF[graph.node(n).op]) for n in ("bias", "req", "relu",
                                                                      "clamp")]
-    stages, params, consts = assemble_stages(graph, items, 4, None)
+    stages, params, consts, residual = assemble_stages(graph, items, 4, None)
+    assert residual is None
     assert stages == ("bias", "requant", "relu", "clamp")
     req = graph.node("req")
     assert (params.mult, params.shift, params.zp) == (req.attr("mult"), req.attr("shift"), 3)

@@ -113,6 +113,20 @@ def qlinear_add(seed=0, dtype="int8", shape=(2, 6, 5, 5), b_shape=None,
     return build([node], feeds, inits, _TYPES[np.dtype(dtype)]), feeds
 
 
+def qdq_add(a_scale, b_scale, y_scale, zero_points, shape, dtype="int8"):
+    """ONNX's float ``DequantizeLinear -> Add -> QuantizeLinear`` of inputs ``a`` and ``b``."""
+    t = np.dtype(dtype).type
+    za, zb, zy = (t(z) for z in zero_points)
+    inits = {"as": np.float32(a_scale), "az": za, "bs": np.float32(b_scale), "bz": zb,
+             "ys": np.float32(y_scale), "yz": zy}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["fa"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["fb"]),
+             helper.make_node("Add", ["fa", "fb"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
+    feeds = {"a": np.zeros(shape, dtype), "b": np.zeros(shape, dtype)}
+    return build(nodes, feeds, inits, _TYPES[np.dtype(dtype)])
+
+
 def qgemm(seed=0, dtype="int8", m=7, k=20, n=9, per_channel=True, bias=True, quantized=True,
           **attrs):
     rng = np.random.default_rng(seed)

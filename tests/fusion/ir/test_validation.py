@@ -1,5 +1,7 @@
 """The op catalog and graph validation: each error message names the node and the fix."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -141,7 +143,8 @@ def test_cycle_is_refused_by_the_ir():
 def test_unknown_and_missing_attributes():
     node = Node("rq", "requant", ("x",), ("y",), {"mult": 1, "shift": 0, "gain": 2})
     with pytest.raises(GraphError, match=r"node 'rq' \(requant\) has unknown attribute\(s\) gain; "
-                                         r"requant takes axis, mult, out_dtype, shift, zp"):
+                                         r"requant takes axis, mult, out_dtype, round_even, "
+                                         r"shift, zp"):
         ops.node_attrs(node)
     with pytest.raises(GraphError, match=r"needs attribute\(s\) mult, shift"):
         ops.node_attrs(Node("rq", "requant", ("x",), ("y",)))
@@ -183,50 +186,54 @@ def test_shape_inference_of_integer_ops():
 
 def test_requant_and_qadd_attribute_helpers():
     assert ops.requant_attrs(1.0) == {"mult": 1 << 30, "shift": 30, "zp": 0, "out_dtype": "int8"}
+    assert ops.requant_attrs(1.0, round_even=True)["round_even"] == 1
     per = ops.requant_attrs([1.0, 0.5], 2, axis=1)
     assert per["mult"] == (1 << 30, 1 << 30) and per["shift"] == (30, 31) and per["axis"] == 1
-    # 1/2 is exact with every even multiplier; the tie goes to the largest, 126/63.
+    # 0.2/0.4 and 0.1/0.4 are 1/2 and 1/4 up to the doubles' rounding: the larger fills 31 bits
     q = ops.qadd_attrs(0.2, 0.1, 0.4)
-    assert (q["a_mult"], q["b_mult"]) == (126, 63)
-    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
-    # Symmetric: the larger scale (b here) takes the larger multiplier.
+    assert (q["a_mult"], q["b_mult"], q["shift"]) == (1 << 30, 1 << 29, 31)
     q = ops.qadd_attrs(0.1, 0.2, 0.4)
-    assert (q["a_mult"], q["b_mult"]) == (63, 126)
-    assert q["mult"] / 2.0 ** q["shift"] == pytest.approx(0.2 / (0.4 * 126), rel=2.0**-31)
-    # 0.0252869 / 0.018687868 (the residual MLP's scales) is nearest 115/85 among int8 pairs.
-    assert ops.qadd_input_mults(0.0252869, 0.018687868) == (115, 85)
+    assert (q["a_mult"], q["b_mult"], q["shift"]) == (1 << 29, 1 << 30, 31)
+    # An input scale above the output's takes a smaller shift; the multiplier stays in int32.
+    q = ops.qadd_attrs(0.0252869, 0.018687868, 0.01)
+    assert 1 << 30 <= max(q["a_mult"], q["b_mult"]) <= ops.INT_RANGE["int32"][1]
+    assert q["a_mult"] / 2 ** q["shift"] == pytest.approx(2.52869, rel=2.0**-30)
 
 
-def test_qadd_input_mults_are_the_best_int8_pair():
+def test_qadd_multipliers_are_the_scales_to_31_bits():
+    """Each multiplier is its exact scale ratio times 2**shift, rounded (Fraction), and the
+    larger one has 31 significant bits: the error bound is (a_max + b_max) / 2**(shift + 1)."""
     rng = np.random.default_rng(5)
-    w = np.arange(1, ops.QADD_MULT_MAX + 1)
-    for _ in range(200):
-        a, b = 10.0 ** rng.uniform(-3, -1, 2)
-        got = ops.qadd_input_mults(a, b)
-        assert all(1 <= m <= ops.QADD_MULT_MAX for m in got)
-        # Brute force over every pair (wa, wb) of 1..127: none is nearer b/a.
-        best = np.abs(w[None, :] / w[:, None] - b / a).min()
-        assert abs(got[1] / got[0] - b / a) <= best * (1 + 1e-12)
+    for _ in range(300):
+        a, b, y = (float(np.float32(v)) for v in 10.0 ** rng.uniform(-4, 0, 3))
+        q = ops.qadd_attrs(a, b, y)
+        for mult, s in ((q["a_mult"], a), (q["b_mult"], b)):
+            assert abs(mult - Fraction(s) / Fraction(y) * 2 ** q["shift"]) <= Fraction(1, 2)
+        top = max(q["a_mult"], q["b_mult"])
+        assert top <= ops.INT_RANGE["int32"][1] and (q["shift"] == 63 or 2 * top > 1 << 31)
+        bound = ops.qadd_error_bound(q, a, b, y, 255, 255)
+        assert bound <= Fraction(255, 2 ** q["shift"])
 
 
-@pytest.mark.parametrize(("a", "b", "message"), [
-    (0.1, 0.1 / 300, "differ by more than a factor of 254"),
-    (0.0, 0.1, "a_scale must be positive and finite, not 0.0"),
+@pytest.mark.parametrize(("a", "b", "y", "message"), [
+    (0.1, 1e-30, 0.1, "the smaller input's multiplier rounds to 0 even at shift 63"),
+    (1e10, 0.1, 1.0, "more than 2\\*\\*31 times the output scale"),
+    (0.0, 0.1, 0.1, "a_scale must be positive and finite, not 0.0"),
 ])
-def test_qadd_attrs_refuses_scales_int8_multipliers_cannot_hold(a, b, message):
+def test_qadd_attrs_refuses_scales_no_multiplier_holds(a, b, y, message):
     with pytest.raises(ValueError, match=message):
-        ops.qadd_attrs(a, b, 0.1)
+        ops.qadd_attrs(a, b, y)
 
 
-@pytest.mark.parametrize("a_mult", [128, -129, 1 << 20, 1.0])
-def test_qadd_multipliers_must_be_int8(a_mult):
+@pytest.mark.parametrize("a_mult", [1 << 31, -(1 << 31) - 1, 1.0])
+def test_qadd_multipliers_must_be_int32(a_mult):
     attrs = {**ops.qadd_attrs(0.1, 0.05, 0.2), "a_mult": a_mult}
     x = Tensor("x", (2, 3), "int8", Quant(0.1, 0))
-    with pytest.raises(GraphError, match=rf"node 'add' \(qadd\): a_mult {a_mult!r} must be an "
-                                         rf"integer in -128..127: the accelerator multiplies "
-                                         rf"the inputs by a_mult and b_mult as int8 weights"):
+    with pytest.raises(GraphError, match=rf"node 'add' \(qadd\): a_mult {a_mult!r} must be a "
+                                         rf"signed 32-bit integer"):
         ops.infer(Node("add", "qadd", ("x", "x"), ("y",), attrs), [x, x])
-    (t,) = ops.infer(Node("add", "qadd", ("x", "x"), ("y",), {**attrs, "a_mult": -128}), [x, x])
+    (t,) = ops.infer(Node("add", "qadd", ("x", "x"), ("y",), {**attrs, "a_mult": -(1 << 31)}),
+                     [x, x])
     assert t == ops.TensorType((2, 3), "int8")
 
 

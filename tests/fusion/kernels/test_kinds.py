@@ -20,7 +20,6 @@ QUANT = EpilogueParams(mult=1 << 22, shift=14, zp=-5, clamp_lo=-60, clamp_hi=90)
 #: One params object per kind.
 PARAMS = {
     "gemm": GemmParams(M=13, K=20, N=27, stages=("bias", "requant", "relu"), epilogue=QUANT),
-    "qadd": GemmParams(M=5, K=16, N=8, stages=("bias", "requant"), epilogue=QUANT),
     "pass": PassParams(M=13, N=27, stages=("bias", "requant", "residual"), epilogue=QUANT,
                        out_dtype="int8"),
     "max": MaxParams(M=13, N=27, n_inputs=3),
@@ -38,7 +37,7 @@ def values(operands, seed=0):
 
 
 def test_the_registry_has_one_entry_per_kind():
-    assert set(KINDS) == {"gemm", "qadd", "pass", "max"} == set(PARAMS)
+    assert set(KINDS) == {"gemm", "pass", "max"} == set(PARAMS)
     for name, k in KINDS.items():
         assert isinstance(k, KernelKind) and k.name == name and kind(name) is k
         assert issubclass(k.kernel_type, Kernel)
@@ -79,8 +78,8 @@ def test_every_kind_has_one_metadata_schema_and_fills_its_regions(name, tmp_path
 def test_the_analytical_model_prices_every_kind_with_its_own_walk(name):
     k, p = KINDS[name], PARAMS[name]
     f = k.features(SMALL, p)
-    assert f.kind == ("gemm" if name == "qadd" else name)
-    if name in ("gemm", "qadd"):
+    assert f.kind == name
+    if name == "gemm":
         want = estimate(f).cycles
     elif name == "pass":
         want = estimate_pass(SMALL, p.M, p.N, stages=p.stages, params=p.epilogue,

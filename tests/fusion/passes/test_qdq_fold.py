@@ -1,5 +1,7 @@
 """Q/DQ folding: before/expected graphs for each rewrite, its refusals, and exactness."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,6 @@ from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
 from fusion.passes import dce, qdq_fold
 from fusion.reference import executor
-from hwgen.reference import quantize_multiplier
 from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 
@@ -61,7 +62,7 @@ def expected_matmul(tail):
 
 def test_matmul_bias_relu_becomes_the_integer_chain():
     def tail(e, acc):
-        y = e.requant(acc, QY, name="mm/requant")
+        y = e.requant(acc, QY, name="mm/requant", round_even=True)
         return e.relu(y, name="mm/relu", outputs=["q"])
     e, y = expected_matmul(tail)
     assert_graphs_equal(fold(qdq_matmul("Relu")), e.build([y]))
@@ -72,7 +73,7 @@ def test_relu_vanishes_when_the_requantize_saturation_does_it():
     e = GraphBuilder("mlp")
 
     def tail(e, acc):
-        return e.requant(acc, q, name="mm/requant", outputs=["q"])
+        return e.requant(acc, q, name="mm/requant", outputs=["q"], round_even=True)
     e, y = expected_matmul(tail)
     assert_graphs_equal(fold(qdq_matmul("Relu", zy=-128)), e.build([y]))
 
@@ -81,7 +82,7 @@ def test_clip_becomes_a_clamp_at_the_quantized_bounds():
     q = Quant(0.75, 3)
 
     def tail(e, acc):
-        y = e.requant(acc, q, name="mm/requant")
+        y = e.requant(acc, q, name="mm/requant", round_even=True)
         # Q(-1.5) = -2 + 3 = 1, Q(6.0) = 8 + 3 = 11
         return e.clamp(y, 1, 11, name="mm/clamp", outputs=["q"])
     e, y = expected_matmul(tail)
@@ -112,7 +113,7 @@ def residual_add(qa, qb, qo):
     return b.build([y])
 
 
-def test_residual_add_becomes_qadd_with_int8_input_multipliers():
+def test_residual_add_becomes_qadd_with_31_bit_input_multipliers():
     qa, qb, qo = q32(0.031, 2), q32(0.047, -5), q32(0.061, 0)
     got = fold(residual_add(qa, qb, qo))
 
@@ -121,33 +122,32 @@ def test_residual_add_becomes_qadd_with_int8_input_multipliers():
     c = e.input("c", (2, 3), "int8", quant=qb)
     e.qadd(a, c, qo, name="add/qadd", outputs=["q"])
     assert_graphs_equal(got, e.build(["q"]))
-    # 31/47 scaled to the largest int8 multiplier; the sum is in units of 0.047 / 94.
+    # each input's scale over the output's, to 31 bits: 0.047/0.061 < 1 fills 2**30..2**31
     attrs = got.node("add/qadd").attr_dict
-    assert (attrs["a_mult"], attrs["b_mult"]) == (62, 94)
-    assert (attrs["mult"], attrs["shift"]) == quantize_multiplier(qb.scale[0] /
-                                                                  (qo.scale[0] * 94))
+    assert attrs["shift"] == 31 and (1 << 30) <= attrs["b_mult"] < (1 << 31)
+    for key, s in (("a_mult", qa), ("b_mult", qb)):
+        exact = Fraction(s.scale[0]) / Fraction(qo.scale[0]) * 2 ** attrs["shift"]
+        assert abs(attrs[key] - exact) <= Fraction(1, 2)
 
 
-def test_a_residual_add_whose_int8_multipliers_cost_over_half_an_lsb_is_refused():
-    # 0.996 is 126.49/127: no int8 pair is nearer than 126/127, 0.0039 off, and with an output
-    # scale a quarter of the inputs' that is up to 2 LSBs for |b| = 127.
+def test_a_residual_add_int8_multipliers_could_not_fold_is_now_exact():
+    # 0.996 is 126.49/127: the int8 input multipliers of before were 2 LSBs off ONNX here
+    # (a = -120, b = 127: ONNX (-120 + 0.996 * 127) / 0.25 = 25.97 -> 26); 31-bit ones are not.
     qa, qb, qo = q32(1.0, 0), q32(0.996, 0), q32(0.25, 0)
     graph = residual_add(qa, qb, qo)
-    got, _ = qdq_fold.run(graph)
-    assert "Add" in {n.op for n in got.nodes}
-    assert any(line.startswith("add (Add): Add 'add': the int8 multipliers 127/126 approximate "
-                               "the input scale ratio 0.996 to within 1.98 output LSBs, more "
-                               "than the 0.5") for line in qdq_fold.explain(got))
-    # Why: as a qadd anyway (built directly), it is 2 LSBs from ONNX for a = -120, b = 127
-    # (ONNX: (-120 + 0.996 * 127) / 0.25 = 25.97 -> 26; qadd: (-120 * 127 + 127 * 126) / 31.75
-    # = 24).
-    e = GraphBuilder("res")
-    a = e.input("a", (2, 3), "int8", quant=qa)
-    c = e.input("c", (2, 3), "int8", quant=qb)
-    forced = e.build([e.qadd(a, c, qo, name="add/qadd")])
+    got = fold(graph)
+    assert {n.op for n in got.nodes} == {"qadd"}
     inputs = {"a": np.full((2, 3), -120, np.int8), "c": np.full((2, 3), 127, np.int8)}
     np.testing.assert_array_equal(executor.run(graph, inputs)["q"], 26)
-    np.testing.assert_array_equal(executor.run(forced, inputs)["add/qadd"], 24)
+    np.testing.assert_array_equal(executor.run(got, inputs)["q"], 26)
+
+
+def test_a_residual_add_with_scales_no_multiplier_holds_is_refused():
+    qa, qb, qo = q32(1.0, 0), q32(1e-30, 0), q32(0.25, 0)
+    got, _ = qdq_fold.run(residual_add(qa, qb, qo))
+    assert "Add" in {n.op for n in got.nodes}
+    assert any("the smaller input's multiplier rounds to 0 even at shift 63" in line
+               for line in qdq_fold.explain(got))
 
 
 def test_qlinear_matmul_becomes_qmatmul_and_requant():
@@ -161,7 +161,7 @@ def test_qlinear_matmul_becomes_qmatmul_and_requant():
     e = GraphBuilder("ql")
     x = e.input("x", (2, 4), "int8", quant=QX)
     acc = e.qmatmul(x, e.const("w", W, quant=QW), name="qlm/qmatmul")
-    e.requant(acc, QY, name="qlm/requant", outputs=["qlm"])
+    e.requant(acc, QY, name="qlm/requant", outputs=["qlm"], round_even=True)
     assert_graphs_equal(got, e.build(["qlm"]))
 
 
