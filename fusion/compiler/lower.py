@@ -13,8 +13,22 @@ Every node is one of:
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
   epilogue chain; they run fused after an anchor, or as standalone passes.
 
-Anything else is refused with the node's name and the reason: there is no silent fallback to
-the host for arithmetic.
+- a **host op**: an op with no accelerator kernel (:data:`HOST_COMPUTE_OPS`: float ``Add``,
+  ``Mul``, ``Softmax``, ``Sigmoid``, ``Concat``, ``Pad``, onnxruntime's ``QLinearSigmoid`` ...,
+  and the ops a fold left in their ONNX form). The reference executor runs it on the host
+  between kernels. It is planned, not silent: the plan lists it with its predicted cost
+  (:mod:`fusion.cost.host`), ``--explain`` and ``hwgen run`` show it, and
+  ``compile_model(host_fallback=False)`` (``--no-host-fallback``) refuses it instead.
+
+Host steps have a *role* (:func:`host_role`): ``"layout"`` (the data movement and boundary
+conversions of :data:`HOST_OPS`, which any model has) or ``"compute"`` (arithmetic the
+accelerator would do if it could: a fallback, or an op the engine found cheaper on the host,
+:data:`HOST_ALTERNATIVES`).
+
+Anything else is refused with the node's name and the reason: GEMMs (``qmatmul`` with
+activation weights, a convolution not in GEMM form, a float ``MatMul``/``Conv``/``Gemm``)
+never fall back to the host, because that is the work the accelerator exists for: a GEMM
+left in float means a quantization the passes could not fold, and the fix is the model's.
 
 A *chain* is an anchor (or a first epilogue op) followed by the epilogue ops that consume its
 result alone, in the canonical stage order. Which of them fuse is the engine's choice.
@@ -38,9 +52,17 @@ from hwgen.stages import STAGES
 HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose", "im2col",
                       "repeat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
                       "Identity"})
+#: Ops without an accelerator kernel that the host runs (the reference executor), by op name.
+HOST_COMPUTE_OPS = frozenset({
+    "Add", "Mul", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
+    "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
 ANCHORS = ("qmatmul", "qadd", "maxpool")
+#: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
+#: (:mod:`fusion.compiler.engine`): everything but a GEMM.
+HOST_ALTERNATIVES = frozenset({"maxpool", *STAGE_OF})
 
 
 class CompileError(ValueError):
@@ -177,10 +199,18 @@ def classify(graph: Graph, node: Node) -> str:
     if node.op == "qconv2d":
         raise CompileError(f"node {node.name!r} (qconv2d) was not put into GEMM form; see "
                            f"`hwgen inspect` for why conv legalization left it")
+    if node.op in HOST_COMPUTE_OPS:
+        return "host"
     spec = ops.get(node.op)  # an unknown op raises with the supported list
     raise CompileError(f"node {node.name!r} ({node.op}: {spec.summary}) has no accelerator "
-                       f"kernel, and the host runs only layout and boundary ops "
-                       f"({', '.join(sorted(HOST_OPS))})")
+                       f"kernel, and the host runs only layout ops and "
+                       f"{', '.join(sorted(HOST_COMPUTE_OPS))}: quantize it (a GEMM runs on "
+                       f"the accelerator only)")
+
+
+def host_role(node: Node) -> str:
+    """``"layout"`` for data movement and boundary conversions, ``"compute"`` for arithmetic."""
+    return "layout" if node.op in HOST_OPS else "compute"
 
 
 def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:

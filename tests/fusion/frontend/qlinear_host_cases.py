@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from tests.fusion.frontend.qlinear_pool_cases import MS, _TYPES, build
+from tests.fusion.frontend.qlinear_pool_cases import _TYPES, MS, build
 
 
 def _ints(rng, shape, dtype):
