@@ -164,3 +164,26 @@ def test_a_plan_with_a_host_chosen_segment_reads_back(tmp_path):
     write_plan(compiled, tmp_path / "plan", source=source)
     restored = read_plan(tmp_path / "plan", no_max, model=source)
     assert [(h.name, h.role) for h in restored.host_ops] == [("pool", "compute")]
+
+
+def test_an_add_the_fold_cannot_make_integer_runs_on_the_host():
+    """Issue 10: ``DQ(a) + DQ(b)`` with no QuantizeLinear after it is no ``qadd``; it was
+    refused with no way to run the model. Now it is a host op, and equals onnxruntime."""
+    from onnx import TensorProto, helper
+
+    from tests.fusion.frontend.qlinear_pool_cases import build
+
+    rng = np.random.default_rng(0)
+    inits = {"s": np.float32(0.05), "z": np.int8(1), "t": np.float32(0.02), "u": np.int8(-2)}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s", "z"], ["da"]),
+             helper.make_node("DequantizeLinear", ["b", "t", "u"], ["db"]),
+             helper.make_node("Add", ["da", "db"], ["y"], name="add")]
+    feeds = {k: rng.integers(-128, 128, (4, 8)).astype(np.int8) for k in ("a", "b")}
+    model = build(nodes, feeds, inits, TensorProto.FLOAT)
+    compiled = compile_model(import_onnx(model), V4X4)
+    assert [(h.name, h.node.op, h.reason) for h in compiled.host_ops] == [
+        ("add", "Add", NO_KERNEL)]
+    got = executor.run(compiled.graph, feeds)["y"]
+    np.testing.assert_array_equal(got, ort_run(model, feeds))  # exact: float32 sums
+    with pytest.raises(CompileError, match=r"node 'add' \(Add: "):
+        compile_model(import_onnx(model), V4X4, host_fallback=False)
