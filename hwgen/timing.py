@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from hwgen.config import VariantConfig
 
+#: The clock the compiler assumes when it weighs host seconds against accelerator cycles
+#: (:mod:`fusion.cost.host`): 100 MHz, a typical closing frequency of a small int8 array on a
+#: mid-range FPGA. No variant records a measured Fmax yet; when the descriptor carries one
+#: (synthesis), it should take this value's place.
+DEFAULT_CLOCK_HZ = 100_000_000
+
 #: Depth of the LOAD queue and of the compute-job queue (``hwgen.gateware.accelerator``): how
 #: far the sequencer runs ahead of the load engine and of the array.
 QUEUE_DEPTH = 4

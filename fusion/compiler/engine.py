@@ -18,6 +18,14 @@ Legality and profitability are kept apart:
   the unfused one is kept: a prediction within the model's error is not worth the extra
   program.
 
+The host is one more engine for the segments it can run (no GEMM in them:
+:data:`fusion.compiler.lower.HOST_ALTERNATIVES`). Given a host cost model
+(:class:`fusion.cost.host.HostCostModel`), each such segment also gets a host option priced in
+accelerator cycles at the model's clock, and covers compare it like any kernel: the host wins
+a segment only when its predicted cycles are fewer, or when the accelerator refuses the
+segment (a stage the variant lacks). ``--explain`` shows both prices and the choice. Without
+a host model (``--no-host-fallback``) the accelerator runs every chain, as before.
+
 What a kind chooses by design shows in ``--explain`` too: the GEMM microcode reads B
 pre-packed in the array's tile order (``[Nb][Kp][C]``, :mod:`fusion.kernels.layout`), packed
 once at compile time, and the row-major alternative is listed and refused with the reason
@@ -31,7 +39,8 @@ from dataclasses import dataclass, field
 
 from fusion.compiler import memplan
 from fusion.compiler.kernels import KernelSpec, spec_for
-from fusion.compiler.lower import Chain, CompileError
+from fusion.compiler.lower import HOST_ALTERNATIVES, Chain, CompileError
+from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph
 from fusion.kernels.protocol import Refusal
@@ -43,11 +52,21 @@ DEFAULT_MIN_GAIN = 0.02
 
 @dataclass
 class Option:
-    """One priced (or refused) kernel for a segment."""
+    """One priced (or refused) kernel for a segment, or the host running it.
+
+    A host option has no ``spec``; ``host_seconds`` is its predicted host time, ``cycles``
+    the same in accelerator cycles, and ``refused`` what the accelerator said of the segment
+    (None when it can run it too).
+    """
 
     spec: KernelSpec | None
     cycles: float | None
     refused: Refusal | None = None
+    host_seconds: float | None = None
+
+    @property
+    def on_host(self) -> bool:
+        return self.host_seconds is not None
 
 
 @dataclass
@@ -62,7 +81,8 @@ class Cover:
 
     def describe(self, chain: Chain) -> str:
         names = [n.name.rsplit("/", 1)[-1] for n in chain.nodes]
-        return " | ".join("+".join(names[i:j]) for i, j in self.cuts)
+        return " | ".join("+".join(names[i:j]) + (" [host]" if o.on_host else "")
+                          for (i, j), o in zip(self.cuts, self.options, strict=True))
 
 
 @dataclass
@@ -75,9 +95,17 @@ class ChainDecision:
     variants: list[Option] = field(default_factory=list)  # of the chosen first segment
     note: str = ""
 
+    segments: dict[tuple[int, int], list[Option]] = field(default_factory=dict)
+
     @property
     def kernels(self) -> list[KernelSpec]:
-        return [o.spec for o in self.chosen.options]
+        return [o.spec for o in self.chosen.options if o.spec is not None]
+
+    @property
+    def host_segments(self) -> list[tuple[tuple[int, int], Option]]:
+        """The chosen cover's segments that run on the host, with their options."""
+        return [(cut, o) for cut, o in zip(self.chosen.cuts, self.chosen.options, strict=True)
+                if o.on_host]
 
 
 def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain,
@@ -112,10 +140,24 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
     return options
 
 
+def _host_option(graph: Graph, chain: Chain, start: int, stop: int, host: HostCostModel,
+                 accelerator: list[Option]) -> Option | None:
+    """The host running segment ``start:stop``, or None when it holds a GEMM."""
+    nodes = chain.nodes[start:stop]
+    if any(n.op not in HOST_ALTERNATIVES for n in nodes):
+        return None
+    seconds = sum(host.seconds(graph, n) for n in nodes)
+    refused = accelerator[0].refused if accelerator and accelerator[0].spec is None else None
+    return Option(None, host.cycles(seconds), refused, seconds)
+
+
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
                  fusion: bool = True, min_gain: float = DEFAULT_MIN_GAIN,
-                 memo: dict | None = None) -> ChainDecision:
+                 memo: dict | None = None, host: HostCostModel | None = None) -> ChainDecision:
     """Price every cover of ``chain`` and choose one (see the module docstring).
+
+    ``host`` prices the host as one more engine for the segments without a GEMM; None keeps
+    every segment on the accelerator.
 
     Raises
     ------
@@ -129,7 +171,12 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
 
     def options(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
-            seg[(i, j)] = _segment_options(graph, config, model, chain, i, j, memo)
+            found = _segment_options(graph, config, model, chain, i, j, memo)
+            on_host = _host_option(graph, chain, i, j, host, found) if host else None
+            if on_host is not None:  # refused kernels price nothing: the host stands alone
+                found = sorted([o for o in found if o.spec is not None] + [on_host],
+                               key=lambda o: o.cycles)
+            seg[(i, j)] = found
         return seg[(i, j)]
 
     covers = []
@@ -139,7 +186,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
         cuts = tuple(zip(bounds, bounds[1:], strict=False))
         best = [options(i, j)[0] for i, j in cuts]
         refused = next((f"{_seg_name(chain, i, j)}: {o.refused.text}" for (i, j), o in
-                        zip(cuts, best, strict=True) if o.spec is None), "")
+                        zip(cuts, best, strict=True) if o.spec is None and not o.on_host), "")
         cycles = None if refused else sum(o.cycles for o in best)
         covers.append(Cover(cuts, best, cycles, refused))
     legal = [c for c in covers if c.cycles is not None]
@@ -169,8 +216,9 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
         else:
             c.status = "lost"
     first = chosen.options[0].spec
-    variants = seg[chosen.cuts[0]] if first.kind.variants_label else []
-    return ChainDecision(chain, chosen, covers, variants, note)
+    variants = ([o for o in seg[chosen.cuts[0]] if o.spec is not None]
+                if first is not None and first.kind.variants_label else [])
+    return ChainDecision(chain, chosen, covers, variants, note, seg)
 
 
 def _check_sizes(graph: Graph, config: VariantConfig, chain: Chain) -> None:
@@ -212,7 +260,8 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
         if d.note:
             lines.append(f"  note: {d.note}")
         # what the chosen kernels do beyond their tiling (e.g. weights split along K)
-        lines += [f"  note: {o.spec.note}" for o in d.chosen.options if o.spec.note]
+        lines += [f"  note: {o.spec.note}" for o in d.chosen.options if o.spec and o.spec.note]
+        lines += _engine_lines(d)
         if d.variants:
             first = d.chosen.options[0].spec
             lines.append(f"  {first.kind.variants_label} of the first kernel:")
@@ -227,5 +276,29 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
     return lines
 
 
+def _engine_lines(d: ChainDecision) -> list[str]:
+    """Host or accelerator, for each segment of the chosen cover the host could run: both
+    prices and the choice."""
+    lines = []
+    for (i, j), chosen in zip(d.chosen.cuts, d.chosen.options, strict=True):
+        opts = d.segments.get((i, j), [])
+        on_host = next((o for o in opts if o.on_host), None)
+        if on_host is None:
+            continue
+        kernel = next((o for o in opts if o.spec is not None), None)
+        name = _seg_name(d.chain, i, j)
+        host = (f"host {on_host.cycles:,.0f} cycles ({on_host.host_seconds * 1e6:,.1f} us "
+                f"predicted)")
+        if kernel is None:
+            why = on_host.refused.text if on_host.refused else "no kernel"
+            lines.append(f"  engine for {name}: {host}; accelerator refused ({why}): host")
+        else:
+            pick = "host" if chosen.on_host else "accelerator"
+            lines.append(f"  engine for {name}: accelerator {kernel.cycles:,.0f} cycles, "
+                         f"{host}: {pick}")
+    return lines
+
+
 def total_predicted(decisions: list[ChainDecision]) -> float:
+    """Predicted cycles of every chosen cover (host segments at their price in cycles)."""
     return math.fsum(d.chosen.cycles for d in decisions)

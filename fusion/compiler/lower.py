@@ -13,8 +13,22 @@ Every node is one of:
   epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
   from memory; they run fused after an anchor, or as standalone passes.
 
-Anything else is refused with the node's name and the reason: there is no silent fallback to
-the host for arithmetic.
+- a **host op**: an op with no accelerator kernel (:data:`HOST_COMPUTE_OPS`: float ``Add``,
+  ``Mul``, ``Softmax``, ``Sigmoid``, ``Concat``, ``Pad``, onnxruntime's ``QLinearSigmoid`` ...,
+  and the ops a fold left in their ONNX form). The reference executor runs it on the host
+  between kernels. It is planned, not silent: the plan lists it with its predicted cost
+  (:mod:`fusion.cost.host`), ``--explain`` and ``hwgen run`` show it, and
+  ``compile_model(host_fallback=False)`` (``--no-host-fallback``) refuses it instead.
+
+Host steps have a *role* (:func:`host_role`): ``"layout"`` (the data movement and boundary
+conversions of :data:`HOST_OPS`, which any model has) or ``"compute"`` (arithmetic the
+accelerator would do if it could: a fallback, or an op the engine found cheaper on the host,
+:data:`HOST_ALTERNATIVES`).
+
+Anything else is refused with the node's name and the reason: GEMMs (``qmatmul`` with
+activation weights, a convolution not in GEMM form, a float ``MatMul``/``Conv``/``Gemm``)
+never fall back to the host, because that is the work the accelerator exists for: a GEMM
+left in float means a quantization the passes could not fold, and the fix is the model's.
 
 A *chain* is an anchor (or a first epilogue op) followed by the epilogue ops that consume its
 result alone, in the canonical stage order. Which of them fuse is the engine's choice. A
@@ -42,11 +56,19 @@ from hwgen.stages import STAGES
 HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose", "im2col",
                       "repeat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
                       "Identity"})
+#: Ops without an accelerator kernel that the host runs (the reference executor), by op name.
+HOST_COMPUTE_OPS = frozenset({
+    "Add", "Mul", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
+    "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
 ANCHORS = ("qmatmul", "maxpool")
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
+#: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
+#: (:mod:`fusion.compiler.engine`): everything but a GEMM.
+HOST_ALTERNATIVES = frozenset({"maxpool", *STAGE_OF})
 
 
 class CompileError(ValueError):
@@ -136,21 +158,22 @@ def _stage(graph: Graph, node: Node) -> str | None:
     if node.op == "relu" and x.dtype == "uint8":
         return None  # uint8 values are never negative
     if node.op == "qadd":
-        a, b = (graph.tensors[n] for n in node.inputs)
-        if a.shape != b.shape:
-            raise CompileError(f"node {node.name!r} (qadd): inputs {a.shape} and {b.shape} "
-                               f"differ; the accelerator adds tensors of one shape (no "
-                               f"broadcasting)")
-        if node.inputs[0] == node.inputs[1]:
-            raise CompileError(f"node {node.name!r} (qadd): adds {node.inputs[0]!r} to itself; "
-                               f"that is a requantize by twice the scale (re-run the passes)")
-        tensor_zp(a, node), tensor_zp(b, node)
+        tensor_zp(graph.tensors[node.inputs[0]], node)
+        tensor_zp(graph.tensors[node.inputs[1]], node)
     return STAGE_OF[node.op]
+
+
+def _qadd_on_host(graph: Graph, node: Node) -> bool:
+    """A ``qadd`` the residual stage cannot run: its inputs broadcast (the stage adds two
+    tensors of one shape, element by element) or are one tensor (the stage reads its
+    residual from memory while the other streams in). The host runs it, as a host op."""
+    a, b = (graph.tensors[n] for n in node.inputs)
+    return a.shape != b.shape or node.inputs[0] == node.inputs[1]
 
 
 def classify(graph: Graph, node: Node) -> str:
     """``"host"``, ``"anchor"`` or ``"stage"``; raises :class:`CompileError` for the rest."""
-    if node.op in HOST_OPS:
+    if node.op in HOST_OPS or (node.op == "qadd" and _qadd_on_host(graph, node)):
         return "host"
     if node.op in STAGE_OF:
         return "stage"
@@ -180,10 +203,18 @@ def classify(graph: Graph, node: Node) -> str:
     if node.op == "qconv2d":
         raise CompileError(f"node {node.name!r} (qconv2d) was not put into GEMM form; see "
                            f"`hwgen inspect` for why conv legalization left it")
+    if node.op in HOST_COMPUTE_OPS:
+        return "host"
     spec = ops.get(node.op)  # an unknown op raises with the supported list
     raise CompileError(f"node {node.name!r} ({node.op}: {spec.summary}) has no accelerator "
-                       f"kernel, and the host runs only layout and boundary ops "
-                       f"({', '.join(sorted(HOST_OPS))})")
+                       f"kernel, and the host runs only layout ops and "
+                       f"{', '.join(sorted(HOST_COMPUTE_OPS))}: quantize it (a GEMM runs on "
+                       f"the accelerator only)")
+
+
+def host_role(node: Node) -> str:
+    """``"layout"`` for data movement and boundary conversions, ``"compute"`` for arithmetic."""
+    return "layout" if node.op in HOST_OPS else "compute"
 
 
 def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
@@ -236,7 +267,7 @@ def _joins(graph: Graph, node: Node, running: str, made: set[str]) -> bool:
     is in memory before the kernel runs."""
     if node.op != "qadd":
         return node.inputs[0] == running
-    if running not in node.inputs:
+    if running not in node.inputs or _qadd_on_host(graph, node):
         return False
     other = residual_input(node, running)
     producer = graph.producer(other)

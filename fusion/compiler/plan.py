@@ -4,7 +4,10 @@ The pipeline: prune and legalize the graph (:func:`fusion.passes.driver.optimize
 chains and host steps (:mod:`fusion.compiler.lower`), choose a cover per chain
 (:mod:`fusion.compiler.engine`), order the steps, plan the external memory
 (:mod:`fusion.compiler.memplan`), then build each kernel's program at its placement through
-the kernel cache. A kernel whose program does not fit the instruction memory with the chosen
+the kernel cache. Host steps are planned beside the kernels, each with its role (layout or
+compute, :func:`fusion.compiler.lower.host_role`), why it is on the host, and its predicted
+cost (:mod:`fusion.cost.host`); ``host_fallback=False`` refuses every compute op on the host
+instead, one line per op. A kernel whose program does not fit the instruction memory with the chosen
 tiling is built with the next-best one, and the plan says so. The plan folder (write and
 read) is :mod:`fusion.compiler.plan_folder`.
 """
@@ -17,10 +20,12 @@ from typing import Any
 
 from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
-from fusion.compiler.lower import CompileError, chains
+from fusion.compiler.lower import CompileError, chains, host_role
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.cost.analytical import AnalyticalModel
+from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
+from fusion.ir import ops
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
@@ -50,15 +55,59 @@ class KernelStep:
         return self.spec.name
 
 
+#: Why a compute op is on the host (:attr:`HostStep.reason`).
+NO_KERNEL = "no accelerator kernel"
+CHEAPER = "cheaper on the host"
+
+
 @dataclass
 class HostStep:
-    """A node the runtime runs on the host (layout and model-boundary conversions)."""
+    """A node the runtime runs on the host with the reference executor.
+
+    Attributes
+    ----------
+    node : Node
+    role : {"layout", "compute"}
+        ``layout``: data movement or a boundary conversion; ``compute``: arithmetic the host
+        does because the accelerator has no kernel for it or the engine priced the host
+        cheaper (:func:`fusion.compiler.lower.host_role`).
+    reason : str
+        Why a compute op is on the host: :data:`NO_KERNEL`, :data:`CHEAPER`, or the
+        accelerator's refusal; empty for layout.
+    predicted_seconds : float
+        :class:`fusion.cost.host.HostCostModel`'s prediction.
+    predicted_cycles : float
+        The same in accelerator cycles at the cost model's clock.
+    """
 
     node: Node
+    role: str = "layout"
+    reason: str = ""
+    predicted_seconds: float = 0.0
+    predicted_cycles: float = 0.0
 
     @property
     def name(self) -> str:
         return self.node.name
+
+
+def host_step(graph: Graph, node: Node, model: HostCostModel, reason: str = "") -> HostStep:
+    """The plan's host step for ``node``, priced by ``model``."""
+    role = host_role(node)
+    seconds = model.seconds(graph, node)
+    return HostStep(node, role, reason or ("" if role == "layout" else NO_KERNEL), seconds,
+                    model.cycles(seconds))
+
+
+def refuse_host_compute(graph: Graph, nodes: Sequence[Node], how: str) -> CompileError:
+    """The refusal of compute ops on the host: a first line with the fix, then one line per op
+    naming the node and the op."""
+    lines = [f"{len(nodes)} op(s) have no accelerator kernel and {how} keeps them off the "
+             f"host; drop {how} to run them on the host (listed in the plan), or change the "
+             f"model:"]
+    for n in nodes:
+        lines.append(f"  node {n.name!r} ({n.op}: {ops.get(n.op).summary})")
+    return CompileError("\n".join(lines))
 
 
 @dataclass
@@ -79,13 +128,39 @@ class CompiledModel:
 
     @property
     def predicted_cycles(self) -> float:
+        """The kernels' predicted cycles (host steps are :attr:`predicted_host_seconds`)."""
         return sum(k.predicted_cycles for k in self.kernels)
+
+    @property
+    def host(self) -> list[HostStep]:
+        return [s for s in self.steps if isinstance(s, HostStep)]
+
+    @property
+    def host_ops(self) -> list[HostStep]:
+        """The compute ops on the host (a fallback or the engine's choice), not the layout
+        steps: those every model has, and they compute nothing the accelerator could; the
+        ``host_ops`` count is what the accelerator leaves to the host."""
+        return [s for s in self.host if s.role == "compute"]
+
+    @property
+    def predicted_host_seconds(self) -> float:
+        return sum(s.predicted_seconds for s in self.host)
 
     def explain(self) -> str:
         lines = engine.explain_lines(self.decisions)
         for k in self.kernels:
             if k.note:
                 lines.append(f"kernel {k.name}: {k.note}")
+        for h in self.host_ops:
+            lines.append(f"host op {h.name} ({h.node.op}): {h.reason}; predicted "
+                         f"{h.predicted_seconds * 1e6:,.1f} us on the host "
+                         f"({h.predicted_cycles:,.0f} cycles at the assumed "
+                         f"{h.predicted_cycles / h.predicted_seconds / 1e6:,.0f} MHz clock)")
+        layout = [h for h in self.host if h.role == "layout"]
+        if layout:
+            lines.append(f"{len(layout)} layout host steps ("
+                         f"{', '.join(sorted({h.node.op for h in layout}))}): predicted "
+                         f"{sum(h.predicted_seconds for h in layout) * 1e6:,.1f} us")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,7 +169,9 @@ class CompiledModel:
         for s in self.steps:
             if isinstance(s, HostStep):
                 steps.append({"kind": "host", "name": s.name, "op": s.node.op,
-                              "inputs": list(s.node.inputs), "outputs": list(s.node.outputs)})
+                              "inputs": list(s.node.inputs), "outputs": list(s.node.outputs),
+                              "role": s.role, "reason": s.reason,
+                              "predicted_seconds": s.predicted_seconds})
                 continue
             sp = s.spec
             steps.append({
@@ -109,6 +186,8 @@ class CompiledModel:
         return {"format": PLAN_TAG, "version": PLAN_FORMAT, "model": self.graph.name,
                 "signature": self.graph.signature(), "variant": self.config.key(),
                 "fusion": self.fusion, "predicted_cycles": round(self.predicted_cycles),
+                "host_ops": len(self.host_ops),
+                "predicted_host_seconds": self.predicted_host_seconds,
                 "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
                 "memory": self.memory.to_dict(), "cache": self.cache_stats}
 
@@ -146,7 +225,8 @@ def order_and_place(graph: Graph, config: VariantConfig, kernels: Sequence[Kerne
 def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
                   model: CostModel | None = None, fusion: bool = True,
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
-                  optimized: bool = False) -> CompiledModel:
+                  optimized: bool = False, host_fallback: bool = True,
+                  host_model: HostCostModel | None = None) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -162,31 +242,52 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         False runs every op as its own kernel (``--no-fusion``).
     min_gain : float
         See :mod:`fusion.compiler.engine`.
+    host_fallback : bool
+        Run the ops without an accelerator kernel on the host, and let the engine put a
+        segment on the host when it is cheaper or the accelerator refuses it (default). False
+        (``--no-host-fallback``): the host runs layout steps only, and a compute op refuses
+        the model, one line per op.
+    host_model : HostCostModel, optional
+        Prices host steps (:mod:`fusion.cost.host`); the default constants otherwise.
 
     Raises
     ------
     CompileError
-        For a node the accelerator cannot run, a chain with no legal kernel, or a model
-        that does not fit the variant's memory; the message names what and why.
+        For a node neither the accelerator nor the host runs, a chain with no legal kernel,
+        a compute op on the host with ``host_fallback=False``, or a model that does not fit
+        the variant's memory; the message names what and why.
     """
     from fusion.passes.driver import optimize
 
     g = graph if optimized else optimize(graph, legalize=True)
     model = model or AnalyticalModel()
+    host_model = host_model or HostCostModel()
     found, host = chains(g)
+    fallback = [n for n in host if host_role(n) == "compute"]
+    if fallback and not host_fallback:
+        raise refuse_host_compute(g, fallback, "--no-host-fallback")
     memo: dict = {}  # identical layers are priced once
     decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
-                                     memo=memo) for c in found]
+                                     memo=memo, host=host_model if host_fallback else None)
+                 for c in found]
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
+    reasons: dict[str, str] = {}
     for d in decisions:
         for option in d.chosen.options:
-            chosen[option.spec.name] = (option.spec, option, d)
+            if option.spec is not None:
+                chosen[option.spec.name] = (option.spec, option, d)
+        for (i, j), option in d.host_segments:
+            why = (f"the accelerator refuses it: {option.refused.text}" if option.refused
+                   else CHEAPER)
+            for n in d.chain.nodes[i:j]:
+                host.append(n)
+                reasons[n.name] = why
     order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
     before = cache.stats.to_dict() if cache is not None else {}
     steps: list[KernelStep | HostStep] = []
     for step in order:
         if not isinstance(step, KernelSpec):
-            steps.append(HostStep(step))
+            steps.append(host_step(g, step, host_model, reasons.get(step.name, "")))
             continue
         spec, option, decision = chosen[step.name]
         steps.append(_build(config, spec, option, decision, memory.placements[spec.name],

@@ -11,8 +11,9 @@ Nothing is used before it is checked, in this order:
    ``.bin`` and ``.asm``): its size against the record and a bound before it is read, then
    its SHA-256;
 4. the graph (``graph.json``) against the plan's graph signature;
-5. the steps: each host step is a host node of the graph, each kernel the segment of a chain
-   the lowering finds, with its kind and params; together they cover every node once, in the
+5. the steps: each host step is a host node of the graph (or a node of a chain the host may
+   run instead, :data:`fusion.compiler.lower.HOST_ALTERNATIVES`), each kernel the segment of
+   a chain the lowering finds, with its kind and params; together they cover every node once, in the
    order a compile gives them;
 6. the memory plan, recomputed from those steps, against every recorded placement;
 7. each kernel's metadata against what its kind, params and placement give
@@ -33,13 +34,14 @@ from typing import Any
 import numpy as np
 
 from fusion.compiler.kernels import KernelSpec, spec_for
-from fusion.compiler.lower import Chain, chains
+from fusion.compiler.lower import HOST_ALTERNATIVES, Chain, chains
 from fusion.compiler.plan import (
     PLAN_FORMAT,
     PLAN_TAG,
     CompiledModel,
     HostStep,
     KernelStep,
+    host_step,
     order_and_place,
 )
 from fusion.compiler.plan_folder import (
@@ -55,6 +57,7 @@ from fusion.compiler.plan_folder import (
     load_plan_json,
     plan_digest,
 )
+from fusion.cost.host import HostCostModel
 from fusion.frontend.json_format import from_dict as graph_from_dict
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.kernels.cache import CacheEntry
@@ -249,15 +252,19 @@ class _Reader:
                 files: dict[str, bytes]) -> CompiledModel:
         found, host_nodes = chains(graph)
         host = {n.name: n for n in host_nodes}
+        # the engine may have put these on the host (cheaper, or refused by the accelerator)
+        host.update({n.name: n for c in found for n in c.nodes if n.op in HOST_ALTERNATIVES})
         segments = {n.name: (c, i) for c in found for i, n in enumerate(c.nodes)}
         entries = data["steps"]
         specs: dict[str, KernelSpec] = {}
         covered: list[str] = []
+        on_host: list[Node] = []
         for i, step in enumerate(entries):
             where = f"steps[{i}]."
             if step["kind"] == "host":
                 node = self.host_step(step, host, where)
                 covered.append(node.name)
+                on_host.append(node)
             elif step["kind"] == "kernel":
                 spec = self.kernel_spec(graph, step, segments, where)
                 specs[spec.name] = spec
@@ -272,7 +279,7 @@ class _Reader:
             raise self.fail(f"{self.plan_path}: the steps do not cover the graph: {what}")
         try:
             order, memory = order_and_place(graph, self.config, list(specs.values()),
-                                            [host[n] for n in covered if n in host])
+                                            on_host)
         except ValueError as exc:
             raise self.fail(f"{self.plan_path}: {exc}") from None
         if [s.name for s in order] != [s["name"] for s in entries]:
@@ -289,7 +296,10 @@ class _Reader:
         steps: list[KernelStep | HostStep] = []
         for i, (step, entry) in enumerate(zip(order, entries, strict=True)):
             if isinstance(step, Node):
-                steps.append(HostStep(step))
+                reason = entry.get("reason", "")
+                if not isinstance(reason, str):
+                    raise self.fail(f"{self.plan_path}: steps[{i}].reason is not a string")
+                steps.append(host_step(graph, step, HostCostModel(), reason))
                 continue
             placement = memory.placements[step.name]
             steps.append(self.kernel_step(step, entry, placement, files, i))

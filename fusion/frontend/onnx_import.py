@@ -33,7 +33,8 @@ _DTYPES = {TensorProto.FLOAT: "float32", TensorProto.UINT8: "uint8", TensorProto
 _SCALE_TYPES = {TensorProto.FLOAT16: "float32", TensorProto.DOUBLE: "float32"}
 #: onnxruntime's quantized operators (domain ``com.microsoft``) that hwgen imports, under their
 #: own names: the catalog defines them with onnxruntime's semantics.
-CONTRIB_OPS = ("QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool")
+CONTRIB_OPS = ("QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearConcat",
+               "QLinearGlobalAveragePool", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid")
 _CONTRIB_DOMAIN = "com.microsoft"
 
 
@@ -69,12 +70,18 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
         constants[init.name] = _array(init, init.name)
     nodes: list[Node] = []
     names: set[str] = set()
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 21)
     for index, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{index}"
         while name in names:
             name = f"{name}_{index}"
         names.add(name)
         _check_domain(n, name)
+        if n.op_type == "Softmax" and opset < 13:
+            raise GraphError(f"node {name!r} is Softmax of opset {opset}, which flattens the "
+                             f"input to 2-D at axis; hwgen has opset 13's Softmax (one axis): "
+                             f"convert the model to opset 13 or later "
+                             f"(onnx.version_converter)")
         if n.op_type == "Constant":
             constants[n.output[0]] = _constant(n, name)
             continue

@@ -8,8 +8,10 @@ the hwgen integer ops read:
 * ``QuantizeLinear`` annotates its output, ``DequantizeLinear`` its input (an int32 bias too);
 * ``QLinearMatMul``/``QLinearConv`` annotate a/x, b/w (per column of b, per output channel of
   w) and y, and QLinearConv's int32 bias with scale ``x_scale * w_scale`` and zero point 0;
-* onnxruntime's ``QLinearAdd``, ``QGemm`` (b per column, or per row with ``transB``) and
-  ``QLinear(Global)AveragePool`` annotate their integer inputs and output the same way;
+* onnxruntime's ``QLinearAdd``, ``QLinearMul``, ``QGemm`` (b per column, or per row with
+  ``transB``), ``QLinear(Global)AveragePool``, ``QLinearSigmoid``, ``QLinearLeakyRelu`` and
+  ``QLinearConcat`` (each input's triple and the output) annotate their integer inputs and
+  output the same way;
 * ``MatMulInteger``/``ConvInteger`` carry zero points but no scale: their operands get a unit
   scale (1.0, the integer value is the real value), and only when nothing else quantizes them.
 
@@ -92,10 +94,17 @@ def annotate(nodes: Sequence, ranks: Mapping[str, int],
         elif node.op in ("QLinearAveragePool", "QLinearGlobalAveragePool"):
             note(i[0], node, i[1], i[2])
             note(node.outputs[0], node, i[3], i[4])
-        elif node.op == "QLinearAdd":
+        elif node.op in ("QLinearAdd", "QLinearMul"):
             note(i[0], node, i[1], i[2])
             note(i[3], node, i[4], i[5])
             note(node.outputs[0], node, i[6], i[7])
+        elif node.op in ("QLinearSigmoid", "QLinearLeakyRelu"):
+            note(i[0], node, i[1], i[2])
+            note(node.outputs[0], node, i[3], i[4])
+        elif node.op == "QLinearConcat":
+            note(node.outputs[0], node, i[0], i[1])
+            for k in range(2, len(node.inputs) - 2, 3):
+                note(node.inputs[k], node, node.inputs[k + 1], node.inputs[k + 2])
         elif node.op == "QGemm":
             note(i[0], node, i[1], i[2])
             note(i[3], node, i[4], i[5], 0 if node.attr("transB", 0) else 1)

@@ -85,7 +85,7 @@ from typing import Any
 import numpy as np
 
 # The catalogs register their ops into the registry when imported; this module looks them up.
-from fusion.ir import catalog_hwgen, catalog_onnx  # noqa: F401
+from fusion.ir import catalog_hwgen, catalog_onnx, catalog_onnx_host  # noqa: F401
 from fusion.ir.graph import GraphError, Node, Tensor
 from fusion.ir.registry import (  # noqa: F401  (re-exported: the catalog's vocabulary)
     INT8S,

@@ -3,7 +3,8 @@
 hwgen's integer ops run bit-exactly as the hardware does (:mod:`fusion.reference.hwgen_ops`,
 built on :mod:`hwgen.reference`, so the executor, the shadow check and the kernel builders share
 one implementation). The ONNX-semantics ops run as the ONNX spec (and ``onnx.reference``)
-defines them (:mod:`fusion.reference.onnx_ops`), so an imported graph runs before any pass
+defines them (:mod:`fusion.reference.onnx_ops`; the ops without an accelerator kernel in
+:mod:`fusion.reference.onnx_host_ops`), so an imported graph runs before any pass
 touched it (:func:`run` takes both kinds, mixed). Each op implementation is registered in
 :mod:`fusion.reference.registry`.
 """
@@ -19,7 +20,7 @@ from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Tensor
 
 # The op implementations register themselves when imported; the executor looks them up.
-from fusion.reference import hwgen_ops, onnx_ops  # noqa: F401
+from fusion.reference import hwgen_ops, onnx_host_ops, onnx_ops  # noqa: F401
 from fusion.reference.registry import IMPLEMENTATIONS, Ctx
 
 

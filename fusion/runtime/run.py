@@ -2,8 +2,10 @@
 
 Each kernel is one simulator job on the variant's build (built once, cached by its hash): its
 operands are written at the planned addresses, its program runs to ``done``, and its output
-region is read back together with the hardware counters. Host steps (layout and the
-model-boundary quantize/dequantize) run in numpy between kernels.
+region is read back together with the hardware counters. Host steps run in numpy between
+kernels, with the reference executor: layout and the model-boundary quantize/dequantize, and
+the compute ops the plan put on the host (no accelerator kernel, or cheaper there); each is
+timed, and the report counts the compute ones (``host_ops``).
 
 Shadow execution: before its result is used, every kernel's output is compared bit for bit
 with the reference executor running the kernel's nodes one by one (the unfused reference) on
@@ -105,16 +107,25 @@ class KernelRun:
 @dataclass
 class HostRun:
     """One host step: the op the reference executor ran between kernels, the elements it
-    produced, and how long it took (wall time, numpy on this machine)."""
+    produced, and how long it took (wall time, numpy on this machine).
+
+    ``role`` is the plan's (:class:`fusion.compiler.plan.HostStep`): ``"layout"`` or
+    ``"compute"``; ``reason`` why a compute op is on the host; ``predicted_seconds`` the
+    host cost model's prediction, beside the measured ``seconds``.
+    """
 
     name: str
     op: str
     elements: int
     seconds: float
+    role: str = "layout"
+    reason: str = ""
+    predicted_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "elements": self.elements,
-                "seconds": round(self.seconds, 6)}
+                "seconds": round(self.seconds, 6), "role": self.role, "reason": self.reason,
+                "predicted_seconds": round(self.predicted_seconds, 6)}
 
 
 @dataclass
@@ -152,6 +163,12 @@ class RunReport:
     def host_steps(self) -> list[str]:
         return [h.name for h in self.host]
 
+    @property
+    def host_ops(self) -> list[HostRun]:
+        """The compute ops the host ran (not the layout steps; see
+        :attr:`fusion.compiler.plan.CompiledModel.host_ops`)."""
+        return [h for h in self.host if h.role == "compute"]
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, "total_cycles": self.total_cycles,
                 "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
@@ -160,6 +177,7 @@ class RunReport:
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "kernels": [k.to_dict() for k in self.kernels],
                 "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
+                "host_ops": len(self.host_ops),
                 "host_seconds": round(self.host_seconds, 6),
                 "wall_seconds": round(self.wall_seconds, 3)}
 
@@ -258,7 +276,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             executor.evaluate_node(graph, step.node, env)
             seconds = time.perf_counter() - t0
             host.append(HostRun(step.name, step.node.op,
-                                int(np.size(env[step.node.outputs[0]])), seconds))
+                                int(np.size(env[step.node.outputs[0]])), seconds, step.role,
+                                step.reason, step.predicted_seconds))
             continue
         spec = step.spec
         sets = [{t: env[t] for t in spec.inputs}]

@@ -123,6 +123,10 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
     p.add_argument("--min-gain", dest="min_gain", type=fraction,
                    help=f"fraction of predicted cycles fusion must save (default "
                         f"{DEFAULT_MIN_GAIN})")
+    p.add_argument("--no-host-fallback", dest="no_host_fallback", action="store_true",
+                   help="refuse a model with ops the accelerator cannot run (one line per op) "
+                        "instead of running them on the host, and keep every op the "
+                        "accelerator can run on it")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -145,7 +149,23 @@ def compile_args(args: argparse.Namespace):
     cache = KernelCache(args.cache) if args.cache else KernelCache()
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
-                         min_gain=min_gain)
+                         min_gain=min_gain, host_fallback=not args.no_host_fallback)
+
+
+def host_op_lines(steps, measured: bool) -> list[str]:
+    """One line per compute op on the host: name, op, why, elements or predicted time, and
+    (``measured``, for ``hwgen run``'s :class:`fusion.runtime.run.HostRun`) the measured
+    time."""
+    lines = []
+    for h in steps:
+        if measured:
+            lines.append(f"host op {h.name} ({h.op}, {h.reason}): {h.elements:,} elements in "
+                         f"{h.seconds * 1e3:.3f} ms (predicted {h.predicted_seconds * 1e3:.3f} "
+                         f"ms)")
+        else:
+            lines.append(f"host op {h.name} ({h.node.op}, {h.reason}): predicted "
+                         f"{h.predicted_seconds * 1e3:.3f} ms")
+    return lines
 
 
 def kernel_table(rows: list[tuple[str, ...]]) -> list[str]:

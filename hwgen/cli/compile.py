@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hwgen.cli.common import add_model_arguments, compile_args, kernel_table
+from hwgen.cli.common import add_model_arguments, compile_args, host_op_lines, kernel_table
 
 HELP = "compile a model for a variant: kernels, microcode, memory plan"
 
@@ -37,9 +37,12 @@ def run(args: argparse.Namespace) -> int:
         rows.append((k.name, str(len(k.compiled.program)), f"{k.predicted_cycles:,.0f}",
                      "+".join(n.rsplit("/", 1)[-1] for n in k.spec.nodes)))
     print("\n".join(kernel_table(rows)))
+    for line in host_op_lines(compiled.host_ops, measured=False):
+        print(line)
     cache = compiled.cache_stats
-    print(f"{len(compiled.kernels)} kernels, {len(compiled.steps) - len(compiled.kernels)} host "
-          f"steps; predicted {compiled.predicted_cycles:,.0f} cycles; peak external memory "
+    print(f"{len(compiled.kernels)} kernels, {len(compiled.host_ops)} host ops, "
+          f"{len(compiled.host) - len(compiled.host_ops)} layout host steps; predicted "
+          f"{compiled.predicted_cycles:,.0f} cycles; peak external memory "
           f"{compiled.memory.peak_bytes:,} B (without reuse {compiled.memory.unshared_bytes:,} "
           f"B); kernel cache: {cache.get('memory_hits', 0) + cache.get('disk_hits', 0)} hits, "
           f"{cache.get('misses', 0)} misses; plan in {args.output}")

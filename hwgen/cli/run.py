@@ -11,6 +11,7 @@ from hwgen.cli.common import (
     add_model_arguments,
     compile_args,
     count,
+    host_op_lines,
     kernel_table,
     named_paths,
     seed,
@@ -77,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     from sim.build import build_folder
 
     compiled = _compiled(args)
+    if args.plan is not None and args.no_host_fallback and compiled.host_ops:
+        from fusion.compiler.plan import refuse_host_compute
+
+        raise refuse_host_compute(compiled.graph, [h.node for h in compiled.host_ops],
+                                  "--no-host-fallback")
     graph = compiled.graph
     inputs = random_inputs(graph, args.seed)
     for name, path in named_paths(args.input, "--input", graph.inputs, "inputs").items():
@@ -117,9 +123,13 @@ def run(args: argparse.Namespace) -> int:
                  f"{report.total_macs:,}", f"{report.ideal_cycles:,}",
                  f"{report.utilization:.2f}", ""))
     print("\n".join(kernel_table(rows)))
-    host = (f"{len(report.host)} host steps in {report.host_seconds * 1e3:.1f} ms "
-            f"({', '.join(sorted({h.op for h in report.host}))})" if report.host
-            else "no host steps")
+    for line in host_op_lines(report.host_ops, measured=True):
+        print(line)
+    layout = [h for h in report.host if h.role == "layout"]
+    host = (f"{len(report.host_ops)} host ops in "
+            f"{sum(h.seconds for h in report.host_ops) * 1e3:.1f} ms, "
+            f"{len(layout)} layout host steps in {sum(h.seconds for h in layout) * 1e3:.1f} ms"
+            + (f" ({', '.join(sorted({h.op for h in layout}))})" if layout else ""))
     print(f"ok: {len(report.kernels)} kernels {'fused' if compiled.fusion else 'unfused'}, "
           f"each bit-exact against the reference; {report.total_cycles:,} cycles for "
           f"{report.total_macs:,} MACs (utilization {report.utilization:.2f} of the "

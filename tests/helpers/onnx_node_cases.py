@@ -32,7 +32,8 @@ from fusion.reference import executor
 #: The ONNX ops of the issue; a case qualifies when every node of its model is one of them.
 OPS = ("QuantizeLinear", "DequantizeLinear", "MatMul", "Gemm", "Conv", "Add", "Relu", "Clip",
        "MaxPool", "Flatten", "Reshape", "Transpose", "QLinearMatMul", "QLinearConv",
-       "MatMulInteger", "ConvInteger", "Identity", "AveragePool", "GlobalAveragePool")
+       "MatMulInteger", "ConvInteger", "Identity", "AveragePool", "GlobalAveragePool",
+       "Mul", "Sigmoid", "Softmax", "Concat", "Pad")
 
 _NARROW = "element type outside hwgen's dtypes (int8, uint8, int32, int64, float32)"
 #: The cases we skip, and why. Every other qualifying case must pass.
@@ -42,7 +43,8 @@ SKIP = {
     **{f"test_dequantizelinear_{t}": _NARROW for t in (
         "e4m3fn", "e4m3fn_float16", "e4m3fn_zero_point", "e5m2", "uint16", "int16", "uint4",
         "int4", "uint2", "int2", "float4e2m1")},
-    **{f"test_add_{t}": _NARROW for t in ("int16", "uint16", "uint32", "uint64")},
+    **{f"test_{op}_{t}": _NARROW for op in ("add", "mul")
+       for t in ("int16", "uint16", "uint32", "uint64")},
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
     "test_quantizelinear_blocked_symmetric": "int16 output (output_dtype=INT16)",

@@ -105,10 +105,11 @@ def test_dynamic_shapes_are_refused_unless_given():
 
 
 def test_unsupported_op_names_the_node_and_the_supported_ops():
-    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm")]
+    nodes = [helper.make_node("Tanh", ["x"], ["y"], name="th")]
     m = model(nodes, [vi("x", TensorProto.FLOAT, (2,))], [vi("y", TensorProto.FLOAT, None)])
-    with pytest.raises(GraphError, match="node 'sm' is Softmax, which hwgen does not support; "
-                                         "supported ONNX ops are Add, AveragePool, Clip, Conv"):
+    with pytest.raises(GraphError, match="node 'th' is Tanh, which hwgen does not support; "
+                                         "supported ONNX ops are Add, AveragePool, Clip, "
+                                         "Concat, Conv"):
         import_onnx(m)
 
 
@@ -200,3 +201,16 @@ def test_old_clip_attributes_become_inputs():
     assert g.node("c").inputs == ("x", "c_min", "c_max")
     got = executor.run(g, {"x": np.array([-5, 0, 5], np.float32)})["y"]
     np.testing.assert_array_equal(got, [-1, 0, 2])
+
+
+def test_softmax_of_an_old_opset_is_refused():
+    """Before opset 13, Softmax flattened its input to 2-D at axis; hwgen has one-axis
+    Softmax only, and says so rather than compute something else."""
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=1)], "sm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 3, 4))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    old = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(GraphError, match=r"Softmax of opset 11.*opset 13 or later"):
+        import_onnx(old)
+    new = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert import_onnx(new).nodes[0].op == "Softmax"

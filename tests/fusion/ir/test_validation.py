@@ -33,12 +33,12 @@ def test_a_good_graph_validates():
 
 
 def test_unsupported_op_lists_the_supported_ones():
-    g = graph((Node("sm", "Softmax", ("x",), ("y",)),),
+    g = graph((Node("th", "Tanh", ("x",), ("y",)),),
               (Tensor("x", (2,), "float32"), Tensor("y", (2,), "float32")), ("x",), ("y",))
     with pytest.raises(GraphError) as info:
         validate(g)
-    assert str(info.value).startswith("node 'sm': op 'Softmax' is not supported; supported ops "
-                                      "are Add, AveragePool, Clip, Conv,")
+    assert str(info.value).startswith("node 'th': op 'Tanh' is not supported; supported ops "
+                                      "are Add, AveragePool, Clip, Concat, Conv,")
     assert "qmatmul" in str(info.value) and "requant" in str(info.value)
 
 

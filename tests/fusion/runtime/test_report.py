@@ -32,5 +32,18 @@ def test_totals_and_utilization():
     assert report.host_seconds == pytest.approx(0.75)
     d = report.to_dict()
     assert d["host_steps"] == ["q", "r"] and d["host"][1] == {
-        "name": "r", "op": "reshape", "elements": 64, "seconds": 0.5}
+        "name": "r", "op": "reshape", "elements": 64, "seconds": 0.5, "role": "layout",
+        "reason": "", "predicted_seconds": 0.0}
+    assert d["host_ops"] == 0  # layout steps are not host ops
     assert (d["macs"], d["ideal_cycles"], d["utilization"]) == (6400, 100, 0.4)
+
+
+def test_host_ops_count_the_compute_steps_only():
+    report = RunReport({}, [], 0, 1.0, [
+        HostRun("q", "quantize", 64, 0.25),
+        HostRun("sm", "Softmax", 10, 0.001, "compute", "no accelerator kernel", 0.0002),
+        HostRun("r", "reshape", 64, 0.5)])
+    assert [h.name for h in report.host_ops] == ["sm"]
+    d = report.to_dict()
+    assert d["host_ops"] == 1
+    assert d["host"][1]["role"] == "compute" and d["host"][1]["predicted_seconds"] == 0.0002

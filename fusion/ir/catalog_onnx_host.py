@@ -1,0 +1,168 @@
+"""Catalog entries of the ONNX and ``com.microsoft`` ops that have no accelerator kernel.
+
+The accelerator multiplies, adds biases, requantizes, clamps and takes maxima; these ops need
+something else (an exponential, a product of two activations, a table lookup, a copy into a
+larger tensor). hwgen imports them with their ONNX (or onnxruntime) semantics and the
+compiler plans them as *host ops*: the reference executor runs them between kernels
+(:mod:`fusion.compiler.lower`, ``--no-host-fallback`` to refuse instead). Their reference
+implementations are :mod:`fusion.reference.onnx_host_ops`.
+
+Concat and QLinearConcat take any number of inputs; the registry's slots are fixed names,
+so they list :data:`MAX_CONCAT_INPUTS` slots, all optional after the first.
+"""
+
+from __future__ import annotations
+
+from fusion.ir import shapes
+from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
+
+_NUM = ("float32", "int8", "uint8", "int32", "int64")
+#: Most inputs a Concat (or tensors a QLinearConcat) may join.
+MAX_CONCAT_INPUTS = 32
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@register("Mul", "A B", summary="elementwise product with broadcasting (integers wrap)")
+def _mul(c: Call):
+    a = c.need("A", _NUM)
+    c.same("A", "B")
+    return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+
+
+@register("Sigmoid", "X", summary="1 / (1 + exp(-x))")
+def _sigmoid(c: Call):
+    x = c.need("X", ("float32",))
+    return (TensorType(x.shape, x.dtype),)
+
+
+@register("Softmax", "input", axis=-1,
+          summary="exp(x) / sum(exp(x)) along one axis (opset 13 semantics)")
+def _softmax(c: Call):
+    x = c.need("input", ("float32",))
+    shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
+    return (TensorType(x.shape, x.dtype),)
+
+
+def _concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:
+    first = tensors[0].shape
+    if not first:
+        raise c.error("cannot concatenate scalars (rank 0)")
+    ax = shapes.axis(axis, len(first))
+    total = 0
+    for t in tensors:
+        if len(t.shape) != len(first) or any(a != b for i, (a, b) in
+                                             enumerate(zip(t.shape, first, strict=True))
+                                             if i != ax):
+            raise c.error(f"input {t.name!r} has shape {t.shape}, which differs from "
+                          f"{first} outside axis {axis}")
+        total += t.shape[ax]
+    return (*first[:ax], total, *first[ax + 1:])
+
+
+@register("Concat", " ".join(f"input{i}" for i in range(MAX_CONCAT_INPUTS)), 1,
+          axis=REQUIRED, summary="join tensors along an axis")
+def _concat(c: Call):
+    present = [t for t in c.inputs if t is not None]
+    c.need("input0", _NUM)
+    for i in range(1, len(c.inputs)):
+        c.same("input0", f"input{i}")
+    return (TensorType(_concat_shape(c, present, c.attrs["axis"]), present[0].dtype),)
+
+
+@register("Pad", "data pads constant_value axes", 2, const="pads constant_value axes",
+          mode="constant",
+          summary="pad (or crop, with negative pads) each axis; constant, reflect, edge, wrap")
+def _pad(c: Call):
+    x = c.need("data", _NUM)
+    c.need("pads", ("int64",))
+    mode = c.attrs["mode"]
+    if mode not in _PAD_MODES:
+        raise c.error(f"mode {mode!r} is not one of {', '.join(_PAD_MODES)}")
+    if c.tensor("constant_value") is not None:
+        c.same("data", "constant_value")
+    begin, end = pad_amounts(c, len(x.shape))
+    out = tuple(d + b + e for d, b, e in zip(x.shape, begin, end, strict=True))
+    if any(d < 0 for d in out):
+        raise c.error(f"pads {begin + end} crop more than the input {x.shape} holds")
+    return (TensorType(out, x.dtype),)
+
+
+def pad_amounts(c: Call, rank: int) -> tuple[list[int], list[int]]:
+    """Pad's begin and end amounts per axis of a rank-``rank`` input, from its constants."""
+    pads = c.value("pads")
+    if pads is None:
+        raise c.error(f"its pads input {c.node.inputs[1]!r} must be a constant initializer "
+                      f"(hwgen graphs have static shapes)")
+    axes_value = c.value("axes")
+    axes = list(range(rank)) if axes_value is None else [
+        shapes.axis(int(a), rank, "Pad axis") for a in axes_value.ravel()]
+    pads = [int(p) for p in pads.ravel()]
+    if len(pads) != 2 * len(axes):
+        raise c.error(f"pads has {len(pads)} values; give 2 per padded axis ({2 * len(axes)})")
+    begin, end = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[len(axes) + i]
+    return begin, end
+
+
+# -- onnxruntime's com.microsoft quantized ops (domain com.microsoft only) -------------------
+
+
+@register("QLinearMul", "A A_scale A_zero_point B B_scale B_zero_point C_scale C_zero_point", 7,
+          const="A_scale A_zero_point B_scale B_zero_point C_scale C_zero_point",
+          summary="com.microsoft: Q(DQ(A) * DQ(B)), broadcasting")
+def _qlinear_mul(c: Call):
+    a = c.need("A", INT8S)
+    c.same("A", "A_zero_point", "B", "B_zero_point", "C_zero_point")
+    for s in ("A_scale", "B_scale", "C_scale"):
+        c.need(s, ("float32",))
+    return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+
+
+def _qlinear_unary(c: Call):
+    x = c.need("X", INT8S)
+    c.same("X", "X_zero_point", "Y_zero_point")
+    for s in ("X_scale", "Y_scale"):
+        c.need(s, ("float32",))
+    return (TensorType(x.shape, x.dtype),)
+
+
+@register("QLinearSigmoid", "X X_scale X_zero_point Y_scale Y_zero_point", 4,
+          const="X_scale X_zero_point Y_scale Y_zero_point",
+          summary="com.microsoft: Q(Sigmoid(DQ(X))), by a 256-entry table as onnxruntime")
+def _qlinear_sigmoid(c: Call):
+    return _qlinear_unary(c)
+
+
+@register("QLinearLeakyRelu", "X X_scale X_zero_point Y_scale Y_zero_point", 4,
+          const="X_scale X_zero_point Y_scale Y_zero_point", alpha=0.01,
+          summary="com.microsoft: Q(LeakyRelu(DQ(X), alpha)), by a 256-entry table")
+def _qlinear_leaky_relu(c: Call):
+    return _qlinear_unary(c)
+
+
+_QCONCAT_SLOTS = " ".join(f"X{i} X{i}_scale X{i}_zero_point" for i in range(MAX_CONCAT_INPUTS))
+
+
+@register("QLinearConcat", f"Y_scale Y_zero_point {_QCONCAT_SLOTS}", 5,
+          const="Y_scale Y_zero_point " + " ".join(
+              f"X{i}_scale X{i}_zero_point" for i in range(MAX_CONCAT_INPUTS)),
+          axis=REQUIRED, summary="com.microsoft: Q(Concat(DQ(X0), DQ(X1), ...)) along axis")
+def _qlinear_concat(c: Call):
+    y = c.need("Y_zero_point", INT8S)
+    c.need("Y_scale", ("float32",))
+    given = len(c.node.inputs) - 2
+    if given % 3:
+        raise c.error(f"has {len(c.node.inputs)} inputs; QLinearConcat takes Y_scale, "
+                      f"Y_zero_point, then a (tensor, scale, zero point) triple per input")
+    tensors = []
+    for i in range(given // 3):
+        t = c.need(f"X{i}", INT8S)
+        if t.dtype != y.dtype:
+            raise c.error(f"input X{i} ({t.name!r}) is {t.dtype} but Y_zero_point is "
+                          f"{y.dtype}; they must match")
+        c.need(f"X{i}_scale", ("float32",))
+        c.need(f"X{i}_zero_point", INT8S)
+        c.same(f"X{i}", f"X{i}_zero_point")
+        tensors.append(t)
+    return (TensorType(_concat_shape(c, tensors, c.attrs["axis"]), y.dtype),)
