@@ -43,7 +43,7 @@ def test_the_registry_has_one_entry_per_kind():
         assert issubclass(k.kernel_type, Kernel)
         assert isinstance(PARAMS[name], k.params_type)
     with pytest.raises(ValueError, match=r"no kernel kind 'conv'; the kinds are gemm, max, "
-                                         r"pass, qadd"):
+                                         r"pass$"):
         kind("conv")
 
 
