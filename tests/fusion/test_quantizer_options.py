@@ -9,6 +9,9 @@ Each quantized model must fold to hwgen's integer ops only, compile for a 4x4 al
 variant, and run on hwgen's reference executor within the bound of onnxruntime's output (1 LSB
 of the output scale, at least 99% exact), both as the graph is written (optimizations off) and
 as onnxruntime's integer kernels run it. No simulator: every case takes a fraction of a second.
+
+The same CNN with a 2x2 AveragePool in place of the MaxPool is a known gap in QDQ form (a
+strict xfail, see ``_AVERAGE_POOL_TIES``).
 """
 
 from __future__ import annotations
@@ -57,14 +60,14 @@ def _label(fmt, pre, per_channel, reduce_range, act, act_sym, w_sym, weights) ->
     return "-".join(flags)
 
 
-def float_cnn() -> onnx.ModelProto:
-    """Conv 3x3/4 pad 1 + Relu, MaxPool 2x2, Flatten, Gemm 64 -> 10, with seeded weights."""
+def float_cnn(pool: str = "MaxPool") -> onnx.ModelProto:
+    """Conv 3x3/4 pad 1 + Relu, ``pool`` 2x2, Flatten, Gemm 64 -> 10, with seeded weights."""
     rng = np.random.default_rng(7)
     weights = {"w": rng.normal(0, 0.4, (4, 2, 3, 3)), "b": rng.normal(0, 0.1, 4),
                "fw": rng.normal(0, 0.2, (10, 64)), "fb": rng.normal(0, 0.1, 10)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node(pool, ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)]
     graph = helper.make_graph(
@@ -101,11 +104,34 @@ def float_models(tmp_path_factory) -> dict[bool, Path]:
 
 @pytest.mark.parametrize("options", OPTIONS, ids=[_label(*o) for o in OPTIONS])
 def test_quantized_cnn_compiles_and_matches_onnxruntime(options, float_models, tmp_path):
+    _quantize_and_check(float_models[options[1]], options, tmp_path / "q.onnx")
+
+
+#: QDQ gives an AveragePool's output the input's scale (onnxruntime's QDQDirect8BitOp), so a
+#: 2x2 window puts a quarter of the outputs on an exact half. onnxruntime's answer there is
+#: float32 rounding noise (DequantizeLinear, float sums, QuantizeLinear; its QLinearAveragePool
+#: computes in float too), which no integer rounding matches: the pool layer is 88.2% exact
+#: (97.1% with a round-half-even requantize, prototyped in numpy), the logits max 2 LSB, 63.4%
+#: exact (83.4%). QOperator calibrates the pool's output scale: exact.
+_AVERAGE_POOL_TIES = ("QDQ AveragePool 2x2 with equal scales: a quarter of its outputs are "
+                      "exact halves that onnxruntime rounds by float32 noise; logits max 2 "
+                      "LSB, 63.4% exact")
+
+
+@pytest.mark.parametrize("fmt", [pytest.param("qdq", marks=pytest.mark.xfail(
+    strict=True, reason=_AVERAGE_POOL_TIES)), "qop"])
+def test_average_pool_cnn_matches_onnxruntime(fmt, tmp_path):
+    raw = tmp_path / "raw.onnx"
+    onnx.save(float_cnn("AveragePool"), str(raw))
+    _quantize_and_check(raw, (fmt, False, True, False, "int8", False, True, "int8"),
+                        tmp_path / "q.onnx", inputs=100)
+
+
+def _quantize_and_check(float_model: Path, options, path: Path, inputs: int = 10) -> None:
     fmt, pre, per_channel, reduce_range, act, act_sym, w_sym, weights = options
     q = quantization.QuantType
-    path = tmp_path / "q.onnx"
     quantization.quantize_static(
-        str(float_models[pre]), str(path), Calibration(),
+        str(float_model), str(path), Calibration(),
         quant_format=quantization.QuantFormat.QDQ if fmt == "qdq"
         else quantization.QuantFormat.QOperator,
         per_channel=per_channel, reduce_range=reduce_range,
@@ -121,6 +147,6 @@ def test_quantized_cnn_compiles_and_matches_onnxruntime(options, float_models, t
     scale = output_scale(onnx.load(str(path)), "y")
     for label, ort in (("as written", session(path)), ("integer kernels", integer_session(path))):
         errors = [lsb_errors(executor.run(graph, {"x": x})["y"], ort.run(["y"], {"x": x})[0],
-                             scale) for x in map(sample, range(100, 110))]
+                             scale) for x in map(sample, range(100, 100 + inputs))]
         check_within_one_lsb(np.concatenate(errors), f"{_label(*options)} vs onnxruntime "
                                                      f"({label})", integer=False)
