@@ -108,11 +108,12 @@ def test_quantized_cnn_compiles_and_matches_onnxruntime(options, float_models, t
 
 
 #: QDQ gives an AveragePool's output the input's scale (onnxruntime's QDQDirect8BitOp), so a
-#: 2x2 window puts a quarter of the outputs on an exact half. onnxruntime's answer there is
-#: float32 rounding noise (DequantizeLinear, float sums, QuantizeLinear; its QLinearAveragePool
-#: computes in float too), which no integer rounding matches: the pool layer is 88.2% exact
-#: (97.1% with a round-half-even requantize, prototyped in numpy), the logits max 2 LSB, 63.4%
-#: exact (83.4%). QOperator calibrates the pool's output scale: exact.
+#: 2x2 window puts a quarter of the outputs (22.9% here) on an exact half. onnxruntime computes
+#: them in float32 (DequantizeLinear, float sums, QuantizeLinear; its QLinearAveragePool too):
+#: 77% land exactly on the half and round to even, the rest a few ulps off it, either way. No
+#: integer rounding matches that: the pool layer is 88.2% exact (97.1% with a round-half-even
+#: requantize, prototyped in numpy), the logits max 2 LSB, 63.4% exact (83.4%). QOperator
+#: calibrates the pool's output scale: exact.
 _AVERAGE_POOL_TIES = ("QDQ AveragePool 2x2 with equal scales: a quarter of its outputs are "
                       "exact halves that onnxruntime rounds by float32 noise; logits max 2 "
                       "LSB, 63.4% exact")
