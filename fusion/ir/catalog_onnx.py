@@ -20,7 +20,9 @@ def _scale_shape(c: Call, scale: str, zp: str, x_shape: tuple[int, ...], axis: i
     """Check a Q/DQ scale (and zero point): scalar, per-axis 1-D, or blocked."""
     s = c.need(scale, ("float32",))
     z = c.tensor(zp)
-    if z is not None and z.shape != s.shape:
+    # () and (1,) are both per tensor: onnxruntime's quantizer writes a (1,) bias scale with a
+    # () zero point, and onnxruntime runs it
+    if z is not None and z.shape != s.shape and not {z.shape, s.shape} <= {(), (1,)}:
         raise c.error(f"{zp!r} has shape {z.shape} but {scale!r} has {s.shape}; they must match")
     if s.shape in ((), (1,)) and not block:
         return  # per tensor: the axis is not used

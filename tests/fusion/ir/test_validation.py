@@ -240,3 +240,20 @@ def test_qadd_multipliers_must_be_int32(a_mult):
 def test_an_op_is_registered_once():
     with pytest.raises(ValueError, match="'relu' is registered twice"):
         register("relu", "x")
+
+
+def _dequantize(scale_shape, zp_shape):
+    consts = {"s": np.full(scale_shape, 0.5, np.float32), "z": np.zeros(zp_shape, np.int8)}
+    return graph((Node("dq", "DequantizeLinear", ("x", "s", "z"), ("y",)),),
+                 (Tensor("x", (4,), "int8"), Tensor("s", scale_shape, "float32"),
+                  Tensor("z", zp_shape, "int8"), Tensor("y", (4,), "float32")),
+                 ("x",), ("y",), consts)
+
+
+def test_a_one_element_scale_with_a_scalar_zero_point_is_per_tensor():
+    # onnxruntime's quantizer writes a per-tensor bias this way (QDQ, per_channel=False)
+    validate(_dequantize((1,), ()))
+    validate(_dequantize((), (1,)))
+    with pytest.raises(GraphError, match=r"'x_zero_point' has shape \(\) but 'x_scale' has \(4,\); "
+                                         r"they must match"):
+        validate(_dequantize((4,), ()))
