@@ -123,11 +123,17 @@ def _conv(c: Call):
     return (TensorType(shape, x.dtype),)
 
 
-@register("Add", "A B", summary="elementwise sum with broadcasting (integers wrap)")
-def _add(c: Call):
+def broadcast_binary(c: Call) -> tuple[TensorType]:
+    """The output of an element-wise op of inputs ``A`` and ``B`` of one numeric dtype,
+    broadcast as numpy does (Add, Mul)."""
     a = c.need("A", _NUM)
     c.same("A", "B")
     return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+
+
+@register("Add", "A B", summary="elementwise sum with broadcasting (integers wrap)")
+def _add(c: Call):
+    return broadcast_binary(c)
 
 
 @register("Relu", "X", summary="max(x, 0)")

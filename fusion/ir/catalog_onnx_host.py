@@ -14,6 +14,7 @@ so they list :data:`MAX_CONCAT_INPUTS` slots, all optional after the first.
 from __future__ import annotations
 
 from fusion.ir import shapes
+from fusion.ir.catalog_onnx import broadcast_binary
 from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
 
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
@@ -24,9 +25,7 @@ _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 @register("Mul", "A B", summary="elementwise product with broadcasting (integers wrap)")
 def _mul(c: Call):
-    a = c.need("A", _NUM)
-    c.same("A", "B")
-    return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+    return broadcast_binary(c)
 
 
 @register("Sigmoid", "X", summary="1 / (1 + exp(-x))")
