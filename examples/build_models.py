@@ -8,6 +8,11 @@
   Reshape -> Q/DQ -> MatMul+bias -> Relu -> Q/DQ -> MatMul+bias -> Clip(0, 6) -> Q/DQ ->
   Add(the two dequantized branches) -> Q -> DQ. Output: float32 (its int8 source is
   ``y_q``).
+* ``qdq_pot_residual.onnx``: a QDQ residual block with power-of-two scales, as Brevitas- and
+  FINN-style quantizers make them: Q/DQ -> MatMul+bias -> Relu -> Q/DQ -> MatMul+bias ->
+  Q/DQ -> Add(the two branches) -> Q -> DQ. Every scale ratio is a power of two, so many sums
+  and requantized accumulators land exactly on a half: it exercises the rounding rule
+  (half to even, as QuantizeLinear) where calibrated scales never do. Output: float32.
 * ``qdq_cnn.onnx``: a small QDQ CNN: Conv(3x3, pad 1)+bias -> Relu -> Q/DQ -> MaxPool 2x2 ->
   Q/DQ -> depthwise Conv(3x3) -> Relu -> Q/DQ -> Flatten -> Gemm(transB) -> Q -> DQ. Output:
   float32 (its int8 source is ``y_q``).
@@ -33,7 +38,8 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = Path(__file__).resolve().parent
 OPSET = 21
 #: Input shapes and a seeded calibration/test batch for each model.
-INPUTS = {"qop_mlp": (8, 64), "qdq_mlp_residual": (2, 4, 32), "qdq_cnn": (2, 3, 12, 12)}
+INPUTS = {"qop_mlp": (8, 64), "qdq_mlp_residual": (2, 4, 32), "qdq_cnn": (2, 3, 12, 12),
+          "qdq_pot_residual": (8, 32)}
 
 
 def sample_input(name: str, seed: int = 1) -> np.ndarray:
@@ -160,6 +166,41 @@ def qdq_mlp_residual() -> onnx.ModelProto:
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, (8, 32))])
 
 
+def _pot(values: np.ndarray) -> float:
+    """The power-of-two scale that fits ``values`` in int8 (the smallest 2**e >= max/127)."""
+    return float(2.0 ** math.ceil(math.log2(float(np.abs(values).max()) / 127)))
+
+
+def qdq_pot_residual() -> onnx.ModelProto:
+    m = _Model(30)
+    x = sample_input("qdq_pot_residual", seed=0)
+    w1, w2 = (m.rng.normal(0, 1 / np.sqrt(32), (32, 32)) for _ in range(2))
+    ws1, ws2 = _pot(w1), _pot(w2)
+    q1, q2 = (np.clip(np.rint(w / s), -127, 127).astype(np.int8) for w, s in ((w1, ws1),
+                                                                                 (w2, ws2)))
+    f1, f2 = q1 * np.float32(ws1), q2 * np.float32(ws2)
+    b1, b2 = m.rng.normal(0, 0.1, 32), m.rng.normal(0, 0.1, 32)
+    h1 = np.maximum(_matmul(x, f1) + b1, 0)
+    h2 = _matmul(h1, f2) + b2
+    # one scale for both branches, twice that for their sum: every ratio a power of two
+    xs, hs = _pot(x), max(_pot(h1), _pot(h2))
+    ys = 2 * hs
+    a = m.qdq("x", "xa", xs)
+    mm1 = m.node("MatMul", [a, m.dq_weights("w1", q1, np.array([ws1], np.float32), 1)], "mm1")
+    r1 = m.node("Relu", [m.node("Add", [mm1, m.dq_bias("b1", b1, np.array([xs * ws1]))],
+                                "add1")], "relu1")
+    h1dq = m.qdq(r1, "h1", hs)
+    mm2 = m.node("MatMul", [h1dq, m.dq_weights("w2", q2, np.array([ws2], np.float32), 1)],
+                 "mm2")
+    h2dq = m.qdq(m.node("Add", [mm2, m.dq_bias("b2", b2, np.array([hs * ws2]))], "add2"),
+                 "h2", hs)
+    y = m.qdq(m.node("Add", [h1dq, h2dq], "residual"), "y", ys)
+    m.node("Identity", [y], "y")
+    return m.model("qdq_pot_residual",
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 32))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, (8, 32))])
+
+
 def _conv(x: np.ndarray, w: np.ndarray, pad: int, group: int = 1) -> np.ndarray:
     """Float NCHW convolution for calibration (stride 1), by im2col and :func:`_matmul`."""
     n, c, h, wd = x.shape
@@ -210,7 +251,8 @@ def qdq_cnn() -> onnx.ModelProto:
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 10))])
 
 
-MODELS = {"qop_mlp": qop_mlp, "qdq_mlp_residual": qdq_mlp_residual, "qdq_cnn": qdq_cnn}
+MODELS = {"qop_mlp": qop_mlp, "qdq_mlp_residual": qdq_mlp_residual, "qdq_cnn": qdq_cnn,
+          "qdq_pot_residual": qdq_pot_residual}
 
 
 def main() -> None:
