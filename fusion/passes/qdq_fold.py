@@ -48,6 +48,7 @@ cannot hold closely enough. :func:`explain` says why for each op left.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -153,11 +154,14 @@ def _emit_qadd(graph: Graph, node: Node, operands: list[tuple[str, Quant]], tail
 
 
 def fold_pool(graph: Graph, node: Node) -> Graph | None:
-    """An average pool as a depthwise window sum and one requantize.
+    """An average pool as a window sum and one requantize.
 
-    The sum is a ``qconv2d`` with all-ones int8 weights and ``group`` = channels (padding
-    reads x's zero point, so it adds 0: ``count_include_pad`` = 1); the requantize scale
-    ``x_scale / (window * y_scale)`` divides by the window size. None for a float pool.
+    The requantize scale ``x_scale / (window * y_scale)`` divides by the window size. The sum
+    of a window that covers the whole plane (a global pool, the usual end of a CNN) is a GEMM
+    over the spatial axis: the ``[N*C, H*W]`` view of x (NCHW, so a reshape moves nothing)
+    times a column of ones, which reads every input once (:func:`_global_sum`). Any other
+    window sum is a ``qconv2d`` with all-ones int8 weights and ``group`` = channels (padding
+    reads x's zero point, so it adds 0: ``count_include_pad`` = 1). None for a float pool.
     """
     i = node.inputs + ("",) * 5
     if node.op.startswith("QLinear"):
@@ -185,10 +189,14 @@ def fold_pool(graph: Graph, node: Node) -> Graph | None:
         why = edit.annotate(name, quant)
         if why:
             raise Refused(why)
-    ones = edit.const(f"{node.name}/ones", np.ones((channels, 1, *window["kernel"]), np.int8),
-                      quant=Quant(1.0, 0))
     acc_scale = np.array([qx.scale[0] / size], np.float64)
+    x_shape = graph.tensors[x].shape
     try:
+        if window["kernel"] == tuple(x_shape[2:]) and not any(window["pads"]):
+            _global_sum(edit, node.name, x, qx, x_shape, acc_scale, tail)
+            return edit.apply()
+        ones = edit.const(f"{node.name}/ones",
+                          np.ones((channels, 1, *window["kernel"]), np.int8), quant=Quant(1.0, 0))
         acc = edit.node(f"{node.name}/qconv2d", "qconv2d", [x, ones], group=channels,
                         quant=Quant(float(acc_scale[0]), 0), strides=window["strides"],
                         dilations=window["dilations"], pads=window["pads"])
@@ -196,6 +204,23 @@ def fold_pool(graph: Graph, node: Node) -> Graph | None:
     except GraphError as exc:
         raise Refused(f"{node.op} {node.name!r}: {exc}") from None
     return edit.apply()
+
+
+def _global_sum(edit: Edit, base: str, x: str, qx: Quant, x_shape: tuple[int, ...],
+                acc_scale: np.ndarray, tail: Tail) -> None:
+    """``y = requant(reshape(x, [N*C, H*W]) @ ones[H*W, 1])`` reshaped to ``[N, C, 1, 1]``:
+    a global window sum as one GEMM with K = H*W. As a depthwise conv it was a GEMM with
+    K = C*H*W against a block-diagonal weight, C times the work, whose weight (C*C*H*W bytes,
+    256 KiB for ResNet-8's pool) dominated its cycles."""
+    n, c, h, w = x_shape
+    rows = edit.node(f"{base}/rows", "reshape", [x], quant=qx, shape=(n * c, h * w))
+    ones = edit.const(f"{base}/ones", np.ones((h * w, 1), np.int8), quant=Quant(1.0, 0))
+    acc = edit.node(f"{base}/qmatmul", "qmatmul", [rows, ones],
+                    quant=Quant(float(acc_scale[0]), 0))
+    pooled = dataclasses.replace(tail, output=f"{base}/pooled")
+    requant_epilogue(edit, base, acc, acc_scale, -1, pooled)
+    edit.node(f"{base}/reshape", "reshape", [pooled.output], output=tail.output,
+              quant=tail.quant, shape=(n, c, 1, 1))
 
 
 def fold_integer_layout(graph: Graph, node: Node) -> Graph:

@@ -73,6 +73,28 @@ def test_float_qgemm_folds_to_a_dequantized_accumulator():
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("build", [
+    lambda: cases.qlinear_global_avgpool(25, shape=(2, 16, 7, 5)),
+    lambda: cases.qlinear_avgpool(26, shape=(2, 8, 6, 4), kernel_shape=[6, 4]),
+])
+def test_a_pool_over_the_whole_plane_is_one_gemm_over_the_spatial_axis(build):
+    """[N*C, H*W] (a reshape of NCHW) times a column of H*W ones: K = H*W, every input read
+    once, where a depthwise conv would multiply a C*H*W block-diagonal weight."""
+    model, feeds = build()
+    graph = optimize(import_onnx(model), legalize=False)
+    ops_ = [n.op for n in graph.topo_order()]
+    assert ops_ == ["reshape", "qmatmul", "requant", "reshape"], ops_
+    n, c, h, w = feeds["x"].shape
+    mm = next(n_ for n_ in graph.nodes if n_.op == "qmatmul")
+    weights = graph.initializers[mm.inputs[1]]
+    assert weights.shape == (h * w, 1) and (weights == 1).all()
+    assert graph.tensors[mm.inputs[0]].shape == (n * c, h * w)
+    want = cases.ort_run(model, feeds)
+    got, _ = cases.hwgen_run(model, feeds, fold=True)
+    worst, fraction = cases.lsb_diff(want, got)
+    assert worst <= 1 and fraction >= 0.99, (worst, fraction)
+
+
 def test_average_pool_is_a_depthwise_window_sum_with_the_divisor_in_the_requantize():
     model, _ = cases.qlinear_avgpool(18, kernel_shape=[3, 3], strides=[2, 2])
     graph = optimize(import_onnx(model), legalize=False)
