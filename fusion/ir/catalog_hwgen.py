@@ -56,9 +56,15 @@ def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ce
     return out
 
 
-@register("qmatmul", "a b", weights="b", summary="(a - a_zp) @ (b - b_zp) -> int32")
+@register("qmatmul", "a b", weights="b", group=1,
+          summary="(a - a_zp) @ (b - b_zp) -> int32")
 def _qmatmul(c: Call):
     a, b = c.need("a", INT8S), c.need("b", INT8S)
+    group = c.attrs["group"]
+    if not isinstance(group, int) or isinstance(group, bool) or group < 1 or (
+            len(b.shape) == 2 and (b.shape[0] % group or b.shape[1] % group)):
+        raise c.error(f"group {group!r} must be a positive integer dividing both dimensions "
+                      f"of the weight {b.shape}")
     if b.quant is not None and b.quant.per_channel and \
             shapes.axis(b.quant.axis, len(b.shape)) != len(b.shape) - 1:
         raise c.error(f"b's per-channel quantization must be along its last axis (output "

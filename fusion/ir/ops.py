@@ -23,7 +23,9 @@ Integer op semantics
     ``(a - a_zp) @ (b - b_zp)``, numpy matmul shapes, accumulated exactly and wrapped to int32
     like the accumulators. ``a_zp`` is a's per-tensor zero point; ``b_zp`` is per tensor or
     per output channel (``b.quant.axis`` = b's last axis). A tensor without ``Quant`` has zero
-    point 0.
+    point 0. ``group`` (default 1) records that b is block-diagonal (a grouped conv in GEMM
+    form, :mod:`fusion.passes.conv_legalize`): it changes nothing computed, only the MACs
+    the model asks for, ``M*K*N/group``, which the run report's utilization counts.
 ``qconv2d(x, w) -> int32``
     NCHW convolution of ``(x - x_zp)`` (padding with ``x_zp``, so the padding contributes 0) and
     ``(w - w_zp)`` (per tensor or per output channel, axis 0). Attributes ``strides``,

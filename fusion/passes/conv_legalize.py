@@ -139,7 +139,9 @@ def legalize_one(graph: Graph, node: Node) -> Graph:
     wt = edit.const(f"{w}/kxm", gemm_weights(wv, graph.tensors[x].shape[1],
                                              node.attr("group", 1), wq),
                     quant=_moved(wq, 1))
-    cur = edit.node(f"{base}/qmatmul", "qmatmul", [cols, wt], quant=_moved(out.quant, 2))
+    group = node.attr("group", 1)
+    cur = edit.node(f"{base}/qmatmul", "qmatmul", [cols, wt], quant=_moved(out.quant, 2),
+                    **({"group": group} if group > 1 else {}))
     for step in chain:
         attrs = step.attr_dict
         if "axis" in attrs or step.op == "bias_add":

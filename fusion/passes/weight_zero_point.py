@@ -101,7 +101,8 @@ def fold_one(graph: Graph, node: Node) -> Graph:
         a = edit.node(f"{node.name}/split_k", "repeat", [a], times=parts,
                       quant=graph.tensors[a].quant)
     edit.drop(node)
-    edit.node(node.name, "qmatmul", [a, new_w], output=node.outputs[0])
+    edit.node(node.name, "qmatmul", [a, new_w], output=node.outputs[0],
+              **({"group": node.attr("group")} if node.attr("group", 1) > 1 else {}))
     return edit.apply()
 
 

@@ -10,6 +10,7 @@ from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
 from fusion.passes import conv_legalize
 from fusion.reference import executor
+from fusion.runtime.run import kernel_macs
 from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
 RNG = np.random.default_rng(7)
@@ -95,6 +96,11 @@ def test_a_depthwise_conv_is_one_gemm_with_block_diagonal_weights():
             for j in range(3):
                 want[(o // 2) * 9 + i * 3 + j, o] = w[o, 0, i, j]
     np.testing.assert_array_equal(wt, want)
+    # the GEMM records its group: the run report counts the conv's MACs, not the zero blocks
+    mm = got.node("conv/qmatmul")
+    assert mm.attr("group") == 3
+    oh, ow = got.tensors["conv/im2col"].shape[1], 1
+    assert kernel_macs(got, ["conv/qmatmul"]) == 2 * oh * ow * 6 * 1 * 9
 
 
 def test_off_block_weights_are_the_zero_point_so_they_contribute_nothing():
