@@ -1,11 +1,20 @@
-""":func:`run_compiled`: run a compiled model on the simulated accelerator, kernel by kernel.
+""":func:`run_compiled`: run a compiled model on the simulated accelerator.
 
 Each kernel is one simulator job on the variant's build (built once, cached by its hash): its
 operands are written at the planned addresses, its program runs to ``done``, and its output
-region is read back together with the hardware counters. Host steps run in numpy between
-kernels, with the reference executor: layout and the model-boundary quantize/dequantize, and
-the compute ops the plan put on the host (no accelerator kernel, or cheaper there); each is
-timed, and the report counts the compute ones (``host_ops``).
+region is read back together with the hardware counters. Host steps run in numpy with the
+reference executor: layout and the model-boundary quantize/dequantize, and the compute ops the
+plan put on the host (no accelerator kernel, or cheaper there); each is timed, and the report
+counts the compute ones (``host_ops``).
+
+The whole model is one simulator launch. The reference walks the plan first (host steps, and
+each kernel's nodes one by one), which gives every kernel the values of its inputs; then every
+kernel runs, on those values and its directed sets, as jobs of one launch (a launch costs
+about 0.3 s, more than most kernels' simulation); then the results are checked in plan order.
+A kernel thus runs on the reference's values of its inputs rather than on the hardware's
+output of the kernel before; the two are the same values, as every kernel before it is checked
+equal to the reference bit for bit, and the first that is not stops the run. (Memory is still
+written per job: kernels do not yet leave their outputs in simulated memory for the next.)
 
 Shadow execution: before its result is used, every kernel's output is compared bit for bit
 with the reference executor running the kernel's nodes one by one (the unfused reference) on
@@ -271,8 +280,11 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     env: dict[str, np.ndarray] = dict(graph.initializers)
     env.update(executor.coerce_inputs(graph, inputs))
     began = time.perf_counter()
-    runs: list[KernelRun] = []
     host: list[HostRun] = []
+    # 1. The reference walk: host steps run (and are timed) as the plan orders them, and each
+    #    kernel's nodes run one by one (the unfused reference), which gives every kernel its
+    #    input values before any hardware runs.
+    planned = []  # (step, input sets, the reference's output on each)
     for step in compiled.steps:
         if isinstance(step, HostStep):
             t0 = time.perf_counter()
@@ -286,27 +298,37 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         sets = [{t: env[t] for t in spec.inputs}]
         sets += directed_inputs(graph, spec, step.compiled, sets[0], config, shadow_inputs,
                                 seed=seed)
-        jobs = []
+        wants = []
+        for values in sets:
+            ref_env = {**values, **graph.initializers}
+            evaluate_nodes(graph, [graph.node(x) for x in spec.nodes], ref_env)
+            wants.append(ref_env[spec.output])
+        env[spec.output] = wants[0]
+        planned.append((step, sets, wants))
+    # 2. Every kernel on every set in one simulator launch.
+    jobs = []
+    for step, sets, _ in planned:
         for n, values in enumerate(sets):
-            operands = spec.operands(graph, values, config)
+            operands = step.spec.operands(graph, values, config)
             check_dispatch(step, operands)
             writes = step.compiled.memory(**operands)
             jobs.append(Job(program=step.compiled.program,
                             memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
                             name=step.name if n == 0 else f"{step.name}-directed{n}"))
-        results = run_programs(config, jobs, build=build)
+    results = iter(run_programs(config, jobs, build=build) if jobs else [])
+    # 3. The checks, kernel by kernel in plan order: the first difference stops the run. Each
+    #    kernel ran on the reference's values of its inputs; as every kernel before it equals
+    #    the reference bit for bit, those are the values the hardware chain makes.
+    runs: list[KernelRun] = []
+    for step, sets, wants in planned:
+        spec = step.spec
+        done = [next(results) for _ in sets]
         predicted = spec.kind.features(config, spec.params).analytical_cycles()
         floor = timing_floor(config, step.compiled.program, predicted)
-        checked = check_runs(config, step.compiled.program, [r.counters for r in results],
+        checked = check_runs(config, step.compiled.program, [r.counters for r in done],
                              floor_cycles=floor)
-        for n, (values, result, violations) in enumerate(zip(sets, results, checked,
-                                                               strict=True)):
+        for n, (result, want, violations) in enumerate(zip(done, wants, checked, strict=True)):
             got = spec.result(graph, step.compiled.decode(result.outputs))
-            # The reference: the kernel's nodes, one by one, on the same inputs.
-            ref_env = dict(values)
-            ref_env.update(graph.initializers)
-            evaluate_nodes(graph, [graph.node(x) for x in spec.nodes], ref_env)
-            want = ref_env[spec.output]
             if got.shape != want.shape or not np.array_equal(got, want):
                 what = "" if n == 0 else f" on directed input set {n} of {len(sets) - 1}"
                 raise ShadowMismatch(step.name, _mismatch(step, got, want, what))
