@@ -102,3 +102,16 @@ def test_a_json_graph_takes_no_batch(tmp_path):
     save_json(mlp(layers=1, width=8, batch=2), tmp_path / "g.json")
     with pytest.raises(GraphError, match="--batch applies to ONNX models"):
         load_model(tmp_path / "g.json", batch=2)
+
+
+def test_a_node_that_merges_the_batch_axis_is_refused():
+    # Flatten at axis 0 folds the batch into one row: (1, 24) at batch 1, (1, 72) at batch 3
+    nodes = [helper.make_node("Flatten", ["x"], ["y"], name="flat", axis=0)]
+    graph = helper.make_graph(nodes, "flat",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 6))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphError, match=r"--batch 3: Flatten node 'flat' gives 'y' the shape "
+                                         r"\(1, 72\) at batch 3 \(at batch 1: \(1, 24\)\), so it "
+                                         r"does not keep the batch as the leading axis"):
+        import_onnx(model, batch=3)
