@@ -121,6 +121,8 @@ class CompiledModel:
     decisions: list[engine.ChainDecision]
     fusion: bool
     cache_stats: dict[str, Any] = field(default_factory=dict)
+    #: Inferences per run: the graph's inputs lead with this batch (:mod:`fusion.frontend.batch`).
+    batch: int = 1
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -134,6 +136,20 @@ class CompiledModel:
     @property
     def host(self) -> list[HostStep]:
         return [s for s in self.steps if isinstance(s, HostStep)]
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the constant GEMM weights the plan loads: each GEMM kernel's weight
+        region (``b``, padded to whole tiles as it sits in memory), once."""
+        return sum(k.spec.regions(self.config)["b"] for k in self.kernels
+                   if "b" in k.spec.kind.const_regions)
+
+    @property
+    def roofline_cycles(self) -> int:
+        """The weight-bandwidth roofline: no plan runs in fewer cycles than streaming its
+        weights once through the memory port, ``weight_bytes / port_bytes``. The bound of a
+        GEMV-bound model (batch 1 of fully connected layers), where the array idles."""
+        return -(-self.weight_bytes // self.config.port_bytes)
 
     @property
     def host_ops(self) -> list[HostStep]:
@@ -185,7 +201,8 @@ class CompiledModel:
             })
         return {"format": PLAN_TAG, "version": PLAN_FORMAT, "model": self.graph.name,
                 "signature": self.graph.signature(), "variant": self.config.key(),
-                "fusion": self.fusion, "predicted_cycles": round(self.predicted_cycles),
+                "fusion": self.fusion, "batch": self.batch,
+                "predicted_cycles": round(self.predicted_cycles),
                 "host_ops": len(self.host_ops),
                 "predicted_host_seconds": self.predicted_host_seconds,
                 "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
@@ -226,7 +243,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   model: CostModel | None = None, fusion: bool = True,
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
                   optimized: bool = False, host_fallback: bool = True,
-                  host_model: HostCostModel | None = None) -> CompiledModel:
+                  host_model: HostCostModel | None = None, batch: int = 1) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -249,6 +266,9 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         the model, one line per op.
     host_model : HostCostModel, optional
         Prices host steps (:mod:`fusion.cost.host`); the default constants otherwise.
+    batch : int
+        Inferences per run that ``graph`` was imported for (recorded for the reports;
+        :func:`fusion.frontend.load.load_model` sets the shapes).
 
     Raises
     ------
@@ -296,7 +316,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     if cache is not None:
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
-    return CompiledModel(g, config, steps, memory, decisions, fusion, stats)
+    return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch)
 
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,

@@ -304,7 +304,11 @@ class _Reader:
             placement = memory.placements[step.name]
             steps.append(self.kernel_step(step, entry, placement, files, i))
         fusion = self.get(data, "fusion", bool, "")
-        return CompiledModel(graph, self.config, steps, memory, [], fusion, {})
+        batch = data.get("batch", 1)  # plans written before batches ran one inference
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise self.fail(f"{self.plan_path}: batch must be a whole number of at least 1, "
+                            f"not {batch!r}")
+        return CompiledModel(graph, self.config, steps, memory, [], fusion, {}, batch)
 
     def host_step(self, step: dict[str, Any], host: dict[str, Node], where: str) -> Node:
         name = self.get(step, "name", str, where)

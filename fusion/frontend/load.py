@@ -12,8 +12,8 @@ from fusion.ir.validation import validate
 MODEL_TYPES = {".onnx": "ONNX", ".json": "hwgen JSON graph"}
 
 
-def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None
-               ) -> Graph:
+def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               batch: int = 1) -> Graph:
     """Read an ONNX model or an hwgen JSON graph (by extension).
 
     Parameters
@@ -21,6 +21,9 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
     path : str or Path
     input_shapes : mapping of str to sequence of int, optional
         Static shapes for ONNX inputs with dynamic dimensions.
+    batch : int
+        Inferences per run, the leading dimension of every ONNX input
+        (:mod:`fusion.frontend.batch`); 1 reads the model as it is.
 
     Raises
     ------
@@ -28,7 +31,7 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
         For an unknown extension, an unreadable or invalid model (checked by
         :func:`fusion.ir.validation.validate`), a model that computes nothing (no outputs, no
         nodes, or only graph inputs and constants as outputs), or input shapes given for a
-        JSON graph (whose shapes are static already).
+        JSON graph (whose shapes are static already), or a batch that the model cannot take.
     """
     path = Path(path)
     kind = MODEL_TYPES.get(path.suffix.lower())
@@ -40,8 +43,11 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
     if kind == "ONNX":
         from fusion.frontend.onnx_import import import_onnx
 
-        graph = import_onnx(path, input_shapes=input_shapes)  # validated
+        graph = import_onnx(path, input_shapes=input_shapes, batch=batch)  # validated
     else:
+        if batch != 1:
+            raise GraphError(f"--batch applies to ONNX models; the hwgen JSON graph {path} "
+                             f"has static shapes: build it with the batch you want")
         if input_shapes:
             raise GraphError(f"--input-shape applies to ONNX models; the hwgen JSON graph "
                              f"{path} has static shapes already")

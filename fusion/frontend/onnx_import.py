@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from fusion.frontend.batch import batch_graph, check_batch
 from fusion.frontend.onnx_quant import annotate
 from fusion.ir import ops
 from fusion.ir.graph import Graph, GraphError, Node, Tensor
@@ -40,7 +41,7 @@ _CONTRIB_DOMAIN = "com.microsoft"
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
                 input_shapes: Mapping[str, Sequence[int]] | None = None, *,
-                validate: bool = True) -> Graph:
+                validate: bool = True, batch: int = 1) -> Graph:
     """Import an ONNX model.
 
     Parameters
@@ -51,6 +52,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     validate : bool
         Run :func:`fusion.ir.validation.validate` on the result (default). Turn it off only to
         inspect a model that hwgen cannot run.
+    batch : int
+        Inferences per run: every graph input's leading dimension (1 in the model, or given
+        by ``input_shapes``) becomes ``batch``, and shapes follow
+        (:mod:`fusion.frontend.batch`). 1 (the default) imports the model as it is.
 
     Returns
     -------
@@ -61,8 +66,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     GraphError
         Naming the node or tensor and the fix: unreadable model, unsupported op or element
         type, missing initializer, dynamic shape, cycle, dtype mismatch, non-int8 weights,
-        zero point out of range.
+        zero point out of range; with ``batch``, an input without a leading batch axis of 1 or
+        a node that moves the batch axis.
     """
+    batch = check_batch(batch)
     proto = _load(model)
     g = proto.graph
     constants: dict[str, np.ndarray] = {}
@@ -101,7 +108,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     tensors: dict[str, Tensor] = {}
     scale_only = _scale_only(nodes)
     for v in graph_inputs:
-        tensors[v.name] = Tensor(v.name, _input_shape(v, input_shapes),
+        tensors[v.name] = Tensor(v.name, _input_shape(v, input_shapes, batch),
                                  _elem(v.type.tensor_type.elem_type, v.name, v.name in scale_only))
     unknown = sorted(set(input_shapes or {}) - {v.name for v in graph_inputs})
     if unknown:
@@ -111,10 +118,13 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
         constants[key] = array.astype(_elem_np(array, key, key in scale_only))
         tensors[key] = Tensor(key, array.shape, str(constants[key].dtype))
     nodes = _topo_sort(nodes, set(tensors))
+    given = dict(tensors)
     for node in nodes:
         inputs = [tensors[i] if i else None for i in node.inputs]
-        for out, t in zip(node.outputs, ops.infer(node, inputs, constants), strict=True):
-            tensors[out] = Tensor(out, t.shape, t.dtype)
+        for out, t in zip(node.outputs, _infer(node, inputs, constants), strict=True):
+            tensors[out] = t
+    if batch != 1:
+        nodes, tensors = batch_graph(nodes, given, constants, tensors, batch, _infer)
     _check_outputs(g, tensors)
     quants = annotate(nodes, {k: len(t.shape) for k, t in tensors.items()}, constants)
     for key, quant in quants.items():
@@ -129,6 +139,12 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     if validate:
         validate_graph(graph)
     return graph
+
+
+def _infer(node: Node, inputs: Sequence[Tensor | None], constants: Mapping[str, np.ndarray]
+           ) -> list[Tensor]:
+    return [Tensor(out, t.shape, t.dtype)
+            for out, t in zip(node.outputs, ops.infer(node, inputs, constants), strict=True)]
 
 
 def _load(model) -> onnx.ModelProto:
@@ -223,7 +239,10 @@ def _attr(a: onnx.AttributeProto, node: str):
     return value
 
 
-def _input_shape(v: onnx.ValueInfoProto, given: Mapping[str, Sequence[int]] | None):
+def _input_shape(v: onnx.ValueInfoProto, given: Mapping[str, Sequence[int]] | None,
+                 batch: int = 1):
+    """The input's static shape at batch 1: declared, or ``given``; with a ``batch``, a
+    dynamic leading dimension (the batch) reads as 1 (:mod:`fusion.frontend.batch` sets it)."""
     if not v.type.HasField("tensor_type"):
         raise GraphError(f"graph input {v.name!r} is not a tensor (a sequence or optional); "
                          f"hwgen imports tensors only")
@@ -237,6 +256,9 @@ def _input_shape(v: onnx.ValueInfoProto, given: Mapping[str, Sequence[int]] | No
             raise GraphError(f"input_shapes gives {shape} for {v.name!r}, which the model "
                              f"declares as {declared}; give a shape that fits")
         return shape
+    if batch != 1 and declared and not isinstance(declared[0], int) and all(
+            isinstance(d, int) for d in declared[1:]):
+        return (1, *declared[1:])
     if not v.type.tensor_type.HasField("shape") or any(not isinstance(d, int) for d in declared):
         shown = declared if v.type.tensor_type.HasField("shape") else "unknown rank"
         raise GraphError(f"graph input {v.name!r} has a dynamic shape {shown}; hwgen needs "

@@ -146,6 +146,24 @@ class RunReport:
     peak_memory_bytes: int
     wall_seconds: float
     host: list[HostRun] = field(default_factory=list)
+    #: Inferences the run computed (the plan's batch).
+    batch: int = 1
+    #: The plan's weight-bandwidth roofline in cycles
+    #: (:attr:`fusion.compiler.plan.CompiledModel.roofline_cycles`) and the weight bytes
+    #: behind it.
+    roofline_cycles: int = 0
+    weight_bytes: int = 0
+
+    @property
+    def inferences_per_mcycle(self) -> float:
+        """Throughput: inferences per million kernel cycles."""
+        return self.batch * 1e6 / self.total_cycles if self.total_cycles else 0.0
+
+    @property
+    def roofline_fraction(self) -> float:
+        """The weight-bandwidth roofline over the measured kernel cycles (1.0: every cycle
+        streamed weights)."""
+        return self.roofline_cycles / self.total_cycles if self.total_cycles else 0.0
 
     @property
     def total_cycles(self) -> int:
@@ -182,7 +200,10 @@ class RunReport:
         return {"ok": True, "total_cycles": self.total_cycles,
                 "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
                 "macs": self.total_macs, "ideal_cycles": self.ideal_cycles,
-                "utilization": round(self.utilization, 4),
+                "utilization": round(self.utilization, 4), "batch": self.batch,
+                "inferences_per_mcycle": round(self.inferences_per_mcycle, 3),
+                "weight_bytes": self.weight_bytes, "roofline_cycles": self.roofline_cycles,
+                "roofline_fraction": round(self.roofline_fraction, 4),
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "kernels": [k.to_dict() for k in self.kernels],
                 "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
@@ -343,7 +364,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                                       -(-macs // (config.rows * config.cols))))
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
-                     host)
+                     host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes)
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

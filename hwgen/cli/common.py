@@ -118,6 +118,9 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
     p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
                    metavar="NAME=D0,D1,...",
                    help="static shape of an ONNX input with dynamic dimensions")
+    p.add_argument("--batch", type=positive_int, default=None, metavar="B",
+                   help="inferences per run: every ONNX input's leading (batch) dimension "
+                        "becomes B, so that each kernel runs all B at once (default 1)")
     p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
                    help="every op its own kernel, through memory")
     p.add_argument("--min-gain", dest="min_gain", type=fraction,
@@ -141,7 +144,9 @@ def compile_args(args: argparse.Namespace):
 
     config = read_variant(args.variant)
     shapes = dict(args.input_shape or [])
-    graph = load_model(args.model, shapes)
+    batch = args.batch or 1
+    graph = load_model(args.model, shapes, batch)
+    check_batch_fits(graph, config, batch)
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         # the cache ignores failed writes (never a reason to fail), so say it here
         raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
@@ -149,7 +154,28 @@ def compile_args(args: argparse.Namespace):
     cache = KernelCache(args.cache) if args.cache else KernelCache()
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
-                         min_gain=min_gain, host_fallback=not args.no_host_fallback)
+                         min_gain=min_gain, host_fallback=not args.no_host_fallback,
+                         batch=batch)
+
+
+def check_batch_fits(graph, config: VariantConfig, batch: int) -> None:
+    """Refuse, before any work, a batch whose data cannot fit the variant's external
+    memory: the largest tensor computed from the inputs, at one byte an element (int8 on
+    the accelerator), must fit beside the weights whatever the plan."""
+    import math
+
+    from fusion.compiler.memplan import too_big
+
+    if batch == 1:
+        return
+    weights = sum(int(v.size) for v in graph.initializers.values() if v.ndim >= 2)
+    name, largest = max(((n, math.prod(t.shape)) for n, t in graph.tensors.items()
+                         if n not in graph.initializers), key=lambda p: p[1])
+    need = weights + largest
+    if need > config.mem_bytes:
+        raise too_big(config, need, f"--batch {batch}: the model needs at least", "",
+                      f"its largest tensor {name} has {largest:,} elements at batch {batch} "
+                      f"beside {weights:,} B of weights")
 
 
 def host_op_lines(steps, measured: bool) -> list[str]:

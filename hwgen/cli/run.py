@@ -26,7 +26,7 @@ HELP = ("compile a model (or read a compiled plan) and run every kernel on Veril
 
 #: Compile options that mean nothing for a plan that is already compiled.
 _COMPILE_OPTIONS = {"no_fusion": "--no-fusion", "min_gain": "--min-gain", "cache": "--cache",
-                    "input_shape": "--input-shape"}
+                    "input_shape": "--input-shape", "batch": "--batch"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,6 +70,19 @@ def _compiled(args: argparse.Namespace):
                      variant=args.variant)
 
 
+def _check_input_shape(name: str, path: str, got: tuple[int, ...], want: tuple[int, ...],
+                       batch: int) -> None:
+    """Refuse an ``--input`` file of another shape than the plan's, with the ``--batch`` that
+    would take it when only the leading (batch) dimension differs."""
+    if tuple(got) == tuple(want):
+        return
+    fix = "give a value of that shape"
+    if len(got) == len(want) and got and tuple(got[1:]) == tuple(want[1:]) and got[0] >= 1:
+        fix = f"run with --batch {got[0]} to take {got[0]} inputs at once"
+    raise ValueError(f"--input {path} has shape {tuple(got)}, but input {name!r} of the plan "
+                     f"(batch {batch}) has shape {tuple(want)}: {fix}")
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -90,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read --input {path}: {exc}") from None
+        _check_input_shape(name, path, inputs[name].shape, graph.tensors[name].shape,
+                           compiled.batch)
     inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)
     outputs = named_paths(args.output, "--output", graph.outputs, "outputs")  # before the run
     for path in outputs.values():
@@ -135,4 +150,8 @@ def run(args: argparse.Namespace) -> int:
           f"{report.total_macs:,} MACs (utilization {report.utilization:.2f} of the "
           f"{compiled.config.rows}x{compiled.config.cols} array); {host}; peak external "
           f"memory {report.peak_memory_bytes:,} B; {report.wall_seconds:.1f} s")
+    print(f"batch {report.batch}: {report.inferences_per_mcycle:,.1f} inferences per million "
+          f"cycles; weight-bandwidth roofline {report.roofline_cycles:,} cycles "
+          f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
+          f"{report.roofline_fraction:.2f} of it reached")
     return 0
