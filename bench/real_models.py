@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from examples.build_real_models import MODELS, sample_input
+from examples.build_real_models import sample_input
 from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
