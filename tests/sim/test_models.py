@@ -143,3 +143,24 @@ def test_dispatch_refuses_a_kernel_compiled_for_other_quantization(v4x4, cache):
         victim.spec.params, epilogue=dataclasses.replace(epilogue, zp=epilogue.zp + 1)))
     with pytest.raises(GraphError, match=f"kernel '{victim.name}' was compiled for quant "):
         run_compiled(compiled, {"x": sample_input("qop_mlp", 1)})
+
+
+def test_a_model_is_one_simulator_launch(v4x4, cache, monkeypatch):
+    """Every kernel of the CNN and its directed sets are jobs of one launch (the real
+    launcher, counted), and each job ran its own kernel's program."""
+    import sim.run
+
+    launches = []
+    real = sim.run.run_programs
+
+    def counted(config, jobs, **kw):
+        launches.append([job.name for job in jobs])
+        return real(config, jobs, **kw)
+
+    monkeypatch.setattr(sim.run, "run_programs", counted)
+    compiled = compile_model(import_onnx(EXAMPLES / "qdq_cnn.onnx"), v4x4, cache=cache)
+    report = run_compiled(compiled, {"x": sample_input("qdq_cnn", 1)}, shadow_inputs=2)
+    (names,) = launches
+    kernels = [k.name for k in report.kernels]
+    assert len(kernels) > 1 and names[::3] == kernels
+    assert names[1::3] == [f"{k}-directed1" for k in kernels]
