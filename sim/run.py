@@ -288,6 +288,8 @@ def _launch(build: sim_build.BuildInfo, folder: Path) -> None:
             hdl_toplevel_lang="verilog",
             build_dir=build.obj_dir,
             test_dir=folder,
+            plusargs=[f"+hwgen_load={folder / jobfile.LOAD_HEX}",
+                      f"+hwgen_dump={folder / jobfile.DUMP_HEX}"],
             extra_env={
                 jobfile.ENV_VAR: str(folder),
                 # cocotb installs pytest's assertion rewriter for every module imported in the

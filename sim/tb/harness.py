@@ -1,9 +1,11 @@
 """The cocotb testbench: run a file of jobs on ``hwgen_tb_top``, one simulator launch for all.
 
-For each job: hold reset, zero what the previous job wrote, fill the read regions with the
-poison byte, write the memory segments and the program through VPI, pulse ``start``, then
-``await`` the rising edge of ``done`` under a watchdog and read the counters and the read
-regions once. Python is never in the per-cycle loop: the clock is Verilog, and the only
+For each job: hold reset; write one ``$readmemh`` file that zeroes what the previous job wrote,
+fills the read regions with the poison byte and holds the memory segments, and pulse the top's
+``load_mem`` (a VPI write per word cost more than the simulation for a model's kernels);
+write the program through VPI; pulse ``start``, then ``await`` the rising edge of ``done``
+under a watchdog and read the counters, and the read regions through ``$writememh``
+(``dump_mem``). Python is never in the per-cycle loop: the clock is Verilog, and the only
 wake-ups are a handful of clock edges around reset and start, then ``done`` or the timer.
 
 The run folder is named by the environment variable :data:`sim.tb.jobfile.ENV_VAR`. The
@@ -38,55 +40,77 @@ class _Handles:
             self.start = dut.start
             self.done = dut.done
             self.ext_mem = dut.ext_mem
+            self.load_mem, self.dump_mem = dut.load_mem, dut.dump_mem
+            self.dump_lo, self.dump_hi = dut.dump_lo, dut.dump_hi
             self.imem = dut.accel.seq.imem
             self.counters = {n: getattr(dut, f"perf__{n}") for n in header["counters"]}
         except AttributeError as exc:
             # Only what rtl_templates/sim_top.vlt.j2 makes public is visible through VPI.
             raise RuntimeError(
                 f"a testbench handle is missing ({exc}); the build's .vlt file makes public "
-                f"hwgen_tb_top's rst, start, done, clk, perf__* and ext_mem, and "
-                f"accel.seq.imem"
+                f"hwgen_tb_top's rst, start, done, clk, perf__*, ext_mem, load_mem, "
+                f"dump_mem, dump_lo, dump_hi and accel.seq.imem"
             ) from exc
 
 
-def _words(data: np.ndarray, port_bytes: int) -> list[int]:
-    """Bytes -> little-endian words."""
-    raw = data.tobytes()
-    return [int.from_bytes(raw[i:i + port_bytes], "little") for i in range(0, len(raw), port_bytes)]
+def _hex_lines(data: np.ndarray, port_bytes: int) -> str:
+    """Bytes -> ``$readmemh`` lines, one little-endian word a line (most significant first)."""
+    rows = np.ascontiguousarray(np.frombuffer(data.tobytes(), np.uint8).reshape(
+        -1, port_bytes)[:, ::-1])
+    text = rows.tobytes().hex()
+    width = 2 * port_bytes
+    return "\n".join(text[i:i + width] for i in range(0, len(text), width))
 
 
-def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int) -> None:
-    """Write memory and program; the design is in reset, so this takes no simulated time."""
-    mem = h.ext_mem
+async def _pulse(signal: Any) -> None:
+    """A rising edge on ``signal`` (its always block runs), then back to 0."""
+    signal.value = 1
+    await Timer(1, "ps")
+    signal.value = 0
+    await Timer(1, "ps")
+
+
+async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int,
+                folder: Path) -> None:
+    """Write memory and program; the design is in reset, so this takes no simulated cycle."""
+    parts = []
     for addr, words in job.clear:
-        for a in range(addr, addr + words):
-            mem[a].value = 0
-    poison = int.from_bytes(bytes([POISON]) * port_bytes, "little")
+        parts.append(f"@{addr:x}\n" + _hex_lines(np.zeros(words * port_bytes, np.uint8),
+                                                   port_bytes))
     for addr, size in job.reads.values():
-        for a in range(addr, addr + size // port_bytes):
-            mem[a].value = poison
+        parts.append(f"@{addr:x}\n" + _hex_lines(np.full(size, POISON, np.uint8), port_bytes))
     for addr, data in job.writes:
-        for a, word in enumerate(_words(data, port_bytes), start=addr):
-            mem[a].value = word
+        parts.append(f"@{addr:x}\n" + _hex_lines(data, port_bytes))
+    if parts:
+        (folder / jobfile.LOAD_HEX).write_text("\n".join(parts) + "\n")
+        await _pulse(h.load_mem)
     program = [int(w) for w in job.program]
     # Zero the tail of the previous program so a stale word can never be fetched.
     for i, word in enumerate(program + [0] * max(0, previous_program - len(program))):
         h.imem[i].value = word
 
 
-def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int) -> dict[str, np.ndarray]:
+async def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
+                folder: Path) -> dict[str, np.ndarray]:
     outputs = {}
     for name, (addr, size) in job.reads.items():
-        raw = b"".join(
-            h.ext_mem[a].value.to_unsigned().to_bytes(port_bytes, "little")
-            for a in range(addr, addr + size // port_bytes)
-        )
-        outputs[name] = np.frombuffer(raw, dtype=np.uint8).copy()
+        words = size // port_bytes
+        h.dump_lo.value, h.dump_hi.value = addr, addr + words - 1
+        await _pulse(h.dump_mem)
+        lines = [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
+                 if not line.startswith(("//", "@"))]
+        if len(lines) != words:
+            raise RuntimeError(f"$writememh wrote {len(lines)} words of region {name!r}, not "
+                               f"{words}")
+        raw = bytes.fromhex("".join(lines))
+        outputs[name] = np.ascontiguousarray(np.frombuffer(raw, np.uint8).reshape(
+            words, port_bytes)[:, ::-1]).reshape(-1)
     return outputs
 
 
 async def _run_job(
-    h: _Handles, job: jobfile.JobSpec, header: dict[str, Any], previous_program: int
+    h: _Handles, job: jobfile.JobSpec, header: dict[str, Any], previous_program: int,
+    folder: Path
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     port_bytes = header["port_bytes"]
     h.start.value = 0
@@ -95,7 +119,7 @@ async def _run_job(
     await RisingEdge(h.clk)
     await RisingEdge(h.clk)
     began = time.perf_counter()
-    _load(h, job, port_bytes, previous_program)
+    await _load(h, job, port_bytes, previous_program, folder)
     load_seconds = time.perf_counter() - began
     # Drive on falling edges so the design samples stable values on the rising ones.
     await FallingEdge(h.clk)
@@ -121,7 +145,7 @@ async def _run_job(
         "load_seconds": load_seconds,
         "timeout_cycles": job.timeout_cycles,
     }
-    return result, _read(h, job, port_bytes)
+    return result, await _read(h, job, port_bytes, folder)
 
 
 @cocotb.test()
@@ -136,7 +160,7 @@ async def run_jobs(dut: Any) -> None:
         h = _Handles(dut, header)
         previous_program = 0
         for job in jobs:
-            result, job_outputs = await _run_job(h, job, header, previous_program)
+            result, job_outputs = await _run_job(h, job, header, previous_program, folder)
             results.append(result)
             outputs.append(job_outputs)
             previous_program = len(job.program)
