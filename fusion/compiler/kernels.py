@@ -13,7 +13,11 @@ on the kind; what is here is the graph side:
   ``sum((a - za) * w) = sum(a * w) - za * colsum(w)``, so such a GEMM always runs the bias
   stage (the bias vector is the correction plus any fused ``bias_add``). A ``qadd`` is the
   residual stage's scaled add, fused after the GEMM that makes one of its inputs or in a
-  pass; its other input is the kernel's second graph input. A ``maxpool`` is the
+  pass; its other input is the kernel's second graph input. A ``qmatmul`` of a grouped
+  convolution (attribute ``group``, block-diagonal weights) is a grouped GEMM
+  (:func:`grouping`) when each group's output channels divide the array's columns: every
+  column block then reduces over its own rows of K only; otherwise it is the dense GEMM of its
+  block-diagonal weights, and the spec's note says why. A ``maxpool`` is the
   element-wise max of its window's positions (:mod:`fusion.kernels.eltmax.kind`);
 - :meth:`KernelSpec.operands` makes the kernel's operand arrays from the values of the
   graph's tensors, and :meth:`KernelSpec.result` the output tensor's value from the kernel's.
@@ -42,6 +46,7 @@ from fusion.kernels.eltmax.kind import MAX, MaxParams, Window
 from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.layout import kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
 from hwgen.config import VariantConfig
@@ -139,13 +144,70 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
                                                        source=anchor.outputs[0])
     consts["b"] = w
     producer = graph.producer(anchor.inputs[0])
-    note = "" if producer is None or producer.op != "repeat" else (
-        f"weights split into {producer.attr('times')} int8 parts along K (weight zero points), "
-        f"A repeated by {producer.name}")
+    split = producer is not None and producer.op == "repeat"
+    notes = [f"weights split into {producer.attr('times')} int8 parts along K (weight zero "
+             f"points), A repeated by {producer.name}"] if split else []
+    kgroup, why = grouping(config, w, anchor.attr("group", 1) or 1, split=split)
+    notes += [why] if why else []
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
-                                                   epilogue=params),
+                                                   epilogue=params, kgroup=kgroup),
                       inputs=(anchor.inputs[0],) + ((residual,) if residual else ()),
-                      consts=consts, note=note, **names)
+                      consts=consts, note="; ".join(notes), **names)
+
+
+def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
+             split: bool = False) -> tuple[int, str]:
+    """The ``kgroup`` of a grouped convolution's GEMM, and why it is (or is not) grouped.
+
+    The ``[K, N]`` weights of a convolution of ``group`` groups are block-diagonal
+    (:func:`fusion.passes.conv_legalize.gemm_weights`): output channel o reads only the
+    ``K / group`` rows of its group. When the ``N / group`` channels of a group divide the
+    array's ``cols``, column block ``j`` (a whole number of groups) reads only the
+    ``kgroup = cols * K / N`` rows ``[j*kgroup, (j+1)*kgroup)``: a grouped GEMM does
+    ``Nb`` times less work than the dense one (:class:`fusion.kernels.gemm.params.GemmParams`).
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The variant (its ``cols``).
+    w : ndarray
+        The ``[K, N]`` int8 GEMM weights.
+    group : int
+        The ``qmatmul``'s ``group`` attribute (1: not a grouped convolution).
+    split : bool
+        The weights were split into int8 parts stacked along K
+        (:mod:`fusion.passes.weight_zero_point`): the blocks are no longer diagonal.
+
+    Returns
+    -------
+    (int, str)
+        ``kgroup`` (0: dense) and a note for the plan (empty when ``group`` is 1).
+    """
+    if group <= 1:
+        return 0, ""
+    K, N = w.shape  # noqa: N806
+    C = config.cols  # noqa: N806
+    dense = f"group {group} as a dense GEMM of block-diagonal weights: "
+    if split:
+        return 0, dense + ("the weights are split into int8 parts along K (weight zero points), "
+                           "so their blocks are not diagonal")
+    if K % group or N % group:
+        return 0, dense + f"K={K} or N={N} is not a multiple of the group count"
+    per_group = N // group
+    if C % per_group:
+        return 0, dense + (f"a group's {per_group} output channels do not divide the array's "
+                           f"{C} columns")
+    kgroup = C * K // N
+    if kgroup >= K:
+        return 0, dense + f"all {N} output channels fit one column block of {C}"
+    if kgroup_problem(config, K, N, kgroup) is not None:  # unreachable by the arithmetic above
+        raise AssertionError(kgroup_problem(config, K, N, kgroup))
+    rows = np.arange(K)[:, None] // kgroup
+    cols = np.arange(N)[None, :] // C
+    if np.any(w[rows != cols]):
+        return 0, dense + f"the weights are not zero outside the diagonal {kgroup}-row blocks"
+    return kgroup, (f"group {group}: grouped GEMM, each column block of {C} reduces over its "
+                    f"{kgroup} rows of K={K}, not all of them")
 
 
 _POOL_DEFAULTS = {"strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "ceil_mode": 0}

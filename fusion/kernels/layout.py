@@ -8,13 +8,20 @@ C = ``config.cols``, an M x K by K x N GEMM is padded to
   every k-tile of it) is a whole number of words;
 - ``Mb = ceil(M / R)`` row blocks and ``Nb = ceil(N / C)`` column blocks.
 
+A grouped GEMM (``kgroup > 0``, a grouped or depthwise convolution) has a block-diagonal B:
+column block ``j`` reads only rows ``[j*kgroup, (j+1)*kgroup)`` of K. Its tiles then reduce
+over ``Kp`` = ``kgroup`` rounded up to ``k_align`` only (not K): A keeps every row of K, one
+``Kp`` slice per column block (``a_Kp = Nb * Kp``), and B holds only the diagonal blocks.
+
 All padding is zeros. The layouts, outermost index first:
 
-``A``  ``[Mb][Kp][R]`` int8
+``A``  ``[Mb][a_Kp][R]`` int8
     Blocked and K-major: block ``i`` holds ``A[i*R:(i+1)*R, :]`` transposed, so one k step of
     a block is one A scratchpad row, and a k-tile of a block is one contiguous segment.
+    Grouped, slice ``[j*Kp, (j+1)*Kp)`` of a block holds the rows column block ``j`` reads.
 ``B``  ``[Nb][Kp][C]`` int8
-    Block ``j`` holds ``B[:, j*C:(j+1)*C]``: one k step is one B scratchpad row.
+    Block ``j`` holds ``B[:, j*C:(j+1)*C]``: one k step is one B scratchpad row. Grouped, it
+    holds ``B[j*kgroup:(j+1)*kgroup, j*C:(j+1)*C]``.
 ``bias``  ``[Nb][C]`` int32, padded to whole words
     Loaded with ``e32``: one epilogue scratchpad row per column block.
 ``bias`` per channel  ``[Nb][3][C]`` int32, padded to whole words
@@ -58,12 +65,23 @@ class GemmDims:
     M: int
     K: int
     N: int
+    #: Grouped GEMM: the K rows each column block reads (0: dense). Column block ``j`` (output
+    #: columns ``[j*C, (j+1)*C)``) reads only rows ``[j*kgroup, (j+1)*kgroup)`` of A and B.
+    kgroup: int = 0
 
     def __post_init__(self) -> None:
         for name in ("M", "K", "N"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        problem = kgroup_problem(self.config, self.K, self.N, self.kgroup)
+        if problem is not None:
+            raise ValueError(problem)
+
+    @property
+    def grouped(self) -> bool:
+        """Each column block reads its own ``kgroup`` rows of K (a grouped GEMM)."""
+        return self.kgroup > 0
 
     @property
     def R(self) -> int:  # noqa: N802 - the array's rows, as in the layout docs
@@ -79,8 +97,22 @@ class GemmDims:
 
     @property
     def Kp(self) -> int:  # noqa: N802
+        """The reduction steps of one output tile: K (grouped, ``kgroup``) rounded up to a
+        multiple of ``config.k_align``; B's layout is ``[Nb][Kp][C]``."""
         align = self.config.k_align
-        return _ceil_div(self.K, align) * align
+        return _ceil_div(self.kgroup or self.K, align) * align
+
+    @property
+    def a_Kp(self) -> int:  # noqa: N802
+        """A's padded width: :attr:`Kp`, or grouped ``Nb * Kp`` (one ``Kp`` slice per column
+        block); A's layout is ``[Mb][a_Kp][R]``."""
+        return self.Nb * self.Kp if self.grouped else self.Kp
+
+    def k_rows(self, nb: int) -> tuple[int, int]:
+        """The rows ``[lo, hi)`` of K that column block ``nb`` reads (all of K when dense)."""
+        if not self.grouped:
+            return 0, self.K
+        return min(nb * self.kgroup, self.K), min((nb + 1) * self.kgroup, self.K)
 
     @property
     def Mb(self) -> int:  # noqa: N802
@@ -107,6 +139,25 @@ class GemmDims:
         rows, plus padding to a whole word."""
         row, rows = self.config.e_row_bytes, bias_group(per_channel) * self.Nb
         return _ceil_div(rows * row, self.W) * self.W // row if row < self.W else rows
+
+
+def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int) -> str | None:  # noqa: N803
+    """Why ``kgroup`` cannot group an M x K by K x N GEMM on ``config``; None if it can.
+
+    Column block ``j`` reads rows ``[j*kgroup, (j+1)*kgroup)``: every block but the last
+    reads a full ``kgroup`` rows and the last reads the rest, at least one row, so
+    ``(Nb - 1) * kgroup < K <= Nb * kgroup``; one column block (``kgroup >= K``) is dense.
+    """
+    if not isinstance(kgroup, int) or isinstance(kgroup, bool) or kgroup < 0:
+        return f"kgroup must be a non-negative integer (0: dense), not {kgroup!r}"
+    if kgroup == 0:
+        return None
+    nb = _ceil_div(N, config.cols)
+    if not (nb - 1) * kgroup < K <= nb * kgroup or nb < 2:
+        return (f"kgroup={kgroup} does not split K={K} over the {nb} column block(s) of N={N} "
+                f"(cols={config.cols}): a grouped GEMM needs at least two column blocks and "
+                f"(Nb-1)*kgroup < K <= Nb*kgroup; use kgroup=0 (dense)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -263,19 +314,50 @@ def _check(x: np.ndarray, shape: tuple[int, ...], dtype: type, name: str) -> np.
 
 
 def pack_a(dims: GemmDims, a: np.ndarray) -> bytes:
-    """A (M x K int8) in the ``[Mb][Kp][R]`` layout."""
+    """A (M x K int8) in the ``[Mb][a_Kp][R]`` layout.
+
+    Grouped, column block ``j``'s rows of K (:meth:`GemmDims.k_rows`) start at
+    ``j * Kp``, each slice zero padded to ``Kp``.
+    """
     a = _check(a, (dims.M, dims.K), np.int8, "a")
-    padded = np.zeros((dims.Mb * dims.R, dims.Kp), np.int8)
-    padded[: dims.M, : dims.K] = a
-    return padded.reshape(dims.Mb, dims.R, dims.Kp).transpose(0, 2, 1).tobytes()
+    padded = np.zeros((dims.Mb * dims.R, dims.a_Kp), np.int8)
+    if dims.grouped:
+        for nb in range(dims.Nb):
+            lo, hi = dims.k_rows(nb)
+            padded[: dims.M, nb * dims.Kp: nb * dims.Kp + hi - lo] = a[:, lo:hi]
+    else:
+        padded[: dims.M, : dims.K] = a
+    return padded.reshape(dims.Mb, dims.R, dims.a_Kp).transpose(0, 2, 1).tobytes()
 
 
 def pack_b(dims: GemmDims, b: np.ndarray) -> bytes:
-    """B (K x N int8) in the ``[Nb][Kp][C]`` layout."""
+    """B (K x N int8) in the ``[Nb][Kp][C]`` layout.
+
+    Grouped, block ``j`` holds only B's rows :meth:`GemmDims.k_rows` ``(j)`` of its columns
+    (the diagonal blocks), so B must be zero elsewhere.
+
+    Raises
+    ------
+    ValueError
+        Grouped, when B has a non-zero entry outside the diagonal blocks (naming the first).
+    """
     b = _check(b, (dims.K, dims.N), np.int8, "b")
-    padded = np.zeros((dims.Kp, dims.Nb * dims.C), np.int8)
-    padded[: dims.K, : dims.N] = b
-    return padded.reshape(dims.Kp, dims.Nb, dims.C).transpose(1, 0, 2).tobytes()
+    if not dims.grouped:
+        padded = np.zeros((dims.Kp, dims.Nb * dims.C), np.int8)
+        padded[: dims.K, : dims.N] = b
+        return padded.reshape(dims.Kp, dims.Nb, dims.C).transpose(1, 0, 2).tobytes()
+    blocks = np.zeros((dims.Nb, dims.Kp, dims.C), np.int8)
+    off = b.astype(bool)
+    for nb in range(dims.Nb):
+        (lo, hi), cols = dims.k_rows(nb), slice(nb * dims.C, (nb + 1) * dims.C)
+        blocks[nb, : hi - lo, : b[lo:hi, cols].shape[1]] = b[lo:hi, cols]
+        off[lo:hi, cols] = False
+    if off.any():
+        k, n = (int(i[0]) for i in np.nonzero(off))
+        raise ValueError(f"b[{k}, {n}] = {int(b[k, n])} lies outside the diagonal blocks of a "
+                         f"grouped GEMM (kgroup={dims.kgroup}: column block {n // dims.C} reads "
+                         f"rows {dims.k_rows(n // dims.C)}); use kgroup=0 (dense) for this B")
+    return blocks.tobytes()
 
 
 def pack_bias(dims: GemmDims, bias: np.ndarray) -> bytes:

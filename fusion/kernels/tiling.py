@@ -9,6 +9,10 @@ per-channel requantize: three rows per column block, also without the bias stage
 
 K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
 accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
+
+A grouped GEMM (``dims.kgroup``) reduces each tile over its column block's own slice of K
+(``Kp`` is that slice), so a super tile has one column block (``tn = 1``), and A is reloaded
+whenever the column block changes.
 """
 
 from __future__ import annotations
@@ -107,6 +111,9 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     if kt % cfg.k_align:
         problems.append(f"kt={kt} must be a multiple of k_align={cfg.k_align} "
                         f"(so that operand blocks are whole memory words)")
+    if dims.grouped and tn != 1:
+        problems.append(f"a grouped GEMM (kgroup={dims.kgroup}) reads another slice of A per "
+                        f"column block, so a super tile has one column block, not tn={tn}")
     if kt < dims.Kp and (tm, tn) != (1, 1):
         problems.append(f"K chunking (kt={kt} < Kp={dims.Kp}) needs tm=tn=1 because the "
                         f"accumulators hold one tile, not tm={tm}, tn={tn}")
@@ -177,8 +184,11 @@ def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
 
 def traffic(dims: GemmDims, tiling: Tiling) -> int:
     """Operand bytes loaded by the kernel, counting the blocks that stay resident."""
-    a_bytes, b_bytes = dims.Mb * dims.Kp * dims.R, dims.Nb * dims.Kp * dims.C
+    a_bytes, b_bytes = dims.Mb * dims.a_Kp * dims.R, dims.Nb * dims.Kp * dims.C
     gm, gn = _ceil_div(dims.Mb, tiling.tm), _ceil_div(dims.Nb, tiling.tn)
+    if dims.grouped:  # each (m, n) super tile has its own A slice: A is read exactly once
+        resident_b = tiling.order == "nm" and (tiling.kt or dims.Kp) >= dims.Kp
+        return a_bytes + b_bytes * (1 if resident_b else gm)
     if (tiling.kt or dims.Kp) < dims.Kp:  # k chunks change every step: nothing stays resident
         return a_bytes * gn + b_bytes * gm
     if tiling.order == "mn":
@@ -210,12 +220,14 @@ def estimated_cycles(dims: GemmDims, tiling: Tiling) -> int:
         return fixed + traffic(dims, tiling) // W - words["m"] - words["n"]
     # (super tiles, words they load for the next one), by which operands change
     outer, inner = ("m", "n") if tiling.order == "mn" else ("n", "m")
+    # grouped, A moves with n too: a step of n loads both operands
+    step_words = {"m": words["m"], "n": words["n"] + (words["m"] if dims.grouped else 0)}
     if counts["k"] > 1:
         loads = [(steps - 1, words["m"] + words["n"])]
     elif counts[inner] == 1:
-        loads = [(counts[outer] - 1, words[outer])]
+        loads = [(counts[outer] - 1, step_words[outer])]
     else:
-        loads = [(counts[outer] * (counts[inner] - 1), words[inner]),
+        loads = [(counts[outer] * (counts[inner] - 1), step_words[inner]),
                  (counts[outer] - 1, words["m"] + words["n"])]
     compute = tiling.tm * tiling.tn * kt
     return fixed + sum(n * max(0, w - compute) for n, w in loads)
@@ -235,8 +247,8 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
     chunked = kt < dims.Kp
     tms = [tm] if tm else [1] if chunked else range(1, min(dims.Mb, cfg.spad_a_depth // halves
                                                            // kt) + 1)
-    tns = [tn] if tn else [1] if chunked else range(1, min(dims.Nb, cfg.spad_b_depth // halves
-                                                           // kt) + 1)
+    tns = [tn] if tn else [1] if chunked or dims.grouped else range(
+        1, min(dims.Nb, cfg.spad_b_depth // halves // kt) + 1)
     found = []
     for tm_ in tms:
         for tn_ in tns:

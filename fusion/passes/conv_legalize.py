@@ -15,10 +15,11 @@ grouped (or depthwise) convolution is the same single GEMM with a block-diagonal
 (:func:`gemm_weights`): column ``o`` holds o's weights at the rows (in im2col's (c, kh, kw)
 order) of its group's input channels and o's weight zero point everywhere else, and
 ``zero_point - zero_point`` contributes exactly 0 to the accumulator (with the usual zero point
-0, those entries are zeros). This is exact but wastes MACs: of the ``C*kH*kW`` products per
-output only ``C/group*kH*kW`` are nonzero, a factor of ``group`` more work than the
-convolution needs (8x for the example CNN's depthwise conv), which is acceptable for the
-small depthwise layers of the example models and keeps one kernel for every convolution.
+0, those entries are zeros). As a dense GEMM this is exact but wastes MACs: of the
+``C*kH*kW`` products per output only ``C/group*kH*kW`` are nonzero. So the ``qmatmul`` keeps
+the conv's ``group``, and the compiler runs it as a grouped GEMM, each column block of the
+array over its own rows of K only, where the groups allow
+(:func:`fusion.compiler.kernels.grouping`).
 
 The per-channel epilogue that follows the
 conv (``bias_add``/``requant`` along the channel axis, ``relu``, ``clamp``) moves in front of

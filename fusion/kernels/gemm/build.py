@@ -40,7 +40,7 @@ def gemm_sizes(dims: GemmDims, p: GemmParams) -> dict[str, int]:
     the kernel reads a bias region), ``residual``, ``out``, and the int32 intermediates
     ``tmp0``, ``tmp1`` when unfused with stages."""
     tiles = dims.Mb * dims.Nb
-    sizes = {"a": dims.Mb * dims.Kp * dims.R, "b": dims.Nb * dims.Kp * dims.C}
+    sizes = {"a": dims.Mb * dims.a_Kp * dims.R, "b": dims.Nb * dims.Kp * dims.C}
     if reads_bias_region(p.stages, p.epilogue):
         sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
     if "residual" in p.stages:
@@ -85,13 +85,14 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
     ProgramTooLong
         When no candidate tiling gives a program that fits the instruction memory.
     """
-    dims = GemmDims(config, p.M, p.K, p.N)
+    dims = GemmDims(config, p.M, p.K, p.N, kgroup=p.kgroup)
     stages, params = p.stages, p.epilogue
     gemm_stages = stages if p.fused else ()
     final_dt = dt_name(output_dtype(stages))
     passes, stored = _passes(dims, p, regions, final_dt)
     bufs = [regions[f"tmp{n}"] for n in range(2) if f"tmp{n}" in regions]
-    what = (f"{'fused' if p.fused else 'unfused'} {p.M}x{p.K}x{p.N} GEMM "
+    what = (f"{'fused' if p.fused else 'unfused'} {p.M}x{p.K}x{p.N}"
+            f"{f' grouped (kgroup={p.kgroup})' if p.kgroup else ''} GEMM "
             f"({', '.join(stages) or 'no epilogue'})")
     if p.tiling is not None:
         candidates: Iterable[Tiling] = [resolve(dims, gemm_stages, p.tiling,

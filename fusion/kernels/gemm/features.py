@@ -57,6 +57,9 @@ class GemmFeatures(Features):
     residual_op : str
         The residual stage's mode (:data:`hwgen.stages.RESIDUAL_OPS`): the scaled add writes
         eight more control registers.
+    kgroup : int
+        0 (dense), or a grouped GEMM's K rows per column block
+        (:class:`fusion.kernels.gemm.params.GemmParams`).
     """
 
     kind: ClassVar[str] = "gemm"
@@ -74,9 +77,11 @@ class GemmFeatures(Features):
     bytes_stored: int | None = None
     per_channel: bool = False
     residual_op: str = "add"
+    kgroup: int = 0
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
+        self.dims  # noqa: B018 - GemmDims checks the shape and kgroup
         if self.tiling.kt is None:
             raise ValueError(f"features need a resolved tiling (kt set), not {self.tiling}; "
                              f"use fusion.kernels.tiling.resolve")
@@ -100,14 +105,16 @@ class GemmFeatures(Features):
         fused: bool = True,
         tiling: Tiling | None = None,
         params: EpilogueParams | None = None,
+        kgroup: int = 0,
     ) -> GemmFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
         ``tiling`` is resolved against the problem; without one, the default tiler's choice
-        (:func:`fusion.kernels.tiling.default_tiling`) is taken.
+        (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup`` as for
+        :class:`fusion.kernels.gemm.params.GemmParams`.
         """
         stages = check_stages(stages, config.epilogue)
-        dims = GemmDims(config, M, K, N)
+        dims = GemmDims(config, M, K, N, kgroup=kgroup)
         gemm_stages = stages if fused else ()
         params = params if params is not None else EpilogueParams()
         pc = params.per_channel
@@ -117,7 +124,7 @@ class GemmFeatures(Features):
             pass_dtypes(stages, params, dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
                    tiling=tiling, pass_dtypes=dts, per_channel=pc,
-                   residual_op=params.residual_op)
+                   residual_op=params.residual_op, kgroup=kgroup)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -129,18 +136,22 @@ class GemmFeatures(Features):
                    fused=bool(kernel.fused), tiling=kernel.tiling, pass_dtypes=dts,
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
                    bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
-                   residual_op=kernel.params.residual_op)
+                   residual_op=kernel.params.residual_op, kgroup=dims.kgroup)
 
     # -- derived -----------------------------------------------------------------------------
 
     @property
     def dims(self) -> GemmDims:
-        return GemmDims(self.config, self.M, self.K, self.N)
+        return GemmDims(self.config, self.M, self.K, self.N, kgroup=self.kgroup)
 
     @property
     def macs(self) -> int:
-        """Multiply-accumulates of the unpadded problem."""
-        return self.M * self.K * self.N
+        """Multiply-accumulates of the unpadded problem (grouped: of its diagonal blocks)."""
+        d = self.dims
+        if not d.grouped:
+            return self.M * self.K * self.N
+        return self.M * sum((hi - lo) * min(d.C, self.N - nb * d.C)
+                            for nb, (lo, hi) in enumerate(map(d.k_rows, range(d.Nb))))
 
     @property
     def tiles(self) -> int:
@@ -173,7 +184,7 @@ class GemmFeatures(Features):
             "tiling": dataclasses.asdict(self.tiling), "pass_dtypes": list(self.pass_dtypes),
             "program_words": self.program_words, "bytes_loaded": self.bytes_loaded,
             "bytes_stored": self.bytes_stored, "per_channel": self.per_channel,
-            "residual_op": self.residual_op,
+            "residual_op": self.residual_op, "kgroup": self.kgroup,
         }
 
     @classmethod
@@ -198,4 +209,5 @@ class GemmFeatures(Features):
                    program_words=data.get("program_words"),
                    bytes_loaded=data.get("bytes_loaded"), bytes_stored=data.get("bytes_stored"),
                    per_channel=bool(data.get("per_channel", False)),
-                   residual_op=str(data.get("residual_op", "add")))
+                   residual_op=str(data.get("residual_op", "add")),
+                   kgroup=int(data.get("kgroup", 0)))

@@ -24,7 +24,7 @@ from fusion.kernels.epilogue import pass_dtypes, pass_fit_problem
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.layout import GemmDims, Region, kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
 from fusion.kernels.tiling import Tiling, ranked_tilings, tiling_problem
@@ -45,6 +45,12 @@ class GemmKernel(Kernel):
     @property
     def fused(self) -> bool:
         return bool(self.signature.fused)
+
+    @property
+    def dims(self) -> GemmDims:
+        """The padded problem, grouped when the params were (``kgroup``)."""
+        m, k, n = self.meta["dims"]
+        return GemmDims(self.config, m, k, n, kgroup=self.meta["params"].get("kgroup", 0))
 
     @property
     def tiling(self) -> Tiling:
@@ -82,7 +88,10 @@ class GemmKind(KernelKind):
         refusal = stage_refusal(self.name, p.stages, config.epilogue)
         if refusal is not None:
             return refusal
-        dims = GemmDims(config, p.M, p.K, p.N)
+        problem = kgroup_problem(config, p.K, p.N, p.kgroup)
+        if problem is not None:
+            return Refusal(self.name, "kgroup", problem, kgroup=p.kgroup)
+        dims = gemm_dims(config, p)
         per_channel = p.epilogue.per_channel
         problem = tiling_problem(dims, p.stages if p.fused else (), p.tiling,
                                  per_channel=per_channel)
@@ -125,13 +134,16 @@ class GemmKind(KernelKind):
         return Operand(output_dtype(params.stages).name, (params.M, params.N))
 
     def regions(self, config: VariantConfig, params: GemmParams) -> dict[str, int]:
-        return gemm_sizes(GemmDims(config, params.M, params.K, params.N), params)
+        return gemm_sizes(gemm_dims(config, params), params)
 
     def key_params(self, params: GemmParams) -> dict[str, Any]:
         p = params
-        return {"shape": [p.M, p.K, p.N], "stages": list(p.stages), "fused": p.fused,
-                "quant": dataclasses.asdict(p.epilogue),
-                "tiling": dataclasses.asdict(p.tiling) if p.tiling is not None else None}
+        key = {"shape": [p.M, p.K, p.N], "stages": list(p.stages), "fused": p.fused,
+               "quant": dataclasses.asdict(p.epilogue),
+               "tiling": dataclasses.asdict(p.tiling) if p.tiling is not None else None}
+        if p.kgroup:  # only when grouped: dense kernels keep the cache keys they had
+            key["kgroup"] = p.kgroup
+        return key
 
     def build(self, config: VariantConfig, params: GemmParams,
               regions: Mapping[str, Region]) -> Build:
@@ -140,7 +152,7 @@ class GemmKind(KernelKind):
     def pack(self, config: VariantConfig, params: GemmParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
         p = params
-        dims = GemmDims(config, p.M, p.K, p.N)
+        dims = gemm_dims(config, p)
         data = {"a": layout.pack_a(dims, values["a"]), "b": layout.pack_b(dims, values["b"])}
         if p.epilogue.per_channel:  # the bias region holds [Nb][3][C] groups
             data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
@@ -158,7 +170,7 @@ class GemmKind(KernelKind):
     def features(self, config: VariantConfig, params: GemmParams) -> GemmFeatures:
         p = params
         return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
-                                     tiling=p.tiling, params=p.epilogue)
+                                     tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
@@ -166,7 +178,7 @@ class GemmKind(KernelKind):
         p = params
         if p.tiling is not None:
             return [p]
-        dims = GemmDims(config, p.M, p.K, p.N)
+        dims = gemm_dims(config, p)
         stages, pc = p.stages if p.fused else (), p.epilogue.per_channel
         tilings = list(itertools.islice(ranked_tilings(dims, stages, per_channel=pc),
                                         TILINGS_PRICED))
@@ -189,7 +201,8 @@ class GemmKind(KernelKind):
         p, t = params, params.tiling
         tiles = "" if t is None else (f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
                                       f"{'' if t.double_buffer else ' single-buffered'}")
-        return (f"{self.name} {p.M}x{p.K}x{p.N}{f' [{ops}]' if ops else ''} "
+        grouped = f" grouped kgroup={p.kgroup}" if p.kgroup else ""
+        return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
                 f"stages={','.join(p.stages) or '-'}{tiles}")
 
     def host_operands(self, config: VariantConfig, params: GemmParams,
@@ -203,13 +216,18 @@ class GemmKind(KernelKind):
 GEMM = GemmKind()
 
 
+def gemm_dims(config: VariantConfig, params: GemmParams) -> GemmDims:
+    """The padded problem of ``params`` on ``config`` (grouped when ``params.kgroup``)."""
+    return GemmDims(config, params.M, params.K, params.N, kgroup=params.kgroup)
+
+
 def gemm_params(M: int, K: int, N: int, *, stages: Sequence[str] = (),  # noqa: N803
                 fused: bool = True, tiling: Tiling | None = None,
-                params: EpilogueParams | None = None) -> GemmParams:
+                params: EpilogueParams | None = None, kgroup: int = 0) -> GemmParams:
     """:class:`GemmParams` from the builder's customary arguments."""
     return GemmParams(M=M, K=K, N=N, stages=stages, fused=fused,
                       epilogue=params if params is not None else EpilogueParams(),
-                      tiling=tiling)
+                      tiling=tiling, kgroup=kgroup)
 
 
 def compiled_gemm(
@@ -224,6 +242,7 @@ def compiled_gemm(
     params: EpilogueParams | None = None,
     placement: Mapping[str, int] | None = None,
     cache: KernelCache | None = None,
+    kgroup: int = 0,
 ) -> GemmKernel:
     """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
 
@@ -244,6 +263,9 @@ def compiled_gemm(
     placement, cache
         As for :func:`fusion.kernels.program.compile_kernel` (the regions are those of
         :func:`gemm_regions`).
+    kgroup : int
+        0 (dense), or the K rows each column block reads of a block-diagonal ``b``
+        (:class:`GemmParams`).
 
     Returns
     -------
@@ -260,13 +282,14 @@ def compiled_gemm(
         or overlaps two regions (:func:`fusion.kernels.layout.place`); a program longer than
         the instruction memory.
     """
-    p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params)
+    p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params,
+                    kgroup=kgroup)
     return compile_kernel(GEMM, config, p, placement=placement, cache=cache)
 
 
 def gemm_regions(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
                  stages: Sequence[str] = (), fused: bool = True,
-                 params: EpilogueParams | None = None) -> dict[str, int]:
+                 params: EpilogueParams | None = None, kgroup: int = 0) -> dict[str, int]:
     """The memory regions :func:`compiled_gemm` uses, without building the program.
 
     A memory planner needs them before it can give the kernel a ``placement``.
@@ -283,7 +306,7 @@ def gemm_regions(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
     ValueError
         As :func:`compiled_gemm` does before building.
     """
-    p = gemm_params(M, K, N, stages=stages, fused=fused, params=params)
+    p = gemm_params(M, K, N, stages=stages, fused=fused, params=params, kgroup=kgroup)
     return regions_of(GEMM, config, p)
 
 

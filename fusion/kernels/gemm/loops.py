@@ -17,6 +17,11 @@ level's carry. A level is therefore a loop over its first iterations and peeled 
 last one or two: the program size depends on the loop levels and ragged edges, never on the
 number of super tiles.
 
+A grouped GEMM (``dims.kgroup``: column block ``j`` reads only its own ``Kp`` slice of A,
+:mod:`fusion.kernels.layout`) has one column block per super tile (``tn = 1``), and A's
+address then moves along ``n`` too (by one slice), so A is reloaded whenever ``n`` steps,
+exactly as any quantity whose address moves; its row blocks are ``a_Kp`` apart.
+
 Registers, besides those of ``common.j2`` (r3 load stride, r11 and r12 the grid counters):
 
 - r6, r7, r10: the scratchpad rows of the current super tile's A, B and residual;
@@ -80,10 +85,14 @@ class _Nest:
         self.bias_step = bias_group(per_channel)
         # Words (or rows) each quantity moves per step of each index.
         kp, nb, tm, tn = dims.Kp, dims.Nb, tiling.tm, tiling.tn
+        if dims.grouped and tn != 1:
+            raise ValueError(f"a grouped GEMM has one column block per super tile, not tn={tn}")
         self.coef = {
-            "m": {"a": tm * kp * R // W, "b": 0, "out": tm * nb * self.out_tw, "bias": 0},
-            "n": {"a": 0, "b": tn * kp * C // W, "out": tn * self.out_tw,
-                  "bias": tn * self.bias_step},
+            "m": {"a": tm * dims.a_Kp * R // W, "b": 0, "out": tm * nb * self.out_tw,
+                  "bias": 0},
+            # grouped, the next column block reads the next Kp slice of A
+            "n": {"a": tn * kp * R // W if dims.grouped else 0, "b": tn * kp * C // W,
+                  "out": tn * self.out_tw, "bias": tn * self.bias_step},
             "k": {"a": kt * R // W, "b": kt * C // W, "out": 0, "bias": 0},
         }
         self.res_off = (regions["residual"].addr - out.addr) if self.has_res else 0
@@ -140,7 +149,7 @@ class _Nest:
             set_ext = {"rs": ext, "imm": adv[q]} if adv.get(q) else None
             if q == "a":
                 loads.append(self._load(Dst.A, ext, set_ext, spad[q], tme, kte * d.R // W,
-                                        d.Kp * d.R // W, f"A: {tme} blocks, k {kte}"))
+                                        d.a_Kp * d.R // W, f"A: {tme} blocks, k {kte}"))
             else:
                 loads.append(self._load(Dst.B, ext, set_ext, spad[q], tne, kte * d.C // W,
                                         d.Kp * d.C // W, f"B: {tne} blocks, k {kte}"))

@@ -30,12 +30,18 @@ class GemmParams:
     tiling : Tiling, optional
         Super tiles; by default the best-ranked tiling whose program fits the instruction
         memory (:func:`fusion.kernels.tiling.ranked_tilings`).
+    kgroup : int
+        0 (dense), or a grouped GEMM: ``b`` is block-diagonal and column block ``j`` of the
+        array (output columns ``[j*cols, (j+1)*cols)``) reads only rows
+        ``[j*kgroup, (j+1)*kgroup)`` of ``a`` and ``b`` (:mod:`fusion.kernels.layout`), so each
+        output tile reduces over ``kgroup`` rows, not K. The operands are the same as dense.
+        Whether it splits K on a variant is the kind's legality check.
 
     Raises
     ------
     ValueError
-        A non-positive dimension, stages that are not a sequence, or per-channel requantize
-        without the requant stage.
+        A non-positive dimension, stages that are not a sequence, per-channel requantize
+        without the requant stage, or a negative ``kgroup``.
     """
 
     M: int
@@ -45,9 +51,13 @@ class GemmParams:
     fused: bool = True
     epilogue: EpilogueParams = field(default_factory=EpilogueParams)
     tiling: Tiling | None = None
+    kgroup: int = 0
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
+        if not isinstance(self.kgroup, int) or isinstance(self.kgroup, bool) or self.kgroup < 0:
+            raise ValueError(f"kgroup must be a non-negative integer (0: dense), not "
+                             f"{self.kgroup!r}")
         if isinstance(self.stages, str):
             raise ValueError(f"stages must be a sequence of stage names, not the string "
                              f"{self.stages!r}")
