@@ -112,10 +112,11 @@ def prune_pipeline() -> tuple[Pass, ...]:
 
 
 def legalize_pipeline() -> tuple[Pass, ...]:
-    """The legalization passes (conv into GEMM form, weight zero points folded), then DCE."""
-    from fusion.passes import conv_legalize, dce, weight_zero_point
+    """The legalization passes (conv into GEMM form, weight zero points folded, residual adds
+    moved before the layout changes of their inputs), then DCE."""
+    from fusion.passes import add_layout, conv_legalize, dce, weight_zero_point
 
-    return (conv_legalize.run, weight_zero_point.run, dce.run)
+    return (conv_legalize.run, weight_zero_point.run, add_layout.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,
