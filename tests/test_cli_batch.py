@@ -10,17 +10,10 @@ import pytest
 from examples.build_real_models import sample_input
 from hwgen.cli import main
 from tests.fusion.ort_reference import check_within_one_lsb, lsb_errors, output_scale, session
+from tests.test_cli_errors import one_error_line
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 AUTOENCODER = EXAMPLES / "real" / "fc_autoencoder_qdq.onnx"
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("hwgen: error: "), err
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", ["run", "compile"])
