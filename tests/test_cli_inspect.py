@@ -91,6 +91,13 @@ def test_input_shape_resolves_dynamic_dimensions(tmp_path, capsys):
     assert [n["op"] for n in report["nodes"]] == ["qmatmul"]
 
 
+def test_batch_sets_every_input_s_leading_dimension(capsys):
+    path = Path(__file__).resolve().parents[1] / "examples" / "real" / "fc_autoencoder_qdq.onnx"
+    report = inspect_json(capsys, str(path), "--batch", "4")
+    assert report["inputs"][0]["shape"] == [4, 640]
+    assert report["outputs"][0]["shape"] == [4, 640]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["inspect", "/nonexistent/m.onnx"], "no ONNX model at /nonexistent/m.onnx"),
     (["inspect", "model.txt"], "model.txt is neither an ONNX model (.onnx) nor an hwgen JSON "

@@ -115,12 +115,7 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
     p.add_argument("model", nargs="?" if model_optional else None,
                    help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
     p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
-    p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
-                   metavar="NAME=D0,D1,...",
-                   help="static shape of an ONNX input with dynamic dimensions")
-    p.add_argument("--batch", type=positive_int, default=None, metavar="B",
-                   help="inferences per run: every ONNX input's leading (batch) dimension "
-                        "becomes B, so that each kernel runs all B at once (default 1)")
+    add_input_arguments(p)
     p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
                    help="every op its own kernel, through memory")
     p.add_argument("--min-gain", dest="min_gain", type=fraction,
@@ -135,17 +130,42 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """How a model's inputs are shaped: ``--input-shape`` and ``--batch`` (every command that
+    loads a model; :func:`load_args` reads them)."""
+    p.add_argument("--input-shape", dest="input_shape", type=input_shape, action="append",
+                   metavar="NAME=D0,D1,...",
+                   help="static shape of an ONNX input with dynamic dimensions (repeatable)")
+    p.add_argument("--batch", type=positive_int, default=None, metavar="B",
+                   help="inferences per run: every ONNX input's leading (batch) dimension "
+                        "becomes B, so that each kernel runs all B at once (default 1)")
+
+
+def load_args(args: argparse.Namespace):
+    """The model of ``args`` loaded with its ``--input-shape`` and ``--batch``, and the batch.
+
+    Raises
+    ------
+    ValueError
+        If ``--input-shape`` names an input twice.
+    """
+    from fusion.frontend.load import load_model
+
+    shapes = dict(args.input_shape or ())
+    if len(shapes) != len(args.input_shape or ()):
+        raise ValueError("--input-shape names an input more than once; give each input once")
+    batch = args.batch or 1
+    return load_model(args.model, shapes, batch), batch
+
+
 def compile_args(args: argparse.Namespace):
     """Load the model and the variant, and compile (through the kernel cache)."""
     from fusion.compiler.plan import compile_model
-    from fusion.frontend.load import load_model
     from fusion.kernels.cache import KernelCache
     from hwgen.gateware.folder import read_variant
 
     config = read_variant(args.variant)
-    shapes = dict(args.input_shape or [])
-    batch = args.batch or 1
-    graph = load_model(args.model, shapes, batch)
+    graph, batch = load_args(args)
     check_batch_fits(graph, config, batch)
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         # the cache ignores failed writes (never a reason to fail), so say it here
