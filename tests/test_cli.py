@@ -69,6 +69,21 @@ def test_gemm_json_has_the_promised_keys(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_gemm_runs_a_grouped_gemm_and_refuses_a_kgroup_that_does_not_split_k(variant_dir,
+                                                                             capsys):
+    """A depthwise-like GEMM (K = 18 rows per block of 4 columns), bit-exact on Verilator,
+    its ideal cycles counting only the diagonal blocks' MACs; a bad kgroup is one line."""
+    assert main(["gemm", "--variant", str(variant_dir), "--m", "30", "--k", "72", "--n", "16",
+                 "--kgroup", "18", "--epilogue", "bias,requant,relu", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["ideal_cycles"] == -(-30 * 18 * 16 // 16)
+    assert main(["gemm", "--variant", str(variant_dir), "--m", "30", "--k", "72", "--n", "16",
+                 "--kgroup", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kgroup=5 does not split K=72" in err
+
+
+@pytest.mark.slow
 def test_gemm_refuses_a_stage_the_variant_lacks(tmp_path, capsys):
     out = tmp_path / "v"
     assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue", "relu",

@@ -26,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kt", type=positive_int, help="K per MATMUL (K chunking)")
     p.add_argument("--loop-order", dest="loop_order", choices=("mn", "nm"))
     p.add_argument("--no-double-buffer", dest="no_double_buffer", action="store_true")
+    p.add_argument("--kgroup", type=positive_int,
+                   help="a grouped GEMM (a grouped or depthwise conv): column block j of the "
+                        "array's columns reads only rows [j*KGROUP, (j+1)*KGROUP) of K; B is "
+                        "drawn zero outside those blocks")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -34,17 +38,22 @@ def run(args: argparse.Namespace) -> int:
     from fusion.kernels.tiling import default_tiling
     from hwgen.reference import check_stages
     from sim.build import build_folder
-    from sim.gemm_check import GemmCase, run_gemms
+    from sim.gemm_check import GemmCase, grouped_problem, run_gemms
 
     config = read_variant(args.variant)  # the Verilog checked against its descriptor
     stages = config.epilogue if args.epilogue is None else args.epilogue
     check_stages(stages, config.epilogue)  # a refusal quotes the variant's own chain
+    kgroup = args.kgroup or 0
     # Choices given on the command line are kept; the tiler fits the rest around them.
-    tiling = default_tiling(GemmDims(config, args.m, args.k, args.n), tuple(stages),
-                            tm=args.tm, tn=args.tn, kt=args.kt, order=args.loop_order,
+    tiling = default_tiling(GemmDims(config, args.m, args.k, args.n, kgroup=kgroup),
+                            tuple(stages), tm=args.tm, tn=args.tn, kt=args.kt,
+                            order=args.loop_order,
                             double_buffer=False if args.no_double_buffer else None)
+    problem = None if not kgroup else grouped_problem(config, args.m, args.k, args.n, kgroup,
+                                                      tuple(stages), args.seed)
     case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
-                    fused=not args.unfused, tiling=tiling, seed=args.seed)
+                    fused=not args.unfused, tiling=tiling, seed=args.seed, problem=problem,
+                    kgroup=kgroup)
     case.kernel(config)  # any refusal before a simulator build of minutes
     # The simulator builds and runs the folder's own hwgen_accel.v, the file a user ships.
     (report,) = run_gemms(config, [case], build=build_folder(args.variant))
