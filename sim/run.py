@@ -238,23 +238,47 @@ def _check_job(config: VariantConfig, job: Job) -> None:
         )
 
 
+def _uncovered(ranges: Sequence[tuple[int, int]], cover: Sequence[tuple[int, int]]
+               ) -> list[tuple[int, int]]:
+    """The parts of word ranges ``(addr, words)`` that no range of ``cover`` overlaps."""
+    out = []
+    cover = sorted((a, a + n) for a, n in cover if n > 0)
+    for addr, words in ranges:
+        start, end = addr, addr + words
+        for lo, hi in cover:
+            if hi <= start or lo >= end:
+                continue
+            if lo > start:
+                out.append((start, lo - start))
+            start = max(start, hi)
+            if start >= end:
+                break
+        if start < end:
+            out.append((start, end - start))
+    return out
+
+
 def _specs(config: VariantConfig, jobs: Sequence[Job]) -> list[jobfile.JobSpec]:
     specs, previous = [], []
     pb = config.port_bytes
     for job in jobs:
         mem = job.memory
         timeout = job.timeout_cycles or default_timeout_cycles(job.program, mem, config)
+        touched = [(a, len(d) // pb) for a, d in mem.writes] + [
+            (a, n // pb) for a, n in mem.reads.values()
+        ]
         specs.append(jobfile.JobSpec(
             name=job.name,
             program=np.array([int(w) for w in job.program], dtype=np.uint64),
             writes=[(a, np.frombuffer(d, dtype=np.uint8)) for a, d in mem.writes],
             reads=dict(mem.reads),
             timeout_cycles=timeout,
-            clear=previous,
+            # what the job before wrote or read back, but not what this job writes or poisons
+            # anyway (the jobs of one kernel, on the model's values and its directed sets,
+            # use the same regions: zeroing them first wrote every word twice)
+            clear=_uncovered(previous, touched),
         ))
-        previous = [(a, len(d) // pb) for a, d in mem.writes] + [
-            (a, n // pb) for a, n in mem.reads.values()
-        ]
+        previous = touched
     return specs
 
 

@@ -11,6 +11,7 @@ from sim.run import (
     Job,
     MemoryImage,
     SimError,
+    _uncovered,
     default_timeout_cycles,
     run_program,
     run_programs,
@@ -116,3 +117,15 @@ def test_a_missing_build_is_reported_not_launched():
                                        r"be remade"):
         run()
     assert not Path("/nonexistent").exists()
+
+
+@pytest.mark.parametrize(("ranges", "cover", "left"), [
+    ([(0, 10)], [(2, 3)], [(0, 2), (5, 5)]),
+    ([(0, 10)], [(0, 10)], []),
+    ([(0, 10)], [(8, 5), (-3, 4)], [(1, 7)]),
+    ([(5, 3), (20, 4)], [(6, 1), (30, 2)], [(5, 1), (7, 1), (20, 4)]),
+    ([(5, 3)], [], [(5, 3)]),
+])
+def test_a_job_clears_only_what_it_does_not_write_or_poison_itself(ranges, cover, left):
+    """The words of the job before that the next job does not overwrite anyway."""
+    assert _uncovered(ranges, cover) == left
