@@ -314,6 +314,13 @@ def _qlinear_global_avgpool(c: Call):
      const="A_scale A_zero_point B_scale B_zero_point C_scale C_zero_point",
      summary="com.microsoft: Q(DQ(A) + DQ(B)), broadcasting")
 def _qlinear_add(c: Call):
+    return qlinear_binary(c)
+
+
+def qlinear_binary(c: Call) -> tuple[TensorType]:
+    """The output of onnxruntime's element-wise ``QLinear*`` ops of ``A`` and ``B`` (8-bit,
+    one dtype with their zero points, float32 scales), broadcast as numpy does (QLinearAdd,
+    QLinearMul)."""
     a = c.need("A", INT8S)
     c.same("A", "A_zero_point", "B", "B_zero_point", "C_zero_point")
     for s in ("A_scale", "B_scale", "C_scale"):

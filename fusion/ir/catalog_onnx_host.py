@@ -14,7 +14,7 @@ so they list :data:`MAX_CONCAT_INPUTS` slots, all optional after the first.
 from __future__ import annotations
 
 from fusion.ir import shapes
-from fusion.ir.catalog_onnx import broadcast_binary
+from fusion.ir.catalog_onnx import broadcast_binary, qlinear_binary
 from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
 
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
@@ -111,11 +111,7 @@ def pad_amounts(c: Call, rank: int) -> tuple[list[int], list[int]]:
           const="A_scale A_zero_point B_scale B_zero_point C_scale C_zero_point",
           summary="com.microsoft: Q(DQ(A) * DQ(B)), broadcasting")
 def _qlinear_mul(c: Call):
-    a = c.need("A", INT8S)
-    c.same("A", "A_zero_point", "B", "B_zero_point", "C_zero_point")
-    for s in ("A_scale", "B_scale", "C_scale"):
-        c.need(s, ("float32",))
-    return (TensorType(shapes.broadcast(a.shape, c.tensor("B").shape), a.dtype),)
+    return qlinear_binary(c)
 
 
 def _qlinear_unary(c: Call):
