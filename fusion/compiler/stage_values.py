@@ -16,7 +16,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fusion.compiler.lower import CompileError, lanes_offset, residual_input, tensor_zp
+from fusion.compiler.lower import (
+    BOUNDS_QADD,
+    CompileError,
+    lanes_offset,
+    residual_input,
+    tensor_zp,
+)
 from fusion.ir.graph import Graph, Node
 from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
 from hwgen.stages import SPECS
@@ -67,7 +73,8 @@ def _qadd(graph: Graph, node: Node, running: str) -> Values:
     return {"residual_op": "scaled", "res_x_mult": a_mult if x_is_a else b_mult,
             "res_r_mult": b_mult if x_is_a else a_mult, "res_shift": int(node.attr("shift")),
             "res_x_zp": x_zp, "res_r_zp": r_zp,
-            "res_zp": int(node.attr("zp", 0)) - lanes_offset(y.dtype)}, {}
+            "res_zp": int(node.attr("zp", 0)) - lanes_offset(y.dtype),
+            "res_lo": INT8_MIN, "res_hi": INT8_MAX}, {}  # a relu or clamp after narrows them
 
 
 #: Stage -> how a node of its graph op becomes the stage's parameters and constants, for the
@@ -117,7 +124,7 @@ def assemble_stages(graph: Graph, items: list[tuple[Node, str | None]], n_cols: 
         if stage is None:
             running = node.outputs[0]
             continue
-        if "residual" in stages and node.op in ("relu", "clamp"):
+        if "residual" in stages and node.op in BOUNDS_QADD:
             lo, hi = _bounds(graph, node)
             params["res_lo"] = min(max(params["res_lo"], lo), hi)
             params["res_hi"] = min(max(params["res_hi"], lo), hi)
@@ -126,8 +133,6 @@ def assemble_stages(graph: Graph, items: list[tuple[Node, str | None]], n_cols: 
         if node.op == "qadd":
             values, operands = _qadd(graph, node, running)
             residual = residual_input(node, running)
-            lo, hi = INT8_MIN, INT8_MAX
-            values.update(res_lo=lo, res_hi=hi)
         else:
             values, operands = stage_values(graph, node, stage)
         running = node.outputs[0]
