@@ -101,7 +101,7 @@ def _r(name: str, slot: str, doc: str) -> Field:
 
 
 #: MATMUL and EPIPASS: the stage mask has one bit per stage a variant can chain (bits 16 and
-#: up of the immediate), then the store type and MATMUL's ``last`` flag.
+#: up of the immediate), then the store type and MATMUL's ``last`` and ``tr`` flags.
 _MASK = Field("mask", "imm", 16, len(STAGES), "uint",
               "epilogue stages to apply: bit i = stage i of the variant's chain")
 _DT = Field("dt", "imm", _MASK.lo + _MASK.width, 1, "dt", "stored element type: i32 or i8")
@@ -147,7 +147,10 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          Field("k", "imm", 0, 16, "uint", "reduction steps"),
          _MASK, _DT,
          Field("last", "imm", _DT.lo + 1, 1, "uint",
-               "1: this ends the tile; drain it through the epilogue")),
+               "1: this ends the tile; drain it through the epilogue"),
+         Field("tr", "imm", _DT.lo + 2, 1, "uint",
+               "1: store the tile transposed, column by column (int8, square arrays): "
+               "the K-major layout the next GEMM's A operand is loaded from")),
         "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
         "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
         "by row through the epilogue and is stored at `out`. Stalls only when the queue is full.",

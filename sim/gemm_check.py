@@ -151,7 +151,7 @@ class GemmCase:
 
     ``kgroup`` > 0 makes it a grouped GEMM (:class:`fusion.kernels.gemm.params.GemmParams`);
     give it a ``problem`` whose B is zero outside the diagonal blocks
-    (:func:`grouped_problem`).
+    (:func:`grouped_problem`). ``kmajor_out`` stores the output transposed (MATMUL ``tr``).
     """
 
     M: int
@@ -163,6 +163,7 @@ class GemmCase:
     seed: int = 0
     problem: Problem | None = None
     kgroup: int = 0
+    kmajor_out: bool = False
 
     def operands(self) -> Problem:
         """The case's problem: the one given, or random operands from its seed (drawn once:
@@ -190,7 +191,8 @@ class GemmCase:
                                            fused=self.fused, kgroup=self.kgroup))
             self._kernels[config] = compiled_gemm(
                 config, self.M, self.K, self.N, stages=self.stages, fused=self.fused,
-                tiling=self.tiling, params=self.operands().params, kgroup=self.kgroup)
+                tiling=self.tiling, params=self.operands().params, kgroup=self.kgroup,
+                kmajor_out=self.kmajor_out)
         return self._kernels[config]
 
     @functools.cached_property

@@ -11,7 +11,10 @@ Before a job, every read region is filled with the poison byte 0xA5 (:data:`POIS
 writes are applied (so a region may be both written and read, as in-place operations do).
 :func:`run_programs` runs many jobs in one simulator launch, resetting the design between
 them and zeroing the words the previous job wrote; words the hardware writes outside a job's
-read regions are not known, so they stay for the later jobs of that launch.
+read regions are not known, so they stay for the later jobs of that launch. A job with
+``keep_memory`` starts from the memory exactly as the job before left it (nothing zeroed):
+that is how the kernels of one model run back to back, each reading what the ones before it
+stored where it lies.
 
 The simulator runs in a process group of its own, killed with its children on Ctrl-C. A
 build found damaged (:func:`sim.build.verified`), or whose simulator dies without writing
@@ -163,12 +166,15 @@ def _check_region(what: str, addr: int, size: int, port_bytes: int, mem_words: i
 
 @dataclass(frozen=True)
 class Job:
-    """One program run: the program, its memory image, a name for messages, a cycle limit."""
+    """One program run: the program, its memory image, a name for messages, a cycle limit,
+    and whether it keeps the memory the job before left (``keep_memory``: nothing zeroed, so
+    it may read what earlier jobs stored; its writes and poisoned reads still apply)."""
 
     program: Sequence[int]
     memory: MemoryImage
     name: str = "program"
     timeout_cycles: int | None = None
+    keep_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -276,9 +282,10 @@ def _specs(config: VariantConfig, jobs: Sequence[Job]) -> list[jobfile.JobSpec]:
             # what the job before wrote or read back, but not what this job writes or poisons
             # anyway (the jobs of one kernel, on the model's values and its directed sets,
             # use the same regions: zeroing them first wrote every word twice)
-            clear=_uncovered(previous, touched),
+            clear=[] if job.keep_memory else _uncovered(previous, touched),
         ))
-        previous = touched
+        # a job that keeps memory leaves the words of the jobs before it for the next one too
+        previous = previous + touched if job.keep_memory else touched
     return specs
 
 

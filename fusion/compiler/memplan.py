@@ -5,7 +5,8 @@ The buffers are the kernels' regions (:meth:`fusion.compiler.kernels.KernelSpec.
 - constants (packed weights, bias/requantize groups) live for the whole model;
 - a kernel's output lives from its kernel to its last reader;
 - an input the host packs (a GEMM's A operand, a pooling plane) lives for its kernel only;
-- when a pass reads the previous kernel's result in the same tile layout, it reads the
+- when a kernel reads the previous kernel's result in the layout it was stored in (a pass or
+  a residual reading tiles, a GEMM reading a K-major output as its A), it reads the
   producer's output buffer in place (no copy), which extends that buffer's life;
 - scratch (a max chain's intermediates) lives for its kernel.
 
@@ -71,12 +72,16 @@ def _align(n: int) -> int:
 def _aliases(config: VariantConfig, consumer: KernelSpec, region: str,
              producer: KernelSpec | None) -> bool:
     """Does ``consumer`` read ``producer``'s output buffer in place for ``region``? When
-    its kind reads that region as the producer's kind leaves it (tile-blocked, same shape and
-    type: :meth:`fusion.kernels.protocol.KernelKind.inputs_in_place`)."""
+    its kind reads that region as the producer's kind leaves it: the same shape and type
+    (:meth:`fusion.kernels.protocol.KernelKind.inputs_in_place`) in the same layout
+    (:meth:`~fusion.kernels.protocol.KernelKind.region_layout`: row-major tiles, or a GEMM's
+    K-major output read as the next GEMM's A)."""
     if producer is None or region not in consumer.kind.inputs_in_place(consumer.params):
         return False
     wanted = consumer.kind.operands(config, consumer.params)[region]
-    return wanted == producer.kind.output(producer.params)
+    return (wanted == producer.kind.output(producer.params)
+            and consumer.kind.region_layout(config, consumer.params, region)
+            == producer.kind.region_layout(config, producer.params, "out"))
 
 
 def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],

@@ -119,7 +119,8 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
         {"bias": dummy} if reads_bias_region(stages, params) else {}) | (
         {"residual": dummy} if "residual" in stages else {})
     ctx = gemm_context(dims, f.tiling, stages, regions, params=params, out=dummy,
-                       out_dt="i8" if lane_bytes == 1 else "i32", halt=False)
+                       out_dt="i8" if lane_bytes == 1 else "i32", halt=False,
+                       transposed=getattr(f, "kmajor_out", False))
     double = ctx["double_buffer"]
     # The segment stride r3 holds at this point of the text: its li is left out of the
     # program when r3 holds it already (codegen.drop_redundant_li, which forgets every value
@@ -140,7 +141,7 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
     def grid(g: dict[str, Any]) -> None:
         if g["n_outer"] > 1 or g["n_inner"] > 1:
             label()
-        _grid(m, g, lambda: m.matmul(g["k"], bool(g["last"]), DT_BYTES[g["dt"]]))
+        _grid(m, g, lambda: m.matmul(g["k"], bool(g["last"]), DT_BYTES[g["dt"]], bool(g["tr"])))
 
     def step(s: dict[str, Any]) -> None:  # macro step of gemm.j2
         if double:

@@ -22,6 +22,11 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
 - **store unit**: takes a row every ``max(1, cols * lane_bytes / port_bytes)`` cycles (a
   word a cycle on the write port); when it falls behind, the stage registers fill and hold
   the drain back.
+- **transposing store** (MATMUL ``tr``, :mod:`hwgen.gateware.transpose`): the rows go into
+  one of two tile buffers as they would go to the store; once the tile's last row is in, the
+  store takes its ``C`` columns from the next cycle, at the store's rate. A buffer is free
+  again the cycle after its last column left; until then the next-but-one tile waits in the
+  stage registers.
 - **stall rule**: only one finished tile drains at a time, so a tile's final slice waits
   until the previous tile's last row has entered the epilogue (``stall_epilogue``).
 - **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
@@ -50,7 +55,7 @@ class Machine:
     """
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
-    TIMES = ("seq", "dma", "feed_end", "clear", "pass_free", "store", "idle")
+    TIMES = ("seq", "dma", "feed_end", "clear", "pass_free", "store", "idle", "turn0", "turn1")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
@@ -65,6 +70,7 @@ class Machine:
         self.pass_free = 0  # cycle the compute unit may take the next epilogue pass
         self.store = 0  # cycle the store unit may take its next row
         self.idle = 0  # cycle the compute unit (array, epilogue, store) is idle
+        self.turn0 = self.turn1 = 0  # cycles the transposer's next two tile buffers are free
         self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
@@ -113,17 +119,27 @@ class Machine:
         """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``."""
         return max(1, self.C * lane_bytes // self.W)
 
-    def _stream(self, first: int, rows: int, lane_bytes: int) -> int:
+    def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False) -> int:
         """Rows offered to the epilogue one a cycle from ``first``; returns the cycle after
         the last one entered. The store takes row j ``E`` cycles after it enters, at most
         one every ``s`` cycles; when it falls behind, the stage registers fill and hold
-        the rows back (row j enters when row ``j - E`` goes to the store)."""
+        the rows back (row j enters when row ``j - E`` goes to the store). Transposed
+        (``tr``), a tile buffer takes the rows instead, one a cycle, and the store its
+        columns once the last row is in."""
         s = self.store_cycles(lane_bytes)
-        st0 = max(first + self.E, self.store)
-        st_last = st0 + (rows - 1) * s
+        if tr:
+            st0 = max(first + self.E, self.turn0)  # the buffer this tile fills is free
+            full = st0 + rows  # the tile is whole; its columns go out from here
+            st_last = max(full, self.store) + (self.C - 1) * s
+            self.turn0, self.turn1 = self.turn1, st_last + 1
+            step = 1
+        else:
+            st0 = max(first + self.E, self.store)
+            st_last = st0 + (rows - 1) * s
+            step = s
         enter_last = first + rows - 1
         if rows - 1 - self.E >= 0:
-            enter_last = max(enter_last, st0 + (rows - 1 - self.E) * s)
+            enter_last = max(enter_last, st0 + (rows - 1 - self.E) * step)
         self.store = st_last + s
         self.idle = max(self.idle, st_last + s + 1)
         self.bytes_stored += rows * self.C * lane_bytes
@@ -168,9 +184,9 @@ class Machine:
         self.bytes_loaded += nbytes
         self.instrs(1)
 
-    def matmul(self, k: int, last: bool, lane_bytes: int) -> None:
+    def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False) -> None:
         """One MATMUL of ``k`` slices. Slices stream back to back; a tile-ending slice waits
-        until the previous tile has drained (the stall rule)."""
+        until the previous tile has drained (the stall rule). ``tr``: stored transposed."""
         take = self._job()
         start = max(take + 1, self.feed_end)
         self._took(start - 1)
@@ -182,7 +198,7 @@ class Machine:
         final = max(start + k - 1, self.clear)
         self.stall += final - (start + k - 1)
         self.feed_end = final + 1
-        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes)
+        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr)
 
     def epipass(self, rows: int, lane_bytes: int) -> None:
         """One EPIPASS of ``rows`` rows: it starts once the array has drained and the

@@ -33,6 +33,13 @@ All padding is zeros. The layouts, outermost index first:
     Outputs, the residual and the unfused int32 intermediates: tile ``(i, j)`` is one
     contiguous ``R x C`` block, exactly what one drained output tile stores, and ``R`` rows of
     the epilogue scratchpad when loaded (``e32`` for int32, ``e8`` for int8).
+``kmajor``  ``[Mb][Nb][C][R]`` = ``[Mb][Nb*C][R]`` int8
+    An output stored transposed, tile by tile (MATMUL ``tr``, square arrays): each tile's
+    columns one after the other. It is A's layout for a GEMM whose K is this N, when that
+    GEMM's ``Kp`` is ``Nb * C`` (:func:`layout_name`): the next GEMM reads it where it lies.
+
+:func:`layout_name` names a region's layout; two regions hold the same bytes for the same
+tensor exactly when their names (and operands) agree.
 """
 
 from __future__ import annotations
@@ -427,6 +434,23 @@ def unpack_tiles(dims: GemmDims, data: bytes, dtype: type = np.int8) -> np.ndarr
     tiles = np.frombuffer(bytes(data[:need]), dt).reshape(dims.Mb, dims.Nb, dims.R, dims.C)
     full = tiles.transpose(0, 2, 1, 3).reshape(dims.Mb * dims.R, dims.Nb * dims.C)
     return full[: dims.M, : dims.N].astype(np.dtype(dtype).newbyteorder("="))
+
+
+def layout_name(kind: str, width: int = 0) -> str:
+    """The name of a region layout: ``"tiles"``, or ``"kmajor/W"`` for a K-major ``[Mb][W][R]``
+    int8 matrix (an A operand of padded width ``W``, or an output stored transposed)."""
+    return kind if kind == "tiles" else f"{kind}/{width}"
+
+
+def unpack_kmajor(dims: GemmDims, data: bytes) -> np.ndarray:
+    """The M x N int8 tensor back from its transposed tiles (``[Mb][Nb][C][R]``)."""
+    need = dims.Mb * dims.Nb * dims.tile_bytes(1)
+    if len(data) < need:
+        raise ValueError(f"a {dims.M} x {dims.N} int8 K-major tensor needs {need} bytes, got "
+                         f"{len(data)}")
+    tiles = np.frombuffer(bytes(data[:need]), np.int8).reshape(dims.Mb, dims.Nb, dims.C, dims.R)
+    full = tiles.transpose(0, 3, 1, 2).reshape(dims.Mb * dims.R, dims.Nb * dims.C)
+    return full[: dims.M, : dims.N].copy()
 
 
 def unpack_output(dims: GemmDims, outputs, dtype: type | np.dtype) -> np.ndarray:

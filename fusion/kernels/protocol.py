@@ -278,6 +278,12 @@ class KernelKind(abc.ABC):
         """The operands the host makes from the kernel's input tensors (lane values, in the
         order of the kernel's graph inputs); constants are added by the caller."""
 
+    def region_layout(self, config: VariantConfig, params: Any, region: str) -> str:
+        """How ``region`` (an input, or ``"out"``) lays its tensor out in memory, by
+        :func:`fusion.kernels.layout.layout_name`: ``"tiles"`` unless the kind says otherwise.
+        A region may read a producer's output in place only when their layouts agree."""
+        return "tiles"
+
     def inputs_in_place(self, params: Any) -> dict[str, int]:
         """Input regions that hold graph input ``i`` exactly as a producer's output leaves
         it (tile-blocked ``M x N``): region -> ``i``. The memory planner lets such a region

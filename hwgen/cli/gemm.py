@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a grouped GEMM (a grouped or depthwise conv): column block j of the "
                         "array's columns reads only rows [j*KGROUP, (j+1)*KGROUP) of K; B is "
                         "drawn zero outside those blocks")
+    p.add_argument("--kmajor-out", dest="kmajor_out", action="store_true",
+                   help="store the output tiles transposed (K-major: the layout the next "
+                        "GEMM's A operand is read in; int8 output, square arrays)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                                                       tuple(stages), args.seed)
     case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
                     fused=not args.unfused, tiling=tiling, seed=args.seed, problem=problem,
-                    kgroup=kgroup)
+                    kgroup=kgroup, kmajor_out=args.kmajor_out)
     case.kernel(config)  # any refusal before a simulator build of minutes
     # The simulator builds and runs the folder's own hwgen_accel.v, the file a user ships.
     (report,) = run_gemms(config, [case], build=build_folder(args.variant))

@@ -24,6 +24,7 @@ from hwgen.gateware.epilogue import (
     lanes_layout,
 )
 from hwgen.gateware.ports import write_layout
+from hwgen.gateware.transpose import Transposer
 from hwgen.timing import array_latency
 
 
@@ -32,7 +33,7 @@ def job_layout(config: VariantConfig) -> data.StructLayout:
     return data.StructLayout({
         "is_pass": 1, "a": SPAD_ADDR_BITS, "b": SPAD_ADDR_BITS, "k": 16, "last": 1,
         "out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS, "res": SPAD_ADDR_BITS,
-        "mask": len(EPILOGUE_STAGES), "dt": 1,
+        "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1,
     })
 
 
@@ -136,6 +137,7 @@ class ComputeUnit(wiring.Component):
             epi.i.valid.eq(drain_active | pass_active),
             beat.mask.eq(src.mask), beat.dt.eq(src.dt), beat.out.eq(src.out),
             beat.bias.eq(src.bias), beat.res.eq(src.res + row), beat.first.eq(row == 0),
+            beat.tr.eq(src.tr),
         ]
         for j in range(c.cols):
             m.d.comb += beat.lanes[j].eq(Mux(drain_active, array.top[j], self.src_data[j]))
@@ -152,13 +154,20 @@ class ComputeUnit(wiring.Component):
 
         wiring.connect(m, wiring.flipped(self.csr), epi.csr)
         wiring.connect(m, epi.e, wiring.flipped(self.e))
-        wiring.connect(m, epi.o, store.i)
+        turn_busy = 0
+        if c.rows == c.cols:  # a transposing store needs a square array (hwgen.isa: MATMUL tr)
+            m.submodules.transpose = turn = Transposer(c)
+            wiring.connect(m, epi.o, turn.i)
+            wiring.connect(m, turn.o, store.i)
+            turn_busy = turn.busy
+        else:
+            wiring.connect(m, epi.o, store.i)
         wiring.connect(m, store.wr, wiring.flipped(self.wr))
 
         m.d.comb += [
             self.feed_idle.eq(~running & ~self.job.valid),
             self.idle.eq(array_empty & ~pass_active & ~drain_active & ~self.job.valid
-                         & ~epi.busy & ~store.busy),
+                         & ~epi.busy & ~turn_busy & ~store.busy),
         ]
         return m
 

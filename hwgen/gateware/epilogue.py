@@ -42,6 +42,7 @@ def beat_layout(config: VariantConfig) -> data.StructLayout:
         "res": e_bits,  # epilogue-scratchpad row of this beat's residual row
         "out": config.mem_addr_bits,  # word address of the job's first store
         "first": 1,  # first beat of a job: the store unit takes `out` from it
+        "tr": 1,  # a MATMUL tile stored transposed (hwgen.gateware.transpose)
     })
 
 

@@ -84,7 +84,7 @@ class Sequencer(wiring.Component):
             job.k.eq(_field(word, Op.MATMUL, "k")), job.last.eq(_field(word, Op.MATMUL, "last")),
             job.out.eq(reg(Op.MATMUL, "out")), job.bias.eq(reg(Op.MATMUL, "bias")),
             job.res.eq(reg(Op.MATMUL, "res")), job.mask.eq(_field(word, Op.MATMUL, "mask")),
-            job.dt.eq(_field(word, Op.MATMUL, "dt")),
+            job.dt.eq(_field(word, Op.MATMUL, "dt")), job.tr.eq(_field(word, Op.MATMUL, "tr")),
         ]
 
         with m.FSM():

@@ -112,7 +112,7 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
         text = render("gemm.j2", **gemm_context(
             dims, cand, gemm_stages, regions, params=params,
             out=bufs[0] if bufs else regions["out"], out_dt="i32" if bufs else final_dt,
-            halt=not bufs))
+            halt=not bufs, transposed=p.kmajor_out))
         try:
             program = assemble_program(config, "\n".join([text, *passes]), what=what)
         except ProgramTooLong as exc:

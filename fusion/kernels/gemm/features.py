@@ -60,6 +60,8 @@ class GemmFeatures(Features):
     kgroup : int
         0 (dense), or a grouped GEMM's K rows per column block
         (:class:`fusion.kernels.gemm.params.GemmParams`).
+    kmajor_out : bool
+        The output tiles are stored transposed (the transposer's latency at the end).
     """
 
     kind: ClassVar[str] = "gemm"
@@ -78,6 +80,7 @@ class GemmFeatures(Features):
     per_channel: bool = False
     residual_op: str = "add"
     kgroup: int = 0
+    kmajor_out: bool = False
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
@@ -106,12 +109,13 @@ class GemmFeatures(Features):
         tiling: Tiling | None = None,
         params: EpilogueParams | None = None,
         kgroup: int = 0,
+        kmajor_out: bool = False,
     ) -> GemmFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
         ``tiling`` is resolved against the problem; without one, the default tiler's choice
-        (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup`` as for
-        :class:`fusion.kernels.gemm.params.GemmParams`.
+        (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup`` and
+        ``kmajor_out`` as for :class:`fusion.kernels.gemm.params.GemmParams`.
         """
         stages = check_stages(stages, config.epilogue)
         dims = GemmDims(config, M, K, N, kgroup=kgroup)
@@ -124,7 +128,7 @@ class GemmFeatures(Features):
             pass_dtypes(stages, params, dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
                    tiling=tiling, pass_dtypes=dts, per_channel=pc,
-                   residual_op=params.residual_op, kgroup=kgroup)
+                   residual_op=params.residual_op, kgroup=kgroup, kmajor_out=bool(kmajor_out))
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -136,7 +140,8 @@ class GemmFeatures(Features):
                    fused=bool(kernel.fused), tiling=kernel.tiling, pass_dtypes=dts,
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
                    bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
-                   residual_op=kernel.params.residual_op, kgroup=dims.kgroup)
+                   residual_op=kernel.params.residual_op, kgroup=dims.kgroup,
+                   kmajor_out=bool(kernel.signature.kmajor_out))
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -185,6 +190,7 @@ class GemmFeatures(Features):
             "program_words": self.program_words, "bytes_loaded": self.bytes_loaded,
             "bytes_stored": self.bytes_stored, "per_channel": self.per_channel,
             "residual_op": self.residual_op, "kgroup": self.kgroup,
+            "kmajor_out": self.kmajor_out,
         }
 
     @classmethod
@@ -210,4 +216,5 @@ class GemmFeatures(Features):
                    bytes_loaded=data.get("bytes_loaded"), bytes_stored=data.get("bytes_stored"),
                    per_channel=bool(data.get("per_channel", False)),
                    residual_op=str(data.get("residual_op", "add")),
-                   kgroup=int(data.get("kgroup", 0)))
+                   kgroup=int(data.get("kgroup", 0)),
+                   kmajor_out=bool(data.get("kmajor_out", False)))

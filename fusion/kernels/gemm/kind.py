@@ -57,6 +57,15 @@ class GemmKernel(Kernel):
         """The super tiles the program uses (resolved)."""
         return Tiling(**self.meta["chosen"]["tiling"])
 
+    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
+        """The ``M x N`` result read back; stored K-major (``kmajor_out``), transposed back."""
+        if not self.signature.kmajor_out:
+            return super().decode(outputs)
+        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = np.asarray(data, np.uint8).tobytes()
+        return layout.unpack_kmajor(self.dims, bytes(data))
+
     def memory(self, a: np.ndarray | None = None, b: np.ndarray | None = None,
                **values: np.ndarray | None) -> list[tuple[int, bytes]]:
         """``(word address, bytes)`` writes that put the operands where the program reads.
@@ -99,6 +108,10 @@ class GemmKind(KernelKind):
             if p.tiling is not None:
                 return Refusal(self.name, "tiling", problem, tiling=p.tiling)
             return Refusal(self.name, "no_tiling", f"no tiling fits: {problem}")
+        if p.kmajor_out:
+            problem = kmajor_problem(config, p)
+            if problem is not None:
+                return Refusal(self.name, "kmajor_out", problem)
         if not p.fused and p.stages:
             src = "i32"
             for stage, dt in zip(p.stages, pass_dtypes(p.stages, p.epilogue,
@@ -143,6 +156,8 @@ class GemmKind(KernelKind):
                "tiling": dataclasses.asdict(p.tiling) if p.tiling is not None else None}
         if p.kgroup:  # only when grouped: dense kernels keep the cache keys they had
             key["kgroup"] = p.kgroup
+        if p.kmajor_out:  # likewise
+            key["kmajor_out"] = True
         return key
 
     def build(self, config: VariantConfig, params: GemmParams,
@@ -170,7 +185,8 @@ class GemmKind(KernelKind):
     def features(self, config: VariantConfig, params: GemmParams) -> GemmFeatures:
         p = params
         return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
-                                     tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup)
+                                     tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup,
+                                     kmajor_out=p.kmajor_out)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
@@ -202,8 +218,24 @@ class GemmKind(KernelKind):
         tiles = "" if t is None else (f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
                                       f"{'' if t.double_buffer else ' single-buffered'}")
         grouped = f" grouped kgroup={p.kgroup}" if p.kgroup else ""
+        kmajor = ", stored K-major" if p.kmajor_out else ""
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
-                f"stages={','.join(p.stages) or '-'}{tiles}")
+                f"stages={','.join(p.stages) or '-'}{tiles}{kmajor}")
+
+    def region_layout(self, config: VariantConfig, params: GemmParams, region: str) -> str:
+        """``a`` is K-major (``kmajor/Kp``; grouped, its own ``grouped`` slices), ``out`` is
+        ``kmajor/(Nb*C)`` when stored transposed, the rest tile-blocked."""
+        dims = gemm_dims(config, params)
+        if region == "a":
+            return layout.layout_name("grouped" if params.kgroup else "kmajor", dims.a_Kp)
+        if region == "out" and params.kmajor_out:
+            return layout.layout_name("kmajor", dims.Nb * dims.C)
+        return "tiles"
+
+    def inputs_in_place(self, params: GemmParams) -> dict[str, int]:
+        """``a`` (graph input 0) and the residual (input 1) may be a producer's output where
+        it lies, when the layouts agree (:meth:`region_layout`)."""
+        return {"a": 0, **({"residual": 1} if "residual" in params.stages else {})}
 
     def host_operands(self, config: VariantConfig, params: GemmParams,
                       inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
@@ -216,6 +248,18 @@ class GemmKind(KernelKind):
 GEMM = GemmKind()
 
 
+def kmajor_problem(config: VariantConfig, params: GemmParams) -> str | None:
+    """Why ``params`` cannot store its output K-major (``kmajor_out``); None if it can."""
+    if config.rows != config.cols:
+        return (f"a K-major (transposed) store needs a square array, not {config.rows} x "
+                f"{config.cols}")
+    if not params.fused and params.stages:
+        return "a K-major store is the fused drain's: unfused, the last pass stores the output"
+    if output_dtype(params.stages) != np.int8:
+        return "a K-major store holds int8 tiles; this output is int32"
+    return None
+
+
 def gemm_dims(config: VariantConfig, params: GemmParams) -> GemmDims:
     """The padded problem of ``params`` on ``config`` (grouped when ``params.kgroup``)."""
     return GemmDims(config, params.M, params.K, params.N, kgroup=params.kgroup)
@@ -223,11 +267,12 @@ def gemm_dims(config: VariantConfig, params: GemmParams) -> GemmDims:
 
 def gemm_params(M: int, K: int, N: int, *, stages: Sequence[str] = (),  # noqa: N803
                 fused: bool = True, tiling: Tiling | None = None,
-                params: EpilogueParams | None = None, kgroup: int = 0) -> GemmParams:
+                params: EpilogueParams | None = None, kgroup: int = 0,
+                kmajor_out: bool = False) -> GemmParams:
     """:class:`GemmParams` from the builder's customary arguments."""
     return GemmParams(M=M, K=K, N=N, stages=stages, fused=fused,
                       epilogue=params if params is not None else EpilogueParams(),
-                      tiling=tiling, kgroup=kgroup)
+                      tiling=tiling, kgroup=kgroup, kmajor_out=kmajor_out)
 
 
 def compiled_gemm(
@@ -243,6 +288,7 @@ def compiled_gemm(
     placement: Mapping[str, int] | None = None,
     cache: KernelCache | None = None,
     kgroup: int = 0,
+    kmajor_out: bool = False,
 ) -> GemmKernel:
     """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
 
@@ -266,6 +312,8 @@ def compiled_gemm(
     kgroup : int
         0 (dense), or the K rows each column block reads of a block-diagonal ``b``
         (:class:`GemmParams`).
+    kmajor_out : bool
+        Store the output transposed, tile by tile (:class:`GemmParams`).
 
     Returns
     -------
@@ -283,7 +331,7 @@ def compiled_gemm(
         the instruction memory.
     """
     p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params,
-                    kgroup=kgroup)
+                    kgroup=kgroup, kmajor_out=kmajor_out)
     return compile_kernel(GEMM, config, p, placement=placement, cache=cache)
 
 

@@ -61,7 +61,7 @@ class _Nest:
 
     def __init__(self, dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
                  regions: Mapping[str, Region], out: Region, out_dt: str,
-                 per_channel: bool = False) -> None:
+                 per_channel: bool = False, transposed: bool = False) -> None:
         cfg, R, C, W = dims.config, dims.R, dims.C, dims.W
         self.dims, self.tiling, self.cfg = dims, tiling, cfg
         self.double = tiling.double_buffer
@@ -74,6 +74,7 @@ class _Nest:
                              "requantize's multipliers and shifts) but none was given")
         self.mask = sum(cfg.stage_bit(s) for s in stages)
         self.out_dt, self.out_tw = out_dt, dims.tile_words(DT_BYTES[out_dt])
+        self.transposed = transposed
         self.res_tw = dims.tile_words(1)
         kt = tiling.kt or dims.Kp
         self.size = {"m": (dims.Mb, tiling.tm), "n": (dims.Nb, tiling.tn), "k": (dims.Kp, kt)}
@@ -180,7 +181,8 @@ class _Nest:
             regs.append(g)
             moved[reg] = n_outer * (n_inner * g["inner"] + g["adjust"])
         return ({"n_outer": n_outer, "n_inner": n_inner, "regs": regs, "ops": ops, "k": kte,
-                 "mask": f"{self.mask:#b}", "dt": self.out_dt, "last": int(last)}, moved)
+                 "mask": f"{self.mask:#b}", "dt": self.out_dt, "last": int(last),
+                 "tr": int(last and self.transposed)}, moved)
 
     def step(self, cls: Mapping[str, bool], exit_: tuple[str, dict] | None) -> dict[str, Any]:
         """The code of a super tile of class ``cls`` followed by ``exit_`` (carry, its class).
@@ -287,7 +289,8 @@ def _label(nodes: list, prefix: str, counter: list[int]) -> list:
 def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
                  regions: Mapping[str, Region], *, params: EpilogueParams, out: Region,
                  out_dt: str,
-                 prefix: str = "gemm", halt: bool = True) -> dict[str, Any]:
+                 prefix: str = "gemm", halt: bool = True,
+                 transposed: bool = False) -> dict[str, Any]:
     """The context of ``gemm.j2``: prologue, first loads and the loop nest of super tiles.
 
     Parameters
@@ -312,6 +315,9 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
         Label prefix, unique within the program.
     halt : bool
         End with ``wait 7; halt`` (else the program continues, e.g. with epilogue passes).
+    transposed : bool
+        Store the output tiles transposed (MATMUL ``tr``: the ``kmajor`` layout of
+        :mod:`fusion.kernels.layout`).
 
     Returns
     -------
@@ -319,7 +325,7 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
         ``supertiles`` is a list of nodes: ``{"kind": "loop", "counter", "count", "body"}`` or
         ``{"kind": "step", "final", "loads", "grid", "after"}``, each with a ``label``.
     """
-    nest = _Nest(dims, tiling, stages, regions, out, out_dt, params.per_channel)
+    nest = _Nest(dims, tiling, stages, regions, out, out_dt, params.per_channel, transposed)
     first = nest.first_class()
     res_first = nest.res_off if nest.has_res and first["k"] else None
     # The first super tile's blocks go to the halves it reads: r6, r7, r10.

@@ -36,6 +36,10 @@ class GemmParams:
         ``[j*kgroup, (j+1)*kgroup)`` of ``a`` and ``b`` (:mod:`fusion.kernels.layout`), so each
         output tile reduces over ``kgroup`` rows, not K. The operands are the same as dense.
         Whether it splits K on a variant is the kind's legality check.
+    kmajor_out : bool
+        Store the output transposed, tile by tile (MATMUL ``tr``): the ``kmajor`` layout of
+        :mod:`fusion.kernels.layout`, which a following GEMM reads as its A operand where it
+        lies. Needs a fused int8 output and a square array (the kind's legality check).
 
     Raises
     ------
@@ -52,6 +56,7 @@ class GemmParams:
     epilogue: EpilogueParams = field(default_factory=EpilogueParams)
     tiling: Tiling | None = None
     kgroup: int = 0
+    kmajor_out: bool = False
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
@@ -63,5 +68,6 @@ class GemmParams:
                              f"{self.stages!r}")
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "fused", bool(self.fused))
+        object.__setattr__(self, "kmajor_out", bool(self.kmajor_out))
         check_per_channel(self.stages, self.epilogue)
 
