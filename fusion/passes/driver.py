@@ -113,10 +113,18 @@ def prune_pipeline() -> tuple[Pass, ...]:
 
 def legalize_pipeline() -> tuple[Pass, ...]:
     """The legalization passes (conv into GEMM form, weight zero points folded, residual adds
-    moved before the layout changes of their inputs), then DCE."""
-    from fusion.passes import add_layout, conv_legalize, dce, weight_zero_point
+    moved before the layout changes of their inputs, layout chains that are identities
+    bypassed), then DCE.
 
-    return (conv_legalize.run, weight_zero_point.run, add_layout.run, dce.run)
+    ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
+    made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
+    the next pointwise convolution's ``im2col`` straight back to GEMM rows), and without it
+    each costs three host steps between two GEMMs.
+    """
+    from fusion.passes import add_layout, conv_legalize, dce, layout_identity, weight_zero_point
+
+    return (conv_legalize.run, weight_zero_point.run, add_layout.run, layout_identity.run,
+            dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,
