@@ -74,6 +74,7 @@ def run_one(name: str, batch: int) -> dict:
     return {
         "model": name, "batch": batch, "kernels": len(report.kernels),
         "layout_host_steps": len(layout), "host_ops": len(report.host_ops),
+        "host_written_bytes": report.host_written_bytes,
         "cycles": report.total_cycles, "macs": report.total_macs,
         "ideal_cycles": report.ideal_cycles, "utilization": round(report.utilization, 4),
         "roofline_fraction": round(report.roofline_fraction, 4),

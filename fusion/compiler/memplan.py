@@ -53,6 +53,13 @@ class MemoryPlan:
     peak_bytes: int
     placements: dict[str, dict[str, int]]  # kernel -> region -> word address
 
+    def in_place(self, kernel: str) -> frozenset[str]:
+        """The input regions of ``kernel`` that read an earlier kernel's output buffer where
+        it lies: the runtime writes nothing there, the producer's store already did."""
+        # a user is "kernel.region"; kernel names may hold dots, region names never do
+        return frozenset(user.rsplit(".", 1)[1] for b in self.buffers for user in b.users
+                         if user != b.name and user.rsplit(".", 1)[0] == kernel)
+
     @property
     def unshared_bytes(self) -> int:
         """What the buffers would take with no reuse (for comparison)."""
@@ -69,7 +76,7 @@ def _align(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-def _aliases(config: VariantConfig, consumer: KernelSpec, region: str,
+def aliases(config: VariantConfig, consumer: KernelSpec, region: str,
              producer: KernelSpec | None) -> bool:
     """Does ``consumer`` read ``producer``'s output buffer in place for ``region``? When
     its kind reads that region as the producer's kind leaves it: the same shape and type
@@ -116,7 +123,7 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
             if role == "input":
                 tensor = _input_tensor(step, region)
                 prod = producer_of.get(tensor) if tensor is not None else None
-                if prod is not None and _aliases(config, step, region, prod[0]):
+                if prod is not None and aliases(config, step, region, prod[0]):
                     buf = prod[1]
                     buf.users.append(f"{step.name}.{region}")
                     owner[(step.name, region)] = buf

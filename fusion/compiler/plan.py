@@ -22,6 +22,7 @@ from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError, chains, host_role
 from fusion.compiler.memplan import MemoryPlan, plan_memory
+from fusion.compiler.store_layout import kmajor_producers, with_kmajor
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
@@ -302,6 +303,10 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
             for n in d.chain.nodes[i:j]:
                 host.append(n)
                 reasons[n.name] = why
+    # GEMMs feeding GEMMs store K-major, so that their readers take the output where it lies
+    kmajor = kmajor_producers(config, [c[0] for c in chosen.values()])
+    chosen = {name: (with_kmajor(spec) if name in kmajor else spec, option, d)
+              for name, (spec, option, d) in chosen.items()}
     order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
     before = cache.stats.to_dict() if cache is not None else {}
     steps: list[KernelStep | HostStep] = []
@@ -328,8 +333,14 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
                                and o.spec.nodes == spec.nodes]
     note, error = "", None
     for alt in alternatives:
+        alt_spec, cycles = alt.spec, alt.cycles
+        if getattr(spec.params, "kmajor_out", False):
+            # the store layout was chosen after pricing: add what the corner turn costs
+            alt_spec = with_kmajor(alt.spec)
+            cycles += (alt_spec.kind.features(config, alt_spec.params).analytical_cycles()
+                       - alt.spec.kind.features(config, alt.spec.params).analytical_cycles())
         try:
-            compiled = alt.spec.compile(config, placement, cache)
+            compiled = alt_spec.compile(config, placement, cache)
         except ProgramTooLong as exc:
             error = exc
             note += (f"{alt.spec.kind.variant_label(alt.spec.params)} does not fit the "
@@ -337,7 +348,7 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
             continue
         if alt is not option:
             note += "built with the next-best variant"
-        return KernelStep(alt.spec, compiled, alt.cycles, note)
+        return KernelStep(alt_spec, compiled, cycles, note)
     raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")

@@ -26,6 +26,7 @@ from the ``.bin`` files, whose hashes were checked).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -57,10 +58,12 @@ from fusion.compiler.plan_folder import (
     load_plan_json,
     plan_digest,
 )
+from fusion.compiler.store_layout import kmajor_producers
 from fusion.cost.host import HostCostModel
 from fusion.frontend.json_format import from_dict as graph_from_dict
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.kernels.cache import CacheEntry
+from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.program import restore_kernel
 from fusion.kernels.protocol import Refusal
 from hwgen.config import VariantConfig
@@ -277,6 +280,12 @@ class _Reader:
             what = (f"node {missing[0]!r} is in no step" if missing else
                     "a node is in two steps")
             raise self.fail(f"{self.plan_path}: the steps do not cover the graph: {what}")
+        flagged = {n for n, sp in specs.items() if getattr(sp.params, "kmajor_out", False)}
+        plain = [sp.with_params(dataclasses.replace(sp.params, kmajor_out=False))
+                 if n in flagged else sp for n, sp in specs.items()]
+        if kmajor_producers(self.config, plain) != flagged:
+            raise self.fail(f"{self.plan_path}: the kernels' output layouts (kmajor_out) are "
+                            f"not the ones the compiler chooses for these steps")
         try:
             order, memory = order_and_place(graph, self.config, list(specs.values()),
                                             on_host)
@@ -339,6 +348,8 @@ class _Reader:
             if refusal is not None:
                 raise ValueError(refusal)
             offered = [base.params, *base.kind.variants(self.config, base.params)]
+            if base.kind is GEMM:  # the store layout is chosen across kernels: checked after
+                offered += [dataclasses.replace(p, kmajor_out=True) for p in offered]
         except ValueError as exc:  # CompileError and KernelRefused are ValueErrors
             raise self.fail(f"{self.plan_path}: {where} cannot run on this variant: "
                             f"{exc}") from None

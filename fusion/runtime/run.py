@@ -153,6 +153,10 @@ class RunReport:
     #: behind it.
     roofline_cycles: int = 0
     weight_bytes: int = 0
+    #: Activation bytes the host wrote into the accelerator's memory for the model's run (the
+    #: model's inputs and what host steps made); constants, and inputs the hardware read where
+    #: an earlier kernel stored them, are not counted.
+    host_written_bytes: int = 0
 
     @property
     def inferences_per_mcycle(self) -> float:
@@ -205,6 +209,7 @@ class RunReport:
                 "weight_bytes": self.weight_bytes, "roofline_cycles": self.roofline_cycles,
                 "roofline_fraction": round(self.roofline_fraction, 4),
                 "peak_memory_bytes": self.peak_memory_bytes,
+                "host_written_bytes": self.host_written_bytes,
                 "kernels": [k.to_dict() for k in self.kernels],
                 "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
                 "host_ops": len(self.host_ops),
@@ -326,24 +331,39 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             wants.append(ref_env[spec.output])
         env[spec.output] = wants[0]
         planned.append((step, sets, wants))
-    # 2. Every kernel on every set in one simulator launch.
-    jobs = []
+    # 2. Every kernel on every set in one simulator launch: first the model, its kernels back
+    #    to back on one memory (each keeps what the ones before it stored, and an input region
+    #    that is an earlier kernel's output where it lies is not written: the hardware reads
+    #    what the producer stored), then the directed sets, each kernel on its own.
+    model_jobs, directed_jobs, host_bytes = [], [], 0
     for step, sets, _ in planned:
+        in_place = compiled.memory.in_place(step.name)
         for n, values in enumerate(sets):
             operands = step.spec.operands(graph, values, config)
             check_dispatch(step, operands)
             writes = step.compiled.memory(**operands)
-            jobs.append(Job(program=step.compiled.program,
-                            memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
-                            name=step.name if n == 0 else f"{step.name}-directed{n}"))
-    results = iter(run_programs(config, jobs, build=build) if jobs else [])
-    # 3. The checks, kernel by kernel in plan order: the first difference stops the run. Each
-    #    kernel ran on the reference's values of its inputs; as every kernel before it equals
-    #    the reference bit for bit, those are the values the hardware chain makes.
+            if n == 0:
+                region_at = {r.addr: name for name, r in step.compiled.regions.items()}
+                writes = [(addr, data) for addr, data in writes
+                          if region_at[addr] not in in_place]
+                host_bytes += sum(len(data) for addr, data in writes
+                                  if step.spec.region_role(region_at[addr]) != "const")
+            job = Job(program=step.compiled.program,
+                      memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
+                      name=step.name if n == 0 else f"{step.name}-directed{n}",
+                      keep_memory=n == 0)
+            (model_jobs if n == 0 else directed_jobs).append(job)
+    jobs = model_jobs + directed_jobs
+    results = run_programs(config, jobs, build=build) if jobs else []
+    model_results = iter(results[:len(model_jobs)])
+    directed_results = iter(results[len(model_jobs):])
+    # 3. The checks, kernel by kernel in plan order: the first difference stops the run. The
+    #    model's kernels read what the kernels before them stored; each was checked equal to
+    #    the reference before its readers are, so a difference names the kernel that made it.
     runs: list[KernelRun] = []
     for step, sets, wants in planned:
         spec = step.spec
-        done = [next(results) for _ in sets]
+        done = [next(model_results)] + [next(directed_results) for _ in sets[1:]]
         predicted = spec.kind.features(config, spec.params).analytical_cycles()
         floor = timing_floor(config, step.compiled.program, predicted)
         checked = check_runs(config, step.compiled.program, [r.counters for r in done],
@@ -364,7 +384,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                                       -(-macs // (config.rows * config.cols))))
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
-                     host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes)
+                     host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
+                     host_bytes)
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

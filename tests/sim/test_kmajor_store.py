@@ -105,3 +105,34 @@ def test_the_tile_layout_in_place_is_not_the_same_matrix(square):
     A, so the chain test above can fail."""
     got, want = _chain(square, 13, 20, 16, 6, kmajor=False)
     assert not np.array_equal(got, want)
+
+
+def test_a_model_runs_its_gemm_chain_on_one_memory():
+    """``hwgen run``'s runtime: the MLP's second GEMM reads the first one's K-major output
+    where it lies (the host writes only the model's input), and the output still matches
+    onnxruntime."""
+    import onnx
+    import onnxruntime as ort
+
+    from examples.real_check import lsb_errors, output_scale, within_one_lsb
+    from fusion.compiler.plan import HostStep, compile_model
+    from fusion.frontend.load import load_model
+    from fusion.kernels.cache import KernelCache
+    from fusion.runtime.run import random_inputs, run_compiled
+    from tests.fusion.compiler.test_store_layout import EXAMPLES
+
+    config = SIM_VARIANTS["4x4"]
+    path = EXAMPLES / "qop_mlp.onnx"
+    compiled = compile_model(load_model(path), config, cache=KernelCache(disk=False))
+    first, second = (s for s in compiled.steps if not isinstance(s, HostStep))
+    assert first.spec.params.kmajor_out and compiled.memory.in_place(second.name) == {"a"}
+    inputs = random_inputs(compiled.graph, seed=3)
+    report = run_compiled(compiled, inputs)
+    assert report.host_written_bytes == first.compiled.regions["a"].nbytes
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (name,) = compiled.graph.outputs
+    want = session.run([name], {k: v for k, v in inputs.items()})[0]
+    ok, figures = within_one_lsb(lsb_errors(report.outputs[name], want,
+                                            output_scale(onnx.load(str(path)), name)),
+                                 "vs onnxruntime", integer=want.dtype.kind in "iu")
+    assert ok, figures

@@ -1,0 +1,51 @@
+"""Which layout each kernel stores its output in, so that the next kernels read it in place.
+
+A GEMM stores row-major tiles by default: what an epilogue pass, a residual or the host reads.
+A following GEMM reads its A operand K-major, so a GEMM feeding GEMMs stores its tiles
+transposed instead (``kmajor_out``, MATMUL ``tr``; :mod:`fusion.kernels.layout`), and the
+memory planner then lets those GEMMs read the producer's buffer where it lies
+(:func:`fusion.compiler.memplan.aliases`): the activation never leaves the accelerator's memory
+between the two kernels, and the host neither reads nor repacks it.
+
+The rule, per producing GEMM: store K-major when at least one kernel would read the output in
+place that way and none would read it in place as tiles. Host steps and graph outputs read
+whichever layout it is (the runtime decodes it), so they do not vote. A producer the
+hardware cannot store transposed (:func:`fusion.kernels.gemm.kind.kmajor_problem`: a
+non-square array, an int32 or unfused output) keeps its tiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from fusion.compiler.kernels import KernelSpec
+from fusion.compiler.memplan import aliases
+from fusion.kernels.gemm.kind import GEMM, kmajor_problem
+from hwgen.config import VariantConfig
+
+
+def with_kmajor(spec: KernelSpec) -> KernelSpec:
+    """``spec`` storing its output K-major."""
+    return spec.with_params(dataclasses.replace(spec.params, kmajor_out=True))
+
+
+def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec]) -> set[str]:
+    """The names of the GEMMs of ``specs`` that should store their output K-major (see the
+    module docstring)."""
+    readers: dict[str, list[tuple[KernelSpec, str]]] = {}
+    for spec in specs:
+        for region, index in spec.kind.inputs_in_place(spec.params).items():
+            if index < len(spec.inputs):
+                readers.setdefault(spec.inputs[index], []).append((spec, region))
+    chosen = set()
+    for spec in specs:
+        if spec.kind is not GEMM or kmajor_problem(config, spec.params) is not None:
+            continue
+        turned = with_kmajor(spec)
+        reads = readers.get(spec.output, [])
+        as_kmajor = sum(aliases(config, reader, region, turned) for reader, region in reads)
+        as_tiles = sum(aliases(config, reader, region, spec) for reader, region in reads)
+        if as_kmajor and not as_tiles:
+            chosen.add(spec.name)
+    return chosen
