@@ -164,6 +164,12 @@ class VariantConfig:
         return self.rows
 
     @property
+    def window_loads(self) -> bool:
+        """The load engine runs LOADW (window loads, :mod:`hwgen.isa`): an A scratchpad row is
+        one memory word (``port_bytes == rows``), and a row's lanes fit the 16-bit mask."""
+        return self.port_bytes == self.rows and self.rows <= 16
+
+    @property
     def b_row_bytes(self) -> int:
         """Bytes of one B scratchpad row: one int8 operand per array column."""
         return self.cols

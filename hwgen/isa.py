@@ -47,6 +47,7 @@ class Op(enum.IntEnum):
     MATMUL = 7
     EPIPASS = 8
     CSRWI = 9
+    LOADW = 10
 
 
 class Dst(enum.IntEnum):
@@ -139,6 +140,21 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "DMA `count` segments of `len` memory words into consecutive scratchpad rows. "
         "Stalls while the previous LOAD runs; runs alongside compute.",
     ),
+    Op.LOADW: (
+        (_r("ext", "r1", "word address of the first row's first word"),
+         _r("spad", "r2", "first A scratchpad row written"),
+         _r("stride", "r3", "words from one row's first word to the next row's"),
+         _r("next", "r4", "words from one word of a row to its next word"),
+         _r("fill", "r5", "the byte (low 8 bits) that lanes outside `mask` get"),
+         Field("step", "f", 0, 2, "uint", "bytes between consecutive lanes: 1 or 2"),
+         Field("count", "imm", 0, 12, "uint", "rows"),
+         Field("shift", "imm", 12, 4, "uint", "byte of the first word that lane 0 reads"),
+         Field("mask", "imm", 16, 16, "uint", "lanes read from memory: bit r = lane r")),
+        "Window load (implicit im2col; variants whose A row is one memory word, "
+        "`port_bytes == rows`): `count` A scratchpad rows from `spad` on. Row i reads the "
+        "words `ext + i*stride + j*next` for j = 0, 1, ... as one byte string, lane r takes "
+        "its byte `shift + r*step`, and a lane outside `mask` takes `fill` instead (a "
+        "convolution's padding). Queued and run like LOAD."),
     Op.MATMUL: (
         (_r("a", "r1", "A scratchpad row of k = 0"), _r("b", "r2", "B scratchpad row of k = 0"),
          _r("out", "r3", "external word address of the output tile"),

@@ -272,3 +272,29 @@ def gemm_epilogue(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: E
     axis) are needed when ``params.per_channel`` and ``requant`` is a stage.
     """
     return to_dtype(epilogue(gemm(a, b), stages, params, **operands), output_dtype(stages))
+
+
+def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, stride: int,
+                next: int, count: int, shift: int, step: int, mask: int,  # noqa: A002
+                fill: int) -> np.ndarray:
+    """The A scratchpad rows a LOADW writes (``hwgen.isa``), from ``memory`` (uint8 bytes,
+    word ``w`` at ``[w*port_bytes, (w+1)*port_bytes)``).
+
+    Row ``i`` is the byte string of words ``ext + i*stride + j*next`` (j = 0, 1, ...); lane
+    ``r`` is its byte ``shift + r*step``, or ``fill`` when bit ``r`` of ``mask`` is clear.
+
+    Returns
+    -------
+    ndarray
+        ``count x rows`` int8.
+    """
+    mem = np.asarray(memory, np.uint8)
+    need = (shift + (rows - 1) * step) // port_bytes + 1
+    out = np.empty((count, rows), np.uint8)
+    for i in range(count):
+        base = ext + i * stride
+        string = np.concatenate([mem[(base + j * next) * port_bytes:
+                                     (base + j * next + 1) * port_bytes] for j in range(need)])
+        for r in range(rows):
+            out[i, r] = string[shift + r * step] if mask >> r & 1 else fill & 0xFF
+    return out.view(np.int8)

@@ -25,11 +25,19 @@ SPAD_ADDR_BITS = 16
 
 
 def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
-    """A queued LOAD command."""
+    """A queued LOAD or LOADW command: ``len`` words a segment (row), ``wstep`` words apart
+    (1 for LOAD); a window load (``win``) also has its lane selection and fill."""
     return data.StructLayout({
         "dst": 2, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
         "stride": config.mem_addr_bits, "count": 16, "len": 16,
+        "win": 1, "wstep": config.mem_addr_bits, "shift": 4, "step": 2, "mask": 16, "fill": 8,
     })
+
+
+def window_words(rows: int, shift, step):
+    """Words a window-load row reads (``port_bytes == rows``): through its last lane's byte
+    ``shift + (rows - 1) * step``. Works on ints and on Amaranth values alike."""
+    return ((shift + (rows - 1) * step) >> (rows.bit_length() - 1)) + 1
 
 
 class Gearbox(wiring.Component):
@@ -120,6 +128,7 @@ class LoadEngine(wiring.Component):
         cmd = Signal(load_cmd_layout(c))
         active = Signal()
         seg_base = Signal(c.mem_addr_bits)
+        word_addr = Signal(c.mem_addr_bits)
         word = Signal(16)
         seg = Signal(16)
         issuing = Signal()
@@ -136,21 +145,23 @@ class LoadEngine(wiring.Component):
         m.d.comb += self.cmd.ready.eq(~active)
         with m.If(self.cmd.valid & ~active):
             m.d.sync += [cmd.eq(self.cmd.payload), active.eq(1), seg_base.eq(self.cmd.payload.ext),
+                         word_addr.eq(self.cmd.payload.ext),
                          word.eq(0), seg.eq(0), row.eq(self.cmd.payload.spad), wait.eq(0)]
             m.d.sync += issuing.eq((self.cmd.payload.count != 0) & (self.cmd.payload.len != 0))
         m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0)),
-                     self.rd_addr.payload.eq(seg_base + word)]
+                     self.rd_addr.payload.eq(word_addr)]
         with m.If(wait != 0):
             m.d.sync += wait.eq(wait - 1)
         requested = self.rd_addr.valid & self.rd_addr.ready
         with m.If(requested):
             m.d.sync += wait.eq(interval)
             with m.If(word == cmd.len - 1):
-                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(seg_base + cmd.stride)]
+                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(seg_base + cmd.stride),
+                             word_addr.eq(seg_base + cmd.stride)]
                 with m.If(seg == cmd.count - 1):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += word.eq(word + 1)
+                m.d.sync += [word.eq(word + 1), word_addr.eq(word_addr + cmd.wstep)]
         with m.If(requested & ~self.rd_valid):
             m.d.sync += pending.eq(pending + 1)
         with m.Elif(~requested & self.rd_valid):
@@ -163,7 +174,35 @@ class LoadEngine(wiring.Component):
             for dst, w in widths.items():
                 if w == width:
                     chosen = chosen | (cmd.dst == dst)
-            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen), box.i_data.eq(self.rd_data)]
+            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen & ~cmd.win),
+                         box.i_data.eq(self.rd_data)]
+
+        # A window load's row: its words collected, then each lane's byte picked (or the
+        # fill), written one cycle after the row's last word, like a gearbox row.
+        win_valid = Signal()
+        win_row = Signal(c.a_row_bytes * 8)
+        if c.window_loads:
+            held = [Signal(c.port_bits, name=f"win_word{i}") for i in range(2)]
+            got = Signal(2)  # words of the row received so far
+            row_bytes = Cat(held[0], held[1], self.rd_data)  # the last word arrives now
+            m.d.sync += win_valid.eq(0)
+            with m.If(self.rd_valid & cmd.win):
+                with m.If(got == cmd.len - 1):
+                    words = {1: Cat(self.rd_data), 2: Cat(held[0], self.rd_data), 3: row_bytes}
+                    lanes = []
+                    for r in range(c.rows):
+                        pick = Signal(8, name=f"win_lane{r}")
+                        at = cmd.shift + r * cmd.step
+                        with m.Switch(cmd.len):
+                            for n, bits in words.items():
+                                with m.Case(n):
+                                    m.d.comb += pick.eq(bits.word_select(at, 8))
+                        lanes.append(Mux(cmd.mask[r], pick, cmd.fill))
+                    m.d.sync += [win_valid.eq(1), win_row.eq(Cat(*lanes)), got.eq(0)]
+                with m.Else():
+                    m.d.sync += [held[0].eq(Mux(got == 0, self.rd_data, held[0])),
+                                 held[1].eq(Mux(got == 1, self.rd_data, held[1])),
+                                 got.eq(got + 1)]
         a_box, b_box, e_box = boxes[widths[Dst.A]], boxes[widths[Dst.B]], boxes[widths[Dst.E32]]
         row_out = Mux(cmd.dst == Dst.A, a_box.o_valid,
                       Mux(cmd.dst == Dst.E32, e_box.o_valid, b_box.o_valid))
@@ -173,18 +212,18 @@ class LoadEngine(wiring.Component):
         for i, lane in enumerate(lanes):
             m.d.comb += widened[32 * i:32 * i + 32].eq(lane)
         m.d.comb += [
-            self.a_addr.eq(row), self.a_data.eq(a_box.o_data),
-            self.a_en.eq(row_out & (cmd.dst == Dst.A)),
+            self.a_addr.eq(row), self.a_data.eq(Mux(cmd.win, win_row, a_box.o_data)),
+            self.a_en.eq((row_out & (cmd.dst == Dst.A)) | win_valid),
             self.b_addr.eq(row), self.b_data.eq(b_box.o_data),
             self.b_en.eq(row_out & (cmd.dst == Dst.B)),
             self.e_addr.eq(row),
             self.e_data.eq(Mux(cmd.dst == Dst.E8, widened, e_box.o_data)),
             self.e_en.eq(row_out & ((cmd.dst == Dst.E32) | (cmd.dst == Dst.E8))),
         ]
-        with m.If(row_out):
+        with m.If(row_out | win_valid):
             m.d.sync += row.eq(row + 1)
 
-        gear_busy = 0
+        gear_busy = win_valid
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
         # The gearbox's output register and this one are hwgen.timing.LOAD_TAIL: the cycles

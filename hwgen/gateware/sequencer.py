@@ -13,9 +13,9 @@ from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.compute import job_layout
-from hwgen.gateware.dma import load_cmd_layout
+from hwgen.gateware.dma import load_cmd_layout, window_words
 from hwgen.gateware.epilogue import csr_signature
-from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Op
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op
 from hwgen.stages import SPECS
 
 
@@ -70,11 +70,23 @@ class Sequencer(wiring.Component):
 
         # LOAD command and compute job, assembled from the current word.
         ld = self.load.payload
-        m.d.comb += [
-            ld.dst.eq(_field(word, Op.LOAD, "dst")), ld.ext.eq(reg(Op.LOAD, "ext")),
-            ld.spad.eq(reg(Op.LOAD, "spad")), ld.stride.eq(reg(Op.LOAD, "stride")),
-            ld.count.eq(_field(word, Op.LOAD, "count")), ld.len.eq(_field(word, Op.LOAD, "len")),
-        ]
+        # LOAD and LOADW share the slots of ext, spad and stride.
+        m.d.comb += [ld.ext.eq(reg(Op.LOAD, "ext")), ld.spad.eq(reg(Op.LOAD, "spad")),
+                     ld.stride.eq(reg(Op.LOAD, "stride"))]
+        with m.If(op == Op.LOADW):
+            shift, step = _field(word, Op.LOADW, "shift"), _field(word, Op.LOADW, "step")
+            m.d.comb += [
+                ld.dst.eq(Dst.A), ld.win.eq(1), ld.count.eq(_field(word, Op.LOADW, "count")),
+                ld.len.eq(window_words(c.rows, shift, step)),
+                ld.wstep.eq(reg(Op.LOADW, "next")), ld.shift.eq(shift), ld.step.eq(step),
+                ld.mask.eq(_field(word, Op.LOADW, "mask")), ld.fill.eq(reg(Op.LOADW, "fill")),
+            ]
+        with m.Else():
+            m.d.comb += [
+                ld.dst.eq(_field(word, Op.LOAD, "dst")), ld.wstep.eq(1),
+                ld.count.eq(_field(word, Op.LOAD, "count")),
+                ld.len.eq(_field(word, Op.LOAD, "len")),
+            ]
         job = self.job.payload
         is_pass = op == Op.EPIPASS
         m.d.comb += [
@@ -119,7 +131,7 @@ class Sequencer(wiring.Component):
                         m.d.comb += retire.eq(1)
                         with m.If(count[:REG_BITS] != 0):
                             m.d.comb += pc_next.eq(_field(word, Op.BNZD, "target"))
-                    with m.Case(Op.LOAD):
+                    with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]
                     with m.Case(Op.MATMUL, Op.EPIPASS):
                         m.d.comb += [self.job.valid.eq(1), retire.eq(self.job.ready)]
