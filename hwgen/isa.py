@@ -201,6 +201,13 @@ if max(Csr) >= 1 << _CSR_BITS:
                       f"the CSRWI csr field holds 0..{(1 << _CSR_BITS) - 1}")
 
 
+def window_words(rows: int, shift, step):
+    """Memory words one LOADW row reads on a variant of ``rows`` array rows (whose memory word
+    is one A row, ``port_bytes == rows``): through its last lane's byte
+    ``shift + (rows - 1) * step``. Works on ints and on Amaranth values alike."""
+    return ((shift + (rows - 1) * step) >> (rows.bit_length() - 1)) + 1
+
+
 class IsaError(ValueError):
     """A malformed instruction or word."""
 

@@ -289,7 +289,7 @@ def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, str
         ``count x rows`` int8.
     """
     mem = np.asarray(memory, np.uint8)
-    need = (shift + (rows - 1) * step) // port_bytes + 1
+    need = (shift + (rows - 1) * step) // port_bytes + 1  # hwgen.isa.window_words
     out = np.empty((count, rows), np.uint8)
     for i in range(count):
         base = ext + i * stride

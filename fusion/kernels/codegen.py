@@ -18,7 +18,7 @@ import jinja2
 
 from hwgen.asm import assemble_instrs, disassemble
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst, Instr, Op, Unit, encode
+from hwgen.isa import Dst, Instr, Op, Unit, encode, window_words
 
 #: Largest value of the 16-bit LOAD ``count``/``len``, MATMUL ``k`` and EPIPASS ``rows``.
 FIELD_MAX = 0xFFFF
@@ -226,7 +226,7 @@ def load_bytes(config: VariantConfig, instrs: Sequence[Instr]) -> int:
         trips.append((lo, hi, setter.get("imm") & 0xFFFFFFFF if ok else None))
     total = 0
     for n, instr in enumerate(instrs):
-        if instr.op is not Op.LOAD:
+        if instr.op not in (Op.LOAD, Op.LOADW):
             continue
         times = 1
         for lo, hi, count in trips:
@@ -235,5 +235,7 @@ def load_bytes(config: VariantConfig, instrs: Sequence[Instr]) -> int:
                     raise ValueError(f"instruction {n} (a load) sits in the loop at {lo}..{hi} "
                                      f"whose counter is not set by an li just before it")
                 times *= count
-        total += times * instr.get("count") * instr.get("len") * config.port_bytes
+        words = (instr.get("len") if instr.op is Op.LOAD
+                 else window_words(config.rows, instr.get("shift"), instr.get("step")))
+        total += times * instr.get("count") * words * config.port_bytes
     return total

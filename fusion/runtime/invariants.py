@@ -26,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, Dt, Op
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, Dt, Op, window_words
 
 _MASK = (1 << REG_BITS) - 1
 #: The fields the interpreter reads, per opcode, in this order.
 _FIELDS = {Op.LI: ("rd", "imm"), Op.ADDI: ("rd", "rs", "imm"), Op.BNZD: ("rc", "target"),
-           Op.LOAD: ("count", "len"), Op.MATMUL: ("k", "dt", "last"),
+           Op.LOAD: ("count", "len"), Op.LOADW: ("count", "shift", "step"),
+           Op.MATMUL: ("k", "dt", "last"),
            Op.EPIPASS: ("rows", "dt")}
 
 
@@ -138,6 +139,8 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
                 pc = f[1]
         elif op is Op.LOAD:
             loaded += f[0] * f[1] * config.port_bytes
+        elif op is Op.LOADW:
+            loaded += f[0] * window_words(config.rows, f[1], f[2]) * config.port_bytes
         elif op is Op.MATMUL:
             slices += f[0]
             if f[0] and f[2]:  # a tile-ending MATMUL drains its tile through the epilogue

@@ -34,11 +34,6 @@ def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
     })
 
 
-def window_words(rows: int, shift, step):
-    """Words a window-load row reads (``port_bytes == rows``): through its last lane's byte
-    ``shift + (rows - 1) * step``. Works on ints and on Amaranth values alike."""
-    return ((shift + (rows - 1) * step) >> (rows.bit_length() - 1)) + 1
-
 
 class Gearbox(wiring.Component):
     """Cut a stream of ``word_bytes`` words into ``row_bytes`` rows (either may be larger).

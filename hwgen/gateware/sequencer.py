@@ -13,9 +13,9 @@ from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.compute import job_layout
-from hwgen.gateware.dma import load_cmd_layout, window_words
+from hwgen.gateware.dma import load_cmd_layout
 from hwgen.gateware.epilogue import csr_signature
-from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op, window_words
 from hwgen.stages import SPECS
 
 
