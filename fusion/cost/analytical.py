@@ -284,6 +284,49 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  
     return m.seq + 1
 
 
+def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
+    """Cycles of a program, by running its instructions one by one through
+    :class:`Machine` (registers and loops interpreted, every timing rule the machine's): for
+    kernels whose programs are not a fixed nest of phases (the window convolution, whose
+    rows differ by their padding). Exact where each instruction's rule is; linear in the
+    instructions retired."""
+    from hwgen.isa import Op, window_words
+
+    m = Machine(config)
+    regs = [0] * 16
+    pc, mask = 0, 0xFFFFFFFF
+    lane = {0: 4, 1: 1}  # hwgen.isa.Dt: i32, i8
+    while True:
+        ins = instrs[pc]
+        op, get = ins.op, ins.get
+        pc += 1
+        if op is Op.HALT:  # after the program's final wait: done the cycle after
+            return m.seq + 1
+        if op is Op.WAIT:
+            u = get("units")
+            m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4))
+        elif op is Op.LOAD:
+            m.load(get("count") * get("len") * config.port_bytes,
+                   load_row_bytes(config, get("dst")))
+        elif op is Op.LOADW:
+            words = window_words(config.rows, get("shift"), get("step"))
+            m.load(get("count") * words * config.port_bytes, config.rows)
+        elif op is Op.MATMUL:
+            m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")))
+        elif op is Op.EPIPASS:
+            m.epipass(get("rows"), lane[get("dt")])
+        else:
+            m.instrs(1)
+            if op is Op.LI:
+                regs[get("rd")] = get("imm") & mask
+            elif op is Op.ADDI:
+                regs[get("rd")] = (regs[get("rs")] + get("imm")) & mask
+            elif op is Op.BNZD:
+                regs[get("rc")] = (regs[get("rc")] - 1) & mask
+                if regs[get("rc")]:
+                    pc = get("target")
+
+
 class AnalyticalModel(CostModel):
     """Cycles from the hardware description, nothing fitted: each kind's features walk its
     program's phases (:meth:`fusion.cost.model.Features.analytical_cycles`, which calls

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusion.kernels.conv.kind import CONV
 from fusion.kernels.eltmax.kind import MAX
 from fusion.kernels.epipass.kind import PASS
 from fusion.kernels.gemm.kind import GEMM
@@ -18,6 +19,7 @@ KINDS: dict[str, KernelKind] = {k.name: k for k in (
     GEMM,
     PASS,
     MAX,
+    CONV,
 )}
 
 

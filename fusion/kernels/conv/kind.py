@@ -1,0 +1,226 @@
+"""The window-convolution kernel kind: ``epilogue(conv2d(x, w))`` with the load engine gathering
+the windows (LOADW, implicit im2col; program: :mod:`fusion.kernels.conv.program`).
+
+Operands: ``x`` (the input as the ``N*H*W x Cin`` matrix of its pixels, int8, K-major
+``[blocks][cp][R]``: exactly what a GEMM stores with ``kmajor_out``, so the convolution reads
+its producer's output where it lies), ``b`` (the ``kh*kw*Cin x Cout`` weights in (ky, kx, c)
+order, pre-packed like a GEMM's B), and the epilogue's ``bias``, ``mult``/``shift`` and
+``residual`` as for a GEMM. The output is the GEMM's ``M x Cout`` tiles (or K-major).
+
+Where it applies (:func:`conv_problem`): variants whose A row is one memory word, a
+horizontal stride of 1 or 2, output rows of whole blocks (``OW`` a multiple of the array's
+rows), a whole output row's windows in half the A scratchpad, a column block of weights in
+B, and a program that fits the instruction memory. Otherwise the compiler gathers the windows
+on the host (``im2col``) and runs a GEMM, and the plan says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fusion.ir import windows
+from fusion.kernels import layout
+from fusion.kernels.codegen import assemble_program, render
+from fusion.kernels.conv.features import ConvFeatures
+from fusion.kernels.conv.params import ConvGeometry, ConvParams
+from fusion.kernels.conv.program import build_context, column_chunk, program_problem
+from fusion.kernels.epilogue import reads_bias_region
+from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.program import Kernel, figures
+from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams, gemm_epilogue, output_dtype
+
+
+@dataclass(frozen=True, eq=False)
+class ConvKernel(Kernel):
+    """A compiled window convolution."""
+
+    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
+        """The ``M x Cout`` result read back (transposed back when stored K-major)."""
+        if not self.signature.kmajor_out:
+            return super().decode(outputs)
+        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = np.asarray(data, np.uint8).tobytes()
+        return layout.unpack_kmajor(self.dims, bytes(data))
+
+
+def conv_problem(config: VariantConfig, p: ConvParams) -> str | None:
+    """Why the window convolution cannot run ``p`` on ``config``; None when it can."""
+    if not config.window_loads:
+        return (f"window loads need an A row of one memory word (port_bytes == rows); this "
+                f"variant has {config.rows} rows and {config.port_bytes}-byte words")
+    if p.stride[1] not in (1, 2):
+        return f"the horizontal stride {p.stride[1]} is not a window load's lane step (1 or 2)"
+    if p.OW % config.rows:
+        return (f"the output rows ({p.OW} pixels) are not whole blocks of {config.rows}: a "
+                f"block of pixels would span two rows of windows")
+    if p.Cin >= 1 << 12:
+        return f"{p.Cin} input channels exceed a window load's 12-bit row count"
+    geo = ConvGeometry(config, p)
+    if 2 * geo.a_half > config.spad_a_depth:
+        return (f"an output row's windows ({geo.bpr} blocks x {geo.Kp} rows) do not fit half "
+                f"the A scratchpad ({config.spad_a_depth} rows)")
+    tn = column_chunk(geo, "residual" in p.stages)
+    if tn < 1:
+        return (f"a column block of weights ({geo.Kp} rows) and its residual tiles do not fit "
+                f"the B and epilogue scratchpads")
+    if p.kmajor_out:
+        if config.rows != config.cols:
+            return "a K-major store needs a square array"
+        if output_dtype(p.stages) != np.int8:
+            return "a K-major store holds int8 tiles; this output is int32"
+    return program_problem(geo, tn)
+
+
+class ConvKind(KernelKind):
+    """The window convolution (see the module docstring)."""
+
+    name = "conv"
+    template = "conv.j2"
+    params_type = ConvParams
+    kernel_type = ConvKernel
+    features_type = ConvFeatures
+    const_regions = frozenset({"b", "bias"})
+
+    def legality(self, config: VariantConfig, params: ConvParams) -> Refusal | None:
+        refusal = stage_refusal(self.name, params.stages, config.epilogue)
+        if refusal is not None:
+            return refusal
+        problem = conv_problem(config, params)
+        if problem is not None:
+            return Refusal(self.name, "window", problem)
+        return None
+
+    def dims(self, params: ConvParams) -> tuple[int, int, int]:
+        return params.M, params.K, params.Cout
+
+    def stages(self, params: ConvParams) -> tuple[str, ...]:
+        return params.stages
+
+    def epilogue(self, params: ConvParams) -> EpilogueParams:
+        return params.epilogue
+
+    def operands(self, config: VariantConfig, params: ConvParams) -> dict[str, Operand]:
+        p = params
+        ops = {"x": Operand("int8", (p.N * p.H * p.W, p.Cin)),
+               "b": Operand("int8", (p.K, p.Cout))}
+        if "bias" in p.stages:
+            ops["bias"] = Operand("int32", (p.Cout,))
+        if "residual" in p.stages:
+            ops["residual"] = Operand("int8", (p.M, p.Cout))
+        if p.epilogue.per_channel:
+            ops["mult"] = ops["shift"] = Operand("int32", (p.Cout,))
+        return ops
+
+    def output(self, params: ConvParams) -> Operand:
+        return Operand(output_dtype(params.stages).name, (params.M, params.Cout))
+
+    def regions(self, config: VariantConfig, params: ConvParams) -> dict[str, int]:
+        p, geo = params, ConvGeometry(config, params)
+        dims = _dims(config, p)
+        sizes = {"x": geo.in_blocks * geo.cp * geo.R,
+                 "b": dims.Nb * dims.Kp * dims.C}
+        if reads_bias_region(p.stages, p.epilogue):
+            sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
+        if "residual" in p.stages:
+            sizes["residual"] = dims.Mb * dims.Nb * dims.tile_bytes(1)
+        sizes["out"] = dims.Mb * dims.Nb * dims.tile_bytes(output_dtype(p.stages).itemsize)
+        return sizes
+
+    def region_layout(self, config: VariantConfig, params: ConvParams, region: str) -> str:
+        """``x`` is K-major over ``cp`` channels; ``out`` K-major when stored so."""
+        geo = ConvGeometry(config, params)
+        if region == "x":
+            return layout.layout_name("kmajor", geo.cp)
+        if region == "out" and params.kmajor_out:
+            return layout.layout_name("kmajor", geo.Nb * geo.C)
+        return "tiles"
+
+    def inputs_in_place(self, params: ConvParams) -> dict[str, int]:
+        return {"x": 0, **({"residual": 1} if "residual" in params.stages else {})}
+
+    def key_params(self, params: ConvParams) -> dict[str, Any]:
+        import dataclasses
+
+        p = params
+        return {"input": [p.N, p.Cin, p.H, p.W], "cout": p.Cout, "kernel": [p.kh, p.kw],
+                "stride": list(p.stride), "pads": list(p.pads), "fill": p.fill,
+                "stages": list(p.stages), "quant": dataclasses.asdict(p.epilogue),
+                "kmajor_out": p.kmajor_out}
+
+    def build(self, config: VariantConfig, params: ConvParams,
+              regions: Mapping[str, Region]) -> Build:
+        geo = ConvGeometry(config, params)
+        tn = column_chunk(geo, "residual" in params.stages)
+        text = render(self.template, **build_context(geo, regions, tn))
+        program = assemble_program(config, text, what=self.describe(params))
+        dims = _dims(config, params)
+        return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp,
+                       stored=regions["out"].nbytes, chosen={"column_chunk": tn})
+
+    def pack(self, config: VariantConfig, params: ConvParams,
+             values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
+        p, geo = params, ConvGeometry(config, params)
+        dims = _dims(config, p)
+        x = np.zeros((geo.in_blocks * geo.R, geo.cp), np.int8)
+        x[: p.N * p.H * p.W, : p.Cin] = values["x"]
+        data = {"x": x.reshape(geo.in_blocks, geo.R, geo.cp).transpose(0, 2, 1).tobytes(),
+                "b": layout.pack_b(dims, values["b"])}
+        if p.epilogue.per_channel:
+            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
+                                                  values["shift"])
+        elif "bias" in p.stages:
+            data["bias"] = layout.pack_bias(dims, values["bias"])
+        if "residual" in p.stages:
+            data["residual"] = layout.pack_tiles(dims, values["residual"], np.int8)
+        return data
+
+    def reference(self, params: ConvParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The convolution as windows (``fusion.ir.windows``, padding ``fill``) times the
+        weights, through the GEMM epilogue's reference."""
+        p = params
+        x = np.asarray(values["x"]).reshape(p.N, p.H, p.W, p.Cin).transpose(0, 3, 1, 2)
+        cols = windows.windows(x, (p.kh, p.kw), p.stride, (1, 1), p.pads, p.fill)
+        # [N, C, kh, kw, OH, OW] -> rows (n, oy, ox), columns (ky, kx, c)
+        a = cols.transpose(0, 4, 5, 2, 3, 1).reshape(p.M, p.K)
+        extra = {k: v for k, v in values.items() if k not in ("x", "b")}
+        return gemm_epilogue(a, values["b"], p.stages, p.epilogue, **extra)
+
+    def features(self, config: VariantConfig, params: ConvParams) -> ConvFeatures:
+        return ConvFeatures(config=config, params=params)
+
+    def describe(self, params: ConvParams, ops: str = "") -> str:
+        p = params
+        kmajor = ", stored K-major" if p.kmajor_out else ""
+        return (f"{self.name} {p.N}x{p.Cin}x{p.H}x{p.W} {p.kh}x{p.kw}/{p.stride[0]}x"
+                f"{p.stride[1]} -> {p.Cout}{f' [{ops}]' if ops else ''} "
+                f"stages={','.join(p.stages) or '-'}, windows gathered by the load "
+                f"engine{kmajor}")
+
+    def host_operands(self, config: VariantConfig, params: ConvParams,
+                      inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """``x`` from the input tensor: ``N x Cin x H x W``, or the ``N x H*W x Cin`` rows
+        of the GEMM that made it."""
+        p = params
+        x = np.asarray(inputs[0])
+        if x.ndim == 4:
+            x = x.transpose(0, 2, 3, 1)
+        ops = {"x": x.reshape(p.N * p.H * p.W, p.Cin)}
+        if "residual" in p.stages:
+            ops["residual"] = np.asarray(inputs[1]).reshape(p.M, p.Cout)
+        return ops
+
+
+def _dims(config: VariantConfig, p: ConvParams) -> GemmDims:
+    return GemmDims(config, p.M, p.K, p.Cout)
+
+
+CONV = ConvKind()
+
+__all__ = ["CONV", "ConvKernel", "ConvKind", "conv_problem"]

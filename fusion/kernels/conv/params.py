@@ -1,0 +1,153 @@
+"""What a window convolution's program depends on, and the geometry derived from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fusion.kernels.protocol import check_per_channel, check_sizes
+from hwgen.config import VariantConfig
+from hwgen.reference import EpilogueParams
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvParams:
+    """``epilogue(conv2d(x, w))`` of an int8 ``x`` (``N x Cin x H x W``) and int8 weights.
+
+    Parameters
+    ----------
+    N, H, W, Cin, Cout : int
+        Batch, input height and width, input and output channels.
+    kh, kw : int
+        The kernel's height and width.
+    stride : (int, int)
+        Vertical and horizontal stride; the horizontal one is the window load's lane step,
+        1 or 2 (the kind's legality check).
+    pads : (int, int, int, int)
+        Top, left, bottom and right padding (ONNX ``pads`` order), filled with ``fill``.
+    fill : int
+        The input's zero point as an int8 lane value: what padding reads.
+    stages, epilogue, kmajor_out
+        As for :class:`fusion.kernels.gemm.params.GemmParams` (the epilogue is fused).
+
+    The weights are the ``K x Cout`` matrix with ``K = kh*kw*Cin`` in (ky, kx, c) order, c
+    fastest: the order the window loads fill the A scratchpad in.
+    """
+
+    N: int
+    H: int
+    W: int
+    Cin: int
+    Cout: int
+    kh: int
+    kw: int
+    stride: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    fill: int = 0
+    stages: tuple[str, ...] = ()
+    epilogue: EpilogueParams = field(default_factory=EpilogueParams)
+    kmajor_out: bool = False
+
+    def __post_init__(self) -> None:
+        check_sizes(N=self.N, H=self.H, W=self.W, Cin=self.Cin, Cout=self.Cout, kh=self.kh,
+                    kw=self.kw)
+        for name, value, least in (("stride", self.stride, 1), ("pads", self.pads, 0)):
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= least
+                       for v in value):
+                raise ValueError(f"{name} must be integers >= {least}, not {value!r}")
+        object.__setattr__(self, "stride", tuple(self.stride))
+        object.__setattr__(self, "pads", tuple(self.pads))
+        if len(self.stride) != 2 or len(self.pads) != 4:
+            raise ValueError(f"a 2-D convolution has 2 strides and 4 pads, not {self.stride!r} "
+                             f"and {self.pads!r}")
+        if not -128 <= self.fill <= 127:
+            raise ValueError(f"fill is an int8 lane value, not {self.fill!r}")
+        if self.OH < 1 or self.OW < 1:
+            raise ValueError(f"a {self.kh}x{self.kw} window does not fit the {self.H}x{self.W} "
+                             f"input with pads {self.pads}")
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "kmajor_out", bool(self.kmajor_out))
+        check_per_channel(self.stages, self.epilogue)
+
+    @property
+    def OH(self) -> int:  # noqa: N802 - the customary names
+        return (self.H + self.pads[0] + self.pads[2] - self.kh) // self.stride[0] + 1
+
+    @property
+    def OW(self) -> int:  # noqa: N802
+        return (self.W + self.pads[1] + self.pads[3] - self.kw) // self.stride[1] + 1
+
+    @property
+    def M(self) -> int:  # noqa: N802
+        """Output pixels: the GEMM's rows."""
+        return self.N * self.OH * self.OW
+
+    @property
+    def K(self) -> int:  # noqa: N802
+        """The reduction: ``kh * kw * Cin``."""
+        return self.kh * self.kw * self.Cin
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """How a window convolution lies on a variant: blocks, scratchpad halves, column chunks.
+
+    The output is the GEMM ``M x Cout`` (``M = N*OH*OW`` pixels in raster order) in blocks of
+    ``R`` pixels; a block lies in one output row (``OW`` a multiple of ``R``), ``bpr`` blocks
+    a row. The input is the K-major ``[blocks][cp][R]`` matrix of its ``N*H*W`` pixels, ``cp``
+    its channels padded to the array's columns (what a GEMM stores K-major). The A scratchpad
+    holds two row-halves (a row's blocks, ``Kp`` rows each); B holds ``tn`` column blocks of
+    weights at a time (the chunks); the epilogue scratchpad holds the bias region, then two
+    halves of residual tiles.
+    """
+
+    config: VariantConfig
+    params: ConvParams
+
+    @property
+    def R(self) -> int:  # noqa: N802
+        return self.config.rows
+
+    @property
+    def C(self) -> int:  # noqa: N802
+        return self.config.cols
+
+    @property
+    def cp(self) -> int:
+        """The input's K-major width: Cin padded to whole column blocks."""
+        return _ceil_div(self.params.Cin, self.C) * self.C
+
+    @property
+    def in_blocks(self) -> int:
+        return _ceil_div(self.params.N * self.params.H * self.params.W, self.R)
+
+    @property
+    def Kp(self) -> int:  # noqa: N802
+        align = self.config.k_align
+        return _ceil_div(self.params.K, align) * align
+
+    @property
+    def Nb(self) -> int:  # noqa: N802
+        return _ceil_div(self.params.Cout, self.C)
+
+    @property
+    def Mb(self) -> int:  # noqa: N802
+        return _ceil_div(self.params.M, self.R)
+
+    @property
+    def bpr(self) -> int:
+        """Output blocks per output row."""
+        return self.params.OW // self.R
+
+    @property
+    def rows(self) -> int:
+        """Output rows: ``N * OH``."""
+        return self.params.N * self.params.OH
+
+    @property
+    def a_half(self) -> int:
+        """A scratchpad rows of one half: a whole output row's blocks."""
+        return self.bpr * self.Kp
