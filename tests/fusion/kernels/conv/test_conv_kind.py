@@ -1,0 +1,171 @@
+"""The window convolution kind without a simulator: what it refuses (and says why), its
+features through JSON, the hardware loops of its program, the loop folding on its own, and
+the instruction model of a window load against a case worked by hand."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fusion.kernels.conv.features import ConvFeatures
+from fusion.kernels.conv.kind import CONV
+from fusion.kernels.conv.params import ConvGeometry, ConvParams
+from fusion.kernels.conv.program import (
+    COUNTERS,
+    build_context,
+    column_chunk,
+    compress,
+    instructions,
+)
+from fusion.kernels.layout import Region
+from fusion.kernels.program import compile_kernel
+from hwgen.config import VariantConfig
+from hwgen.isa import Op, decode
+from hwgen.presets import ALL_STAGES
+from hwgen.reference import EpilogueParams, window_load
+
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES)
+V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
+REQUANT = EpilogueParams(mult=1 << 30, shift=36, zp=1)
+
+
+def conv(**kw) -> ConvParams:
+    base = dict(N=1, H=16, W=16, Cin=8, Cout=8, kh=3, kw=3, pads=(1, 1, 1, 1))
+    return ConvParams(**{**base, **kw})
+
+
+@pytest.mark.parametrize("config, params, words", [
+    # an A row of 4 lanes is half an 8-byte word: no window loads
+    (VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES), conv(),
+     ["window loads need an A row of one memory word", "4 rows and 8-byte words"]),
+    # 3x3 pad 1 on a 12-wide input: 12 output pixels a row, not whole blocks of 8
+    (V8, conv(W=12), ["output rows (12 pixels)", "not whole blocks of 8"]),
+    (V8, conv(stride=(1, 3)), ["horizontal stride 3", "lane step (1 or 2)"]),
+    # two halves of 2 blocks x 576 rows: 2304 > 2048
+    (V8, conv(W=16, Cin=64), ["an output row's windows (2 blocks x 576 rows)",
+                              "half the A scratchpad (2048 rows)"]),
+    (VariantConfig(rows=4, cols=8, port_bytes=4, epilogue=ALL_STAGES),
+     conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True),
+     ["K-major store needs a square array"]),
+])
+def test_refusals_name_the_reason(config, params, words):
+    refusal = CONV.legality(config, params)
+    assert refusal is not None and refusal.kind == "conv"
+    for w in words:
+        assert w in refusal.text, (w, refusal.text)
+    # the same shape without the offending feature is legal (the refusal is about that)
+    if config.window_loads and not params.kmajor_out:
+        assert CONV.legality(config, conv()) is None
+
+
+def test_legal_counterparts_of_the_refusals():
+    assert CONV.legality(V8, conv()) is None
+    assert CONV.legality(V8, conv(stride=(2, 2))) is None
+    assert CONV.legality(V8, conv(W=8, Cin=64)) is None  # 1 block x 576 fits half of A
+    assert CONV.legality(V8, conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True)) is None
+    assert CONV.legality(V4P4, conv()) is None
+
+
+def test_kmajor_out_of_int32_is_refused():
+    refusal = CONV.legality(V8, conv(kmajor_out=True))
+    assert refusal is not None and "int8 tiles; this output is int32" in refusal.text
+
+
+def test_features_round_trip_through_json():
+    params = conv(N=2, Cin=5, Cout=12, stride=(2, 2), pads=(0, 1, 2, 1), fill=-7,
+                  stages=("bias", "requant", "relu"),
+                  epilogue=EpilogueParams(mult=123456, shift=20, zp=-3, per_channel=False))
+    f = CONV.features(V8, params)
+    back = ConvFeatures.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert back == f
+    assert back.params.stride == (2, 2) and back.params.pads == (0, 1, 2, 1)
+    assert back.problem == f.problem and back.macs == f.macs == params.M * params.K * 12
+
+
+def test_a_32x32_conv_runs_its_rows_in_hardware_loops():
+    params = conv(H=32, W=32, Cin=16, Cout=16)
+    kernel = compile_kernel(CONV, V8, params)
+    ops = [decode(int(w)).op for w in kernel.program]
+    geo = ConvGeometry(V8, params)
+    assert (geo.rows, geo.bpr) == (32, 4)
+    assert Op.BNZD in ops
+    # unrolled, every block of every row has a window load per kernel position: 32 x 4 x 9
+    assert ops.count(Op.LOADW) * 4 < geo.rows * geo.bpr * params.kh * params.kw
+    # and the whole program, unrolled, is many times what runs from the instruction memory
+    ctx = build_context(geo, {name: Region(name, 1 << 12, 1) for name in ("x", "b", "out")},
+                        column_chunk(geo, False))
+    unrolled = instructions(_unroll(ctx["body"]))
+    assert len(ops) * 6 < unrolled, (len(ops), unrolled)
+
+
+def _li(n: int) -> dict:
+    return {"kind": "li", "rd": "r1", "imm": n}
+
+
+def _unroll(items: list[dict]) -> list[dict]:
+    out = []
+    for it in items:
+        if it["kind"] == "loop":
+            out += _unroll(it["body"]) * it["count"]
+        else:
+            out.append(it)
+    return out
+
+
+def test_compress_folds_period_one_repeats():
+    a, b, c = [_li(1), _li(2)], [_li(3)], [_li(4)]
+    items = compress([b, a, a, a, c], "t")
+    assert items[0] == b[0] and items[-1] == c[0] and len(items) == 3
+    loop = items[1]
+    assert (loop["kind"], loop["counter"], loop["count"], loop["body"]) == (
+        "loop", COUNTERS[0], 3, a)
+    assert _unroll(items) == b + a * 3 + c
+
+
+def test_compress_folds_period_two_repeats():
+    a, b = [_li(1)], [_li(2)]
+    items = compress([a, b, a, b, a, b], "t")
+    assert len(items) == 1 and items[0]["count"] == 3 and items[0]["body"] == a + b
+    assert _unroll(items) == (a + b) * 3
+
+
+def test_compress_leaves_non_repeats():
+    steps = [[_li(n)] for n in range(5)] + [[_li(0)]]
+    items = compress(steps, "t")
+    assert all(it["kind"] == "li" for it in items)
+    assert [it["imm"] for it in items] == [0, 1, 2, 3, 4, 0]
+
+
+def test_compress_nests_repeated_loops_with_unique_labels():
+    # an image: a top row, ten equal middle rows, a bottom row; two images
+    image = [[_li(7)]] + [[_li(8)]] * 10 + [[_li(9)]]
+    items = compress(image * 2, "t")
+    assert len(items) == 1
+    outer = items[0]
+    assert (outer["counter"], outer["count"]) == (COUNTERS[1], 2)
+    inner = [it for it in outer["body"] if it["kind"] == "loop"]
+    assert len(inner) == 1 and (inner[0]["counter"], inner[0]["count"]) == (COUNTERS[0], 10)
+    assert outer["label"] != inner[0]["label"]
+    assert _unroll(items) == [it for s in image * 2 for it in s]
+
+
+def test_window_load_model_on_a_case_worked_by_hand():
+    mem = np.arange(32, dtype=np.uint8)  # word w holds bytes 4w .. 4w+3
+    # lane step 2 from byte 3 spans 3 words: row 0 bytes 4..15 -> lanes at 7, 9, 11, 13;
+    # row 1 (2 words on) bytes 12..23 -> 15, 17, 19, 21; lane 2 masked off -> fill
+    got = window_load(mem, 4, 4, ext=1, stride=2, next=1, count=2, shift=3, step=2,
+                      mask=0b1011, fill=-5)
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, [[7, 9, -5, 13], [15, 17, -5, 21]])
+    # lane step 1 from byte 0: the word itself; next=3 does not matter for one word
+    got = window_load(mem, 4, 4, ext=5, stride=1, next=3, count=2, shift=0, step=1,
+                      mask=0b1111, fill=0)
+    np.testing.assert_array_equal(got, [[20, 21, 22, 23], [24, 25, 26, 27]])
+    # shift 2, step 1 spans two words that are `next` apart: bytes 2, 3 of word 0, then of
+    # word 2 (next=2) bytes 8, 9; mask 0 gives all fill (as int8 lanes)
+    got = window_load(mem, 4, 4, ext=0, stride=1, next=2, count=1, shift=2, step=1,
+                      mask=0b1111, fill=0)
+    np.testing.assert_array_equal(got, [[2, 3, 8, 9]])
+    got = window_load(mem, 4, 4, ext=0, stride=1, next=1, count=1, shift=0, step=1,
+                      mask=0, fill=0x80)
+    np.testing.assert_array_equal(got, [[-128] * 4])
