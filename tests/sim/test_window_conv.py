@@ -1,0 +1,216 @@
+"""The window convolution kernel kind (:mod:`fusion.kernels.conv`) on Verilator: every case
+bit-exact against an independent direct convolution (numpy, kernel position by kernel position
+over the padded input) followed by :func:`hwgen.reference.epilogue`; the kind's own reference
+agrees; the analytical cycles equal the measured ones; and the counters' invariants hold (a run
+that skipped work fails them).
+
+Cases: 3x3 pad 1 stride 1 and 2, 1x1 stride 2, a vertical stride alone, a batch, asymmetric
+pads with non-zero fills, input channels not a multiple of the columns, weights in several
+column chunks (with and without a residual), the residual add and scaled add, per-channel
+requantize, int32 output, and the K-major store. All cases of a variant run in one simulator
+launch, on the 8x8 array and on the 4x4 array with 4-byte words (both have window loads)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fusion.kernels.conv.kind import CONV, ConvKernel
+from fusion.kernels.conv.params import ConvGeometry, ConvParams
+from fusion.kernels.conv.program import chunks, column_chunk
+from fusion.kernels.program import compile_kernel
+from fusion.runtime.invariants import check_counters, timing_floor
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES
+from hwgen.reference import EpilogueParams, epilogue, output_dtype, quantize_multiplier
+from sim.run import Job, MemoryImage, RunResult, run_programs
+
+pytestmark = pytest.mark.slow
+
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES)
+#: The smallest array whose A row is one memory word.
+V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
+
+BRR = ("bias", "requant", "relu")
+SCALED = dict(residual_op="scaled", res_x_mult=1 << 30, res_r_mult=1 << 29, res_shift=31,
+              res_x_zp=-3, res_r_zp=5, res_zp=7, res_lo=-100, res_hi=90)
+
+
+def _requant(k: int, zp: int = 0, **more) -> EpilogueParams:
+    """A per-tensor requantize mapping three standard deviations of a ``k``-long int8 dot
+    product (about ``5500 * sqrt(k)``) onto int8, so that outputs spread rather than
+    saturate."""
+    shift = 30 + round(math.log2(3 * 5500 * math.sqrt(k) / 127))
+    return EpilogueParams(mult=1 << 30, shift=shift, zp=zp, **more)
+
+
+def case(name: str, *, stages=(), quant=None, per_channel=False, **shape) -> tuple:
+    """``(name, ConvParams)``; ``quant`` are further epilogue fields (zp, residual's...)."""
+    base = dict(N=1, kh=3, kw=3, pads=(1, 1, 1, 1))
+    shape = {**base, **shape}
+    k = shape["kh"] * shape["kw"] * shape["Cin"]
+    quant = dict(quant or {})
+    if per_channel:
+        params = EpilogueParams(per_channel=True, **quant)
+    elif "requant" in stages:
+        params = _requant(k, **quant)
+    else:
+        params = EpilogueParams(**quant)
+    return name, ConvParams(stages=stages, epilogue=params, **shape)
+
+
+V8_CASES = [
+    case("3x3 pad 1", H=16, W=16, Cin=16, Cout=16, fill=-3, stages=BRR, quant={"zp": 1}),
+    case("3x3 stride 2", H=16, W=32, Cin=8, Cout=16, stride=(2, 2), stages=BRR),
+    case("1x1 stride 2 pad 0", H=16, W=16, Cin=8, Cout=8, kh=1, kw=1, stride=(2, 2),
+         pads=(0, 0, 0, 0), stages=("bias", "requant")),
+    case("vertical stride 2", H=12, W=16, Cin=8, Cout=8, stride=(2, 1), fill=5,
+         stages=("requant",)),
+    case("batch 2, Cin 5", N=2, H=8, W=8, Cin=5, Cout=12, fill=7, stages=BRR),
+    case("asymmetric pads, Cin 3", H=10, W=16, Cin=3, Cout=9, pads=(0, 1, 0, 1), fill=-128,
+         stages=BRR),
+    case("asymmetric pads 2/1/0/1", H=9, W=16, Cin=5, Cout=8, pads=(2, 1, 0, 1), fill=100,
+         stages=("bias", "requant", "clamp"), quant={"clamp_lo": -50, "clamp_hi": 60}),
+    case("3 column chunks", H=8, W=8, Cin=64, Cout=64, stages=("bias", "requant")),
+    case("residual add", H=8, W=16, Cin=8, Cout=16, fill=-2,
+         stages=("bias", "requant", "residual")),
+    case("residual in 3 chunks", H=4, W=16, Cin=8, Cout=128,
+         stages=("bias", "requant", "residual")),
+    case("scaled residual", H=8, W=16, Cin=8, Cout=12, stages=("requant", "residual"),
+         quant=SCALED),
+    case("per-channel requantize", H=8, W=16, Cin=16, Cout=20, fill=3, stages=BRR,
+         per_channel=True, quant={"zp": -4}),
+    case("int32 out", H=8, W=8, Cin=8, Cout=8, fill=-1, stages=("bias",)),
+    case("K-major out", H=8, W=16, Cin=16, Cout=24, fill=-3, stages=("bias", "requant"),
+         kmajor_out=True),
+]
+
+V4P4_CASES = [
+    case("3x3 pad 1", H=8, W=8, Cin=4, Cout=8, fill=-3, stages=BRR, quant={"zp": 1}),
+    case("3x3 stride 2, Cin 3", H=8, W=16, Cin=3, Cout=4, stride=(2, 2), fill=9, stages=BRR),
+    case("1x1 stride 2 pad 0", H=8, W=8, Cin=4, Cout=4, kh=1, kw=1, stride=(2, 2),
+         pads=(0, 0, 0, 0), stages=("requant",)),
+    case("batch 2, Cin 5, asymmetric", N=2, H=6, W=8, Cin=5, Cout=6, pads=(1, 0, 0, 2),
+         fill=-100, stages=BRR),
+    case("residual add", H=4, W=8, Cin=4, Cout=8, stages=("bias", "requant", "residual")),
+    case("per-channel requantize", H=4, W=8, Cin=8, Cout=12, stages=BRR, per_channel=True,
+         quant={"zp": 2}),
+    case("K-major out", H=4, W=8, Cin=4, Cout=8, stages=("requant",), kmajor_out=True),
+]
+
+
+def values(p: ConvParams, seed: int) -> dict[str, np.ndarray]:
+    """Full-range int8 input and weights, and what the stages read."""
+    rng = np.random.default_rng(seed)
+    spread = 5500 * math.sqrt(p.K)
+    ops = {"x": rng.integers(-128, 128, (p.N * p.H * p.W, p.Cin), dtype=np.int8),
+           "b": rng.integers(-128, 128, (p.K, p.Cout), dtype=np.int8)}
+    if "bias" in p.stages:
+        ops["bias"] = rng.integers(-int(spread), int(spread), p.Cout).astype(np.int32)
+    if "residual" in p.stages:
+        ops["residual"] = rng.integers(-128, 128, (p.M, p.Cout), dtype=np.int8)
+    if p.epilogue.per_channel:
+        # channel scales spread over a factor of 16, one negative
+        scales = 127.0 / (3.0 * spread) * 2.0 ** rng.uniform(-2, 2, p.Cout)
+        scales[p.Cout // 2] *= -1
+        mult, shift = np.array([quantize_multiplier(s) for s in scales], np.int64).T
+        ops["mult"], ops["shift"] = mult.astype(np.int32), shift.astype(np.int32)
+    return ops
+
+
+def direct_conv(p: ConvParams, ops: dict[str, np.ndarray]) -> np.ndarray:
+    """The stages applied to the convolution computed directly: the input padded with the
+    fill, then per kernel position its strided window times that position's weights."""
+    x = ops["x"].reshape(p.N, p.H, p.W, p.Cin).astype(np.int64)
+    top, left, bottom, right = p.pads
+    padded = np.full((p.N, p.H + top + bottom, p.W + left + right, p.Cin), p.fill, np.int64)
+    padded[:, top:top + p.H, left:left + p.W] = x
+    w = ops["b"].reshape(p.kh, p.kw, p.Cin, p.Cout).astype(np.int64)
+    sy, sx = p.stride
+    acc = np.zeros((p.N, p.OH, p.OW, p.Cout), np.int64)
+    for ky in range(p.kh):
+        for kx in range(p.kw):
+            window = padded[:, ky:ky + sy * p.OH:sy, kx:kx + sx * p.OW:sx]
+            acc += np.einsum("nhwc,co->nhwo", window, w[ky, kx])
+    extra = {k: v for k, v in ops.items() if k not in ("x", "b")}
+    return epilogue(acc.reshape(p.M, p.Cout), p.stages, p.epilogue, **extra)
+
+
+@dataclass
+class Run:
+    name: str
+    params: ConvParams
+    kernel: ConvKernel
+    ops: dict[str, np.ndarray]
+    result: RunResult
+
+
+def run_cases(config: VariantConfig, cases: list[tuple[str, ConvParams]]) -> list[Run]:
+    from sim.build import build_variant
+
+    build_variant(config)
+    kernels, allops, jobs = [], [], []
+    for i, (name, p) in enumerate(cases):
+        assert CONV.legality(config, p) is None, (name, CONV.legality(config, p))
+        kernel = compile_kernel(CONV, config, p)
+        ops = values(p, seed=i)
+        kernels.append(kernel)
+        allops.append(ops)
+        jobs.append(Job(kernel.program, MemoryImage(writes=tuple(kernel.memory(**ops)),
+                                                    reads=kernel.reads), name=f"conv {name}"))
+    results = run_programs(config, jobs)
+    return [Run(name, p, k, ops, r) for (name, p), k, ops, r
+            in zip(cases, kernels, allops, results, strict=True)]
+
+
+@pytest.fixture(scope="module", params=["8x8", "4x4p4"])
+def runs(request) -> tuple[VariantConfig, list[Run]]:
+    config, cases = {"8x8": (V8, V8_CASES), "4x4p4": (V4P4, V4P4_CASES)}[request.param]
+    return config, run_cases(config, cases)
+
+
+def test_convolutions_are_bit_exact_against_a_direct_convolution(runs):
+    _, found = runs
+    for run in found:
+        p = run.params
+        want = direct_conv(p, run.ops).astype(output_dtype(p.stages))
+        got = run.kernel.decode(run.result.outputs)
+        assert got.shape == (p.M, p.Cout) and got.dtype == want.dtype, run.name
+        np.testing.assert_array_equal(got, want, err_msg=run.name)
+        # the kind's own reference (windows, then the GEMM epilogue) agrees
+        np.testing.assert_array_equal(run.kernel.expected(**run.ops), want, err_msg=run.name)
+        # the data spread: a constant or saturated output would hide wrong windows
+        assert len(np.unique(want)) > min(20, want.size // 4), run.name
+
+
+def test_the_cases_cover_what_they_claim():
+    assert any(len(chunks(ConvGeometry(V8, p), column_chunk(ConvGeometry(V8, p), False))) == 3
+               for _, p in V8_CASES if "residual" not in p.stages)
+    assert any(len(chunks(ConvGeometry(V8, p), column_chunk(ConvGeometry(V8, p), True))) >= 3
+               for _, p in V8_CASES if "residual" in p.stages)
+    for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
+        ps = [p for _, p in cases]
+        assert any(p.Cin % cfg.cols for p in ps) and any(p.N > 1 for p in ps)
+        assert any(p.kmajor_out for p in ps) and any(p.epilogue.per_channel for p in ps)
+        assert any(p.stride == (2, 2) for p in ps) and any(p.fill for p in ps)
+
+
+def test_analytical_cycles_equal_the_measured_cycles(runs):
+    config, found = runs
+    for run in found:
+        predicted = CONV.features(config, run.params).analytical_cycles()
+        assert predicted == run.result.counters["cycles"], run.name
+
+
+def test_counter_invariants_hold(runs):
+    config, found = runs
+    for run in found:
+        features = CONV.features(config, run.params)
+        ideal = -(-features.macs // (config.rows * config.cols))
+        floor = timing_floor(config, run.kernel.program, features.analytical_cycles())
+        violations = check_counters(config, run.kernel.program, run.result.counters,
+                                    ideal_cycles=ideal, floor_cycles=floor)
+        assert not violations, (run.name, [str(v) for v in violations])
