@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from fusion.compiler import memplan
 from fusion.compiler.kernels import KernelSpec, spec_for
-from fusion.compiler.lower import HOST_ALTERNATIVES, Chain, CompileError
+from fusion.compiler.lower import HOST_ALTERNATIVES, HOST_OPS, Chain, CompileError
 from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph
@@ -172,7 +172,10 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     def options(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
             found = _segment_options(graph, config, model, chain, i, j, memo)
-            on_host = _host_option(graph, chain, i, j, host, found) if host else None
+            # layout steps (a convolution's im2col) run on the host even without fallback
+            layout = all(n.op in HOST_OPS for n in chain.nodes[i:j])
+            on_host = (_host_option(graph, chain, i, j, host or HostCostModel(), found)
+                       if host or layout else None)
             if on_host is not None:  # refused kernels price nothing: the host stands alone
                 found = sorted([o for o in found if o.spec is not None] + [on_host],
                                key=lambda o: o.cycles)

@@ -42,6 +42,8 @@ from fusion.compiler.lower import (
 from fusion.compiler.stage_values import assemble_stages
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
+from fusion.kernels.conv.kind import CONV
+from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.eltmax.kind import MAX, MaxParams, Window
 from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
@@ -155,6 +157,47 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
                       consts=consts, note="; ".join(notes), **names)
 
 
+def _conv(graph: Graph, config: VariantConfig, windows: Node, anchor: Node, part: Part,
+          **names: Any) -> KernelSpec | Refusal:
+    """A window convolution (:mod:`fusion.kernels.conv`): the ``im2col`` ``windows`` and the
+    GEMM ``anchor`` reading them (with ``part[1:]``, its epilogue ops) as one kernel that
+    gathers the windows from the ``im2col``'s input itself; or why not (the engine then
+    gathers them on the host and runs the GEMM)."""
+    x = graph.tensors[windows.inputs[0]]
+    w = graph.initializers[anchor.inputs[1]]
+    attr = {k: windows.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
+                                         "spatial")}
+    if tuple(attr["dilations"] or (1, 1)) != (1, 1):
+        return Refusal(CONV.name, "dilation", f"node {windows.name!r}: dilated windows are "
+                       f"gathered on the host")
+    if (anchor.attr("group", 1) or 1) > 1:
+        return Refusal(CONV.name, "grouped", f"node {anchor.name!r}: a grouped convolution runs "
+                       f"as a grouped GEMM of host-gathered windows")
+    if attr["spatial"]:
+        n, _, cin = x.shape
+        h, wd = attr["spatial"]
+    else:
+        n, cin, h, wd = x.shape
+    kh, kw = attr["kernel_shape"]
+    K, N = w.shape  # noqa: N806
+    za = tensor_zp(x, windows)
+    corr = None if za == 0 else -za * w.astype(np.int64).sum(axis=0)
+    stages, params, consts, residual = assemble_stages(graph, part[1:], N, corr,
+                                                       source=anchor.outputs[0])
+    # the GEMM's rows are in im2col's (c, ky, kx) order; the window loads fill (ky, kx, c)
+    consts["b"] = w.reshape(cin, kh * kw, N).transpose(1, 0, 2).reshape(K, N)
+    try:
+        conv = ConvParams(N=n, H=h, W=wd, Cin=cin, Cout=N, kh=kh, kw=kw,
+                          stride=tuple(attr["strides"] or (1, 1)),
+                          pads=tuple(attr["pads"] or (0, 0, 0, 0)), fill=za, stages=stages,
+                          epilogue=params)
+    except ValueError as exc:
+        return Refusal(CONV.name, "params", f"node {windows.name!r}: {exc}")
+    return KernelSpec(kind=CONV, params=conv,
+                      inputs=(windows.inputs[0],) + ((residual,) if residual else ()),
+                      consts=consts, **names)
+
+
 def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
              split: bool = False) -> tuple[int, str]:
     """The ``kgroup`` of a grouped convolution's GEMM, and why it is (or is not) grouped.
@@ -252,12 +295,19 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
     CompileError
         For values the accelerator cannot hold (a bias leaving int32 ...).
     """
-    items = ([(chain.anchor, None)] if chain.anchor is not None else []) + [
+    items = [(n, None) for n in chain.prefix] + (
+        [(chain.anchor, None)] if chain.anchor is not None else []) + [
         (o.node, o.stage) for o in chain.ops]
     part = items[start:stop]
     nodes = tuple(n.name for n, _ in part)
     names = {"name": nodes[0], "nodes": nodes, "output": part[-1][0].outputs[0]}
-    if chain.anchor is not None and start == 0:
+    if chain.prefix and start == 0:
+        if stop == 1:
+            return Refusal(CONV.name, "windows_alone", f"node {nodes[0]!r} (im2col) is a "
+                           f"layout step: its windows are gathered by its GEMM's kernel or by "
+                           f"the host")
+        return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
+    if chain.anchor is not None and start == len(chain.prefix):
         return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **names)
     # a run of epilogue ops as one pass over [M, N]
     x = graph.tensors[part[0][0].inputs[0]]

@@ -68,7 +68,7 @@ ANCHORS = ("qmatmul", "maxpool")
 BOUNDS_QADD = ("relu", "clamp")
 #: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
 #: (:mod:`fusion.compiler.engine`): everything but a GEMM.
-HOST_ALTERNATIVES = frozenset({"maxpool", *STAGE_OF})
+HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *STAGE_OF})
 
 
 class CompileError(ValueError):
@@ -119,15 +119,21 @@ class ChainOp:
 
 @dataclass(frozen=True)
 class Chain:
-    """Nodes that may run as one kernel: an optional anchor, then epilogue ops in order."""
+    """Nodes that may run as one kernel: an optional anchor, then epilogue ops in order.
+
+    A GEMM whose A is the ``im2col`` of a convolution has it as its ``prefix``: the window
+    convolution kernel gathers the windows itself (:mod:`fusion.kernels.conv`), or the host
+    does and the GEMM runs alone (the engine prices both; :func:`fusion.compiler.kernels.spec_for`).
+    """
 
     anchor: Node | None
     ops: tuple[ChainOp, ...]
+    prefix: tuple[Node, ...] = ()
 
     @property
     def nodes(self) -> tuple[Node, ...]:
-        return ((self.anchor,) if self.anchor is not None else ()) + tuple(o.node for o in
-                                                                         self.ops)
+        return self.prefix + ((self.anchor,) if self.anchor is not None else ()) + tuple(
+            o.node for o in self.ops)
 
     @property
     def name(self) -> str:
@@ -226,7 +232,15 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
     for node in graph.topo_order():
         if node.name in taken:
             continue
+        if _windows_of(graph, node) is not None:
+            continue  # the prefix of its GEMM's chain, made when the GEMM is reached
         role = classify(graph, node)
+        prefix: tuple[Node, ...] = ()
+        if role == "anchor" and node.op == "qmatmul":
+            windows = graph.producer(node.inputs[0])
+            if windows is not None and _windows_of(graph, windows) is node:
+                prefix = (windows,)
+                taken.add(windows.name)
         if role == "host":
             host.append(node)
             taken.add(node.name)
@@ -256,8 +270,19 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
                 last_rank = _rank(stage)
             bounding = nxt.op == "qadd" or bounds
             tail = nxt
-        found.append(Chain(anchor, tuple(items)))
+        found.append(Chain(anchor, tuple(items), prefix))
     return found, host
+
+
+def _windows_of(graph: Graph, node: Node) -> Node | None:
+    """The GEMM that reads ``node``'s windows as its A, when ``node`` is an ``im2col`` that
+    only it reads; None otherwise."""
+    if node.op != "im2col" or node.outputs[0] in graph.outputs:
+        return None
+    users = graph.consumers(node.outputs[0])
+    if len(users) != 1 or users[0].op != "qmatmul" or users[0].inputs[0] != node.outputs[0]:
+        return None
+    return users[0] if classify(graph, users[0]) == "anchor" else None
 
 
 def _joins(graph: Graph, node: Node, running: str, made: set[str]) -> bool:

@@ -300,6 +300,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         for (i, j), option in d.host_segments:
             why = (f"the accelerator refuses it: {option.refused.text}" if option.refused
                    else CHEAPER)
+            if (i, j) == (0, len(d.chain.prefix)) and j:  # a convolution's im2col
+                why = _windows_reason(d, j)
             for n in d.chain.nodes[i:j]:
                 host.append(n)
                 reasons[n.name] = why
@@ -322,6 +324,17 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch)
+
+
+def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
+    """Why a convolution's windows are gathered on the host: the window convolution kernel
+    (the prefix with its GEMM) was refused, or priced dearer than the host's im2col and the
+    GEMM."""
+    conv = decision.segments.get((0, prefix + 1), [])
+    refused = next((o.refused for o in conv if o.refused is not None and o.spec is None), None)
+    if refused is not None:
+        return f"the window convolution is refused: {refused.text}"
+    return "gathering the windows on the host and running the GEMM is predicted cheaper"
 
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,

@@ -63,7 +63,6 @@ from fusion.cost.host import HostCostModel
 from fusion.frontend.json_format import from_dict as graph_from_dict
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.kernels.cache import CacheEntry
-from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.program import restore_kernel
 from fusion.kernels.protocol import Refusal
 from hwgen.config import VariantConfig
@@ -348,7 +347,7 @@ class _Reader:
             if refusal is not None:
                 raise ValueError(refusal)
             offered = [base.params, *base.kind.variants(self.config, base.params)]
-            if base.kind is GEMM:  # the store layout is chosen across kernels: checked after
+            if hasattr(base.params, "kmajor_out"):  # chosen across kernels: checked after
                 offered += [dataclasses.replace(p, kmajor_out=True) for p in offered]
         except ValueError as exc:  # CompileError and KernelRefused are ValueErrors
             raise self.fail(f"{self.plan_path}: {where} cannot run on this variant: "

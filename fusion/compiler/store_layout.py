@@ -10,8 +10,10 @@ between the two kernels, and the host neither reads nor repacks it.
 The rule, per producing GEMM: store K-major when at least one kernel would read the output in
 place that way and none would read it in place as tiles. Host steps and graph outputs read
 whichever layout it is (the runtime decodes it), so they do not vote. A producer the
-hardware cannot store transposed (:func:`fusion.kernels.gemm.kind.kmajor_problem`: a
-non-square array, an int32 or unfused output) keeps its tiles.
+hardware cannot store transposed (its kind's legality with ``kmajor_out``: a non-square
+array, an int32 or unfused output) keeps its tiles. GEMMs and window convolutions
+(:mod:`fusion.kernels.conv`) both store K-major, and both read it: a GEMM as its A, a
+convolution as the input it gathers windows from.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from collections.abc import Sequence
 
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.memplan import aliases
-from fusion.kernels.gemm.kind import GEMM, kmajor_problem
 from hwgen.config import VariantConfig
 
 
@@ -40,9 +41,11 @@ def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec]) -> set[
                 readers.setdefault(spec.inputs[index], []).append((spec, region))
     chosen = set()
     for spec in specs:
-        if spec.kind is not GEMM or kmajor_problem(config, spec.params) is not None:
+        if not hasattr(spec.params, "kmajor_out"):
             continue
         turned = with_kmajor(spec)
+        if turned.kind.legality(config, turned.params) is not None:
+            continue
         reads = readers.get(spec.output, [])
         as_kmajor = sum(aliases(config, reader, region, turned) for reader, region in reads)
         as_tiles = sum(aliases(config, reader, region, spec) for reader, region in reads)

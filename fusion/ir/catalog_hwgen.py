@@ -211,11 +211,20 @@ def _dequantize(c: Call):
     return (TensorType(x.shape, "float32"),)
 
 
-@register("im2col", "x", kernel_shape=REQ, **_WIN,
-     summary="NCHW -> [N, OH*OW, C*kH*kW] windows, padded with x's zero point")
+@register("im2col", "x", kernel_shape=REQ, **_WIN, spatial=(),
+     summary="NCHW -> [N, OH*OW, C*kH*kW] windows, padded with x's zero point; with "
+             "spatial=(H, W), x is the [N, H*W, C] rows of the pixels instead")
 def _im2col(c: Call):
     x = c.need("x", INT8S)
     kernel = tuple(c.attrs["kernel_shape"])
-    out = _window_attrs(c, x.shape, kernel)
-    return (TensorType((x.shape[0], out[0] * out[1], x.shape[1] * kernel[0] * kernel[1]),
+    spatial = tuple(c.attrs["spatial"])
+    if spatial:  # the rows of a GEMM's output: [N, H*W, C]
+        if len(spatial) != 2 or len(x.shape) != 3 or spatial[0] * spatial[1] != x.shape[1] \
+                or min(spatial) < 1:
+            raise c.error(f"spatial {spatial} does not lay out the [N, H*W, C] rows {x.shape}")
+        nchw = (x.shape[0], x.shape[2], *spatial)
+    else:
+        nchw = x.shape
+    out = _window_attrs(c, nchw, kernel)
+    return (TensorType((nchw[0], out[0] * out[1], nchw[1] * kernel[0] * kernel[1]),
                        x.dtype),)

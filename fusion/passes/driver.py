@@ -119,12 +119,21 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
     the next pointwise convolution's ``im2col`` straight back to GEMM rows), and without it
-    each costs three host steps between two GEMMs.
+    each costs three host steps between two GEMMs. ``im2col_rows`` after it: any other
+    convolution's ``im2col`` of a GEMM's output reads the GEMM's rows themselves (what the
+    window convolution takes where it lies).
     """
-    from fusion.passes import add_layout, conv_legalize, dce, layout_identity, weight_zero_point
+    from fusion.passes import (
+        add_layout,
+        conv_legalize,
+        dce,
+        im2col_rows,
+        layout_identity,
+        weight_zero_point,
+    )
 
     return (conv_legalize.run, weight_zero_point.run, add_layout.run, layout_identity.run,
-            dce.run)
+            im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

@@ -172,5 +172,8 @@ def _im2col(ctx: Ctx, x):
     fill = zero_point(ctx.inputs[0])
     if fill.ndim:
         raise ctx.error("x must be quantized per tensor")
+    if a.get("spatial"):  # [N, H*W, C] rows -> NCHW
+        n, _, ch = x.shape
+        x = x.reshape(n, *a["spatial"], ch).transpose(0, 3, 1, 2)
     return (_windows.im2col(x, a["kernel_shape"], a["strides"], a["dilations"], a["pads"],
                             int(fill)),)

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 from fusion.cost.analytical import estimate_program
 from fusion.cost.model import Features
 from fusion.kernels.conv.params import ConvParams
+from fusion.kernels.conv.program import conv_regions, program
+from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 
@@ -57,9 +59,5 @@ class ConvFeatures(Features):
 
 @functools.lru_cache(maxsize=256)
 def _cycles(config: VariantConfig, params: ConvParams) -> int:
-    from fusion.kernels.conv.kind import CONV
-    from fusion.kernels.program import compile_kernel
-    from hwgen.isa import decode
-
-    kernel = compile_kernel(CONV, config, params)
-    return estimate_program(config, [decode(int(w)) for w in kernel.program])
+    regions = place(config, conv_regions(config, params))
+    return estimate_program(config, program(config, params, regions).instrs)

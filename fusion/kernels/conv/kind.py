@@ -27,8 +27,12 @@ from fusion.kernels import layout
 from fusion.kernels.codegen import assemble_program, render
 from fusion.kernels.conv.features import ConvFeatures
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
-from fusion.kernels.conv.program import build_context, column_chunk, program_problem
-from fusion.kernels.epilogue import reads_bias_region
+from fusion.kernels.conv.program import (
+    build_context,
+    column_chunk,
+    conv_regions,
+    program_problem,
+)
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import Kernel, figures
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
@@ -122,16 +126,7 @@ class ConvKind(KernelKind):
         return Operand(output_dtype(params.stages).name, (params.M, params.Cout))
 
     def regions(self, config: VariantConfig, params: ConvParams) -> dict[str, int]:
-        p, geo = params, ConvGeometry(config, params)
-        dims = _dims(config, p)
-        sizes = {"x": geo.in_blocks * geo.cp * geo.R,
-                 "b": dims.Nb * dims.Kp * dims.C}
-        if reads_bias_region(p.stages, p.epilogue):
-            sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
-        if "residual" in p.stages:
-            sizes["residual"] = dims.Mb * dims.Nb * dims.tile_bytes(1)
-        sizes["out"] = dims.Mb * dims.Nb * dims.tile_bytes(output_dtype(p.stages).itemsize)
-        return sizes
+        return conv_regions(config, params)
 
     def region_layout(self, config: VariantConfig, params: ConvParams, region: str) -> str:
         """``x`` is K-major over ``cp`` channels; ``out`` K-major when stored so."""
@@ -158,8 +153,9 @@ class ConvKind(KernelKind):
               regions: Mapping[str, Region]) -> Build:
         geo = ConvGeometry(config, params)
         tn = column_chunk(geo, "residual" in params.stages)
-        text = render(self.template, **build_context(geo, regions, tn))
-        program = assemble_program(config, text, what=self.describe(params))
+        program = assemble_program(config, render(self.template, **build_context(geo, regions,
+                                                                               tn)),
+                                   what=self.describe(params))
         dims = _dims(config, params)
         return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp,
                        stored=regions["out"].nbytes, chosen={"column_chunk": tn})

@@ -26,15 +26,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fusion.kernels.codegen import load_context
+from fusion.kernels.codegen import Program, assemble_program, load_context, render
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
-from fusion.kernels.layout import GemmDims, Region, bias_group
+from fusion.kernels.layout import GemmDims, Region, bias_group, bias_region_bytes
+from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Unit
 from hwgen.reference import output_dtype
 
 #: Loop counters, innermost first (rows of an image, then images).
-COUNTERS = ("r12", "r11")
+LOOP_REGS = ("r12", "r11")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -206,12 +207,12 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
 def compress(steps: Sequence[list[dict]], prefix: str) -> list[dict]:
     """The steps' items, with consecutive repeats folded into hardware loops.
 
-    Level by level (counters :data:`COUNTERS`): at each position the shortest period (1 to 8
+    Level by level (counters :data:`LOOP_REGS`): at each position the shortest period (1 to 8
     units) whose unit repeats is taken, and a unit repeated at least twice becomes a loop.
     Units at the first level are steps; at the next, the steps and loops the first left.
     """
     units: list[list[dict]] = [list(s) for s in steps]
-    for counter in COUNTERS:
+    for counter in LOOP_REGS:
         out: list[list[dict]] = []
         i = 0
         while i < len(units):
@@ -249,6 +250,29 @@ def _labelled(items: list[dict], prefix: str, counter: list[int]) -> list[dict]:
                   "body": _labelled(it["body"], prefix, counter)}
         out.append(it)
     return out
+
+
+def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
+    """The kernel's regions, name -> bytes: ``x`` (K-major over ``cp`` channels), ``b``,
+    ``bias`` and ``residual`` when read, ``out``."""
+    geo = ConvGeometry(config, p)
+    dims = _dims(geo)
+    sizes = {"x": geo.in_blocks * geo.cp * geo.R, "b": dims.Nb * dims.Kp * dims.C}
+    if reads_bias_region(p.stages, p.epilogue):
+        sizes["bias"] = bias_region_bytes(dims, p.epilogue)
+    if "residual" in p.stages:
+        sizes["residual"] = dims.Mb * dims.Nb * dims.tile_bytes(1)
+    sizes["out"] = dims.Mb * dims.Nb * dims.tile_bytes(output_dtype(p.stages).itemsize)
+    return sizes
+
+
+def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region]) -> Program:
+    """The assembled program of ``p`` at the placed ``regions``."""
+    geo = ConvGeometry(config, p)
+    text = render("conv.j2", **build_context(geo, regions, column_chunk(geo, "residual" in
+                                                                          p.stages)))
+    return assemble_program(config, text, what=f"window convolution {p.Cin}x{p.H}x{p.W} -> "
+                                               f"{p.Cout}")
 
 
 def instructions(items: Sequence[dict]) -> int:

@@ -5,15 +5,24 @@ analytical model prices with the kind's own walk."""
 import numpy as np
 import pytest
 
-from fusion.cost.analytical import AnalyticalModel, estimate, estimate_max, estimate_pass
+from fusion.cost.analytical import (
+    AnalyticalModel,
+    estimate,
+    estimate_max,
+    estimate_pass,
+    estimate_program,
+)
 from fusion.kernels.cache import KernelCache
+from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.eltmax.kind import MaxParams
 from fusion.kernels.epipass.kind import PassParams
 from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.kinds import KINDS, features_from_dict, kind
 from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind
-from hwgen.presets import SMALL
+from hwgen.config import VariantConfig
+from hwgen.isa import decode
+from hwgen.presets import ALL_STAGES, SMALL
 from hwgen.reference import EpilogueParams
 
 QUANT = EpilogueParams(mult=1 << 22, shift=14, zp=-5, clamp_lo=-60, clamp_hi=90)
@@ -23,7 +32,13 @@ PARAMS = {
     "pass": PassParams(M=13, N=27, stages=("bias", "requant", "residual"), epilogue=QUANT,
                        out_dtype="int8"),
     "max": MaxParams(M=13, N=27, n_inputs=3),
+    "conv": ConvParams(N=1, H=6, W=8, Cin=5, Cout=27, kh=3, kw=3, pads=(1, 1, 1, 1), fill=-2,
+                       stages=("bias", "requant", "residual"), epilogue=QUANT),
 }
+#: The variant each kind is checked on: SMALL, or (the window convolution) one whose A row
+#: is one memory word.
+WINDOWS = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
+CONFIG = {name: WINDOWS if name == "conv" else SMALL for name in PARAMS}
 
 
 def values(operands, seed=0):
@@ -37,33 +52,33 @@ def values(operands, seed=0):
 
 
 def test_the_registry_has_one_entry_per_kind():
-    assert set(KINDS) == {"gemm", "pass", "max"} == set(PARAMS)
+    assert set(KINDS) == {"gemm", "pass", "max", "conv"} == set(PARAMS)
     for name, k in KINDS.items():
         assert isinstance(k, KernelKind) and k.name == name and kind(name) is k
         assert issubclass(k.kernel_type, Kernel)
         assert isinstance(PARAMS[name], k.params_type)
-    with pytest.raises(ValueError, match=r"no kernel kind 'conv'; the kinds are gemm, max, "
-                                         r"pass$"):
-        kind("conv")
+    with pytest.raises(ValueError, match=r"no kernel kind 'winograd'; the kinds are conv, gemm, "
+                                         r"max, pass$"):
+        kind("winograd")
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
 def test_every_kind_has_one_metadata_schema_and_fills_its_regions(name, tmp_path):
-    k, p = KINDS[name], PARAMS[name]
-    assert k.legality(SMALL, p) is None
-    kernel = compile_kernel(k, SMALL, p, cache=KernelCache(tmp_path))
+    k, p, cfg = KINDS[name], PARAMS[name], CONFIG[name]
+    assert k.legality(cfg, p) is None
+    kernel = compile_kernel(k, cfg, p, cache=KernelCache(tmp_path))
     assert isinstance(kernel, k.kernel_type)
     meta = kernel.meta
     assert set(meta) == {"kind", "variant", "params", "dims", "stages", "quant", "operands",
                          "out", "regions", "reads", "placement", "chosen", "bytes_loaded",
                          "bytes_stored", "ideal_cycles", "program_words"}
     assert meta["kind"] == name and meta["params"] == k.key_params(p)
-    assert list(kernel.regions) == list(k.regions(SMALL, p))  # allocation order
-    assert {n: r.nbytes for n, r in kernel.regions.items()} == k.regions(SMALL, p)
+    assert list(kernel.regions) == list(k.regions(cfg, p))  # allocation order
+    assert {n: r.nbytes for n, r in kernel.regions.items()} == k.regions(cfg, p)
     assert kernel.reads == {"out": (kernel.regions["out"].addr, kernel.regions["out"].nbytes)}
     m, _, n = meta["dims"]
     assert meta["out"] == [k.output(p).dtype, [m, n]]
-    ops = values(k.operands(SMALL, p))
+    ops = values(k.operands(cfg, p))
     writes = kernel.write(ops)
     by_addr = {r.addr: r for r in kernel.regions.values()}
     for addr, blob in writes:  # every write fills one input or constant region exactly
@@ -71,21 +86,24 @@ def test_every_kind_has_one_metadata_schema_and_fills_its_regions(name, tmp_path
         assert k.region_role(by_addr[addr].name) in ("input", "const")
     want = kernel.result_of(ops)
     assert want.shape == (m, n) and want.dtype == kernel.out_dtype
-    assert len(kernel.program) == meta["program_words"] <= SMALL.imem_depth
+    assert len(kernel.program) == meta["program_words"] <= cfg.imem_depth
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
 def test_the_analytical_model_prices_every_kind_with_its_own_walk(name):
-    k, p = KINDS[name], PARAMS[name]
-    f = k.features(SMALL, p)
+    k, p, cfg = KINDS[name], PARAMS[name], CONFIG[name]
+    f = k.features(cfg, p)
     assert f.kind == name
     if name == "gemm":
         want = estimate(f).cycles
     elif name == "pass":
-        want = estimate_pass(SMALL, p.M, p.N, stages=p.stages, params=p.epilogue,
+        want = estimate_pass(cfg, p.M, p.N, stages=p.stages, params=p.epilogue,
                              src_dtype=p.src_dtype, out_dtype=p.out_dtype)
-    else:
-        want = estimate_max(SMALL, p.M, p.N, p.n_inputs)
+    elif name == "max":
+        want = estimate_max(cfg, p.M, p.N, p.n_inputs)
+    else:  # run through the machine model instruction by instruction
+        kernel = compile_kernel(k, cfg, p)
+        want = estimate_program(cfg, [decode(w) for w in kernel.program])
     assert AnalyticalModel().predict(f) == float(want) == f.analytical_cycles()
     assert features_from_dict(f.to_dict()) == f
 

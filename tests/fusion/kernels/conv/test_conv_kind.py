@@ -11,7 +11,7 @@ from fusion.kernels.conv.features import ConvFeatures
 from fusion.kernels.conv.kind import CONV
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.conv.program import (
-    COUNTERS,
+    LOOP_REGS,
     build_context,
     column_chunk,
     compress,
@@ -118,7 +118,7 @@ def test_compress_folds_period_one_repeats():
     assert items[0] == b[0] and items[-1] == c[0] and len(items) == 3
     loop = items[1]
     assert (loop["kind"], loop["counter"], loop["count"], loop["body"]) == (
-        "loop", COUNTERS[0], 3, a)
+        "loop", LOOP_REGS[0], 3, a)
     assert _unroll(items) == b + a * 3 + c
 
 
@@ -142,9 +142,9 @@ def test_compress_nests_repeated_loops_with_unique_labels():
     items = compress(image * 2, "t")
     assert len(items) == 1
     outer = items[0]
-    assert (outer["counter"], outer["count"]) == (COUNTERS[1], 2)
+    assert (outer["counter"], outer["count"]) == (LOOP_REGS[1], 2)
     inner = [it for it in outer["body"] if it["kind"] == "loop"]
-    assert len(inner) == 1 and (inner[0]["counter"], inner[0]["count"]) == (COUNTERS[0], 10)
+    assert len(inner) == 1 and (inner[0]["counter"], inner[0]["count"]) == (LOOP_REGS[0], 10)
     assert outer["label"] != inner[0]["label"]
     assert _unroll(items) == [it for s in image * 2 for it in s]
 

@@ -1,0 +1,46 @@
+"""The compiler's window convolutions: an ``im2col`` and the GEMM reading it are one chain,
+which the engine runs as one window-convolution kernel (the load engine gathers the windows)
+where the variant can, and otherwise as the host's im2col and a GEMM, saying why."""
+
+from pathlib import Path
+
+from fusion.compiler.plan import HostStep, compile_model
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES, SIM_VARIANTS
+
+ROOT = Path(__file__).resolve().parents[3]
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
+
+
+def _compile(path, config, **options):
+    return compile_model(load_model(path), config, cache=KernelCache(disk=False), **options)
+
+
+def test_resnet8_runs_every_convolution_as_a_window_convolution():
+    compiled = _compile(ROOT / "examples/real/resnet8_qdq.onnx", V8)
+    kernels = [s for s in compiled.steps if not isinstance(s, HostStep)]
+    convs = [k for k in kernels if k.spec.kind.name == "conv"]
+    assert len(convs) == 9  # every 3x3 and strided 1x1 convolution of the network
+    assert not any(s.node.op == "im2col" for s in compiled.steps if isinstance(s, HostStep))
+    # a convolution whose input only convolutions read takes it where its producer stored it
+    in_place = [k for k in convs if "x" in compiled.memory.in_place(k.name)]
+    assert len(in_place) >= 6
+    for k in in_place:
+        producer = next(p for p in kernels if p.spec.output == k.spec.inputs[0])
+        assert producer.spec.params.kmajor_out
+        assert producer.compiled.regions["out"].addr == k.compiled.regions["x"].addr
+
+
+def test_without_window_loads_the_host_gathers_the_windows_even_without_fallback():
+    compiled = _compile(ROOT / "examples/qdq_cnn.onnx", SIM_VARIANTS["4x4"],
+                        host_fallback=False)
+    im2cols = [s for s in compiled.steps if isinstance(s, HostStep) and s.node.op == "im2col"]
+    assert im2cols and all(s.role == "layout" for s in im2cols)
+    assert not any(s.spec.kind.name == "conv" for s in compiled.steps
+                   if not isinstance(s, HostStep))
+    reasons = [s.reason for s in im2cols]  # each names why its window convolution is not
+    assert all(r.startswith("the window convolution is refused: ") for r in reasons), reasons
+    assert any("window loads need an A row of one memory word" in r for r in reasons)
+    assert any("grouped convolution" in r for r in reasons)
