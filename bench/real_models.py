@@ -9,9 +9,16 @@ onnxruntime run on it alone), and its batch-1 run is measured against its weight
 roofline (weight bytes / port bytes per cycle), the fair limit of a chain of GEMVs.
 
 Per model: kernels, layout host steps, host ops, kernel cycles, the MACs the model asks for,
-utilization of MACs / (rows * cols), simulated cycles per wall second, wall seconds.
-Host steps (im2col and layout changes between kernels) run in numpy and are in no cycle
-count (issue 11, item 3).
+utilization of MACs / (rows * cols), simulated cycles per wall second, wall seconds, and the
+activation bytes the host wrote into the accelerator's memory (the model's input, and what
+host steps made: every host step is data the accelerator did not move itself). Host steps run
+in numpy and are in no cycle count.
+
+Then the same models without each technique of issue 11 (``CompileOptions``): the window
+convolution (windows gathered by the accelerator; without it the host's im2col), K-major
+stores (outputs stored as the next kernel reads them; without, the host repacks them) and
+grouped GEMMs (depthwise convolutions; without, dense block-diagonal GEMMs), and without all
+three: the gain of each, in cycles, utilization, host steps and host-written bytes.
 
 ``python -m bench.real_models`` prints them and writes ``build/bench_real_models.json``;
 ``make bench`` runs it last.
@@ -29,6 +36,7 @@ import onnx
 
 from examples.build_real_models import sample_input
 from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
+from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
 from fusion.runtime.run import run_compiled
@@ -58,10 +66,18 @@ def _onnxruntime(path: Path, x: np.ndarray) -> np.ndarray:
     return np.concatenate([session.run(["y"], {"x": x[i:i + 1]})[0] for i in range(len(x))])
 
 
-def run_one(name: str, batch: int) -> dict:
+#: The with-and-without table: each technique off alone, then all of them.
+WITHOUT = ("window_conv", "kmajor_store", "grouped_gemm", "window_conv,kmajor_store,grouped_gemm")
+#: The models of the table (batch 1).
+ABLATED = ("resnet8_qdq", "ds_cnn_qdq", "mobilenet_v1_025_qdq", "lenet5_qdq",
+           "fc_autoencoder_qdq")
+
+
+def run_one(name: str, batch: int, options: CompileOptions = DEFAULT) -> dict:
     path = REAL / f"{name}.onnx"
     x, want = _inputs(name, batch)
-    compiled = compile_model(load_model(path, batch=batch), VARIANT, batch=batch)
+    compiled = compile_model(load_model(path, batch=batch), VARIANT, batch=batch,
+                             options=options)
     began = time.perf_counter()
     report = run_compiled(compiled, {"x": x})
     wall = time.perf_counter() - began
@@ -72,7 +88,7 @@ def run_one(name: str, batch: int) -> dict:
                                  "vs onnxruntime", integer=want.dtype.kind in "iu")
     layout = [h for h in report.host if h.role == "layout"]
     return {
-        "model": name, "batch": batch, "kernels": len(report.kernels),
+        "model": name, "batch": batch, "options": options.label, "kernels": len(report.kernels),
         "layout_host_steps": len(layout), "host_ops": len(report.host_ops),
         "host_written_bytes": report.host_written_bytes,
         "cycles": report.total_cycles, "macs": report.total_macs,
@@ -98,13 +114,27 @@ def main() -> int:
               f"{row['utilization']:>5.2f} {row['roofline_fraction']:>8.2f} "
               f"{row['inferences_per_mcycle']:>9.1f} {row['wall_seconds']:>7.1f} "
               f"{row['cycles_per_wall_second']:>8,}  {row['onnxruntime']}", flush=True)
+    print("With and without each technique (batch 1; util = MACs/64 over kernel cycles):",
+          flush=True)
+    print(f"  {'model':<22} {'compiled':<48} {'cycles':>9} {'util':>5} {'host steps':>10} "
+          f"{'host bytes':>10}")
+    ablation = []
+    for name in ABLATED:
+        base = next(r for r in rows if r["model"] == name and r["batch"] == 1)
+        for row in [base] + [run_one(name, 1, CompileOptions.without(w)) for w in WITHOUT]:
+            ablation.append(row)
+            print(f"  {name:<22} {row['options']:<48} {row['cycles']:>9,} "
+                  f"{row['utilization']:>5.2f} {row['layout_host_steps']:>10} "
+                  f"{row['host_written_bytes']:>10,}", flush=True)
+    rows_out = rows + [r for r in ablation if r["options"] != "all"]
     out = Path("build/bench_real_models.json")
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"variant": VARIANT.to_dict(), "runs": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"variant": VARIANT.to_dict(), "runs": rows,
+                               "ablation": ablation}, indent=2) + "\n")
     print(f"wrote {out}")
     # MobileNet's two near-half logits are onnxruntime's float32 rounding (tests/fusion/
     # test_real_models.py); every other model must be within the bound.
-    bad = [r["model"] for r in rows if not r["within_bound"]
+    bad = [r["model"] for r in rows_out if not r["within_bound"]
            and r["model"] not in ("mobilenet_v1_025_qdq",)]
     if bad:
         print(f"outside the 1-LSB bound against onnxruntime: {', '.join(bad)}")

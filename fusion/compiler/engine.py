@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from fusion.compiler import memplan
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import HOST_ALTERNATIVES, HOST_OPS, Chain, CompileError
+from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph
@@ -109,7 +110,8 @@ class ChainDecision:
 
 
 def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain,
-                     start: int, stop: int, memo: dict | None = None) -> list[Option]:
+                     start: int, stop: int, memo: dict | None = None,
+                     options: CompileOptions = DEFAULT) -> list[Option]:
     """Every priced candidate of one segment, best first, or the one refusal.
 
     Only the legality checks refuse (the lowering's, :func:`spec_for`, and the kind's): a
@@ -117,7 +119,7 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
     ``memo`` maps a segment's kind and params to its refusal or its priced variants, so
     identical layers are checked and priced once per compile.
     """
-    base = spec_for(graph, config, chain, start, stop)
+    base = spec_for(graph, config, chain, start, stop, options)
     if isinstance(base, Refusal):
         return [Option(None, None, base)]
     kind = base.kind
@@ -153,11 +155,12 @@ def _host_option(graph: Graph, chain: Chain, start: int, stop: int, host: HostCo
 
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
                  fusion: bool = True, min_gain: float = DEFAULT_MIN_GAIN,
-                 memo: dict | None = None, host: HostCostModel | None = None) -> ChainDecision:
+                 memo: dict | None = None, host: HostCostModel | None = None,
+                 options: CompileOptions = DEFAULT) -> ChainDecision:
     """Price every cover of ``chain`` and choose one (see the module docstring).
 
     ``host`` prices the host as one more engine for the segments without a GEMM; None keeps
-    every segment on the accelerator.
+    every segment on the accelerator. ``options``: what the compiler may use.
 
     Raises
     ------
@@ -166,12 +169,13 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
         if the unfused cover is not.
     """
     n = len(chain.nodes)
-    _check_sizes(graph, config, chain)
+    allowed = options  # `options` below is the segment table
+    _check_sizes(graph, config, chain, allowed)
     seg: dict[tuple[int, int], list[Option]] = {}
 
     def options(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
-            found = _segment_options(graph, config, model, chain, i, j, memo)
+            found = _segment_options(graph, config, model, chain, i, j, memo, allowed)
             # layout steps (a convolution's im2col) run on the host even without fallback
             layout = all(n.op in HOST_OPS for n in chain.nodes[i:j])
             on_host = (_host_option(graph, chain, i, j, host or HostCostModel(), found)
@@ -224,13 +228,14 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     return ChainDecision(chain, chosen, covers, variants, note, seg)
 
 
-def _check_sizes(graph: Graph, config: VariantConfig, chain: Chain) -> None:
+def _check_sizes(graph: Graph, config: VariantConfig, chain: Chain,
+                 options: CompileOptions = DEFAULT) -> None:
     """Refuse a chain that cannot fit the external memory before any candidate is priced
     (pricing a kernel of a huge batch is bounded, but wasted): every cover's first kernel
     starts at the chain's head, so the smallest of those kernels' floors bounds them all
     (:func:`fusion.compiler.memplan.check_floor`)."""
     heads = [s for stop in range(1, len(chain.nodes) + 1)
-             if not isinstance(s := spec_for(graph, config, chain, 0, stop), Refusal)]
+             if not isinstance(s := spec_for(graph, config, chain, 0, stop, options), Refusal)]
     if not heads:
         return  # refused by legality, with the reasons
     roles = {s.name: {r: s.region_role(r) for r in s.regions(config)} for s in heads}

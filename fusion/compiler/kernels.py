@@ -39,6 +39,7 @@ from fusion.compiler.lower import (
     tensor_zp,
     to_lanes,
 )
+from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.stage_values import assemble_stages
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
@@ -133,8 +134,8 @@ class KernelSpec:
 Part = list[tuple[Node, str | None]]
 
 
-def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
-          **names: Any) -> KernelSpec:
+def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
+          grouped: bool = True, **names: Any) -> KernelSpec:
     a = graph.tensors[anchor.inputs[0]]
     w = graph.initializers[anchor.inputs[1]]
     K, N = w.shape  # noqa: N806
@@ -150,6 +151,8 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
     notes = [f"weights split into {producer.attr('times')} int8 parts along K (weight zero "
              f"points), A repeated by {producer.name}"] if split else []
     kgroup, why = grouping(config, w, anchor.attr("group", 1) or 1, split=split)
+    if kgroup and not grouped:
+        kgroup, why = 0, "grouped GEMMs are turned off (CompileOptions.grouped_gemm)"
     notes += [why] if why else []
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params, kgroup=kgroup),
@@ -286,7 +289,7 @@ ANCHORS: dict[str, Callable[..., KernelSpec | Refusal]] = {
 
 
 def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
-             stop: int) -> KernelSpec | Refusal:
+             stop: int, options: CompileOptions = DEFAULT) -> KernelSpec | Refusal:
     """The kernel of chain items ``[start, stop)`` (item 0 is the anchor, if any), or why the
     segment cannot be one kernel.
 
@@ -306,9 +309,13 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
             return Refusal(CONV.name, "windows_alone", f"node {nodes[0]!r} (im2col) is a "
                            f"layout step: its windows are gathered by its GEMM's kernel or by "
                            f"the host")
+        if not options.window_conv:
+            return Refusal(CONV.name, "option", "window convolutions are turned off "
+                           "(CompileOptions.window_conv)")
         return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
     if chain.anchor is not None and start == len(chain.prefix):
-        return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **names)
+        extra = {"grouped": options.grouped_gemm} if chain.anchor.op == "qmatmul" else {}
+        return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **extra, **names)
     # a run of epilogue ops as one pass over [M, N]
     x = graph.tensors[part[0][0].inputs[0]]
     out_t = graph.tensors[names["output"]]

@@ -22,6 +22,7 @@ from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError, chains, host_role
 from fusion.compiler.memplan import MemoryPlan, plan_memory
+from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.host import HostCostModel
@@ -124,6 +125,8 @@ class CompiledModel:
     cache_stats: dict[str, Any] = field(default_factory=dict)
     #: Inferences per run: the graph's inputs lead with this batch (:mod:`fusion.frontend.batch`).
     batch: int = 1
+    #: What the compiler was allowed to use (:mod:`fusion.compiler.options`).
+    options: CompileOptions = DEFAULT
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -203,6 +206,7 @@ class CompiledModel:
         return {"format": PLAN_TAG, "version": PLAN_FORMAT, "model": self.graph.name,
                 "signature": self.graph.signature(), "variant": self.config.key(),
                 "fusion": self.fusion, "batch": self.batch,
+                "options": self.options.to_dict(),
                 "predicted_cycles": round(self.predicted_cycles),
                 "host_ops": len(self.host_ops),
                 "predicted_host_seconds": self.predicted_host_seconds,
@@ -244,7 +248,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   model: CostModel | None = None, fusion: bool = True,
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
                   optimized: bool = False, host_fallback: bool = True,
-                  host_model: HostCostModel | None = None, batch: int = 1) -> CompiledModel:
+                  host_model: HostCostModel | None = None, batch: int = 1,
+                  options: CompileOptions = DEFAULT) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -270,6 +275,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     batch : int
         Inferences per run that ``graph`` was imported for (recorded for the reports;
         :func:`fusion.frontend.load.load_model` sets the shapes).
+    options : CompileOptions
+        The techniques the compiler may use (all by default; :mod:`fusion.compiler.options`).
 
     Raises
     ------
@@ -289,7 +296,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
     memo: dict = {}  # identical layers are priced once
     decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
-                                     memo=memo, host=host_model if host_fallback else None)
+                                     memo=memo, host=host_model if host_fallback else None,
+                                     options=options)
                  for c in found]
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     reasons: dict[str, str] = {}
@@ -306,7 +314,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                 host.append(n)
                 reasons[n.name] = why
     # GEMMs feeding GEMMs store K-major, so that their readers take the output where it lies
-    kmajor = kmajor_producers(config, [c[0] for c in chosen.values()])
+    kmajor = (kmajor_producers(config, [c[0] for c in chosen.values()])
+              if options.kmajor_store else set())
     chosen = {name: (with_kmajor(spec) if name in kmajor else spec, option, d)
               for name, (spec, option, d) in chosen.items()}
     order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
@@ -323,7 +332,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     if cache is not None:
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
-    return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch)
+    return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options)
 
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:

@@ -36,6 +36,7 @@ import numpy as np
 
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import HOST_ALTERNATIVES, Chain, chains
+from fusion.compiler.options import CompileOptions
 from fusion.compiler.plan import (
     PLAN_FORMAT,
     PLAN_TAG,
@@ -110,6 +111,7 @@ class _Reader:
         self.plan_path = folder / PLAN_FILE
         self.variant = variant or "VARIANT"
         self.model = "MODEL"
+        self.options = CompileOptions()
 
     @property
     def fix(self) -> str:
@@ -252,6 +254,11 @@ class _Reader:
 
     def rebuild(self, data: dict[str, Any], graph: Graph,
                 files: dict[str, bytes]) -> CompiledModel:
+        try:  # plans written before the options had every technique
+            options = CompileOptions.from_dict(data.get("options", {}))
+        except ValueError as exc:
+            raise self.fail(f"{self.plan_path}: {exc}") from None
+        self.options = options
         found, host_nodes = chains(graph)
         host = {n.name: n for n in host_nodes}
         # the engine may have put these on the host (cheaper, or refused by the accelerator)
@@ -282,7 +289,7 @@ class _Reader:
         flagged = {n for n, sp in specs.items() if getattr(sp.params, "kmajor_out", False)}
         plain = [sp.with_params(dataclasses.replace(sp.params, kmajor_out=False))
                  if n in flagged else sp for n, sp in specs.items()]
-        if kmajor_producers(self.config, plain) != flagged:
+        if (kmajor_producers(self.config, plain) if options.kmajor_store else set()) != flagged:
             raise self.fail(f"{self.plan_path}: the kernels' output layouts (kmajor_out) are "
                             f"not the ones the compiler chooses for these steps")
         try:
@@ -316,7 +323,7 @@ class _Reader:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise self.fail(f"{self.plan_path}: batch must be a whole number of at least 1, "
                             f"not {batch!r}")
-        return CompiledModel(graph, self.config, steps, memory, [], fusion, {}, batch)
+        return CompiledModel(graph, self.config, steps, memory, [], fusion, {}, batch, options)
 
     def host_step(self, step: dict[str, Any], host: dict[str, Node], where: str) -> Node:
         name = self.get(step, "name", str, where)
@@ -341,7 +348,7 @@ class _Reader:
         if [n.name for n in chain.nodes[start:stop]] != ops:
             raise self.fail(f"{self.plan_path}: {where}ops {ops} is not a run of one chain")
         try:  # what the compile did before pricing: lower the segment, check its legality
-            base = spec_for(graph, self.config, chain, start, stop)
+            base = spec_for(graph, self.config, chain, start, stop, self.options)
             refusal = base if isinstance(base, Refusal) else base.kind.legality(self.config,
                                                                                 base.params)
             if refusal is not None:

@@ -125,9 +125,24 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
                    help="refuse a model with ops the accelerator cannot run (one line per op) "
                         "instead of running them on the host, and keep every op the "
                         "accelerator can run on it")
+    p.add_argument("--without", type=without, metavar="TECHNIQUE[,...]",
+                   help="compile without these techniques, to measure what each brings: "
+                        "window_conv (convolution windows gathered by the accelerator), "
+                        "kmajor_store (outputs stored as the next kernel reads them), "
+                        "grouped_gemm (grouped and depthwise convolutions as grouped GEMMs)")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def without(text: str):
+    """``--without``: the compile options without the named techniques."""
+    from fusion.compiler.options import CompileOptions
+
+    try:
+        return CompileOptions.without(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_input_arguments(p: argparse.ArgumentParser) -> None:
@@ -175,7 +190,7 @@ def compile_args(args: argparse.Namespace):
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
-                         batch=batch)
+                         batch=batch, **({"options": args.without} if args.without else {}))
 
 
 def check_batch_fits(graph, config: VariantConfig, batch: int) -> None:

@@ -26,7 +26,7 @@ HELP = ("compile a model (or read a compiled plan) and run every kernel on Veril
 
 #: Compile options that mean nothing for a plan that is already compiled.
 _COMPILE_OPTIONS = {"no_fusion": "--no-fusion", "min_gain": "--min-gain", "cache": "--cache",
-                    "input_shape": "--input-shape", "batch": "--batch"}
+                    "input_shape": "--input-shape", "batch": "--batch", "without": "--without"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -44,3 +44,52 @@ def test_without_window_loads_the_host_gathers_the_windows_even_without_fallback
     assert all(r.startswith("the window convolution is refused: ") for r in reasons), reasons
     assert any("window loads need an A row of one memory word" in r for r in reasons)
     assert any("grouped convolution" in r for r in reasons)
+
+
+def test_compiled_without_a_technique_stays_without_it(tmp_path):
+    """--without: each technique off gives the plan it would without it, and the plan folder
+    reads back with the same options (and refuses an unknown one)."""
+    import json
+
+    import pytest
+
+    from fusion.compiler.options import CompileOptions
+    from fusion.compiler.plan_folder import PlanError, plan_digest, write_plan
+    from fusion.compiler.plan_reader import read_plan
+
+    model = ROOT / "examples/real/resnet8_qdq.onnx"
+    plain = _compile(model, V8, options=CompileOptions.without("window_conv,kmajor_store"))
+    assert not any(s.spec.kind.name == "conv" for s in plain.kernels)
+    assert not any(getattr(s.spec.params, "kmajor_out", False) for s in plain.kernels)
+    assert sum(s.node.op == "im2col" for s in plain.host) == 9
+    write_plan(plain, tmp_path / "p", source=model)
+    back = read_plan(tmp_path / "p", V8)
+    assert back.options == plain.options and back.memory.to_dict() == plain.memory.to_dict()
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    plan["options"]["winograd"] = True
+    plan["digest"] = plan_digest(plan)
+    (tmp_path / "p" / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(PlanError, match="unknown compile option 'winograd'"):
+        read_plan(tmp_path / "p", V8)
+    with pytest.raises(ValueError, match="unknown compile option 'fast'"):
+        CompileOptions.without("fast")
+
+
+def test_hwgen_compile_without_names_the_unknown_technique(variant_dir, tmp_path, capsys):
+    import pytest
+
+    from hwgen.cli import main
+
+    model = str(ROOT / "examples/qdq_cnn.onnx")
+    with pytest.raises(SystemExit) as exit_:  # argparse: usage, then one line
+        main(["compile", model, "--variant", str(variant_dir), "-o", str(tmp_path / "p"),
+              "--without", "winograd"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "unknown compile option 'winograd'" in err[-1]
+    assert main(["compile", model, "--variant", str(variant_dir), "-o", str(tmp_path / "q"),
+                 "--without", "grouped_gemm", "--json"]) == 0
+    import json
+
+    plan = json.loads((tmp_path / "q" / "plan.json").read_text())
+    assert plan["options"] == {"window_conv": True, "kmajor_store": True, "grouped_gemm": False}
