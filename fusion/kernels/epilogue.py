@@ -17,13 +17,49 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from fusion.kernels import layout
 from fusion.kernels.codegen import FIELD_MAX, check_load, grid_reg, load_context, render
 from fusion.kernels.layout import GemmDims, Region, bias_group
+from fusion.kernels.protocol import Operand
 from hwgen.isa import Dst
 from hwgen.reference import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, EpilogueParams
 from hwgen.stages import STAGES, spec
 
 DT_BYTES = {"i32": 4, "i8": 1}
+
+
+def epilogue_operands(stages: Sequence[str], params: EpilogueParams, M: int,  # noqa: N803
+                      N: int) -> dict[str, Operand]:  # noqa: N803
+    """The operands the epilogue of an ``M x N`` result reads: ``bias`` (``N`` int32) with the
+    bias stage, ``residual`` (``M x N`` int8) with the residual stage, ``mult`` and ``shift``
+    (``N`` int32 each) with per-channel requantize: the same for every kind that drains tiles
+    through the epilogue."""
+    ops = {}
+    if "bias" in stages:
+        ops["bias"] = Operand("int32", (N,))
+    if "residual" in stages:
+        ops["residual"] = Operand("int8", (M, N))
+    if params.per_channel:
+        ops["mult"] = ops["shift"] = Operand("int32", (N,))
+    return ops
+
+
+def pack_epilogue(dims: GemmDims, stages: Sequence[str], params: EpilogueParams,
+                  values: Any) -> dict[str, bytes]:
+    """The bias region (the ``[Nb][C]`` bias, or with per-channel requantize the
+    ``[Nb][3][C]`` groups, zeros for a missing bias) and the residual tiles, packed for the
+    regions of :func:`epilogue_operands`."""
+    data = {}
+    if params.per_channel:
+        data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
+                                              values["shift"])
+    elif "bias" in stages:
+        data["bias"] = layout.pack_bias(dims, values["bias"])
+    if "residual" in stages:
+        data["residual"] = layout.pack_tiles(dims, values["residual"], np.int8)
+    return data
 
 
 def reads_bias_region(stages: Sequence[str], params: EpilogueParams) -> bool:

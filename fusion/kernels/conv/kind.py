@@ -33,6 +33,7 @@ from fusion.kernels.conv.program import (
     conv_regions,
     program_problem,
 )
+from fusion.kernels.epilogue import epilogue_operands, pack_epilogue
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import Kernel, figures
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
@@ -112,15 +113,9 @@ class ConvKind(KernelKind):
 
     def operands(self, config: VariantConfig, params: ConvParams) -> dict[str, Operand]:
         p = params
-        ops = {"x": Operand("int8", (p.N * p.H * p.W, p.Cin)),
-               "b": Operand("int8", (p.K, p.Cout))}
-        if "bias" in p.stages:
-            ops["bias"] = Operand("int32", (p.Cout,))
-        if "residual" in p.stages:
-            ops["residual"] = Operand("int8", (p.M, p.Cout))
-        if p.epilogue.per_channel:
-            ops["mult"] = ops["shift"] = Operand("int32", (p.Cout,))
-        return ops
+        return {"x": Operand("int8", (p.N * p.H * p.W, p.Cin)),
+                "b": Operand("int8", (p.K, p.Cout)),
+                **epilogue_operands(p.stages, p.epilogue, p.M, p.Cout)}
 
     def output(self, params: ConvParams) -> Operand:
         return Operand(output_dtype(params.stages).name, (params.M, params.Cout))
@@ -166,16 +161,9 @@ class ConvKind(KernelKind):
         dims = _dims(config, p)
         x = np.zeros((geo.in_blocks * geo.R, geo.cp), np.int8)
         x[: p.N * p.H * p.W, : p.Cin] = values["x"]
-        data = {"x": x.reshape(geo.in_blocks, geo.R, geo.cp).transpose(0, 2, 1).tobytes(),
-                "b": layout.pack_b(dims, values["b"])}
-        if p.epilogue.per_channel:
-            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
-                                                  values["shift"])
-        elif "bias" in p.stages:
-            data["bias"] = layout.pack_bias(dims, values["bias"])
-        if "residual" in p.stages:
-            data["residual"] = layout.pack_tiles(dims, values["residual"], np.int8)
-        return data
+        return {"x": x.reshape(geo.in_blocks, geo.R, geo.cp).transpose(0, 2, 1).tobytes(),
+                "b": layout.pack_b(dims, values["b"]),
+                **pack_epilogue(dims, p.stages, p.epilogue, values)}
 
     def reference(self, params: ConvParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
         """The convolution as windows (``fusion.ir.windows``, padding ``fill``) times the

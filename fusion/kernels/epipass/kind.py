@@ -24,7 +24,13 @@ import numpy as np
 from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import assemble_program, render
-from fusion.kernels.epilogue import pass_context, pass_fit_problem, reads_bias_region
+from fusion.kernels.epilogue import (
+    epilogue_operands,
+    pack_epilogue,
+    pass_context,
+    pass_fit_problem,
+    reads_bias_region,
+)
 from fusion.kernels.epipass.features import PassFeatures
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import (
@@ -175,14 +181,8 @@ class PassKind(KernelKind):
 
     def operands(self, config: VariantConfig, params: PassParams) -> dict[str, Operand]:
         p = params
-        ops = {"src": Operand(p.src_dtype, (p.M, p.N))}
-        if "bias" in p.stages:
-            ops["bias"] = Operand("int32", (p.N,))
-        if p.epilogue.per_channel:
-            ops["mult"] = ops["shift"] = Operand("int32", (p.N,))
-        if "residual" in p.stages:
-            ops["residual"] = Operand("int8", (p.M, p.N))
-        return ops
+        return {"src": Operand(p.src_dtype, (p.M, p.N)),
+                **epilogue_operands(p.stages, p.epilogue, p.M, p.N)}
 
     def output(self, params: PassParams) -> Operand:
         return Operand(params.out_dtype, (params.M, params.N))
@@ -218,17 +218,9 @@ class PassKind(KernelKind):
     def pack(self, config: VariantConfig, params: PassParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
         p, dims = params, self._dims(config, params)
-        data = {"src": layout.pack_tiles(dims, values["src"], np.dtype(p.src_dtype).type)}
-        if p.epilogue.per_channel:
-            # one (bias, multipliers, shifts) row group per column block; a pass without the
-            # bias stage has zero bias rows
-            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
-                                                  values["shift"])
-        elif "bias" in p.stages:
-            data["bias"] = layout.pack_bias(dims, values["bias"])
-        if "residual" in p.stages:
-            data["residual"] = layout.pack_tiles(dims, values["residual"])
-        return data
+        # per channel, a pass without the bias stage still loads the groups (zero bias rows)
+        return {"src": layout.pack_tiles(dims, values["src"], np.dtype(p.src_dtype).type),
+                **pack_epilogue(dims, p.stages, p.epilogue, values)}
 
     def reference(self, params: PassParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
         extra = {k: v for k, v in values.items() if k != "src"}

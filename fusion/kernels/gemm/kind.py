@@ -20,7 +20,12 @@ import numpy as np
 
 from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.epilogue import pass_dtypes, pass_fit_problem
+from fusion.kernels.epilogue import (
+    epilogue_operands,
+    pack_epilogue,
+    pass_dtypes,
+    pass_fit_problem,
+)
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.params import GemmParams
@@ -134,14 +139,8 @@ class GemmKind(KernelKind):
 
     def operands(self, config: VariantConfig, params: GemmParams) -> dict[str, Operand]:
         p = params
-        ops = {"a": Operand("int8", (p.M, p.K)), "b": Operand("int8", (p.K, p.N))}
-        if "bias" in p.stages:
-            ops["bias"] = Operand("int32", (p.N,))
-        if "residual" in p.stages:
-            ops["residual"] = Operand("int8", (p.M, p.N))
-        if p.epilogue.per_channel:
-            ops["mult"] = ops["shift"] = Operand("int32", (p.N,))
-        return ops
+        return {"a": Operand("int8", (p.M, p.K)), "b": Operand("int8", (p.K, p.N)),
+                **epilogue_operands(p.stages, p.epilogue, p.M, p.N)}
 
     def output(self, params: GemmParams) -> Operand:
         return Operand(output_dtype(params.stages).name, (params.M, params.N))
@@ -168,15 +167,8 @@ class GemmKind(KernelKind):
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
         p = params
         dims = gemm_dims(config, p)
-        data = {"a": layout.pack_a(dims, values["a"]), "b": layout.pack_b(dims, values["b"])}
-        if p.epilogue.per_channel:  # the bias region holds [Nb][3][C] groups
-            data["bias"] = layout.pack_bias_group(dims, values.get("bias"), values["mult"],
-                                                  values["shift"])
-        elif "bias" in p.stages:
-            data["bias"] = layout.pack_bias(dims, values["bias"])
-        if "residual" in p.stages:
-            data["residual"] = layout.pack_tiles(dims, values["residual"], np.int8)
-        return data
+        return {"a": layout.pack_a(dims, values["a"]), "b": layout.pack_b(dims, values["b"]),
+                **pack_epilogue(dims, p.stages, p.epilogue, values)}
 
     def reference(self, params: GemmParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
         extra = {k: v for k, v in values.items() if k not in ("a", "b")}
