@@ -35,6 +35,10 @@ ISSUE_LATENCY = QUEUE_LATENCY + 1
 #: ``s1_valid``) and the drain's start (``drain_active``).
 TILE_GAP = 2
 
+#: Commands whose words the load engine may have in flight at once (``LoadEngine``'s response
+#: contexts): the next LOAD starts requesting once the one before has made its last request.
+LOAD_CONTEXTS = 4
+
 #: Cycles the load engine stays busy after its last word arrives: the gearbox's output
 #: register (``Gearbox.o_valid``) and ``LoadEngine``'s ``finished`` register that clears
 #: ``busy``.

@@ -57,7 +57,7 @@ class Estimate:
     k_slices : int
         Slices through the array (the ``array_busy`` counter, exact).
     load_busy : int
-        Cycles the load engine is busy, summed over loads.
+        Cycles the load engine is busy (loads overlap: counted once).
     bytes_loaded, bytes_stored : int
         Bytes the loads read and the stores write.
     stall_epilogue : int
@@ -310,7 +310,7 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
                    load_row_bytes(config, get("dst")))
         elif op is Op.LOADW:
             words = window_words(config.rows, get("shift"), get("step"))
-            m.load(get("count") * words * config.port_bytes, config.rows)
+            m.load(get("count") * words * config.port_bytes, config.rows, row_words=words)
         elif op is Op.MATMUL:
             m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")))
         elif op is Op.EPIPASS:

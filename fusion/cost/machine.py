@@ -11,10 +11,13 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
 - **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
   buffered FIFO, then the unit's command register); the job queue holds
   :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array.
-- **load engine**: one LOAD at a time. It requests a word a cycle, or one every
-  ``port_bytes / row_bytes`` cycles when a word holds several scratchpad rows (the gearbox
-  rate), so ``b`` bytes take ``b / min(port_bytes, row_bytes)`` cycles, then the port
-  latency and :data:`LOAD_TAIL`.
+- **load engine**: a LOAD (or LOADW) starts requesting once the one before has made its last
+  request (their words overlap in flight, up to :data:`~hwgen.gateware.dma.CONTEXTS`
+  commands), and the load queue holds :data:`QUEUE_DEPTH` commands, so the sequencer runs at
+  most that far ahead. It requests a word a cycle, or one every ``port_bytes / row_bytes``
+  cycles when a word holds several scratchpad rows (the gearbox rate), so ``b`` bytes take
+  ``b / min(port_bytes, row_bytes)`` cycles; the engine is idle (``WAIT LOAD``) the port
+  latency and :data:`LOAD_TAIL` after that.
 - **array**: a k-slice a cycle, back to back across MATMULs. A tile is complete
   :func:`~hwgen.timing.array_latency` cycles after its final slice and drains a row a cycle, from
   :data:`TILE_GAP` cycles later, into the epilogue's stage registers (each stage's
@@ -42,7 +45,16 @@ from collections.abc import Callable
 
 from hwgen.config import VariantConfig
 from hwgen.stages import epilogue_latency
-from hwgen.timing import ISSUE_LATENCY, LOAD_TAIL, QUEUE_DEPTH, TILE_GAP, array_latency
+from hwgen.timing import (
+    ISSUE_LATENCY,
+    LOAD_TAIL,
+    QUEUE_DEPTH,
+    TILE_GAP,
+    array_latency,
+)
+from hwgen.timing import (
+    LOAD_CONTEXTS as CONTEXTS,
+)
 
 
 class Machine:
@@ -55,7 +67,8 @@ class Machine:
     """
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
-    TIMES = ("seq", "dma", "feed_end", "clear", "pass_free", "store", "idle", "turn0", "turn1")
+    TIMES = ("seq", "dma", "dma_issue", "feed_end", "clear", "pass_free", "store", "idle",
+             "turn0", "turn1")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
@@ -65,6 +78,9 @@ class Machine:
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle
+        self.dma_issue = 0  # first cycle the next load may make its first request
+        self.loads_taken: list[int] = []  # cycles the last QUEUE_DEPTH loads left the queue
+        self.rows_started: list[int] = []  # cycles the last CONTEXTS loads' first rows came
         self.feed_end = 0  # cycle after the last slice issued (feed idle)
         self.clear = 0  # cycle the draining tile's last row has entered the epilogue
         self.pass_free = 0  # cycle the compute unit may take the next epilogue pass
@@ -86,8 +102,11 @@ class Machine:
         for name in self.TIMES:
             setattr(self, name, max(getattr(self, name), self.seq))
         self.taken = [max(t, self.seq) for t in self.taken]
+        self.loads_taken = [max(t, self.seq) for t in self.loads_taken]
+        self.rows_started = [max(t, self.seq) for t in self.rows_started]
+        queues = (self.taken, self.loads_taken, self.rows_started)
         return tuple(getattr(self, n) - self.seq for n in self.TIMES) + tuple(
-            t - self.seq for t in self.taken)
+            tuple(t - self.seq for t in q) for q in queues)
 
     def repeat(self, count: int, body: Callable[[], None]) -> None:
         """Run ``body`` ``count`` times. The rules are max-plus (shift every time by d and
@@ -108,6 +127,8 @@ class Machine:
                 for name in self.TIMES:
                     setattr(self, name, getattr(self, name) + shift)
                 self.taken = [t + shift for t in self.taken]
+                self.loads_taken = [t + shift for t in self.loads_taken]
+                self.rows_started = [t + shift for t in self.rows_started]
                 for name, a, b in zip(self.TOTALS, totals_after, totals, strict=True):
                     setattr(self, name, a + (a - b) * left)
                 return
@@ -172,15 +193,31 @@ class Machine:
         self.seq = t
         self.instrs(1)
 
-    def load(self, nbytes: int, row_bytes: int, setup: int = 0) -> None:
+    def load(self, nbytes: int, row_bytes: int, setup: int = 0, row_words: int = 0) -> None:
         """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
         register instructions. A word a cycle, or a row a cycle when a word holds several
-        (the gearbox rate), then the port latency."""
+        (the gearbox rate), then the port latency. ``row_words``: a window load's words a
+        row (its row is written once they are all in)."""
         self.instrs(setup)
-        start = max(self.seq + ISSUE_LATENCY, self.dma + 1)
-        busy = -(-nbytes // min(self.W, row_bytes)) + self.c.port_latency + LOAD_TAIL
-        self.dma = start + busy
-        self.load_busy += busy
+        retire = self.seq  # the load queue holds QUEUE_DEPTH commands
+        if len(self.loads_taken) == QUEUE_DEPTH:
+            retire = max(retire, self.loads_taken[0])
+        self.seq = retire
+        start = max(retire + ISSUE_LATENCY, self.dma_issue)
+        if len(self.rows_started) == CONTEXTS:  # its response context needs a free slot
+            start = max(start, self.rows_started[0] + 2)
+        gap = max(1, self.W // row_bytes)  # the issue interval
+        issue = -(-nbytes // min(self.W, row_bytes))
+        words = -(-nbytes // self.W)
+        # the next load's first request: after this one's last, and its interval
+        self.dma_issue = start + gap * (words - 1) + max(2, gap)
+        first_row = row_words or max(1, row_bytes // self.W)
+        self.rows_started = (self.rows_started + [start + self.c.port_latency
+                                                  + first_row - 1 + 1])[-CONTEXTS:]
+        self.loads_taken = (self.loads_taken + [start - 1])[-QUEUE_DEPTH:]
+        end = start + issue + self.c.port_latency + LOAD_TAIL
+        self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once
+        self.dma = max(self.dma, end)
         self.bytes_loaded += nbytes
         self.instrs(1)
 

@@ -1,8 +1,14 @@
 """Data movement between the external memory port and the on-chip buffers.
 
-:class:`LoadEngine` runs strided LOAD commands (``count`` segments of ``len`` words) from the
-read channel into a scratchpad, through a :class:`Gearbox` that cuts the word stream into
-scratchpad rows. :class:`StoreUnit` packs epilogue rows into words on the write channel.
+:class:`LoadEngine` runs strided LOAD commands (``count`` segments of ``len`` words) and
+window loads (LOADW) from the read channel into a scratchpad, through a :class:`Gearbox` that
+cuts the word stream into scratchpad rows (or, for a window load, picks each row's lanes from
+its words). Commands overlap: the next one starts requesting as soon as the one before has made
+its last request, while that one's words are still on their way, so a run of short loads
+(a convolution's window loads) pays the port latency once, not once each. Responses come
+back in order, so each command's context (where its words go, how many) waits in two small
+queues, one for the stage that routes words and one for the stage that writes rows.
+:class:`StoreUnit` packs epilogue rows into words on the write channel.
 
 All widths are powers of two (checked by :class:`~hwgen.config.VariantConfig`), so every
 conversion is a whole ratio. The read channel has no back-pressure: the load engine issues
@@ -13,15 +19,30 @@ rate at which the gearbox can empty it.
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.epilogue import beat_signature
 from hwgen.gateware.ports import write_layout
 from hwgen.isa import Dst
+from hwgen.timing import LOAD_CONTEXTS
 
 SPAD_ADDR_BITS = 16
+
+
+#: Commands whose words the load engine may have in flight at once (requested, not yet all
+#: written): the next command starts issuing as soon as the one before has issued its last
+#: request, while that one's words still come back.
+CONTEXTS = LOAD_CONTEXTS
+
+
+def response_layout() -> data.StructLayout:
+    """What the word and row stages keep of a command: where its words go and how many."""
+    return data.StructLayout({
+        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "shift": 4, "step": 2, "mask": 16,
+        "fill": 8, "len": 16, "words": 32, "rows": 32,
+    })
 
 
 def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
@@ -88,7 +109,7 @@ class Gearbox(wiring.Component):
 
 
 class LoadEngine(wiring.Component):
-    """Executes LOAD commands one at a time.
+    """Executes LOAD and LOADW commands in order, up to :data:`CONTEXTS` of them in flight.
 
     Ports: ``cmd`` (a stream of :func:`load_cmd_layout`), the memory read channel
     (``rd_addr``, ``rd_valid``/``rd_data``), one write port per scratchpad (``a_*``, ``b_*``,
@@ -119,9 +140,18 @@ class LoadEngine(wiring.Component):
         for width in sorted(set(widths.values())):
             boxes[width] = Gearbox(c.port_bytes, width)
             m.submodules[f"gearbox_{width}"] = boxes[width]
+        ctx_layout = response_layout()
+        # Each command's response context, in both the word stage (which gearbox or window
+        # a word goes to) and the row stage (which scratchpad row a finished row is written
+        # to): responses come back in order, so each stage takes the next context when the
+        # one it holds is done, and commands overlap (module docstring).
+        m.submodules.word_contexts = ififo = fifo.SyncFIFO(width=ctx_layout.size,
+                                                           depth=CONTEXTS)
+        m.submodules.row_contexts = ofifo = fifo.SyncFIFO(width=ctx_layout.size,
+                                                          depth=CONTEXTS)
 
+        # -- request side ----------------------------------------------------------------
         cmd = Signal(load_cmd_layout(c))
-        active = Signal()
         seg_base = Signal(c.mem_addr_bits)
         word_addr = Signal(c.mem_addr_bits)
         word = Signal(16)
@@ -129,20 +159,37 @@ class LoadEngine(wiring.Component):
         issuing = Signal()
         pending = Signal(32)  # words requested but not yet received
         wait = Signal(range(c.port_bytes + 1))  # issue interval counter
-        row = Signal(SPAD_ADDR_BITS)
         interval = Signal(range(c.port_bytes + 1))
         m.d.comb += interval.eq(Mux(
             cmd.dst == Dst.A, boxes[widths[Dst.A]].words_per_issue - 1,
             Mux(cmd.dst == Dst.E32, boxes[widths[Dst.E32]].words_per_issue - 1,
                 boxes[widths[Dst.B]].words_per_issue - 1)))
 
-        # -- request side ----------------------------------------------------------------
-        m.d.comb += self.cmd.ready.eq(~active)
-        with m.If(self.cmd.valid & ~active):
-            m.d.sync += [cmd.eq(self.cmd.payload), active.eq(1), seg_base.eq(self.cmd.payload.ext),
-                         word_addr.eq(self.cmd.payload.ext),
-                         word.eq(0), seg.eq(0), row.eq(self.cmd.payload.spad), wait.eq(0)]
-            m.d.sync += issuing.eq((self.cmd.payload.count != 0) & (self.cmd.payload.len != 0))
+        new = self.cmd.payload
+        room = ififo.w_rdy & ofifo.w_rdy
+        m.d.comb += self.cmd.ready.eq(~issuing & room)
+        ctx = Signal(ctx_layout)
+        words = Signal(32)
+        m.d.comb += [words.eq(new.count * new.len),
+                     ctx.dst.eq(new.dst), ctx.spad.eq(new.spad), ctx.win.eq(new.win),
+                     ctx.shift.eq(new.shift), ctx.step.eq(new.step), ctx.mask.eq(new.mask),
+                     ctx.fill.eq(new.fill), ctx.len.eq(new.len), ctx.words.eq(words)]
+        with m.If(new.win):
+            m.d.comb += ctx.rows.eq(new.count)
+        with m.Else():
+            with m.Switch(new.dst):
+                for dst, width in widths.items():
+                    with m.Case(dst):
+                        if width >= c.port_bytes:
+                            m.d.comb += ctx.rows.eq(words // (width // c.port_bytes))
+                        else:
+                            m.d.comb += ctx.rows.eq(words * (c.port_bytes // width))
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cmd.eq(new), seg_base.eq(new.ext), word_addr.eq(new.ext),
+                         word.eq(0), seg.eq(0), issuing.eq(words != 0)]
+            with m.If(words != 0):  # a command without words has nothing to wait for
+                m.d.comb += [ififo.w_en.eq(1), ififo.w_data.eq(ctx),
+                             ofifo.w_en.eq(1), ofifo.w_data.eq(ctx)]
         m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0)),
                      self.rd_addr.payload.eq(word_addr)]
         with m.If(wait != 0):
@@ -162,71 +209,96 @@ class LoadEngine(wiring.Component):
         with m.Elif(~requested & self.rd_valid):
             m.d.sync += pending.eq(pending - 1)
 
-        # -- response side: words -> gearbox -> scratchpad rows -------------------------------
+        # -- word stage: each word to its context's gearbox, or its window row -------------
         m.d.comb += self.read_beat.eq(self.rd_valid)
+        wctx = Signal(ctx_layout)
+        wleft = Signal(32)  # words of wctx still to come; 0: the next word starts the next
+        cur = data.View(ctx_layout, Mux(wleft == 0, ififo.r_data, wctx.as_value()))
+        with m.If(self.rd_valid):
+            with m.If(wleft == 0):
+                m.d.comb += ififo.r_en.eq(1)
+                m.d.sync += [wctx.eq(ififo.r_data), wleft.eq(cur.words - 1)]
+            with m.Else():
+                m.d.sync += wleft.eq(wleft - 1)
         for width, box in boxes.items():
             chosen = 0
             for dst, w in widths.items():
                 if w == width:
-                    chosen = chosen | (cmd.dst == dst)
-            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen & ~cmd.win),
+                    chosen = chosen | (cur.dst == dst)
+            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen & ~cur.win),
                          box.i_data.eq(self.rd_data)]
 
         # A window load's row: its words collected, then each lane's byte picked (or the
-        # fill), written one cycle after the row's last word, like a gearbox row.
+        # fill), ready one cycle after the row's last word, like a gearbox row.
         win_valid = Signal()
         win_row = Signal(c.a_row_bytes * 8)
+        got = Signal(2)  # words of the window row received so far
         if c.window_loads:
             held = [Signal(c.port_bits, name=f"win_word{i}") for i in range(2)]
-            got = Signal(2)  # words of the row received so far
             row_bytes = Cat(held[0], held[1], self.rd_data)  # the last word arrives now
             m.d.sync += win_valid.eq(0)
-            with m.If(self.rd_valid & cmd.win):
-                with m.If(got == cmd.len - 1):
-                    words = {1: Cat(self.rd_data), 2: Cat(held[0], self.rd_data), 3: row_bytes}
+            with m.If(self.rd_valid & cur.win):
+                with m.If(got == cur.len - 1):
+                    strings = {1: Cat(self.rd_data), 2: Cat(held[0], self.rd_data),
+                               3: row_bytes}
                     lanes = []
                     for r in range(c.rows):
                         pick = Signal(8, name=f"win_lane{r}")
-                        at = cmd.shift + r * cmd.step
-                        with m.Switch(cmd.len):
-                            for n, bits in words.items():
+                        at = cur.shift + r * cur.step
+                        with m.Switch(cur.len):
+                            for n, bits in strings.items():
                                 with m.Case(n):
                                     m.d.comb += pick.eq(bits.word_select(at, 8))
-                        lanes.append(Mux(cmd.mask[r], pick, cmd.fill))
+                        lanes.append(Mux(cur.mask[r], pick, cur.fill))
                     m.d.sync += [win_valid.eq(1), win_row.eq(Cat(*lanes)), got.eq(0)]
                 with m.Else():
                     m.d.sync += [held[0].eq(Mux(got == 0, self.rd_data, held[0])),
                                  held[1].eq(Mux(got == 1, self.rd_data, held[1])),
                                  got.eq(got + 1)]
+
+        # -- row stage: each finished row to its context's scratchpad row ---------------
+        rctx = Signal(ctx_layout)
+        rleft = Signal(32)  # rows of rctx still to come; 0: the next row starts the next
+        row = Signal(SPAD_ADDR_BITS)  # the row the next row of rctx goes to
+        out = data.View(ctx_layout, Mux(rleft == 0, ofifo.r_data, rctx.as_value()))
+        row_out = win_valid
+        for box in boxes.values():
+            row_out = row_out | box.o_valid  # rows come out one at a time, in order
+        at_row = Mux(rleft == 0, out.spad, row)
+        with m.If(row_out):
+            with m.If(rleft == 0):
+                m.d.comb += ofifo.r_en.eq(1)
+                m.d.sync += [rctx.eq(ofifo.r_data), rleft.eq(out.rows - 1),
+                             row.eq(out.spad + 1)]
+            with m.Else():
+                m.d.sync += [rleft.eq(rleft - 1), row.eq(row + 1)]
         a_box, b_box, e_box = boxes[widths[Dst.A]], boxes[widths[Dst.B]], boxes[widths[Dst.E32]]
-        row_out = Mux(cmd.dst == Dst.A, a_box.o_valid,
-                      Mux(cmd.dst == Dst.E32, e_box.o_valid, b_box.o_valid))
         # int8 epilogue rows are sign-extended into the int32 lanes
         lanes = [b_box.o_data[8 * i:8 * i + 8].as_signed() for i in range(c.cols)]
         widened = Signal(c.e_row_bytes * 8)
         for i, lane in enumerate(lanes):
             m.d.comb += widened[32 * i:32 * i + 32].eq(lane)
         m.d.comb += [
-            self.a_addr.eq(row), self.a_data.eq(Mux(cmd.win, win_row, a_box.o_data)),
-            self.a_en.eq((row_out & (cmd.dst == Dst.A)) | win_valid),
-            self.b_addr.eq(row), self.b_data.eq(b_box.o_data),
-            self.b_en.eq(row_out & (cmd.dst == Dst.B)),
-            self.e_addr.eq(row),
-            self.e_data.eq(Mux(cmd.dst == Dst.E8, widened, e_box.o_data)),
-            self.e_en.eq(row_out & ((cmd.dst == Dst.E32) | (cmd.dst == Dst.E8))),
+            self.a_addr.eq(at_row), self.a_data.eq(Mux(out.win, win_row, a_box.o_data)),
+            self.a_en.eq(row_out & (out.dst == Dst.A)),
+            self.b_addr.eq(at_row), self.b_data.eq(b_box.o_data),
+            self.b_en.eq(row_out & (out.dst == Dst.B)),
+            self.e_addr.eq(at_row),
+            self.e_data.eq(Mux(out.dst == Dst.E8, widened, e_box.o_data)),
+            self.e_en.eq(row_out & ((out.dst == Dst.E32) | (out.dst == Dst.E8))),
         ]
-        with m.If(row_out | win_valid):
-            m.d.sync += row.eq(row + 1)
 
-        gear_busy = win_valid
+        # Busy from the cycle after a command is taken until its last row is written, and
+        # one cycle more (hwgen.timing.LOAD_TAIL: the gearbox's output register and this
+        # one).
+        gear_busy = 0
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
-        # The gearbox's output register and this one are hwgen.timing.LOAD_TAIL: the cycles
-        # `busy` stays high after the last word arrives.
-        finished = active & ~issuing & (pending == 0) & ~self.rd_valid & ~gear_busy
-        with m.If(finished):
-            m.d.sync += active.eq(0)
-        m.d.comb += self.busy.eq(active)
+        working = (issuing | ififo.r_rdy | ofifo.r_rdy | (wleft != 0) | (rleft != 0)
+                   | (pending != 0) | gear_busy | win_valid | (got != 0))
+        lingering = Signal()
+        m.d.sync += lingering.eq(working)
+        m.d.comb += self.busy.eq(working | lingering)
         return m
 
 
