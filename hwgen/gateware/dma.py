@@ -195,11 +195,12 @@ class LoadEngine(wiring.Component):
         with m.If(wait != 0):
             m.d.sync += wait.eq(wait - 1)
         requested = self.rd_addr.valid & self.rd_addr.ready
+        next_base = seg_base + cmd.stride  # the next segment's first word
         with m.If(requested):
             m.d.sync += wait.eq(interval)
             with m.If(word == cmd.len - 1):
-                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(seg_base + cmd.stride),
-                             word_addr.eq(seg_base + cmd.stride)]
+                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(next_base),
+                             word_addr.eq(next_base)]
                 with m.If(seg == cmd.count - 1):
                     m.d.sync += issuing.eq(0)
             with m.Else():
