@@ -55,32 +55,37 @@ class ConvKernel(Kernel):
         return layout.unpack_kmajor(self.dims, bytes(data))
 
 
-def conv_problem(config: VariantConfig, p: ConvParams) -> str | None:
-    """Why the window convolution cannot run ``p`` on ``config``; None when it can."""
+def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None:
+    """Why the window convolution cannot run ``p`` on ``config``, as ``(reason, text)`` (the
+    :class:`~fusion.kernels.protocol.Refusal`'s short name and its sentence); None when it
+    can."""
     if not config.window_loads:
-        return (f"window loads need an A row of one memory word (port_bytes == rows); this "
-                f"variant has {config.rows} rows and {config.port_bytes}-byte words")
+        return ("no_window_loads", f"window loads need an A row of one memory word (port_bytes "
+                f"== rows); this variant has {config.rows} rows and {config.port_bytes}-byte "
+                f"words")
     if p.stride[1] not in (1, 2):
-        return f"the horizontal stride {p.stride[1]} is not a window load's lane step (1 or 2)"
+        return ("stride", f"the horizontal stride {p.stride[1]} is not a window load's lane "
+                f"step (1 or 2)")
     if p.OW % config.rows:
-        return (f"the output rows ({p.OW} pixels) are not whole blocks of {config.rows}: a "
-                f"block of pixels would span two rows of windows")
+        return ("partial_rows", f"the output rows ({p.OW} pixels) are not whole blocks of "
+                f"{config.rows}: a block of pixels would span two rows of windows")
     if p.Cin >= 1 << 12:
-        return f"{p.Cin} input channels exceed a window load's 12-bit row count"
+        return ("channels", f"{p.Cin} input channels exceed a window load's 12-bit row count")
     geo = ConvGeometry(config, p)
     if 2 * geo.a_half > config.spad_a_depth:
-        return (f"an output row's windows ({geo.bpr} blocks x {geo.Kp} rows) do not fit half "
-                f"the A scratchpad ({config.spad_a_depth} rows)")
+        return ("a_scratchpad", f"an output row's windows ({geo.bpr} blocks x {geo.Kp} rows) "
+                f"do not fit half the A scratchpad ({config.spad_a_depth} rows)")
     tn = column_chunk(geo, "residual" in p.stages)
     if tn < 1:
-        return (f"a column block of weights ({geo.Kp} rows) and its residual tiles do not fit "
-                f"the B and epilogue scratchpads")
+        return ("b_scratchpad", f"a column block of weights ({geo.Kp} rows) and its residual "
+                f"tiles do not fit the B and epilogue scratchpads")
     if p.kmajor_out:
         if config.rows != config.cols:
-            return "a K-major store needs a square array"
+            return "kmajor_out", "a K-major store needs a square array"
         if output_dtype(p.stages) != np.int8:
-            return "a K-major store holds int8 tiles; this output is int32"
-    return program_problem(geo, tn)
+            return "kmajor_out", "a K-major store holds int8 tiles; this output is int32"
+    problem = program_problem(geo, tn)
+    return None if problem is None else ("program_too_long", problem)
 
 
 class ConvKind(KernelKind):
@@ -99,7 +104,7 @@ class ConvKind(KernelKind):
             return refusal
         problem = conv_problem(config, params)
         if problem is not None:
-            return Refusal(self.name, "window", problem)
+            return Refusal(self.name, *problem)
         return None
 
     def dims(self, params: ConvParams) -> tuple[int, int, int]:

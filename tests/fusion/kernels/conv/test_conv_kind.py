@@ -34,23 +34,23 @@ def conv(**kw) -> ConvParams:
     return ConvParams(**{**base, **kw})
 
 
-@pytest.mark.parametrize("config, params, words", [
+@pytest.mark.parametrize("config, params, reason, words", [
     # an A row of 4 lanes is half an 8-byte word: no window loads
-    (VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES), conv(),
+    (VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES), conv(), "no_window_loads",
      ["window loads need an A row of one memory word", "4 rows and 8-byte words"]),
     # 3x3 pad 1 on a 12-wide input: 12 output pixels a row, not whole blocks of 8
-    (V8, conv(W=12), ["output rows (12 pixels)", "not whole blocks of 8"]),
-    (V8, conv(stride=(1, 3)), ["horizontal stride 3", "lane step (1 or 2)"]),
+    (V8, conv(W=12), "partial_rows", ["output rows (12 pixels)", "not whole blocks of 8"]),
+    (V8, conv(stride=(1, 3)), "stride", ["horizontal stride 3", "lane step (1 or 2)"]),
     # two halves of 2 blocks x 576 rows: 2304 > 2048
-    (V8, conv(W=16, Cin=64), ["an output row's windows (2 blocks x 576 rows)",
-                              "half the A scratchpad (2048 rows)"]),
+    (V8, conv(W=16, Cin=64), "a_scratchpad", ["an output row's windows (2 blocks x 576 rows)",
+                                              "half the A scratchpad (2048 rows)"]),
     (VariantConfig(rows=4, cols=8, port_bytes=4, epilogue=ALL_STAGES),
-     conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True),
+     conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True), "kmajor_out",
      ["K-major store needs a square array"]),
 ])
-def test_refusals_name_the_reason(config, params, words):
+def test_refusals_name_the_reason(config, params, reason, words):
     refusal = CONV.legality(config, params)
-    assert refusal is not None and refusal.kind == "conv"
+    assert refusal is not None and refusal.kind == "conv" and refusal.reason == reason
     for w in words:
         assert w in refusal.text, (w, refusal.text)
     # the same shape without the offending feature is legal (the refusal is about that)
