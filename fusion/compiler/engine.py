@@ -169,13 +169,12 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
         if the unfused cover is not.
     """
     n = len(chain.nodes)
-    allowed = options  # `options` below is the segment table
-    _check_sizes(graph, config, chain, allowed)
+    _check_sizes(graph, config, chain, options)
     seg: dict[tuple[int, int], list[Option]] = {}
 
-    def options(i: int, j: int) -> list[Option]:
+    def priced(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
-            found = _segment_options(graph, config, model, chain, i, j, memo, allowed)
+            found = _segment_options(graph, config, model, chain, i, j, memo, options)
             # layout steps (a convolution's im2col) run on the host even without fallback
             layout = all(n.op in HOST_OPS for n in chain.nodes[i:j])
             on_host = (_host_option(graph, chain, i, j, host or HostCostModel(), found)
@@ -191,7 +190,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     for mask in range(1 << (n - 1)):
         bounds = [0] + [k + 1 for k in range(n - 1) if mask >> k & 1] + [n]
         cuts = tuple(zip(bounds, bounds[1:], strict=False))
-        best = [options(i, j)[0] for i, j in cuts]
+        best = [priced(i, j)[0] for i, j in cuts]
         refused = next((f"{_seg_name(chain, i, j)}: {o.refused.text}" for (i, j), o in
                         zip(cuts, best, strict=True) if o.spec is None and not o.on_host), "")
         cycles = None if refused else sum(o.cycles for o in best)

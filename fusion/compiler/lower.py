@@ -5,7 +5,9 @@ Every node is one of:
 - a **host step**: a model-boundary conversion (``quantize``, ``dequantize``) or pure data
   movement (``reshape``, ``flatten``, ``transpose``, ``im2col``, ``repeat`` and the ONNX
   forms). The runtime does these on the host between kernels; they compute nothing the
-  accelerator could, and they are listed in the plan as host steps.
+  accelerator could, and they are listed in the plan as host steps. An ``im2col`` that only a
+  GEMM reads is the prefix of that GEMM's chain instead (:class:`Chain`): the window
+  convolution gathers its windows on the accelerator, or the engine puts it on the host.
 - a **kernel anchor**: ``qmatmul`` with a constant 2-D int8 weight without zero point (a GEMM;
   :mod:`fusion.passes.weight_zero_point` makes them so) or ``maxpool`` (a chain of
   element-wise max passes).

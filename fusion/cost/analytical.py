@@ -42,7 +42,7 @@ from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst
+from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, window_words
 from hwgen.reference import EpilogueParams, output_dtype
 
 
@@ -290,12 +290,10 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
     kernels whose programs are not a fixed nest of phases (the window convolution, whose
     rows differ by their padding). Exact where each instruction's rule is; linear in the
     instructions retired."""
-    from hwgen.isa import Op, window_words
-
     m = Machine(config)
-    regs = [0] * 16
-    pc, mask = 0, 0xFFFFFFFF
-    lane = {0: 4, 1: 1}  # hwgen.isa.Dt: i32, i8
+    regs = [0] * NUM_REGS
+    pc, mask = 0, (1 << REG_BITS) - 1
+    lane = {Dt.I32: DT_BYTES["i32"], Dt.I8: DT_BYTES["i8"]}
     while True:
         ins = instrs[pc]
         op, get = ins.op, ins.get

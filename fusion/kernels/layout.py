@@ -453,15 +453,18 @@ def unpack_kmajor(dims: GemmDims, data: bytes) -> np.ndarray:
     return full[: dims.M, : dims.N].copy()
 
 
-def unpack_output(dims: GemmDims, outputs, dtype: type | np.dtype) -> np.ndarray:
+def unpack_output(dims: GemmDims, outputs, dtype: type | np.dtype, *,
+                  kmajor: bool = False) -> np.ndarray:
     """The M x N result of a kernel from what the simulator read back.
 
     ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is those
-    bytes itself.
+    bytes itself; ``kmajor``: stored transposed, tile by tile (int8, :func:`unpack_kmajor`).
     """
     from collections.abc import Mapping
 
     data = outputs["out"] if isinstance(outputs, Mapping) else outputs
     if not isinstance(data, bytes | bytearray | memoryview):
         data = np.asarray(data, np.uint8).tobytes()
+    if kmajor:
+        return unpack_kmajor(dims, bytes(data))
     return unpack_tiles(dims, bytes(data), dtype)

@@ -284,9 +284,11 @@ class Kernel:
         """The ``M x N`` result from the bytes read back at :attr:`reads` (``"out"``).
 
         ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is
-        those bytes itself.
+        those bytes itself. A kernel that stored its output K-major (``kmajor_out``) is read
+        back transposed.
         """
-        return layout.unpack_output(self.dims, outputs, self.out_dtype)
+        return layout.unpack_output(self.dims, outputs, self.out_dtype,
+                                    kmajor=bool(getattr(self.signature, "kmajor_out", False)))
 
 
 def regions_of(kind: KernelKind, config: VariantConfig, params: Any) -> dict[str, int]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, rewrite_each
-from fusion.passes.layout_identity import _chain, _move
+from fusion.passes.layout_identity import layout_chain, pushed
 
 
 def rows_start(graph: Graph, x: str) -> tuple[str, tuple[int, int]] | None:
@@ -30,18 +30,14 @@ def rows_start(graph: Graph, x: str) -> tuple[str, tuple[int, int]] | None:
     if len(xt.shape) != 4:
         return None
     n, c, h, w = xt.shape
-    chain = _chain(graph, x)
+    chain = layout_chain(graph, x)
     for k in range(len(chain)):
         start = chain[k].inputs[0]
         st = graph.tensors[start]
         if st.shape != (n, h * w, c) or st.dtype != xt.dtype or st.quant != xt.quant:
             continue
-        index = np.arange(n * h * w * c, dtype=np.int64).reshape(st.shape)
-        want = index.reshape(n, h, w, c).transpose(0, 3, 1, 2)
-        for node in chain[k:]:
-            index = _move(graph, node, index)
-            if index is None:
-                break
+        index = pushed(graph, chain[k:])
+        want = np.arange(n * h * w * c, dtype=np.int64).reshape(n, h, w, c).transpose(0, 3, 1, 2)
         if index is not None and np.array_equal(index, want):
             return start, (h, w)
     return None

@@ -79,7 +79,7 @@ def _move(graph: Graph, node: Node, index: np.ndarray) -> np.ndarray | None:
     return moved if moved.shape == out else None
 
 
-def _chain(graph: Graph, end: str) -> list[Node]:
+def layout_chain(graph: Graph, end: str) -> list[Node]:
     """The layout ops that make ``end``, first first (each one's input is the last's output)."""
     chain: list[Node] = []
     cur = end
@@ -99,22 +99,29 @@ def _same_value(graph: Graph, start: str, end: str) -> bool:
     return b.quant is None and not any(r.op in READS_QUANT for r in graph.consumers(end))
 
 
-def _is_identity(graph: Graph, chain: list[Node]) -> bool:
-    """True when ``chain`` leaves every element of its input where it was."""
+def pushed(graph: Graph, chain: list[Node]) -> np.ndarray | None:
+    """Where ``chain`` puts each element of its input: the input's element indices (row-major
+    over its declared shape) carried through every op, or None when a shape does not fit."""
     start = graph.tensors[chain[0].inputs[0]].shape
-    size = int(np.prod(start, dtype=np.int64))
-    index = np.arange(size, dtype=np.int64).reshape(start)
+    index = np.arange(int(np.prod(start, dtype=np.int64)), dtype=np.int64).reshape(start)
     for node in chain:
         index = _move(graph, node, index)
         if index is None:
-            return False
-    return bool(np.array_equal(index.ravel(), np.arange(size, dtype=np.int64)))
+            return None
+    return index
+
+
+def _is_identity(graph: Graph, chain: list[Node]) -> bool:
+    """True when ``chain`` leaves every element of its input where it was."""
+    index = pushed(graph, chain)
+    return index is not None and bool(np.array_equal(index.ravel(),
+                                                     np.arange(index.size, dtype=np.int64)))
 
 
 def identity_start(graph: Graph, end: str) -> str | None:
     """The earliest tensor that the layout chain making ``end`` merely reshapes back into
     ``end`` (proven on the element indices, see the module docstring), or None."""
-    chain = _chain(graph, end)
+    chain = layout_chain(graph, end)
     for k in range(len(chain)):
         start = chain[k].inputs[0]
         if _same_value(graph, start, end) and _is_identity(graph, chain[k:]):

@@ -8,13 +8,14 @@ plan put on the host (no accelerator kernel, or cheaper there); each is timed, a
 counts the compute ones (``host_ops``).
 
 The whole model is one simulator launch. The reference walks the plan first (host steps, and
-each kernel's nodes one by one), which gives every kernel the values of its inputs; then every
-kernel runs, on those values and its directed sets, as jobs of one launch (a launch costs
-about 0.3 s, more than most kernels' simulation); then the results are checked in plan order.
-A kernel thus runs on the reference's values of its inputs rather than on the hardware's
-output of the kernel before; the two are the same values, as every kernel before it is checked
-equal to the reference bit for bit, and the first that is not stops the run. (Memory is still
-written per job: kernels do not yet leave their outputs in simulated memory for the next.)
+each kernel's nodes one by one), which gives every kernel the values of its inputs; then the
+model's kernels run back to back as jobs of one launch on one memory (a launch costs about
+0.3 s, more than most kernels' simulation), then each kernel's directed sets; then the results
+are checked in plan order. An input that an earlier kernel stored where this one reads it
+(:meth:`fusion.compiler.memplan.MemoryPlan.in_place`) is not written: the kernel reads what
+the hardware stored. The host writes the others from the reference's values, which are the
+hardware's, as every kernel before is checked equal to the reference bit for bit, and the
+first that is not stops the run.
 
 Shadow execution: before its result is used, every kernel's output is compared bit for bit
 with the reference executor running the kernel's nodes one by one (the unfused reference) on

@@ -42,8 +42,7 @@ class ConvFeatures(Features):
         return _cycles(self.config, self.params)
 
     def to_dict(self) -> dict[str, Any]:
-        p = dataclasses.asdict(self.params)
-        p["epilogue"] = dataclasses.asdict(self.params.epilogue)
+        p = dataclasses.asdict(self.params)  # the epilogue params too, as a dict
         return {"kind": self.kind, "variant": self.config.key(),
                 "config": self.config.to_dict(), "params": p}
 

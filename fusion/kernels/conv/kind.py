@@ -16,6 +16,7 @@ on the host (``im2col``) and runs a GEMM, and the plan says why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,15 +25,10 @@ import numpy as np
 
 from fusion.ir import windows
 from fusion.kernels import layout
-from fusion.kernels.codegen import assemble_program, render
 from fusion.kernels.conv.features import ConvFeatures
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
-from fusion.kernels.conv.program import (
-    build_context,
-    column_chunk,
-    conv_regions,
-    program_problem,
-)
+from fusion.kernels.conv.program import column_chunk, conv_regions, program_problem
+from fusion.kernels.conv.program import program as conv_program
 from fusion.kernels.epilogue import epilogue_operands, pack_epilogue
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import Kernel, figures
@@ -44,15 +40,6 @@ from hwgen.reference import EpilogueParams, gemm_epilogue, output_dtype
 @dataclass(frozen=True, eq=False)
 class ConvKernel(Kernel):
     """A compiled window convolution."""
-
-    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
-        """The ``M x Cout`` result read back (transposed back when stored K-major)."""
-        if not self.signature.kmajor_out:
-            return super().decode(outputs)
-        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
-        if not isinstance(data, bytes | bytearray | memoryview):
-            data = np.asarray(data, np.uint8).tobytes()
-        return layout.unpack_kmajor(self.dims, bytes(data))
 
 
 def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None:
@@ -141,8 +128,6 @@ class ConvKind(KernelKind):
         return {"x": 0, **({"residual": 1} if "residual" in params.stages else {})}
 
     def key_params(self, params: ConvParams) -> dict[str, Any]:
-        import dataclasses
-
         p = params
         return {"input": [p.N, p.Cin, p.H, p.W], "cout": p.Cout, "kernel": [p.kh, p.kw],
                 "stride": list(p.stride), "pads": list(p.pads), "fill": p.fill,
@@ -151,13 +136,10 @@ class ConvKind(KernelKind):
 
     def build(self, config: VariantConfig, params: ConvParams,
               regions: Mapping[str, Region]) -> Build:
-        geo = ConvGeometry(config, params)
-        tn = column_chunk(geo, "residual" in params.stages)
-        program = assemble_program(config, render(self.template, **build_context(geo, regions,
-                                                                               tn)),
-                                   what=self.describe(params))
+        tn = column_chunk(ConvGeometry(config, params), "residual" in params.stages)
+        built = conv_program(config, params, regions, what=self.describe(params))
         dims = _dims(config, params)
-        return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp,
+        return figures(config, built, busy=dims.Mb * dims.Nb * dims.Kp,
                        stored=regions["out"].nbytes, chosen={"column_chunk": tn})
 
     def pack(self, config: VariantConfig, params: ConvParams,

@@ -266,13 +266,14 @@ def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
     return sizes
 
 
-def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region]) -> Program:
-    """The assembled program of ``p`` at the placed ``regions``."""
+def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region], *,
+            what: str = "window convolution") -> Program:
+    """The assembled program of ``p`` at the placed ``regions`` (``what`` names it in a
+    too-long error)."""
     geo = ConvGeometry(config, p)
     text = render("conv.j2", **build_context(geo, regions, column_chunk(geo, "residual" in
                                                                           p.stages)))
-    return assemble_program(config, text, what=f"window convolution {p.Cin}x{p.H}x{p.W} -> "
-                                               f"{p.Cout}")
+    return assemble_program(config, text, what=what)
 
 
 def instructions(items: Sequence[dict]) -> int:
@@ -300,5 +301,3 @@ def program_problem(geo: ConvGeometry, tn: int) -> str | None:
                 f"{geo.config.imem_depth} of the instruction memory")
     return None
 
-
-__all__ = ["ConvParams", "build_context", "chunks", "column_chunk", "compress", "tap"]

@@ -62,15 +62,6 @@ class GemmKernel(Kernel):
         """The super tiles the program uses (resolved)."""
         return Tiling(**self.meta["chosen"]["tiling"])
 
-    def decode(self, outputs: Mapping[str, Any] | bytes | np.ndarray) -> np.ndarray:
-        """The ``M x N`` result read back; stored K-major (``kmajor_out``), transposed back."""
-        if not self.signature.kmajor_out:
-            return super().decode(outputs)
-        data = outputs["out"] if isinstance(outputs, Mapping) else outputs
-        if not isinstance(data, bytes | bytearray | memoryview):
-            data = np.asarray(data, np.uint8).tobytes()
-        return layout.unpack_kmajor(self.dims, bytes(data))
-
     def memory(self, a: np.ndarray | None = None, b: np.ndarray | None = None,
                **values: np.ndarray | None) -> list[tuple[int, bytes]]:
         """``(word address, bytes)`` writes that put the operands where the program reads.
