@@ -59,6 +59,12 @@ class VariantConfig:
         ``2 ** mem_addr_bits`` words.
     imem_depth : int
         Instruction memory depth, in 64-bit microcode words.
+    window_unit : bool
+        Add the window unit (``WINDOW``/``WCFG`` in :mod:`hwgen.isa`): depthwise
+        convolutions and pools, one channel a lane, ``9 * cols`` multipliers beside the array.
+        It needs ``port_bytes == rows == cols <= 16`` (an A row is one pixel's channels).
+        Off, the variant, its Verilog and its key are what they were before the option
+        existed.
     """
 
     rows: int = 4
@@ -73,6 +79,7 @@ class VariantConfig:
     port_latency: int = 4
     mem_addr_bits: int = 17
     imem_depth: int = 2048
+    window_unit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -126,6 +133,13 @@ class VariantConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or not 2 <= value <= 65536:
                 raise ValueError(f"{name} must be an integer from 2 to 65536, not {value!r}")
+        if not isinstance(self.window_unit, bool):
+            raise ValueError(f"window_unit must be true or false, not {self.window_unit!r}")
+        if self.window_unit and not (self.window_loads and self.rows == self.cols):
+            raise ValueError(
+                f"the window unit needs port_bytes == rows == cols <= 16 (one pixel's channels "
+                f"a memory word and an A row), not a {self.rows}x{self.cols} array with "
+                f"port_bytes={self.port_bytes}: use e.g. --rows 8 --cols 8 --port-bytes 8")
 
     def check_chain_order(self) -> None:
         """Refuse an epilogue chain that the tools cannot run whole: one out of the order of
@@ -209,6 +223,8 @@ class VariantConfig:
         """The parameters as plain JSON types."""
         data = dataclasses.asdict(self)
         data["epilogue"] = list(self.epilogue)
+        if not self.window_unit:  # a variant without the unit keeps the key it always had
+            del data["window_unit"]
         return data
 
     def key(self) -> str:

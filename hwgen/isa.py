@@ -48,6 +48,8 @@ class Op(enum.IntEnum):
     EPIPASS = 8
     CSRWI = 9
     LOADW = 10
+    WINDOW = 11
+    WCFG = 12
 
 
 class Dst(enum.IntEnum):
@@ -72,6 +74,14 @@ Csr = enum.IntEnum("Csr", sorted(((r.name.upper(), r.csr) for s in STAGES for r 
                                  key=lambda item: item[1]), module=__name__)
 
 
+class WMode(enum.IntEnum):
+    """What the window unit computes over each output's window (``WCFG`` mode)."""
+
+    MAC = 0  #: sum of tap x weight: a depthwise convolution, or an average pool (weights 1)
+    MAX = 1  #: the largest tap: a max pool
+    SUM = 2  #: the sum of a whole ``hin x win`` plane: a global average pool
+
+
 class Unit(enum.IntFlag):
     """Units a WAIT waits for."""
 
@@ -94,7 +104,7 @@ class Field:
 
     @property
     def enum(self) -> type[enum.IntEnum] | None:
-        return {"dst": Dst, "dt": Dt, "csr": Csr}.get(self.kind)
+        return {"dst": Dst, "dt": Dt, "csr": Csr, "wmode": WMode}.get(self.kind)
 
 
 def _r(name: str, slot: str, doc: str) -> Field:
@@ -106,6 +116,10 @@ def _r(name: str, slot: str, doc: str) -> Field:
 _MASK = Field("mask", "imm", 16, len(STAGES), "uint",
               "epilogue stages to apply: bit i = stage i of the variant's chain")
 _DT = Field("dt", "imm", _MASK.lo + _MASK.width, 1, "dt", "stored element type: i32 or i8")
+#: MATMUL's and WINDOW's transposed-store flag (the same bit, so one decoder serves both).
+_TR = Field("tr", "imm", _DT.lo + 2, 1, "uint",
+            "1: store the tile transposed, column by column (int8, square arrays): "
+            "the K-major layout the next GEMM's A operand is loaded from")
 
 #: Opcode -> (fields, description).
 OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
@@ -164,9 +178,7 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          _MASK, _DT,
          Field("last", "imm", _DT.lo + 1, 1, "uint",
                "1: this ends the tile; drain it through the epilogue"),
-         Field("tr", "imm", _DT.lo + 2, 1, "uint",
-               "1: store the tile transposed, column by column (int8, square arrays): "
-               "the K-major layout the next GEMM's A operand is loaded from")),
+         _TR),
         "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
         "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
         "by row through the epilogue and is stored at `out`. Stalls only when the queue is full.",
@@ -181,6 +193,42 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "Queue a standalone memory-to-memory epilogue pass over `rows` rows of the epilogue "
         "scratchpad. It starts once the array has drained.",
     ),
+    Op.WINDOW: (
+        (_r("a", "r1", "A scratchpad row of input pixel (0, 0): pixel (iy, ix) is row "
+            "a + iy*win + ix (modulo the depth)"),
+         _r("w", "r2", "epilogue scratchpad row of tap (0, 0)'s weights: tap (ky, kx) is row "
+            "w + 3*ky + kx, the low byte of each lane (mac mode only)"),
+         _r("out", "r3", "external word address of the output tile"),
+         _r("bias", "r4", "epilogue scratchpad row holding the bias vector"),
+         _r("pos", "r5", "the tile's first output pixel: row oy0 in bits 16..31, column ox0 "
+            "in bits 0..15"),
+         Field("count", "imm", 0, 5, "uint", "output pixels in the tile, 1..rows"),
+         Field("ow", "imm", 5, 11, "uint", "output row width, 1..2047"),
+         _MASK, _DT, _TR),
+        "Window unit (variants with `window_unit`: `port_bytes == rows == cols`, one memory "
+        "word an A row, one channel a lane): queue one output tile of a depthwise "
+        "convolution or a pool, computed from the A scratchpad with the geometry of the last "
+        "WCFG, and drained through the epilogue and stored like a MATMUL tile. Tile row r "
+        "(r < count) is output pixel r in raster order from (oy0, ox0), rows of `ow` pixels; "
+        "rows from count on are 0. With x(iy, ix) the A row of input pixel (iy, ix), or "
+        "`fill` in every lane outside 0 <= iy < hin, 0 <= ix < win, lane c of output "
+        "(oy, ox) is, over the taps ky < kh, kx < kw at iy = oy*stride + ky - pt, "
+        "ix = ox*stride + kx - pl: mac, the sum of x[c] * w(ky, kx)[c]; max, the largest "
+        "x[c]; sum (the tile's output pixels are images oy0 + r, `pos`'s column unused), "
+        "the sum of x[c] over the whole plane of image oy0 + r, whose pixel (iy, ix) is row "
+        "a + ((oy0 + r)*hin + iy)*win + ix. Lanes are int8; sums wrap at 32 bits."),
+    Op.WCFG: (
+        (Field("win", "imm", 0, 12, "uint", "input row width in pixels, 1..4095"),
+         Field("hin", "imm", 12, 12, "uint", "input rows, 1..4095"),
+         Field("fill", "imm", 24, 8, "uint", "the byte outside the input (padding)"),
+         Field("kh", "r1", 0, 2, "uint", "window rows, 1..3"),
+         Field("kw", "r1", 2, 2, "uint", "window columns, 1..3"),
+         Field("pt", "r2", 0, 2, "uint", "padding rows above the input, 0..kh-1"),
+         Field("pl", "r2", 2, 2, "uint", "padding columns left of the input, 0..kw-1"),
+         Field("stride", "r3", 0, 2, "uint", "window step in both axes, 1..3"),
+         Field("mode", "f", 0, 2, "wmode", "mac, max or sum")),
+        "Set the window unit's geometry for the WINDOWs that follow. Do it while the "
+        "compute unit is idle (WAIT first), like CSRWI; every field is 0 after reset."),
     Op.CSRWI: (
         (Field("csr", "r1", 0, 4, "csr", ", ".join(c.name.lower() for c in Csr)),
          Field("imm", "imm", 0, 32, "sint", "value")),
@@ -313,7 +361,7 @@ def isa_markdown() -> str:
             bits = f"{r.width}{' signed' if r.signed else ''}"
             lines.append(f"| {r.name} | {r.csr} | {s.name} | {bits} | {r.doc} |")
     lines += ["", "## Enumerations", ""]
-    for en in (Dst, Dt, Csr):
+    for en in (Dst, Dt, Csr, WMode):
         lines.append(f"- `{en.__name__.lower()}`: " + ", ".join(
             f"{m.name.lower()} = {int(m)}" for m in en))
     lines.append("- `units` (wait): " + ", ".join(

@@ -298,3 +298,79 @@ def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, str
         for r in range(rows):
             out[i, r] = string[shift + r * step] if mask >> r & 1 else fill & 0xFF
     return out.view(np.int8)
+
+
+@dataclass(frozen=True)
+class WindowGeometry:
+    """The window unit's geometry, as one ``WCFG`` sets it (:mod:`hwgen.isa`).
+
+    ``mode`` is ``"mac"``, ``"max"`` or ``"sum"``; the other fields are WCFG's.
+    """
+
+    win: int
+    hin: int
+    kh: int = 3
+    kw: int = 3
+    stride: int = 1
+    pt: int = 0
+    pl: int = 0
+    fill: int = 0
+    mode: str = "mac"
+
+    def taps(self, oy: int, ox: int) -> list[tuple[int, int, int, int]]:
+        """``(ky, kx, iy, ix)`` of each tap of output pixel ``(oy, ox)``."""
+        return [(ky, kx, oy * self.stride + ky - self.pt, ox * self.stride + kx - self.pl)
+                for ky in range(self.kh) for kx in range(self.kw)]
+
+
+def window_tile(a_spad: np.ndarray, e_spad: np.ndarray, geom: WindowGeometry, *, a: int,
+                w: int, pos: int, count: int, ow: int, rows: int) -> np.ndarray:
+    """The accumulators of one ``WINDOW`` tile (before the epilogue), as :mod:`hwgen.isa`
+    defines them.
+
+    Parameters
+    ----------
+    a_spad : ndarray
+        ``depth x lanes`` int8: the A scratchpad, one input pixel's channels a row.
+    e_spad : ndarray
+        ``depth x lanes`` int32: the epilogue scratchpad; mac mode reads tap ``(ky, kx)``'s
+        weights from the low byte of row ``w + 3*ky + kx``.
+    geom : WindowGeometry
+    a, w, pos, count, ow : int
+        The WINDOW's operands (``pos`` packs ``oy0 << 16 | ox0``).
+    rows : int
+        The array's rows: the tile's height.
+
+    Returns
+    -------
+    ndarray
+        ``rows x lanes`` int32; rows from ``count`` on are 0.
+    """
+    a_spad = np.asarray(a_spad, np.int8)
+    depth, lanes = a_spad.shape
+    fill = np.full(lanes, np.int8(np.uint8(geom.fill & 0xFF).view(np.int8)), np.int64)
+    weights = (np.asarray(e_spad, np.int64) & 0xFF).astype(np.uint8).view(np.int8)
+    weights = weights.astype(np.int64)
+
+    def pixel(row: int) -> np.ndarray:
+        return a_spad[row % depth].astype(np.int64)
+
+    out = np.zeros((rows, lanes), np.int64)
+    oy, ox = pos >> 16, pos & 0xFFFF
+    for r in range(count):
+        if geom.mode == "sum":
+            image = (oy + r) * geom.hin * geom.win
+            out[r] = sum(pixel(a + image + i) for i in range(geom.hin * geom.win))
+            continue
+        taps = []
+        for ky, kx, iy, ix in geom.taps(oy, ox):
+            inside = 0 <= iy < geom.hin and 0 <= ix < geom.win
+            x = pixel(a + iy * geom.win + ix) if inside else fill
+            taps.append(x * weights[(w + 3 * ky + kx) % len(weights)]
+                        if geom.mode == "mac" else x)
+        out[r] = np.sum(taps, axis=0) if geom.mode == "mac" else np.max(taps, axis=0)
+        ox += 1
+        if ox == ow:
+            oy, ox = oy + 1, 0
+    # sums wrap at 32 bits, as the accumulators do
+    return ((out + 2**31) % 2**32 - 2**31).astype(np.int32)

@@ -84,8 +84,8 @@ def config_from_args(args: argparse.Namespace) -> VariantConfig:
         return VariantConfig.from_dict(data)
     fields = {}
     for name in ("rows", "cols", "port_bytes", "port_latency", "spad_a_depth", "spad_b_depth",
-                 "spad_e_depth", "imem_depth", "mem_addr_bits"):
-        value = getattr(args, name)
+                 "spad_e_depth", "imem_depth", "mem_addr_bits", "window_unit"):
+        value = getattr(args, name, None)
         if value is not None:
             fields[name] = value
     if args.epilogue is not None:

@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spad-e-depth", dest="spad_e_depth", type=int)
     p.add_argument("--imem-depth", dest="imem_depth", type=int)
     p.add_argument("--mem-addr-bits", dest="mem_addr_bits", type=int)
+    p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
+                   help="add the window unit: depthwise convolutions and pools in hardware "
+                        "(needs --port-bytes == --rows == --cols)")
     p.add_argument("-o", "--output", required=True, help="output folder")
 
 
