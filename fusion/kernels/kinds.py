@@ -13,6 +13,7 @@ from fusion.kernels.eltmax.kind import MAX
 from fusion.kernels.epipass.kind import PASS
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.protocol import KernelKind
+from fusion.kernels.window.kind import WINDOW
 
 #: Every kernel kind, by name.
 KINDS: dict[str, KernelKind] = {k.name: k for k in (
@@ -20,6 +21,7 @@ KINDS: dict[str, KernelKind] = {k.name: k for k in (
     PASS,
     MAX,
     CONV,
+    WINDOW,
 )}
 
 

@@ -204,15 +204,17 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
     }
 
 
-def compress(steps: Sequence[list[dict]], prefix: str) -> list[dict]:
+def compress(steps: Sequence[list[dict]], prefix: str, *,
+             counters: Sequence[str] = LOOP_REGS) -> list[dict]:
     """The steps' items, with consecutive repeats folded into hardware loops.
 
-    Level by level (counters :data:`LOOP_REGS`): at each position the shortest period (1 to 8
-    units) whose unit repeats is taken, and a unit repeated at least twice becomes a loop.
-    Units at the first level are steps; at the next, the steps and loops the first left.
+    Level by level (one level per loop counter of ``counters``, innermost first): at each
+    position the period (1 to 8 units) covering the most units is taken, and a unit repeated
+    at least twice becomes a loop. Units at the first level are steps; at the next, the
+    steps and loops the first left.
     """
     units: list[list[dict]] = [list(s) for s in steps]
-    for counter in LOOP_REGS:
+    for counter in counters:
         out: list[list[dict]] = []
         i = 0
         while i < len(units):
