@@ -67,7 +67,8 @@ def _onnxruntime(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 #: The with-and-without table: each technique off alone, then all of them.
-WITHOUT = ("window_conv", "kmajor_store", "grouped_gemm", "window_conv,kmajor_store,grouped_gemm")
+WITHOUT = ("window_conv", "kmajor_store", "grouped_gemm", "window_unit",
+           "window_conv,kmajor_store,grouped_gemm,window_unit")
 #: The models of the table (batch 1).
 ABLATED = ("resnet8_qdq", "ds_cnn_qdq", "mobilenet_v1_025_qdq", "lenet5_qdq",
            "fc_autoencoder_qdq")

@@ -52,6 +52,8 @@ from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.layout import kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
+from fusion.kernels.window.kind import WINDOW
+from fusion.kernels.window.params import WindowParams
 from hwgen.config import VariantConfig
 
 
@@ -201,6 +203,69 @@ def _conv(graph: Graph, config: VariantConfig, windows: Node, anchor: Node, part
                       consts=consts, **names)
 
 
+def depthwise_taps(w: np.ndarray, channels: int, taps: int) -> np.ndarray | None:
+    """The ``taps x C`` weights of a depthwise convolution's ``[C*taps, C]`` GEMM weights
+    (im2col's (c, ky, kx) rows: channel c's taps at rows ``c*taps ..``, in column c), or None
+    when a weight lies outside those blocks (not a depthwise convolution of multiplier 1)."""
+    if w.shape != (channels * taps, channels):
+        return None
+    blocks = w.reshape(channels, taps, channels)
+    c = np.arange(channels)
+    taps_of = blocks[c, :, c].T  # [taps, C]
+    rest = blocks.copy()
+    rest[c, :, c] = 0
+    return None if rest.any() else np.ascontiguousarray(taps_of)
+
+
+def _depthwise(graph: Graph, config: VariantConfig, windows: Node, anchor: Node, part: Part,
+               **names: Any) -> KernelSpec | Refusal:
+    """A depthwise convolution on the window unit (:mod:`fusion.kernels.window`): the
+    ``im2col`` ``windows`` and the grouped GEMM ``anchor`` reading them (with ``part[1:]``,
+    its epilogue ops) as one kernel reading the ``im2col``'s input where it lies; or why not
+    (the engine then runs the grouped GEMM of host-gathered windows). The input's zero point
+    is the padding's fill and, as for a GEMM, folded into the bias:
+    ``sum((x - za) * w) = sum(x * w) - za * sum(w)`` per channel."""
+    x = graph.tensors[windows.inputs[0]]
+    w = graph.initializers[anchor.inputs[1]]
+    attr = {k: windows.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
+                                         "spatial")}
+    if tuple(attr["dilations"] or (1, 1)) != (1, 1):
+        return Refusal(WINDOW.name, "dilation", f"node {windows.name!r}: the window unit has "
+                       f"no dilation")
+    if attr["spatial"]:
+        n, _, cin = x.shape
+        h, wd = attr["spatial"]
+    else:
+        n, cin, h, wd = x.shape
+    kh, kw = attr["kernel_shape"]
+    group, cout = anchor.attr("group", 1) or 1, w.shape[1]
+    taps = depthwise_taps(w, cin, kh * kw) if group == cin == cout else None
+    if taps is None:
+        return Refusal(WINDOW.name, "channels", f"node {anchor.name!r}: group {group} of "
+                       f"{cin} -> {cout} channels is not a depthwise convolution of one output "
+                       f"channel per input channel", group=group)
+    sy, sx = attr["strides"] or (1, 1)
+    if sy != sx:
+        return Refusal(WINDOW.name, "stride", f"node {windows.name!r}: strides {sy}x{sx} "
+                       f"differ; the window unit steps both axes alike")
+    za = tensor_zp(x, windows)
+    corr = None if za == 0 else -za * taps.astype(np.int64).sum(axis=0)
+    stages, params, consts, residual = assemble_stages(graph, part[1:], cout, corr,
+                                                       source=anchor.outputs[0])
+    if residual:
+        return Refusal(WINDOW.name, "residual", f"node {anchor.name!r}: WINDOW reads no "
+                       f"residual; the residual add would need a pass")
+    consts["w"] = taps
+    try:
+        p = WindowParams(N=n, H=h, W=wd, C=cin, kh=kh, kw=kw, stride=sy,
+                         pads=tuple(attr["pads"] or (0, 0, 0, 0)), fill=za, stages=stages,
+                         epilogue=params)
+    except ValueError as exc:
+        return Refusal(WINDOW.name, "params", f"node {windows.name!r}: {exc}")
+    return KernelSpec(kind=WINDOW, params=p, inputs=(windows.inputs[0],), consts=consts,
+                      **names)
+
+
 def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
              split: bool = False) -> tuple[int, str]:
     """The ``kgroup`` of a grouped convolution's GEMM, and why it is (or is not) grouped.
@@ -309,6 +374,15 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
             return Refusal(CONV.name, "windows_alone", f"node {nodes[0]!r} (im2col) is a "
                            f"layout step: its windows are gathered by its GEMM's kernel or by "
                            f"the host")
+        if (chain.anchor.attr("group", 1) or 1) > 1:
+            if not options.window_unit:
+                return Refusal(WINDOW.name, "option", "the window unit is turned off "
+                               "(CompileOptions.window_unit)")
+            if not config.window_unit:
+                return Refusal(WINDOW.name, "no_window_unit", "the variant has no window "
+                               "unit (hwgen generate --window-unit): a grouped convolution "
+                               "runs as a grouped GEMM of host-gathered windows")
+            return _depthwise(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
         if not options.window_conv:
             return Refusal(CONV.name, "option", "window convolutions are turned off "
                            "(CompileOptions.window_conv)")

@@ -28,11 +28,15 @@ class CompileOptions:
         A grouped (depthwise) convolution runs as a grouped GEMM, each column block over its
         own rows of K (:func:`fusion.compiler.kernels.grouping`); off, as the dense GEMM of
         its block-diagonal weights.
+    window_unit : bool
+        A depthwise convolution runs on the window unit (:mod:`fusion.kernels.window`), when
+        the variant has one; off, as a grouped GEMM of host-gathered windows.
     """
 
     window_conv: bool = True
     kmajor_store: bool = True
     grouped_gemm: bool = True
+    window_unit: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)

@@ -337,12 +337,14 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
     """Why a convolution's windows are gathered on the host: the window convolution kernel
-    (the prefix with its GEMM) was refused, or priced dearer than the host's im2col and the
-    GEMM."""
+    (or, for a depthwise convolution, the window unit's: the prefix with its GEMM) was
+    refused, or priced dearer than the host's im2col and the GEMM."""
     conv = decision.segments.get((0, prefix + 1), [])
     refused = next((o.refused for o in conv if o.refused is not None and o.spec is None), None)
     if refused is not None:
-        return f"the window convolution is refused: {refused.text}"
+        what = ("the depthwise convolution on the window unit" if refused.kind == "window"
+                else "the window convolution")
+        return f"{what} is refused: {refused.text}"
     return "gathering the windows on the host and running the GEMM is predicted cheaper"
 
 

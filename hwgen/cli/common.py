@@ -129,7 +129,8 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
                    help="compile without these techniques, to measure what each brings: "
                         "window_conv (convolution windows gathered by the accelerator), "
                         "kmajor_store (outputs stored as the next kernel reads them), "
-                        "grouped_gemm (grouped and depthwise convolutions as grouped GEMMs)")
+                        "grouped_gemm (grouped and depthwise convolutions as grouped GEMMs), "
+                        "window_unit (depthwise convolutions on the window unit)")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -20,6 +20,7 @@ from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.kinds import KINDS, features_from_dict, kind
 from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind
+from fusion.kernels.window.params import WindowParams
 from hwgen.config import VariantConfig
 from hwgen.isa import decode
 from hwgen.presets import ALL_STAGES, SMALL
@@ -34,11 +35,15 @@ PARAMS = {
     "max": MaxParams(M=13, N=27, n_inputs=3),
     "conv": ConvParams(N=1, H=6, W=8, Cin=5, Cout=27, kh=3, kw=3, pads=(1, 1, 1, 1), fill=-2,
                        stages=("bias", "requant", "residual"), epilogue=QUANT),
+    "window": WindowParams(N=1, H=6, W=7, C=6, kh=3, kw=3, pads=(1, 1, 1, 1), fill=-2,
+                           stages=("bias", "requant", "relu"), epilogue=QUANT),
 }
 #: The variant each kind is checked on: SMALL, or (the window convolution) one whose A row
-#: is one memory word.
+#: is one memory word, or (the window unit) one that has it.
 WINDOWS = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
-CONFIG = {name: WINDOWS if name == "conv" else SMALL for name in PARAMS}
+CONFIG = {name: SMALL for name in PARAMS} | {
+    "conv": WINDOWS, "window": VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES,
+                                             window_unit=True)}
 
 
 def values(operands, seed=0):
@@ -52,13 +57,13 @@ def values(operands, seed=0):
 
 
 def test_the_registry_has_one_entry_per_kind():
-    assert set(KINDS) == {"gemm", "pass", "max", "conv"} == set(PARAMS)
+    assert set(KINDS) == {"gemm", "pass", "max", "conv", "window"} == set(PARAMS)
     for name, k in KINDS.items():
         assert isinstance(k, KernelKind) and k.name == name and kind(name) is k
         assert issubclass(k.kernel_type, Kernel)
         assert isinstance(PARAMS[name], k.params_type)
     with pytest.raises(ValueError, match=r"no kernel kind 'winograd'; the kinds are conv, gemm, "
-                                         r"max, pass$"):
+                                         r"max, pass, window$"):
         kind("winograd")
 
 

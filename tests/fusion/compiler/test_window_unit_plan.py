@@ -1,0 +1,76 @@
+"""The compiler's depthwise convolutions on the window unit: an ``im2col`` and the grouped
+GEMM reading it become one window-unit kernel (:mod:`fusion.kernels.window`) on a variant
+with the unit, reading its input where the producer stored it, with no host im2col; without
+the unit (or with ``--without window_unit``) the grouped GEMM of host-gathered windows runs,
+and the plan says why."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusion.compiler.kernels import depthwise_taps
+from fusion.compiler.options import CompileOptions
+from fusion.compiler.plan import HostStep, compile_model
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from fusion.passes.conv_legalize import gemm_weights
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES
+
+ROOT = Path(__file__).resolve().parents[3]
+MOBILENET = ROOT / "examples/real/mobilenet_v1_025_qdq.onnx"
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
+V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
+
+
+def _compile(path, config, **options):
+    return compile_model(load_model(path), config, cache=KernelCache(disk=False), **options)
+
+
+def _dw_im2cols(compiled):
+    return [s for s in compiled.steps if isinstance(s, HostStep) and s.node.op == "im2col"
+            and "_dw" in s.node.name]
+
+
+def test_mobilenet_runs_every_depthwise_convolution_on_the_window_unit():
+    compiled = _compile(MOBILENET, V8W)
+    windows = [k for k in compiled.kernels if k.spec.kind.name == "window"]
+    assert len(windows) == 13  # b1_dw .. b13_dw
+    assert not _dw_im2cols(compiled)
+    kernels = list(compiled.kernels)
+    for k in windows:
+        assert k.spec.params.mode == "mac" and k.spec.params.kh == k.spec.params.kw == 3
+        # it reads the tiles its producer stored, where they lie ...
+        assert "x" in compiled.memory.in_place(k.name)
+        producer = next(p for p in kernels if p.spec.output == k.spec.inputs[0])
+        assert producer.compiled.regions["out"].addr == k.compiled.regions["x"].addr
+        assert not getattr(producer.spec.params, "kmajor_out", False)
+        # ... and stores K-major for the pointwise GEMM reading it
+        assert k.spec.params.kmajor_out
+
+
+@pytest.mark.parametrize("config, options, reason", [
+    (V8, CompileOptions(), "the variant has no window unit"),
+    (V8W, CompileOptions.without("window_unit"), "the window unit is turned off"),
+])
+def test_otherwise_the_grouped_gemm_runs_and_the_plan_says_why(config, options, reason):
+    compiled = _compile(MOBILENET, config, options=options)
+    assert not any(k.spec.kind.name == "window" for k in compiled.kernels)
+    im2cols = _dw_im2cols(compiled)
+    assert len(im2cols) == 13
+    for step in im2cols:
+        assert step.reason.startswith("the depthwise convolution on the window unit is "
+                                      "refused: "), step.reason
+        assert reason in step.reason
+
+
+def test_depthwise_taps_come_from_the_diagonal_blocks():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (5, 1, 3, 2)).astype(np.int8)  # [C, 1, kh, kw]
+    gemm = gemm_weights(w, 5, 5)  # [C*kh*kw, C], im2col's (c, ky, kx) rows
+    taps = depthwise_taps(gemm, 5, 6)
+    np.testing.assert_array_equal(taps, w.reshape(5, 6).T)
+    gemm[0, 1] = 1  # a weight off the diagonal blocks: not depthwise
+    assert depthwise_taps(gemm, 5, 6) is None
+    assert depthwise_taps(gemm[:, :4], 5, 6) is None
