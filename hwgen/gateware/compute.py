@@ -135,7 +135,13 @@ class ComputeUnit(wiring.Component):
         # -- the window unit: its own pipeline, sharing the epilogue and the store ------------
         # One unit drains into the epilogue at a time: a WINDOW starts once the array and
         # any pass are done, a MATMUL or a pass once the window unit is.
-        window_busy = window_reading = 0
+        # Without the unit these are no terms at all, so the Verilog of such a variant is
+        # what it was before the unit existed (its key, and its cached build, are too).
+        wu = None
+
+        def unless(flag: str, value):
+            return value if wu is None else value & ~getattr(wu, flag)
+
         if c.window_unit:
             m.submodules.window = wu = WindowUnit(c)
             job = self.job.payload
@@ -148,23 +154,21 @@ class ComputeUnit(wiring.Component):
                 self.wa_addr.eq(wu.a_addr), wu.a_data.eq(self.wa_data), self.wa_en.eq(wu.a_en),
                 self.ww_addr.eq(wu.w_addr), wu.w_data.eq(self.ww_data),
             ]
-            window_busy = wu.busy
-            window_reading = wu.reading
 
         # -- taking the next job ------------------------------------------------------------
         free = ~running | (issue & last_slice)
         array_empty = ~running & ~s1_valid & ~tile_pending
-        is_window = self.job.payload.win if c.window_unit else 0
         with m.If(self.job.valid):
-            with m.If(is_window):
-                with m.If(array_empty & ~pass_active & ~drain_active & wu.ready):
-                    m.d.comb += [self.job.ready.eq(1), wu.take.eq(1)]
-            with m.Elif(self.job.payload.is_pass):
-                with m.If(array_empty & ~pass_active & ~window_busy):
+            if c.window_unit:
+                with m.If(self.job.payload.win):
+                    with m.If(array_empty & ~pass_active & ~drain_active & wu.ready):
+                        m.d.comb += [self.job.ready.eq(1), wu.take.eq(1)]
+            with (m.Elif if c.window_unit else m.If)(self.job.payload.is_pass):
+                with m.If(unless("busy", array_empty & ~pass_active)):
                     m.d.comb += self.job.ready.eq(1)
                     m.d.sync += [pass_job.eq(self.job.payload), pass_row.eq(0),
                                  pass_active.eq(self.job.payload.k != 0)]
-            with m.Elif(free & ~window_busy):
+            with m.Elif(unless("busy", free)):
                 m.d.comb += self.job.ready.eq(1)
                 m.d.sync += [cur.eq(self.job.payload), kk.eq(0),
                              running.eq(self.job.payload.k != 0)]
@@ -192,7 +196,7 @@ class ComputeUnit(wiring.Component):
                     wu.res_ack.eq(epi.i.ready),
                 ]
                 m.d.comb += [beat.lanes[j].eq(wu.res_row[j]) for j in range(c.cols)]
-        accepted = epi.i.valid & epi.i.ready & ~(wu.res_valid if c.window_unit else 0)
+        accepted = unless("res_valid", epi.i.valid & epi.i.ready)
         with m.If(accepted & drain_active):
             m.d.comb += array.shift.eq(1)
             m.d.sync += drain_row.eq(drain_row + 1)
@@ -216,8 +220,8 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, store.wr, wiring.flipped(self.wr))
 
         m.d.comb += [
-            self.feed_idle.eq(~running & ~window_reading & ~self.job.valid),
-            self.idle.eq(array_empty & ~pass_active & ~drain_active & ~window_busy
+            self.feed_idle.eq(unless("reading", ~running & ~self.job.valid)),
+            self.idle.eq(unless("busy", array_empty & ~pass_active & ~drain_active)
                          & ~self.job.valid & ~epi.busy & ~turn_busy & ~store.busy),
         ]
         return m
