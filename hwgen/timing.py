@@ -52,3 +52,23 @@ def array_latency(config: VariantConfig) -> int:
     cell-to-cell registers of ``hwgen.gateware.array``), and the cell captures one cycle later.
     """
     return config.rows + config.cols - 1
+
+
+#: Registers between a window column's read and its output's row in the tile
+#: (``hwgen.gateware.window``: stage 1 shifts the column into the window, stage 2 reduces it).
+WINDOW_STAGES = 2
+
+
+def window_columns(*, mode: str, kh: int, kw: int, stride: int, hin: int, win: int,
+                   pos: int, count: int, ow: int) -> int:
+    """Cycles the window unit reads for one WINDOW tile (a column, or a sum's pixel, a
+    cycle): an output's whole window (``kw`` columns) at the tile's start and at each new
+    output row, ``min(stride, kw)`` new columns otherwise; a sum, its image's plane."""
+    if mode == "sum":
+        return count * hin * win
+    ox = pos & 0xFFFF
+    cycles = 0
+    for r in range(count):
+        cycles += kw if r == 0 or ox == 0 else min(stride, kw)
+        ox = 0 if ox + 1 == ow else ox + 1
+    return cycles

@@ -42,8 +42,9 @@ from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, window_words
+from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
 from hwgen.reference import EpilogueParams, output_dtype
+from hwgen.timing import window_columns
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,7 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
     rows differ by their padding). Exact where each instruction's rule is; linear in the
     instructions retired."""
     m = Machine(config)
+    geom: dict[str, int] = {}  # the last WCFG
     regs = [0] * NUM_REGS
     pc, mask = 0, (1 << REG_BITS) - 1
     lane = {Dt.I32: DT_BYTES["i32"], Dt.I8: DT_BYTES["i8"]}
@@ -313,6 +315,15 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
             m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")))
         elif op is Op.EPIPASS:
             m.epipass(get("rows"), lane[get("dt")])
+        elif op is Op.WINDOW:
+            columns = window_columns(
+                mode=WMode(geom.get("mode", 0)).name.lower(),
+                **{f: geom.get(f, 0) for f in ("kh", "kw", "stride", "hin", "win")},
+                pos=regs[get("pos")], count=get("count"), ow=get("ow"))
+            m.window(columns, lane[get("dt")], bool(get("tr")))
+        elif op is Op.WCFG:
+            geom = dict(ins.args)
+            m.instrs(1)
         else:
             m.instrs(1)
             if op is Op.LI:

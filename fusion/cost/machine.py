@@ -34,6 +34,12 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
   until the previous tile's last row has entered the epilogue (``stall_epilogue``).
 - **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
   rows are in, and streams its rows like a drain.
+- **window unit** (WINDOW, :mod:`hwgen.gateware.window`): a tile's columns
+  (:func:`~hwgen.timing.window_columns`) read one a cycle, back to back across WINDOWs, from
+  once the array and any pass are done; its last row is computed
+  :data:`~hwgen.timing.WINDOW_STAGES` cycles after its last column and the tile drains like an
+  array tile from the next cycle. A tile computed while the one before still drains holds the
+  whole unit until that drain is done. A MATMUL or an EPIPASS waits for the unit to be idle.
 
 Each rule is exact for its unit in isolation: the micro-benchmarks in
 ``tests/fusion/cost/test_machine.py`` (single phases, measured on Verilator) pin them down.
@@ -50,6 +56,7 @@ from hwgen.timing import (
     LOAD_TAIL,
     QUEUE_DEPTH,
     TILE_GAP,
+    WINDOW_STAGES,
     array_latency,
 )
 from hwgen.timing import (
@@ -68,7 +75,7 @@ class Machine:
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
     TIMES = ("seq", "dma", "dma_issue", "feed_end", "clear", "pass_free", "store", "idle",
-             "turn0", "turn1")
+             "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
@@ -87,6 +94,11 @@ class Machine:
         self.store = 0  # cycle the store unit may take its next row
         self.idle = 0  # cycle the compute unit (array, epilogue, store) is idle
         self.turn0 = self.turn1 = 0  # cycles the transposer's next two tile buffers are free
+        self.w_free = 0  # cycle the window unit may read the next WINDOW's first column
+        self.w_clear = 0  # first cycle the window unit's drain registers are free again
+        # the last WINDOW's last row: computed, and moved to the drain registers (later when
+        # the tile before still drained: the unit held from the one to the other)
+        self.w_computed = self.w_capture = 0
         self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
@@ -225,7 +237,7 @@ class Machine:
         """One MATMUL of ``k`` slices. Slices stream back to back; a tile-ending slice waits
         until the previous tile has drained (the stall rule). ``tr``: stored transposed."""
         take = self._job()
-        start = max(take + 1, self.feed_end)
+        start = max(take + 1, self.feed_end, self.w_clear + 1)
         self._took(start - 1)
         self.instrs(1)
         if not last:
@@ -241,10 +253,34 @@ class Machine:
         """One EPIPASS of ``rows`` rows: it starts once the array has drained and the
         previous pass's rows are in, and streams its rows like a drain."""
         take = self._job()
-        start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1)
+        start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1,
+                    self.w_clear + 1)
         self._took(start - 1)
         self.pass_free = self._stream(start, rows, lane_bytes)
         self.instrs(1)
+
+    def window(self, columns: int, lane_bytes: int, tr: bool = False) -> None:
+        """One WINDOW tile reading ``columns`` columns (:func:`hwgen.timing.window_columns`):
+        it starts once the array has drained, any pass is in and the WINDOW before has read
+        its last column; its last row is computed WINDOW_STAGES cycles after its own last
+        column, or, while the tile before still drains, once that drain is done (the unit
+        holds until then, and so does every WINDOW behind it)."""
+        take = self._job()
+        start = max(take + 1, self.w_free, self.clear + 1, self.pass_free + 1,
+                    self.feed_end + 1)
+        self._took(start - 1)
+        if start <= self.w_computed:  # started before the hold: its reads wait it out
+            start += self.w_capture - self.w_computed
+        elif start <= self.w_capture:  # the unit takes no job while it holds
+            start = self.w_capture + 1
+        self.instrs(1)
+        computed = start + columns - 1 + WINDOW_STAGES
+        capture = max(computed, self.w_clear)
+        self.stall += capture - computed
+        self.w_free = start + columns
+        self.w_computed, self.w_capture = computed, capture
+        self.feed_end = max(self.feed_end, capture)
+        self.w_clear = self._stream(capture + 1, self.R, lane_bytes, tr)
 
     def grid(self, job: Callable[[], None], *, n_outer: int = 1, n_inner: int = 1,
              setup: int = 0, head: int = 0, per_inner: int = 0, per_outer: int = 0) -> None:

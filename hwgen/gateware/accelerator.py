@@ -89,6 +89,17 @@ class Accelerator(wiring.Component):
             m.d.comb += [rp.addr.eq(addr), value.eq(rp.data)]
 
         wiring.connect(m, seq.csr, cu.csr)  # the epilogue's control registers
+        if c.window_unit:
+            # The window unit reads three A rows a cycle (an FPGA replicates the block RAM
+            # for them) and its nine taps' weights from the epilogue scratchpad.
+            m.d.comb += cu.geom.eq(seq.geom)
+            for n in range(len(cu.wa_addr)):
+                rp = spad_a.read_port(transparent_for=())
+                m.d.comb += [rp.addr.eq(cu.wa_addr[n]), cu.wa_data[n].eq(rp.data),
+                             rp.en.eq(cu.wa_en)]
+            for n in range(len(cu.ww_addr)):
+                rp = spad_e.read_port(domain="comb")
+                m.d.comb += [rp.addr.eq(cu.ww_addr[n]), cu.ww_data[n].eq(rp.data)]
 
         # Memory port: reads belong to the DMA, writes to the store unit.
         wiring.connect(m, dma.rd_addr, wiring.flipped(self.mem.rd_addr))

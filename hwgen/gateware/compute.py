@@ -25,16 +25,21 @@ from hwgen.gateware.epilogue import (
 )
 from hwgen.gateware.ports import write_layout
 from hwgen.gateware.transpose import Transposer
+from hwgen.gateware.window import TAPS, WindowUnit, geometry_layout
 from hwgen.timing import array_latency
 
 
 def job_layout(config: VariantConfig) -> data.StructLayout:
-    """A queued MATMUL or EPIPASS (a pass uses ``a`` as its source row, ``k`` as rows)."""
-    return data.StructLayout({
+    """A queued MATMUL, EPIPASS or WINDOW (a pass uses ``a`` as its source row, ``k`` as
+    rows; a WINDOW ``b`` as its weights' row, ``k`` as ``count | ow << 5``, and ``pos``)."""
+    fields = {
         "is_pass": 1, "a": SPAD_ADDR_BITS, "b": SPAD_ADDR_BITS, "k": 16, "last": 1,
         "out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS, "res": SPAD_ADDR_BITS,
         "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1,
-    })
+    }
+    if config.window_unit:
+        fields |= {"win": 1, "pos": 32}
+    return data.StructLayout(fields)
 
 
 class ComputeUnit(wiring.Component):
@@ -42,13 +47,25 @@ class ComputeUnit(wiring.Component):
     feeder); ``src_*`` (the epilogue-scratchpad row a pass reads); ``csr`` and ``e``, the
     epilogue's control registers and scratchpad reads, passed on to the
     :class:`~hwgen.gateware.epilogue.EpiloguePipeline`; ``wr`` (memory writes); idle flags and
-    the counters' events."""
+    the counters' events. With the window unit (:mod:`hwgen.gateware.window`), also ``geom``
+    (the last WCFG) and its scratchpad reads, ``wa_*`` (three A rows) and ``ww_*`` (nine
+    epilogue rows, the weights)."""
 
     def __init__(self, config: VariantConfig):
         self._config = config
         c = config
         e_bits = ceil_log2(c.spad_e_depth)
+        window = {}
+        if c.window_unit:
+            window = {
+                "geom": In(geometry_layout()),
+                "wa_addr": Out(data.ArrayLayout(SPAD_ADDR_BITS, TAPS)),
+                "wa_data": In(data.ArrayLayout(c.a_row_bytes * 8, TAPS)), "wa_en": Out(1),
+                "ww_addr": Out(data.ArrayLayout(e_bits, TAPS * TAPS)),
+                "ww_data": In(data.ArrayLayout(lanes_layout(c), TAPS * TAPS)),
+            }
         super().__init__({
+            **window,
             "job": In(stream.Signature(job_layout(c))),
             "a_addr": Out(SPAD_ADDR_BITS), "a_data": In(c.a_row_bytes * 8),
             "b_addr": Out(SPAD_ADDR_BITS), "b_data": In(c.b_row_bytes * 8),
@@ -115,16 +132,43 @@ class ComputeUnit(wiring.Component):
         pass_row = Signal(16)
         m.d.comb += self.src_addr.eq(pass_job.a + pass_row)
 
+        # -- the window unit: its own pipeline, sharing the epilogue and the store ------------
+        # One unit drains into the epilogue at a time: a WINDOW starts once the array and
+        # any pass are done, a MATMUL or a pass once the window unit is.
+        # Without the unit these are no terms at all, so the Verilog of such a variant is
+        # what it was before the unit existed (its key, and its cached build, are too).
+        wu = None
+
+        def unless(flag: str, value):
+            return value if wu is None else value & ~getattr(wu, flag)
+
+        if c.window_unit:
+            m.submodules.window = wu = WindowUnit(c)
+            job = self.job.payload
+            m.d.comb += [
+                wu.geom.eq(self.geom), wu.job.a.eq(job.a), wu.job.w.eq(job.b),
+                wu.job.pos.eq(job.pos), wu.job.count.eq(job.k[0:5]), wu.job.ow.eq(job.k[5:16]),
+                wu.job.drain.out.eq(job.out), wu.job.drain.bias.eq(job.bias),
+                wu.job.drain.mask.eq(job.mask), wu.job.drain.dt.eq(job.dt),
+                wu.job.drain.tr.eq(job.tr),
+                self.wa_addr.eq(wu.a_addr), wu.a_data.eq(self.wa_data), self.wa_en.eq(wu.a_en),
+                self.ww_addr.eq(wu.w_addr), wu.w_data.eq(self.ww_data),
+            ]
+
         # -- taking the next job ------------------------------------------------------------
         free = ~running | (issue & last_slice)
         array_empty = ~running & ~s1_valid & ~tile_pending
         with m.If(self.job.valid):
-            with m.If(self.job.payload.is_pass):
-                with m.If(array_empty & ~pass_active):
+            if c.window_unit:
+                with m.If(self.job.payload.win):
+                    with m.If(array_empty & ~pass_active & ~drain_active & wu.ready):
+                        m.d.comb += [self.job.ready.eq(1), wu.take.eq(1)]
+            with (m.Elif if c.window_unit else m.If)(self.job.payload.is_pass):
+                with m.If(unless("busy", array_empty & ~pass_active)):
                     m.d.comb += self.job.ready.eq(1)
                     m.d.sync += [pass_job.eq(self.job.payload), pass_row.eq(0),
                                  pass_active.eq(self.job.payload.k != 0)]
-            with m.Elif(free):
+            with m.Elif(unless("busy", free)):
                 m.d.comb += self.job.ready.eq(1)
                 m.d.sync += [cur.eq(self.job.payload), kk.eq(0),
                              running.eq(self.job.payload.k != 0)]
@@ -141,7 +185,18 @@ class ComputeUnit(wiring.Component):
         ]
         for j in range(c.cols):
             m.d.comb += beat.lanes[j].eq(Mux(drain_active, array.top[j], self.src_data[j]))
-        accepted = epi.i.valid & epi.i.ready
+        if c.window_unit:
+            # a window tile drains like an array tile (no residual: its row is never read)
+            with m.If(wu.res_valid):
+                d = wu.res_job
+                m.d.comb += [
+                    epi.i.valid.eq(1), beat.mask.eq(d.mask), beat.dt.eq(d.dt),
+                    beat.out.eq(d.out), beat.bias.eq(d.bias), beat.res.eq(0),
+                    beat.first.eq(wu.res_first), beat.tr.eq(d.tr),
+                    wu.res_ack.eq(epi.i.ready),
+                ]
+                m.d.comb += [beat.lanes[j].eq(wu.res_row[j]) for j in range(c.cols)]
+        accepted = unless("res_valid", epi.i.valid & epi.i.ready)
         with m.If(accepted & drain_active):
             m.d.comb += array.shift.eq(1)
             m.d.sync += drain_row.eq(drain_row + 1)
@@ -165,9 +220,9 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, store.wr, wiring.flipped(self.wr))
 
         m.d.comb += [
-            self.feed_idle.eq(~running & ~self.job.valid),
-            self.idle.eq(array_empty & ~pass_active & ~drain_active & ~self.job.valid
-                         & ~epi.busy & ~turn_busy & ~store.busy),
+            self.feed_idle.eq(unless("reading", ~running & ~self.job.valid)),
+            self.idle.eq(unless("busy", array_empty & ~pass_active & ~drain_active)
+                         & ~self.job.valid & ~epi.busy & ~turn_busy & ~store.busy),
         ]
         return m
 

@@ -15,6 +15,7 @@ from hwgen.config import VariantConfig
 from hwgen.gateware.compute import job_layout
 from hwgen.gateware.dma import load_cmd_layout
 from hwgen.gateware.epilogue import csr_signature
+from hwgen.gateware.window import geometry_layout
 from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op, window_words
 from hwgen.stages import SPECS
 
@@ -45,6 +46,7 @@ class Sequencer(wiring.Component):
             "csr": Out(csr_signature(config)),
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
             "halted": Out(1), "running": Out(1), "retire": Out(1),
+            **({"geom": Out(geometry_layout())} if config.window_unit else {}),
         })
 
     def elaborate(self, platform):
@@ -98,6 +100,8 @@ class Sequencer(wiring.Component):
             job.res.eq(reg(Op.MATMUL, "res")), job.mask.eq(_field(word, Op.MATMUL, "mask")),
             job.dt.eq(_field(word, Op.MATMUL, "dt")), job.tr.eq(_field(word, Op.MATMUL, "tr")),
         ]
+        if c.window_unit:  # WINDOW's pos is MATMUL's res slot, whole
+            m.d.comb += [job.win.eq(op == Op.WINDOW), job.pos.eq(reg(Op.WINDOW, "pos"))]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -133,8 +137,14 @@ class Sequencer(wiring.Component):
                             m.d.comb += pc_next.eq(_field(word, Op.BNZD, "target"))
                     with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]
-                    with m.Case(Op.MATMUL, Op.EPIPASS):
+                    with m.Case(*((Op.MATMUL, Op.EPIPASS, Op.WINDOW) if c.window_unit
+                                  else (Op.MATMUL, Op.EPIPASS))):
                         m.d.comb += [self.job.valid.eq(1), retire.eq(self.job.ready)]
+                    if c.window_unit:
+                        with m.Case(Op.WCFG):
+                            m.d.sync += [getattr(self.geom, f).eq(_field(word, Op.WCFG, f))
+                                         for f in geometry_layout().members]
+                            m.d.comb += retire.eq(1)
                     with m.Case(Op.CSRWI):
                         value = _field(word, Op.CSRWI, "imm")
                         with m.Switch(_field(word, Op.CSRWI, "csr")):

@@ -1,0 +1,227 @@
+"""The window unit: depthwise convolutions and pools, one channel a lane (``WINDOW``/``WCFG``).
+
+Why a unit beside the array rather than a mode of it: in a depthwise convolution every output
+lane reads its own channel, so an output-stationary array, whose cells share their row's A
+operand and their column's B operand, can use only its diagonal (1/cols of its cells; today's
+grouped GEMM). The work that matters is reuse: every input pixel is read by up to ``kh * kw``
+outputs. This unit keeps a 3x3 window of pixels (each an A row: ``cols`` channels) in
+registers and slides it along the output row. Reading three A scratchpad rows a cycle (a
+column of the window; three read ports, which an FPGA gets by replicating the block RAM), it
+computes one output pixel a cycle at stride 1, with ``9 * cols`` multipliers, as FINN's VVAU
+computes beside its matrix unit.
+
+Pipeline, per window column (``hwgen.isa`` WINDOW for the meaning):
+
+- stage 0 addresses the three rows ``ky`` of the column (input pixel ``(iy, ix)`` at A row
+  ``a + iy*win + ix``) and notes which lie inside the input;
+- stage 1 shifts the column into the window (``fill`` for rows outside the input);
+- stage 2, after an output's last column, reduces the window (mac: the taps times their
+  weights, read from the epilogue scratchpad; max: the largest tap) into the tile's row.
+
+An output's first column is its window's first (``kw`` columns) at the start of a tile and
+of an output row; otherwise only the ``min(stride, kw)`` new columns are read. Sum mode reads
+an image's whole plane a row a cycle through port 0.
+
+A tile whose last row is computed moves to the drain registers (``res``), which feed the
+epilogue a row at a time; while the previous tile still drains there, the whole pipeline
+holds (the read ports too, so no read is lost). The next tile's first column issues the
+cycle after the last one's last column: tiles stream back to back.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.gateware.dma import SPAD_ADDR_BITS
+from hwgen.isa import WMode
+
+#: Rows and columns of the window register: the largest kernel the unit runs.
+TAPS = 3
+
+
+def geometry_layout() -> data.StructLayout:
+    """The fields ``WCFG`` sets (:mod:`hwgen.isa`)."""
+    return data.StructLayout({"win": 12, "hin": 12, "fill": 8, "kh": 2, "kw": 2, "pt": 2,
+                              "pl": 2, "stride": 2, "mode": 2})
+
+
+def drain_layout(config: VariantConfig) -> data.StructLayout:
+    """What the epilogue and the store need of a tile (a WINDOW's or a MATMUL's)."""
+    return data.StructLayout({"out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS,
+                              "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1})
+
+
+def window_job_layout(config: VariantConfig) -> data.StructLayout:
+    """What the unit needs of a queued WINDOW; ``drain`` travels with the tile."""
+    return data.StructLayout({
+        "a": SPAD_ADDR_BITS, "w": SPAD_ADDR_BITS, "pos": 32, "count": 5, "ow": 11,
+        "drain": drain_layout(config),
+    })
+
+
+class WindowUnit(wiring.Component):
+    """Ports: ``geom`` (the last WCFG); ``take``/``job`` (the compute unit hands a job over
+    the cycle ``take`` is high, only when ``ready``); ``a_addr``/``a_data``/``a_en`` (three
+    synchronous A scratchpad reads); ``w_addr``/``w_data`` (nine combinational epilogue
+    scratchpad reads, the taps' weights); ``res_valid``, ``res_job``, ``res_row`` and
+    ``res_ack`` (the tile being drained, a row at a time, and its job's drain fields);
+    ``reading`` (a queued job may still read a scratchpad: until then WAIT FEED waits) and
+    ``busy``."""
+
+    def __init__(self, config: VariantConfig):
+        self._config = config
+        c = config
+        e_bits = ceil_log2(c.spad_e_depth)
+        lanes = data.ArrayLayout(signed(c.acc_bits), c.cols)
+        super().__init__({
+            "geom": In(geometry_layout()),
+            "take": In(1), "job": In(window_job_layout(c)), "ready": Out(1),
+            "a_addr": Out(data.ArrayLayout(SPAD_ADDR_BITS, TAPS)),
+            "a_data": In(data.ArrayLayout(c.a_row_bytes * 8, TAPS)), "a_en": Out(1),
+            "w_addr": Out(data.ArrayLayout(e_bits, TAPS * TAPS)),
+            "w_data": In(data.ArrayLayout(lanes, TAPS * TAPS)),
+            "res_valid": Out(1), "res_job": Out(drain_layout(c)), "res_row": Out(lanes),
+            "res_first": Out(1),
+            "res_ack": In(1),
+            "reading": Out(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        g = self.geom
+        lanes = c.cols
+        sum_mode = g.mode == WMode.SUM
+
+        # -- stage 0: walk the tile's outputs and their columns -------------------------------
+        cur = Signal(window_job_layout(c))
+        active = Signal()
+        r = Signal(5)  # output pixel of the tile
+        oy, ox = Signal(16), Signal(16)
+        col = Signal(2)  # window column being read
+        i = Signal(24)  # sum mode: pixel of the plane
+        plane = Signal(24)
+        m.d.comb += plane.eq(g.hin * g.win)
+        new = Mux(g.stride < g.kw, g.stride, g.kw)  # columns an output adds to the last
+        last_col = Mux(sum_mode, i == plane - 1, col == g.kw - 1)
+        last_out = r == cur.count - 1
+        hold = Signal()
+        step = active & ~hold
+        finishing = step & last_col & last_out
+        m.d.comb += self.ready.eq((~active | finishing) & ~hold)
+
+        ix = Signal(signed(18))
+        m.d.comb += ix.eq(ox * g.stride - g.pl + col)
+        inside = Signal(TAPS)
+        for ky in range(TAPS):
+            iy = Signal(signed(18), name=f"iy{ky}")
+            m.d.comb += iy.eq(oy * g.stride - g.pt + ky)
+            row = Mux(sum_mode, (oy + r) * plane + i, iy * g.win + ix) if ky == 0 else \
+                iy * g.win + ix
+            m.d.comb += [
+                self.a_addr[ky].eq(cur.a + row),
+                inside[ky].eq(sum_mode | ((ky < g.kh) & (iy >= 0) & (iy < g.hin)
+                                          & (ix >= 0) & (ix < g.win))),
+            ]
+        m.d.comb += self.a_en.eq(~hold)
+
+        with m.If(step):
+            with m.If(sum_mode):
+                m.d.sync += i.eq(Mux(last_col, 0, i + 1))
+            with m.Elif(last_col):
+                wrap = ox == cur.ow - 1
+                m.d.sync += [ox.eq(Mux(wrap, 0, ox + 1)), oy.eq(Mux(wrap, oy + 1, oy)),
+                             col.eq(Mux(wrap, 0, g.kw - new))]
+            with m.Else():
+                m.d.sync += col.eq(col + 1)
+            with m.If(last_col):
+                m.d.sync += r.eq(r + 1)
+                with m.If(last_out):
+                    m.d.sync += active.eq(0)
+        with m.If(self.take):
+            pos = self.job.pos
+            m.d.sync += [cur.eq(self.job), active.eq(1), r.eq(0), i.eq(0), col.eq(0),
+                         oy.eq(pos[16:32]), ox.eq(pos[0:16])]
+
+        # -- stage 1: the column enters the window ---------------------------------------------
+        s1 = Signal(data.StructLayout({"valid": 1, "inside": TAPS, "last_col": 1, "r": 5,
+                                       "last_out": 1, "first": 1, "count": 5,
+                                       "drain": drain_layout(c)}))
+        with m.If(~hold):
+            m.d.sync += [s1.valid.eq(step), s1.inside.eq(inside), s1.last_col.eq(last_col),
+                         s1.r.eq(r), s1.last_out.eq(last_out), s1.first.eq(i == 0),
+                         s1.count.eq(cur.count), s1.drain.eq(cur.drain)]
+        fill = Cat(*[g.fill] * lanes)
+        words = [Mux(s1.inside[ky], self.a_data[ky], fill) for ky in range(TAPS)]
+        window = [[Signal(c.a_row_bytes * 8, name=f"win_{ky}_{kx}") for kx in range(TAPS)]
+                  for ky in range(TAPS)]
+        total = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))  # sum mode's running sum
+        with m.If(s1.valid & ~hold):
+            for ky in range(TAPS):
+                m.d.sync += [window[ky][0].eq(window[ky][1]), window[ky][1].eq(window[ky][2]),
+                             window[ky][2].eq(words[ky])]
+            for lane in range(lanes):
+                x = words[0][8 * lane:8 * lane + 8].as_signed()
+                m.d.sync += total[lane].eq(Mux(s1.first, 0, total[lane]) + x)
+
+        # -- stage 2: an output's window is whole; reduce it into the tile --------------------
+        s2 = Signal.like(s1)
+        with m.If(~hold):
+            m.d.sync += s2.eq(s1)
+        computed = s2.valid & s2.last_col
+        # tap (ky, kx) sits in window column kx + 3 - kw; its weight row is w + 3*ky + kx
+        result = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))
+        terms = []
+        for ky in range(TAPS):
+            for wc in range(TAPS):
+                n = ky * TAPS + wc
+                used = (ky < g.kh) & (wc + g.kw >= TAPS)
+                m.d.comb += self.w_addr[n].eq(cur.w + ky * TAPS + wc + g.kw - TAPS)
+                terms.append((used, window[ky][wc], self.w_data[n]))
+        for lane in range(lanes):
+            acc = 0
+            best = Signal(signed(9), name=f"max{lane}")
+            best_v = -(1 << 8)
+            for used, word, weight in terms:
+                x = word[8 * lane:8 * lane + 8].as_signed()
+                acc = acc + Mux(used, x * weight[lane][0:8].as_signed(), 0)
+                best_v = Mux(used & (x > best_v), x, best_v)
+            m.d.comb += best.eq(best_v)
+            m.d.comb += result[lane].eq(Mux(g.mode == WMode.MAC, acc,
+                                            Mux(g.mode == WMode.MAX, best, total[lane])))
+
+        # -- the tile and its drain -----------------------------------------------------------
+        rows = [Signal(data.ArrayLayout(signed(c.acc_bits), lanes), name=f"acc{n}")
+                for n in range(c.rows)]
+        res = [Signal(data.ArrayLayout(signed(c.acc_bits), lanes), name=f"res{n}")
+               for n in range(c.rows)]
+        res_valid = Signal()
+        drain_row = Signal(range(c.rows))
+        capture = computed & s2.last_out
+        m.d.comb += hold.eq(capture & res_valid)
+        with m.If(computed & ~hold):
+            for n in range(c.rows):
+                with m.If(s2.r == n):
+                    m.d.sync += rows[n].eq(result)
+            with m.If(s2.last_out):
+                # rows from `count` on are 0 (hwgen.isa WINDOW)
+                m.d.sync += [res[n].eq(Mux(s2.r == n, result, Mux(n < s2.count, rows[n], 0)))
+                             for n in range(c.rows)]
+                m.d.sync += [res_valid.eq(1), drain_row.eq(0), self.res_job.eq(s2.drain)]
+        m.d.comb += [self.res_valid.eq(res_valid), self.res_first.eq(drain_row == 0)]
+        m.d.comb += self.res_row.eq(res[0])
+        with m.Switch(drain_row):
+            for n in range(c.rows):
+                with m.Case(n):
+                    m.d.comb += self.res_row.eq(res[n])
+        with m.If(self.res_ack):
+            m.d.sync += drain_row.eq(drain_row + 1)
+            with m.If(drain_row == c.rows - 1):
+                m.d.sync += res_valid.eq(0)
+        m.d.comb += [self.reading.eq(active | s1.valid | s2.valid),
+                     self.busy.eq(active | s1.valid | s2.valid | res_valid)]
+        return m
