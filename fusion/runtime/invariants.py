@@ -11,8 +11,8 @@ independently from the program words alone:
   templates' contexts, which the analytical cost model walks, nor through the static load
   count of :func:`fusion.kernels.codegen.load_bytes`). It counts the instructions retired,
   the bytes each LOAD reads (``count * len`` words), the k-slices each MATMUL issues, the rows
-  that go through the epilogue and the bytes the store unit writes (a tile-ending MATMUL stores
-  ``rows`` rows, an EPIPASS ``rows`` rows, of ``cols`` lanes of 4 or 1 bytes);
+  that go through the epilogue and the bytes the store unit writes (a tile-ending MATMUL and a
+  WINDOW store ``rows`` rows, an EPIPASS ``rows`` rows, of ``cols`` lanes of 4 or 1 bytes);
 - :func:`check_counters` compares them with the counters (``hwgen.perf.COUNTERS``, documented
   in ``docs/hardware.md``): ``instret``, ``bytes_read``, ``bytes_written`` and ``array_busy``
   equal the program's figures; ``cycles`` is at least the ideal (one instruction, one k-slice,
@@ -33,7 +33,7 @@ _MASK = (1 << REG_BITS) - 1
 _FIELDS = {Op.LI: ("rd", "imm"), Op.ADDI: ("rd", "rs", "imm"), Op.BNZD: ("rc", "target"),
            Op.LOAD: ("count", "len"), Op.LOADW: ("count", "shift", "step"),
            Op.MATMUL: ("k", "dt", "last"),
-           Op.EPIPASS: ("rows", "dt")}
+           Op.EPIPASS: ("rows", "dt"), Op.WINDOW: ("dt",)}
 
 
 class UnfinishedProgram(ValueError):
@@ -149,6 +149,9 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
         elif op is Op.EPIPASS:
             rows += f[0]
             stored += f[0] * row_bytes[f[1]]
+        elif op is Op.WINDOW:  # the window unit's tile drains like an array tile
+            rows += config.rows
+            stored += config.rows * row_bytes[f[0]]
     return ProgramCounts(instret=instret, bytes_read=loaded, bytes_written=stored,
                          k_slices=slices, epilogue_rows=rows)
 
