@@ -79,7 +79,7 @@ V4P4_CASES = [
     case("1x1", H=5, W=4, C=8, kh=1, kw=1, pads=(0, 0, 0, 0), stages=("requant",)),
     case("batch 2, asymmetric", N=2, H=6, W=8, C=5, pads=(1, 0, 0, 2), fill=-100,
          stages=BRR),
-    case("per-channel requantize", H=5, W=8, C=8, stages=BRR, per_channel=True,
+    case("per-channel requantize, C 12", H=5, W=8, C=12, stages=BRR, per_channel=True,
          quant={"zp": 2}),
     case("K-major out", H=4, W=8, C=8, stages=("requant",), kmajor_out=True),
     case("max pool 2x2 s2", H=8, W=8, C=4, kh=2, kw=2, stride=2, pads=(0, 0, 0, 0),
