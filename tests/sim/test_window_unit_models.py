@@ -1,0 +1,52 @@
+"""Real models with their depthwise convolutions on the window unit, on Verilator: every
+kernel shadow-checked (outputs against the reference executor, counters against the program,
+cycles against the timing floor); DS-CNN's output equal to onnxruntime's bundled one, and
+MobileNet's the very output it has without the unit (its known float-half differences from
+onnxruntime are ``test_real_models``' xfail); fewer cycles and layout host steps than the
+grouped GEMMs of host-gathered windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from examples.real_check import REAL, lsb_errors, output_scale
+from fusion.compiler.plan import compile_model
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from fusion.runtime.run import run_compiled
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES
+
+pytestmark = pytest.mark.slow
+
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
+V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
+
+
+def _run(name: str, config: VariantConfig):
+    compiled = compile_model(load_model(REAL / f"{name}.onnx"), config,
+                             cache=KernelCache(disk=False))
+    with np.load(REAL / f"{name}.npz", allow_pickle=False) as data:
+        x, want = data["x"], data["y"]
+    return compiled, run_compiled(compiled, {"x": x}), want
+
+
+@pytest.mark.parametrize("name, dw", [("ds_cnn_qdq", 4), ("mobilenet_v1_025_qdq", 13)])
+def test_depthwise_convolutions_on_the_window_unit(name, dw):
+    compiled, report, want = _run(name, V8W)
+    assert sum(k.spec.kind.name == "window" for k in compiled.kernels) == dw
+    base_compiled, base, _ = _run(name, V8)
+    assert not any(k.spec.kind.name == "window" for k in base_compiled.kernels)
+    np.testing.assert_array_equal(report.outputs["y"], base.outputs["y"])
+    if name == "ds_cnn_qdq":
+        errors = lsb_errors(report.outputs["y"], want,
+                            output_scale(onnx.load(str(REAL / f"{name}.onnx")), "y"))
+        assert not errors.any()
+    layout = [h for h in report.host if h.role == "layout"]
+    base_layout = [h for h in base.host if h.role == "layout"]
+    assert len(layout) == len(base_layout) - dw  # no im2col for a depthwise convolution
+    assert report.total_cycles < 0.75 * base.total_cycles
+    for k in report.kernels:
+        assert k.cycles == pytest.approx(k.predicted_cycles, rel=0.02), k.name
