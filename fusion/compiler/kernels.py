@@ -127,7 +127,7 @@ class KernelSpec:
         its output over the array's columns pads the tail, which is dropped)."""
         t = graph.tensors[self.output]
         flat = np.asarray(out2d).reshape(-1)[:math.prod(t.shape)]
-        return from_lanes(flat.reshape(t.shape), t.dtype)
+        return from_lanes(self.kind.tensor_of(self.params, flat, t.shape), t.dtype)
 
 
 # -- from chain segments to specs -------------------------------------------------------------
@@ -324,14 +324,47 @@ def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
 _POOL_DEFAULTS = {"strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "ceil_mode": 0}
 
 
-def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
-             **names: Any) -> KernelSpec | Refusal:
+def _window_pool(config: VariantConfig, x_shape: tuple[int, ...], pool: dict[str, Any],
+                 window_unit: bool) -> tuple[WindowParams | None, str]:
+    """A max pool's params on the window unit (mode max, padding the int8 minimum, which no
+    lane exceeds), or None and why not: the unit turned off or missing, a window it cannot
+    run (its kind's refusal), or a layout it does not take (dilation, ceil mode, an input
+    that is not NCHW, unequal strides)."""
+    if not window_unit:
+        return None, "the window unit is turned off (CompileOptions.window_unit)"
+    if not config.window_unit:
+        return None, ""  # the variant has none: nothing to say on every pool
+    sy, sx = pool["strides"]
+    if len(x_shape) != 4 or tuple(pool["dilations"]) != (1, 1) or pool["ceil_mode"] or sy != sx:
+        return None, ("the window unit takes NCHW inputs, no dilation or ceil mode, and one "
+                      "stride for both axes")
+    n, c, h, w = x_shape
+    (kh, kw), pads = pool["kernel_shape"], tuple(pool["pads"])
+    try:
+        params = WindowParams(N=n, H=h, W=w, C=c, kh=kh, kw=kw, stride=sy, pads=pads,
+                              fill=-128, mode="max")
+    except ValueError as exc:
+        return None, f"not on the window unit: {exc}"
+    refusal = WINDOW.legality(config, params)
+    if refusal is not None:
+        return None, f"not on the window unit: {refusal.text}"
+    return params, ""
+
+
+def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
+             window_unit: bool = True, **names: Any) -> KernelSpec | Refusal:
+    """A max pool on the window unit (mode max) when the variant has it and the window fits
+    it; otherwise the element-wise max of its window's positions, gathered on the host
+    (:mod:`fusion.kernels.eltmax.kind`), with a note saying why."""
     x = graph.tensors[anchor.inputs[0]]
     pool = {k: anchor.attr(k) for k in ("kernel_shape", *_POOL_DEFAULTS)}
     pool = {k: (v if v is not None else _POOL_DEFAULTS[k]) for k, v in pool.items()}
     if x.dtype not in ("int8", "uint8"):
         return Refusal(MAX.name, "dtype", f"node {anchor.name!r} (maxpool): input is "
                        f"{x.dtype}; the accelerator pools int8/uint8 tensors", dtype=x.dtype)
+    on_unit, why = _window_pool(config, x.shape, pool, window_unit)
+    if on_unit is not None:
+        return KernelSpec(kind=WINDOW, params=on_unit, inputs=(anchor.inputs[0],), **names)
     planes = math.prod(pool["kernel_shape"])
     if planes < 2:
         return Refusal(MAX.name, "one_plane", f"node {anchor.name!r} (maxpool): a 1x1 window "
@@ -342,7 +375,7 @@ def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
     c = config.cols
     return KernelSpec(kind=MAX, params=MaxParams(M=-(-math.prod(out.shape) // c), N=c,
                                                  n_inputs=planes, window=window),
-                      inputs=(anchor.inputs[0],), **names)
+                      inputs=(anchor.inputs[0],), note=why, **names)
 
 
 #: How each anchor op becomes a kernel (the ops :func:`fusion.compiler.lower.classify` calls
@@ -388,7 +421,8 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
                            "(CompileOptions.window_conv)")
         return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
     if chain.anchor is not None and start == len(chain.prefix):
-        extra = {"grouped": options.grouped_gemm} if chain.anchor.op == "qmatmul" else {}
+        extra = ({"grouped": options.grouped_gemm} if chain.anchor.op == "qmatmul" else
+                 {"window_unit": options.window_unit})
         return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **extra, **names)
     # a run of epilogue ops as one pass over [M, N]
     x = graph.tensors[part[0][0].inputs[0]]

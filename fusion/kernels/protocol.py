@@ -278,6 +278,12 @@ class KernelKind(abc.ABC):
         """The operands the host makes from the kernel's input tensors (lane values, in the
         order of the kernel's graph inputs); constants are added by the caller."""
 
+    def tensor_of(self, params: Any, out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """The graph tensor of ``shape`` from the kernel's ``M x N`` output lanes (trimmed to
+        the tensor's size): the lanes in row-major order unless the kind says otherwise (a
+        pool's pixel rows are an NCHW tensor transposed)."""
+        return np.asarray(out).reshape(shape)
+
     def region_layout(self, config: VariantConfig, params: Any, region: str) -> str:
         """How ``region`` (an input, or ``"out"``) lays its tensor out in memory, by
         :func:`fusion.kernels.layout.layout_name`: ``"tiles"`` unless the kind says otherwise.

@@ -47,7 +47,7 @@ from fusion.kernels.window.program import (
 )
 from fusion.kernels.window.program import program as window_program
 from hwgen.config import VariantConfig
-from hwgen.reference import EpilogueParams, epilogue, output_dtype, to_dtype
+from hwgen.reference import EpilogueParams, epilogue, to_dtype
 
 #: WCFG's and WINDOW's field limits: input width and height, output row width.
 MAX_WIN, MAX_HIN, MAX_OW = 4095, 4095, 2047
@@ -88,7 +88,7 @@ def window_problem(config: VariantConfig, p: WindowParams) -> tuple[str, str] | 
         return ("e_scratchpad", f"the bias region and two regions of {WEIGHT_ROWS} weight rows "
                 f"need {e_rows(lay)} epilogue scratchpad rows, more than its "
                 f"{config.spad_e_depth}")
-    if p.kmajor_out and output_dtype(p.stages) != np.int8:
+    if p.kmajor_out and p.out_dtype != np.int8:
         return "kmajor_out", "a K-major store holds int8 tiles; this output is int32"
     problem = program_problem(lay, size)
     return None if problem is None else ("program_too_long", problem)
@@ -130,7 +130,7 @@ class WindowKind(KernelKind):
         return {**ops, **epilogue_operands(p.stages, p.epilogue, p.M, p.C)}
 
     def output(self, params: WindowParams) -> Operand:
-        return Operand(output_dtype(params.stages).name, (params.M, params.C))
+        return Operand(params.out_dtype.name, (params.M, params.C))
 
     def regions(self, config: VariantConfig, params: WindowParams) -> dict[str, int]:
         return window_regions(config, params)
@@ -188,7 +188,7 @@ class WindowKind(KernelKind):
             acc = cols.max(axis=(2, 3)).transpose(0, 2, 3, 1)
         acc = ((acc.reshape(p.M, p.C) + 2**31) % 2**32 - 2**31)  # the accumulators wrap
         extra = {k: v for k, v in values.items() if k not in ("x", "w")}
-        return to_dtype(epilogue(acc, p.stages, p.epilogue, **extra), output_dtype(p.stages))
+        return to_dtype(epilogue(acc, p.stages, p.epilogue, **extra), p.out_dtype)
 
     def features(self, config: VariantConfig, params: WindowParams) -> WindowFeatures:
         return WindowFeatures(config=config, params=params)
@@ -200,6 +200,16 @@ class WindowKind(KernelKind):
         return (f"{self.name} {what} {p.N}x{p.C}x{p.H}x{p.W} {p.kh}x{p.kw}/{p.stride}"
                 f"{f' [{ops}]' if ops else ''} stages={','.join(p.stages) or '-'}, on the "
                 f"window unit{kmajor}")
+
+    def tensor_of(self, params: WindowParams, out: np.ndarray, shape: tuple[int, ...]
+                  ) -> np.ndarray:
+        """The output tensor from the ``M x C`` pixel rows: an ``N x C x OH x OW`` tensor
+        (a pool's) transposed, the rows of a GEMM form (a depthwise convolution's
+        ``N x OH*OW x C``) as they are."""
+        p = params
+        if tuple(shape) == (p.N, p.C, p.OH, p.OW):
+            return np.asarray(out).reshape(p.N, p.OH, p.OW, p.C).transpose(0, 3, 1, 2)
+        return super().tensor_of(params, out, shape)
 
     def host_operands(self, config: VariantConfig, params: WindowParams,
                       inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.protocol import check_per_channel, check_sizes
 from hwgen.config import VariantConfig
 from hwgen.isa import WMode
-from hwgen.reference import EpilogueParams, WindowGeometry
+from hwgen.reference import EpilogueParams, WindowGeometry, output_dtype
 
 #: The window unit's largest window side (WCFG ``kh``/``kw``) and stride.
 MAX_KERNEL = 3
@@ -97,6 +99,14 @@ class WindowParams:
     @property
     def taps(self) -> int:
         return self.kh * self.kw
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        """The stored element type: the stages' (:func:`hwgen.reference.output_dtype`), or
+        int8 for a max without stages (the largest of int8 lanes: its low byte is exact)."""
+        if self.mode == "max" and not self.stages:
+            return np.dtype(np.int8)
+        return output_dtype(self.stages)
 
     def geometry(self) -> WindowGeometry:
         """The window unit's geometry (one WCFG) for this kernel."""

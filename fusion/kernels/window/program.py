@@ -37,7 +37,6 @@ from fusion.kernels.layout import Region, bias_group, bias_region_bytes
 from fusion.kernels.window.params import WEIGHT_ROWS, WindowLayout, WindowParams
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Unit
-from hwgen.reference import output_dtype
 
 #: Loop counters, innermost first (tiles, chunks, channel blocks).
 LOOP_REGS = ("r12", "r11", "r10")
@@ -146,7 +145,7 @@ def build_context(lay: WindowLayout, regions: Mapping[str, Region], size: int
     c, p, R, Nb = lay.config, lay.params, lay.R, lay.Nb  # noqa: N806
     x, out = regions["x"], regions["out"]
     mac = p.mode == "mac"
-    dt = "i8" if output_dtype(p.stages).itemsize == 1 else "i32"
+    dt = "i8" if p.out_dtype.itemsize == 1 else "i32"
     tw = lay.dims.tile_words(1 if dt == "i8" else 4)
     group = bias_group(p.epilogue.per_channel)
     e_base = _bias_rows(lay)
@@ -234,7 +233,7 @@ def window_regions(config: VariantConfig, p: WindowParams) -> dict[str, int]:
         sizes["w"] = lay.Nb * WEIGHT_ROWS * config.cols
     if reads_bias_region(p.stages, p.epilogue):
         sizes["bias"] = bias_region_bytes(lay.dims, p.epilogue)
-    sizes["out"] = lay.dims.Mb * lay.Nb * lay.dims.tile_bytes(output_dtype(p.stages).itemsize)
+    sizes["out"] = lay.dims.Mb * lay.Nb * lay.dims.tile_bytes(p.out_dtype.itemsize)
     return sizes
 
 

@@ -74,3 +74,33 @@ def test_depthwise_taps_come_from_the_diagonal_blocks():
     gemm[0, 1] = 1  # a weight off the diagonal blocks: not depthwise
     assert depthwise_taps(gemm, 5, 6) is None
     assert depthwise_taps(gemm[:, :4], 5, 6) is None
+
+
+LENET = ROOT / "examples/real/lenet5_qdq.onnx"
+
+
+def test_max_pools_run_on_the_window_unit_when_the_variant_has_it():
+    on_unit = [k for k in _compile(LENET, V8W).kernels if k.spec.kind.name == "window"]
+    assert [k.spec.params.mode for k in on_unit] == ["max", "max"]
+    for k in on_unit:
+        p = k.spec.params
+        assert p.fill == -128 and p.stages == () and p.out_dtype == np.int8
+    for config, options, note in ((V8, CompileOptions(), ""),
+                                  (V8W, CompileOptions.without("window_unit"),
+                                   "the window unit is turned off")):
+        pools = [k for k in _compile(LENET, config, options=options).kernels
+                 if "maxpool" in k.name]
+        assert [k.spec.kind.name for k in pools] == ["max", "max"]
+        assert all(k.spec.note.startswith(note) and bool(k.spec.note) == bool(note)
+                   for k in pools)
+
+
+def test_a_pool_tensor_comes_back_nchw():
+    from fusion.kernels.window.kind import WINDOW
+    from fusion.kernels.window.params import WindowParams
+
+    p = WindowParams(N=2, H=4, W=6, C=3, kh=2, kw=2, stride=2, mode="max", fill=-128)
+    rows = np.arange(p.M * p.C).reshape(p.M, p.C)  # pixel (n, oy, ox) x channel
+    nchw = WINDOW.tensor_of(p, rows, (2, 3, 2, 3))
+    assert nchw[1, 2, 0, 1] == rows[(1 * 2 + 0) * 3 + 1, 2]
+    assert WINDOW.tensor_of(p, rows, (2, 6, 3)).shape == (2, 6, 3)  # GEMM-form rows
