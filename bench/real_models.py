@@ -16,9 +16,11 @@ in numpy and are in no cycle count.
 
 Then the same models without each technique of issue 11 (``CompileOptions``): the window
 convolution (windows gathered by the accelerator; without it the host's im2col), K-major
-stores (outputs stored as the next kernel reads them; without, the host repacks them) and
-grouped GEMMs (depthwise convolutions; without, dense block-diagonal GEMMs), and without all
-three: the gain of each, in cycles, utilization, host steps and host-written bytes.
+stores (outputs stored as the next kernel reads them; without, the host repacks them),
+grouped GEMMs (depthwise convolutions; without, dense block-diagonal GEMMs) and the window
+unit (depthwise convolutions and max pools; without, grouped GEMMs of host-gathered windows
+and max passes), and without all four: the gain of each, in cycles, utilization, host steps
+and host-written bytes.
 
 ``python -m bench.real_models`` prints them and writes ``build/bench_real_models.json``;
 ``make bench`` runs it last.
@@ -43,7 +45,8 @@ from fusion.runtime.run import run_compiled
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES
 
-VARIANT = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
+#: With the window unit, so that the table shows what it brings (``--without window_unit``).
+VARIANT = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
 #: (bundled model, batch): the QDQ form of each network, and the autoencoder batched.
 RUNS = (("resnet8_qdq", 1), ("ds_cnn_qdq", 1), ("mobilenet_v1_025_qdq", 1),
         ("fc_autoencoder_qdq", 1), ("fc_autoencoder_qdq", 32), ("lenet5_qdq", 1))
