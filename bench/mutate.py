@@ -5,9 +5,14 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
 ``examples``) into a scratch folder, patches the copy, and runs there, with the copy first on
 ``PYTHONPATH`` and its own build folder and kernel cache:
 
-1. ``hwgen generate`` of a small variant with every epilogue stage (:data:`VARIANT`);
-2. the standard checks with default options: ``hwgen gemm`` on a few shapes (:data:`GEMMS`)
-   and ``hwgen run`` on every bundled example (``examples/*.onnx``).
+1. ``hwgen generate`` of the mutant's variant (:data:`VARIANTS`): a small array with every
+   epilogue stage, or, for the parts only a variant whose A row is one memory word has
+   (window loads, the transposing store, the window unit), such a variant with the unit;
+2. that variant's checks with default options: on the first, ``hwgen gemm`` on a few shapes
+   (:data:`GEMMS`) and ``hwgen run`` on every bundled example (``examples/*.onnx``); on the
+   second, ``hwgen run`` of the bundled examples that convolve and pool
+   (:data:`WINDOW_MODELS`: window convolutions, depthwise convolutions, max and average
+   pools on the unit). The baseline runs both.
 
 A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
 error (a failed build or generate counts as caught, and the table says so; so does a crash,
@@ -36,8 +41,15 @@ from bench.mutations import MUTATIONS, Mutation
 ROOT = Path(__file__).resolve().parent.parent
 #: What the scratch copy holds: the packages and the bundled examples.
 COPIED = ("hwgen", "fusion", "sim", "rtl_templates", "examples")
-#: The variant each mutant is generated as (hwgen generate options).
-VARIANT = ("--rows", "4", "--cols", "4", "--epilogue", "bias,requant,relu,clamp,residual")
+_STAGES = ("--epilogue", "bias,requant,relu,clamp,residual")
+#: The variants a mutant is generated as (hwgen generate options), by
+#: :attr:`bench.mutations.Mutation.variant`.
+VARIANTS = {
+    "base": ("--rows", "4", "--cols", "4", *_STAGES),
+    "window": ("--rows", "4", "--cols", "4", "--port-bytes", "4", *_STAGES, "--window-unit"),
+}
+#: The bundled models the window variant runs (each with the input bundled beside it).
+WINDOW_MODELS = ("examples/qdq_cnn.onnx",)
 #: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
 #: and a long K with K chunking.
 GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
@@ -95,8 +107,11 @@ def scratch_copy(into: Path, source: Path = ROOT) -> None:
         shutil.copytree(source / name, into / name, ignore=ignore)
 
 
-def checks() -> list[tuple[str, list[str]]]:
-    """The standard checks: a name and the ``hwgen`` arguments of each."""
+def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
+    """The checks of ``variant``: a name and the ``hwgen`` arguments of each."""
+    if variant == "window":
+        return [(f"run {Path(model).stem} (window)", ["run", model, "--variant", "variant"])
+                for model in WINDOW_MODELS]
     out = []
     for m, k, n in GEMMS:
         out.append((f"gemm {m}x{k}x{n}", ["gemm", "--variant", "variant", "--m", str(m),
@@ -126,7 +141,7 @@ def _hwgen(folder: Path, args: list[str], log) -> int:
 
 def run_mutant(mutation: Mutation | None, work: Path) -> Outcome:
     """Copy the snapshot ``work / "sources"``, patch it (unless ``mutation`` is None: the
-    baseline), generate the variant and run every check."""
+    baseline, checked on every variant), generate the mutant's variant and run its checks."""
     name = mutation.name if mutation else "baseline"
     outcome = Outcome(name, mutation.path if mutation else "-")
     folder = work / name
@@ -135,10 +150,11 @@ def run_mutant(mutation: Mutation | None, work: Path) -> Outcome:
     if mutation is not None:
         apply(mutation, folder)
     with open(folder / "checks.log", "w") as log:
-        if _hwgen(folder, ["generate", *VARIANT, "-o", "variant"], log) != 0:
-            outcome.errors.append("generate")
-        else:
-            for check, args in checks():
+        for variant in (mutation.variant,) if mutation else tuple(VARIANTS):
+            if _hwgen(folder, ["generate", *VARIANTS[variant], "-o", "variant"], log) != 0:
+                outcome.errors.append(f"generate {variant}")
+                continue
+            for check, args in checks(variant):
                 code = _hwgen(folder, args, log)
                 if code == 1:
                     outcome.caught_by.append(check)
@@ -195,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(outcomes))
     survived = [o.name for o in outcomes if not o.caught]
     print(f"{len(outcomes) - len(survived)} of {len(outcomes)} mutants caught "
-          f"({len(checks())} checks each) in {time.perf_counter() - began:.0f} s"
+          f"({len(checks())} checks each, {len(checks('window'))} on the window variant) "
+          f"in {time.perf_counter() - began:.0f} s"
           + (f"; kept in {work}" if args.keep else ""))
     if survived:
         print(f"SURVIVED: {', '.join(survived)}")

@@ -27,6 +27,10 @@ class Mutation:
         The text replaced (exactly one occurrence) and its replacement.
     doc : str
         What the fault does.
+    variant : str
+        Which variant of :data:`bench.mutate.VARIANTS` the mutant is built as and checked
+        on: ``"base"``, or ``"window"`` for the parts only a variant whose A row is one
+        memory word has (window loads, the window unit).
     """
 
     name: str
@@ -34,9 +38,15 @@ class Mutation:
     old: str
     new: str
     doc: str
+    variant: str = "base"
 
 
 EPI = "hwgen/gateware/epilogue.py"
+#: Patches whose text is too long for one line of the table below.
+TRANSPOSE_OLD = "m.d.comb += byte.eq(bufs[b][r].word_select(rcol, 8))"
+TRANSPOSE_NEW = "m.d.comb += byte.eq(bufs[b][r].word_select(rcol ^ 1, 8))"
+LOADW_OLD = "lanes.append(Mux(cur.mask[r], pick, cur.fill))"
+LOADW_NEW = "lanes.append(pick)"
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("requant-round-ties", EPI,
@@ -111,4 +121,22 @@ MUTATIONS: tuple[Mutation, ...] = (
              "m.d.comb += [retire.eq(1), pc_next.eq(pc)]",
              "m.d.comb += pc_next.eq(pc)",
              "HALT does not retire (instret one short)"),
+    Mutation("transpose-column", "hwgen/gateware/transpose.py",
+             TRANSPOSE_OLD, TRANSPOSE_NEW,
+             "the transposing store writes the columns of a tile in a rotated order",
+             variant="window"),
+    Mutation("loadw-fill", "hwgen/gateware/dma.py",
+             LOADW_OLD, LOADW_NEW,
+             "a window load's lanes outside the mask read memory instead of the fill byte",
+             variant="window"),
+    Mutation("window-fill", "hwgen/gateware/window.py",
+             "fill = Cat(*[g.fill] * lanes)",
+             "fill = Cat(*[g.fill & 0] * lanes)",
+             "the window unit pads with 0 instead of the fill byte (the zero point)",
+             variant="window"),
+    Mutation("window-bottom-edge", "hwgen/gateware/window.py",
+             "& (iy >= 0) & (iy < g.hin)",
+             "& (iy >= 0) & (iy <= g.hin)",
+             "the row below the input is read from the scratchpad instead of padded",
+             variant="window"),
 )

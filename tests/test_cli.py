@@ -120,3 +120,21 @@ def test_shadow_inputs_default_is_the_runtimes():
     from hwgen.cli import run
 
     assert run.DEFAULT_SHADOW_INPUTS == DEFAULT_SHADOW_INPUTS > 0
+
+
+def test_generate_window_unit_needs_one_pixel_a_word(tmp_path, capsys):
+    """--window-unit on an array whose A row is not one memory word: one line, exit 2."""
+    assert main(["generate", "--rows", "4", "--cols", "4", "--window-unit",
+                 "-o", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "window unit needs port_bytes == rows == cols" in err
+
+
+def test_generate_window_unit_records_the_option(tmp_path):
+    out = tmp_path / "v"
+    assert main(["generate", "--rows", "4", "--cols", "4", "--port-bytes", "4",
+                 "--window-unit", "-o", str(out)]) == 0
+    config = json.loads((out / "variant.json").read_text())["config"]
+    assert config["window_unit"] is True
+    # a variant without the unit has no such field: its key is the one it always had
+    assert "window_unit" not in VariantConfig(rows=4, cols=4, port_bytes=4).to_dict()

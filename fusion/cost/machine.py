@@ -75,7 +75,7 @@ class Machine:
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
     TIMES = ("seq", "dma", "dma_issue", "feed_end", "clear", "pass_free", "store", "idle",
-             "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture")
+             "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
@@ -99,6 +99,7 @@ class Machine:
         # the last WINDOW's last row: computed, and moved to the drain registers (later when
         # the tile before still drained: the unit held from the one to the other)
         self.w_computed = self.w_capture = 0
+        self.w_read = 0  # cycle the window unit has read every scratchpad row it will
         self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
@@ -200,7 +201,7 @@ class Machine:
     def wait(self, load: bool = False, feed: bool = False, epi: bool = False) -> None:
         t = self.seq
         t = max(t, self.dma) if load else t
-        t = max(t, self.feed_end) if feed else t
+        t = max(t, self.feed_end, self.w_read) if feed else t
         t = max(t, self.idle) if epi else t
         self.seq = t
         self.instrs(1)
@@ -279,7 +280,7 @@ class Machine:
         self.stall += capture - computed
         self.w_free = start + columns
         self.w_computed, self.w_capture = computed, capture
-        self.feed_end = max(self.feed_end, capture)
+        self.w_read = capture + 1
         self.w_clear = self._stream(capture + 1, self.R, lane_bytes, tr)
 
     def grid(self, job: Callable[[], None], *, n_outer: int = 1, n_inner: int = 1,

@@ -40,3 +40,11 @@ def test_the_checks_are_gemm_shapes_and_every_bundled_example():
     assert sum(n.startswith("gemm ") for n in names) == len(mutate.GEMMS)
     examples = sorted(p.stem for p in (mutate.ROOT / "examples").glob("*.onnx"))
     assert [n.removeprefix("run ") for n in names if n.startswith("run ")] == examples
+
+
+def test_every_mutation_names_a_variant_the_campaign_builds():
+    assert {m.variant for m in MUTATIONS} <= set(mutate.VARIANTS)
+    # the window variant has the parts its mutants patch, and models that use them
+    assert "--window-unit" in mutate.VARIANTS["window"]
+    assert all((mutate.ROOT / model).exists() for model in mutate.WINDOW_MODELS)
+    assert [name for name, _ in mutate.checks("window")]

@@ -1,204 +1,181 @@
-"""The window-unit kernel kind (:mod:`fusion.kernels.window`) on Verilator: depthwise
-convolutions and max pools bit-exact against an independent direct computation (plain numpy
-loops over output pixels and taps, ``fill`` outside the input) followed by
-:func:`hwgen.reference.epilogue`; the kind's own reference agrees; the analytical cycles equal
-the measured ones; and the counters' invariants hold.
-
-Cases: 3x3 pad 1 stride 1, 3x3 stride 2 and 3, 1x1, odd heights and widths, C = 8 and 24
-(a partial channel block), a batch of 2, asymmetric pads with non-zero fills, per-channel
-requantize, int32 output, the K-major store, planes in several chunks of the A scratchpad,
-and a max pool. All cases of a variant run in one simulator launch, on the 8x8 array and on
-the 4x4 array with 4-byte words, both with the window unit."""
-
-from __future__ import annotations
-
-import dataclasses
-import math
-from dataclasses import dataclass
+"""The window unit (WINDOW, WCFG) on Verilator: every tile equals the instruction's numpy
+meaning (:func:`hwgen.reference.window_tile`) for mac, max and sum, strides 1 to 3, kernels
+1x1 to 3x3, padding and partial tiles; tiles mixed with MATMULs on one program; and the
+analytical model prices each program to the cycle. (That the numpy meaning is a depthwise
+convolution and a pool is checked without the simulator, in
+``tests/hwgen/test_window_reference.py``.)"""
 
 import numpy as np
 import pytest
 
-from fusion.kernels.program import compile_kernel
-from fusion.kernels.window.kind import WINDOW, WindowKernel
-from fusion.kernels.window.params import WindowLayout, WindowParams
-from fusion.kernels.window.program import chunk_tiles, chunks
-from fusion.runtime.invariants import check_counters, timing_floor
+from fusion.cost.analytical import estimate_program
+from hwgen.asm import assemble
 from hwgen.config import VariantConfig
+from hwgen.isa import decode
 from hwgen.presets import ALL_STAGES
-from hwgen.reference import EpilogueParams, epilogue, output_dtype, quantize_multiplier
-from sim.run import Job, MemoryImage, RunResult, run_programs
+from hwgen.reference import WindowGeometry, gemm, window_tile
+from sim.run import Job, MemoryImage, run_programs
 
 pytestmark = pytest.mark.slow
 
-V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, window_unit=True)
-V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES, window_unit=True)
-#: Planes of more than 64 pixels take several chunks here.
-V8_SMALL_A = dataclasses.replace(V8, spad_a_depth=128)
+V4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES, window_unit=True)
+V8 = VariantConfig(rows=8, cols=8, port_bytes=8, epilogue=ALL_STAGES, window_unit=True,
+                   mem_addr_bits=24)
 
-BRR = ("bias", "requant", "relu")
+#: (H, W, kh, kw, stride, pt, pl, mode, fill, images); the output size follows.
+CASES = [
+    (5, 7, 3, 3, 1, 1, 1, "mac", 3, 1),
+    (6, 6, 3, 3, 2, 1, 1, "mac", -2, 1),
+    (9, 9, 3, 3, 3, 0, 0, "mac", 0, 1),
+    (3, 5, 1, 1, 1, 0, 0, "mac", 0, 1),
+    (4, 7, 2, 3, 1, 1, 0, "mac", 5, 2),
+    (4, 6, 2, 2, 2, 0, 0, "max", -128, 1),
+    (5, 5, 3, 3, 1, 1, 1, "max", -128, 1),
+    (7, 7, 3, 3, 2, 1, 1, "max", -128, 1),
+    (3, 3, 3, 3, 1, 0, 0, "sum", 0, 6),
+    (2, 4, 3, 3, 1, 0, 0, "sum", 0, 5),
+]
+IN, WT, OUT = 64, 16, 8192
 
 
-def case(name: str, *, stages=(), quant=None, per_channel=False, **shape) -> tuple:
-    """``(name, WindowParams)``; a per-tensor requantize spreads the outputs over int8."""
-    base = dict(N=1, kh=3, kw=3, pads=(1, 1, 1, 1))
-    shape = {**base, **shape}
-    quant = dict(quant or {})
-    if per_channel:
-        params = EpilogueParams(per_channel=True, **quant)
-    elif "requant" in stages:
-        k = shape["kh"] * shape["kw"]
-        shift = 30 + round(math.log2(3 * 5500 * math.sqrt(k) / 127))
-        params = EpilogueParams(mult=1 << 30, shift=shift, **quant)
+def _out_size(h, w, kh, kw, s, pt, pl):
+    # the bottom and right padding equal the top and left (what the cases need)
+    return (h + 2 * pt - kh) // s + 1, (w + 2 * pl - kw) // s + 1
+
+
+def _case(config, case, rng, dt):
+    h, w, kh, kw, s, pt, pl, mode, fill, images = case
+    rows = lanes = config.cols
+    plane = rng.integers(-128, 128, (images * h * w, lanes), dtype=np.int8)
+    weights = rng.integers(-128, 128, (9, lanes), dtype=np.int8)
+    geom = WindowGeometry(win=w, hin=h, kh=kh, kw=kw, stride=s, pt=pt, pl=pl,
+                          fill=fill & 0xFF, mode=mode)
+    oh, ow = _out_size(h, w, kh, kw, s, pt, pl)
+    lane_bytes = 4 if dt == "i32" else 1
+    tile_words = rows * lanes * lane_bytes // config.port_bytes
+    lines = [f"li rd=r1, imm={IN}", "li rd=r2, imm=0", "li rd=r3, imm=1",
+             f"load dst=a, ext=r1, spad=r2, stride=r3, count=1, len={images * h * w}",
+             f"li rd=r1, imm={WT}", "li rd=r2, imm=8",
+             "load dst=e8, ext=r1, spad=r2, stride=r3, count=1, len=9",
+             "wait units=7",
+             f"wcfg win={w}, hin={h}, fill={fill & 0xFF}, kh={kh}, kw={kw}, pt={pt}, "
+             f"pl={pl}, stride={s}, mode={mode}",
+             "li rd=r2, imm=8", "li rd=r4, imm=0"]
+    tiles = []  # (a, oy, ox, count): a tile stays within one image
+    if mode == "sum":
+        tiles = [(0, t0, 0, min(rows, images - t0)) for t0 in range(0, images, rows)]
     else:
-        params = EpilogueParams(**quant)
-    return name, WindowParams(stages=stages, epilogue=params, **shape)
+        for image in range(images):  # image n's pixel (0, 0) is A row n*h*w
+            for p in range(0, oh * ow, rows):
+                tiles.append((image * h * w, *divmod(p, ow), min(rows, oh * ow - p)))
+    for n, (a, oy, ox, count) in enumerate(tiles):
+        lines += [f"li rd=r1, imm={a}", f"li rd=r3, imm={OUT + n * tile_words}",
+                  f"li rd=r5, imm={(oy << 16) | ox}",
+                  f"window a=r1, w=r2, out=r3, bias=r4, pos=r5, count={count}, ow={ow}, "
+                  f"mask=0, dt={dt}"]
+    lines += ["wait units=7", "halt"]
+    job = Job(program=assemble("\n".join(lines)),
+              memory=MemoryImage(writes=((IN, plane.tobytes()), (WT, weights.tobytes())),
+                                 reads={"out": (OUT, len(tiles) * rows * lanes * lane_bytes)}),
+              name=f"window {case} {dt}")
+    return job, (plane, weights, geom, tiles, ow)
 
 
-V8_CASES = [
-    case("3x3 s1 p1", H=16, W=16, C=8, fill=-3, stages=BRR, quant={"zp": 1}),
-    case("3x3 s2, C 24", H=15, W=17, C=24, stride=2, pads=(0, 0, 1, 1), fill=5, stages=BRR),
-    case("3x3 s3, odd", H=13, W=11, C=16, stride=3, pads=(1, 2, 2, 0), fill=-100,
-         stages=("bias", "requant", "clamp"), quant={"clamp_lo": -50, "clamp_hi": 60}),
-    case("1x1", H=7, W=9, C=8, kh=1, kw=1, pads=(0, 0, 0, 0), stages=("requant",)),
-    case("batch 2", N=2, H=8, W=6, C=16, fill=7, stages=BRR),
-    case("per-channel requantize", H=9, W=7, C=24, fill=3, stages=BRR, per_channel=True,
-         quant={"zp": -4}),
-    case("int32 out, C 12", H=6, W=10, C=12, fill=-1, stages=("bias",)),
-    case("K-major out", H=8, W=8, C=24, fill=-3, stages=("bias", "requant"), kmajor_out=True),
-    case("2x3 window", H=10, W=9, C=8, kh=2, kw=3, pads=(1, 1, 0, 1), stages=BRR),
-    case("max pool 3x3 s2", H=11, W=11, C=16, stride=2, fill=-128, mode="max"),
-]
-V8_SMALL_A_CASES = [
-    case("chunks, 3x3 s1", H=20, W=16, C=16, fill=2, stages=BRR),
-    case("chunks, s2, batch 2", N=2, H=13, W=16, C=8, stride=2, stages=BRR),
-]
-V4P4_CASES = [
-    case("3x3 s1 p1", H=8, W=8, C=4, fill=-3, stages=BRR, quant={"zp": 1}),
-    case("3x3 s2, C 6, odd", H=9, W=7, C=6, stride=2, fill=9, stages=BRR),
-    case("1x1", H=5, W=4, C=8, kh=1, kw=1, pads=(0, 0, 0, 0), stages=("requant",)),
-    case("batch 2, asymmetric", N=2, H=6, W=8, C=5, pads=(1, 0, 0, 2), fill=-100,
-         stages=BRR),
-    case("per-channel requantize, C 12", H=5, W=8, C=12, stages=BRR, per_channel=True,
-         quant={"zp": 2}),
-    case("K-major out", H=4, W=8, C=8, stages=("requant",), kmajor_out=True),
-    case("max pool 2x2 s2", H=8, W=8, C=4, kh=2, kw=2, stride=2, pads=(0, 0, 0, 0),
-         fill=-128, mode="max"),
-]
+def _want(config, plane, weights, geom, tiles, ow, dt):
+    a_spad = np.zeros((config.spad_a_depth, config.cols), np.int8)
+    a_spad[:len(plane)] = plane
+    e_spad = np.zeros((config.spad_e_depth, config.cols), np.int64)
+    e_spad[8:17] = weights
+    out = np.stack([window_tile(a_spad, e_spad, geom, a=a, w=8, pos=(oy << 16) | ox,
+                                count=count, ow=ow, rows=config.rows)
+                    for a, oy, ox, count in tiles])
+    return out if dt == "i32" else out.astype(np.int8)  # i8: the low byte of each lane
 
 
-def values(p: WindowParams, seed: int) -> dict[str, np.ndarray]:
-    """Full-range int8 input and weights, and what the stages read."""
-    rng = np.random.default_rng(seed)
-    spread = 5500 * math.sqrt(p.taps)
-    ops = {"x": rng.integers(-128, 128, (p.N * p.H * p.W, p.C), dtype=np.int8)}
-    if p.mode == "mac":
-        ops["w"] = rng.integers(-128, 128, (p.taps, p.C), dtype=np.int8)
-    if "bias" in p.stages:
-        ops["bias"] = rng.integers(-int(spread), int(spread), p.C).astype(np.int32)
-    if p.epilogue.per_channel:
-        scales = 127.0 / (3.0 * spread) * 2.0 ** rng.uniform(-2, 2, p.C)
-        scales[p.C // 2] *= -1
-        mult, shift = np.array([quantize_multiplier(s) for s in scales], np.int64).T
-        ops["mult"], ops["shift"] = mult.astype(np.int32), shift.astype(np.int32)
-    return ops
-
-
-def direct(p: WindowParams, ops: dict[str, np.ndarray]) -> np.ndarray:
-    """The stages applied to the window computed directly: per output pixel and tap, the
-    input pixel (or the fill outside the input) times the tap's weight, summed; or the max."""
-    x = ops["x"].reshape(p.N, p.H, p.W, p.C).astype(np.int64)
-    acc = np.zeros((p.N, p.OH, p.OW, p.C), np.int64)
-    for n in range(p.N):
-        for oy in range(p.OH):
-            for ox in range(p.OW):
-                taps = []
-                for ky in range(p.kh):
-                    for kx in range(p.kw):
-                        iy, ix = oy * p.stride + ky - p.pads[0], ox * p.stride + kx - p.pads[1]
-                        v = x[n, iy, ix] if 0 <= iy < p.H and 0 <= ix < p.W else \
-                            np.full(p.C, p.fill, np.int64)
-                        taps.append(v * ops["w"][ky * p.kw + kx] if p.mode == "mac" else v)
-                acc[n, oy, ox] = np.sum(taps, axis=0) if p.mode == "mac" else np.max(taps, 0)
-    extra = {k: v for k, v in ops.items() if k not in ("x", "w")}
-    return epilogue(acc.reshape(p.M, p.C), p.stages, p.epilogue, **extra)
-
-
-@dataclass
-class Run:
-    name: str
-    params: WindowParams
-    kernel: WindowKernel
-    ops: dict[str, np.ndarray]
-    result: RunResult
-
-
-def run_cases(config: VariantConfig, cases: list[tuple[str, WindowParams]]) -> list[Run]:
+@pytest.fixture(scope="module", params=[V4, V8], ids=["4x4", "8x8"])
+def runs(request):
     from sim.build import build_variant
 
+    config = request.param
     build_variant(config)
-    kernels, allops, jobs = [], [], []
-    for i, (name, p) in enumerate(cases):
-        assert WINDOW.legality(config, p) is None, (name, WINDOW.legality(config, p))
-        kernel = compile_kernel(WINDOW, config, p)
-        ops = values(p, seed=i)
-        kernels.append(kernel)
-        allops.append(ops)
-        jobs.append(Job(kernel.program, MemoryImage(writes=tuple(kernel.memory(**ops)),
-                                                    reads=kernel.reads), name=f"window {name}"))
-    results = run_programs(config, jobs)
-    return [Run(name, p, k, ops, r) for (name, p), k, ops, r
-            in zip(cases, kernels, allops, results, strict=True)]
+    rng = np.random.default_rng(5)
+    built = [(case, dt, *_case(config, case, rng, dt)) for case in CASES
+             for dt in (("i32", "i8") if case[7] != "sum" else ("i32",))]
+    results = run_programs(config, [job for _, _, job, _ in built])
+    return config, [(case, dt, job, meta, result)
+                    for (case, dt, job, meta), result in zip(built, results, strict=True)]
 
 
-VARIANTS = {"8x8": (V8, V8_CASES), "8x8 small A": (V8_SMALL_A, V8_SMALL_A_CASES),
-            "4x4p4": (V4P4, V4P4_CASES)}
+def test_window_tiles_match_the_instruction_model(runs):
+    config, items = runs
+    for case, dt, _, meta, result in items:
+        want = _want(config, *meta, dt)
+        got = np.frombuffer(bytes(result.outputs["out"]), "<i4" if dt == "i32" else "i1")
+        np.testing.assert_array_equal(got.reshape(want.shape), want, err_msg=f"{case} {dt}")
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
-def runs(request) -> tuple[VariantConfig, list[Run]]:
-    config, cases = VARIANTS[request.param]
-    return config, run_cases(config, cases)
+def test_the_analytical_model_prices_window_programs_exactly(runs):
+    config, items = runs
+    for case, dt, job, _, result in items:
+        predicted = estimate_program(config, [decode(w) for w in job.program])
+        assert predicted == result.counters["cycles"], (case, dt)
 
 
-def test_windows_are_bit_exact_against_a_direct_computation(runs):
-    _, found = runs
-    for run in found:
-        p = run.params
-        want = direct(p, run.ops).astype(output_dtype(p.stages))
-        got = run.kernel.decode(run.result.outputs)
-        assert got.shape == (p.M, p.C) and got.dtype == want.dtype, run.name
-        np.testing.assert_array_equal(got, want, err_msg=run.name)
-        np.testing.assert_array_equal(run.kernel.expected(**run.ops), want, err_msg=run.name)
-        # the data spread: a constant or saturated output would hide wrong windows
-        assert len(np.unique(want)) > min(20, want.size // 4), run.name
+def test_window_tiles_between_matmuls():
+    """MATMUL tiles before and after WINDOW tiles on one program: each waits for the other
+    unit to drain (one tile in the epilogue at a time), every output is right, and the model
+    prices the mix exactly."""
+    from sim.build import build_variant
 
-
-def test_the_cases_cover_what_they_claim():
-    for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
-        ps = [p for _, p in cases]
-        assert any(p.C % cfg.cols for p in ps) and any(p.C > 2 * cfg.cols for p in ps)
-        assert any(p.N > 1 for p in ps)
-        assert any(p.kmajor_out for p in ps) and any(p.epilogue.per_channel for p in ps)
-        assert any(p.stride == 2 for p in ps) and any(p.fill for p in ps)
-        assert any(p.mode == "max" for p in ps) and any(p.kh == 1 for p in ps)
-    for _, p in V8_SMALL_A_CASES:
-        lay = WindowLayout(V8_SMALL_A, p)
-        assert len(chunks(lay, chunk_tiles(lay))) >= 3 * p.N
-
-
-def test_analytical_cycles_equal_the_measured_cycles(runs):
-    config, found = runs
-    for run in found:
-        predicted = WINDOW.features(config, run.params).analytical_cycles()
-        assert predicted == run.result.counters["cycles"], run.name
-
-
-def test_counter_invariants_hold(runs):
-    config, found = runs
-    for run in found:
-        features = WINDOW.features(config, run.params)
-        floor = timing_floor(config, run.kernel.program, features.analytical_cycles())
-        violations = check_counters(config, run.kernel.program, run.result.counters,
-                                    floor_cycles=floor)
-        assert not violations, (run.name, [str(v) for v in violations])
+    config = V4
+    build_variant(config)
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (8, 4), dtype=np.int8)  # K-major A: 8 slices of 4 rows
+    b = rng.integers(-128, 128, (8, 4), dtype=np.int8)
+    plane = rng.integers(-128, 128, (20, 4), dtype=np.int8)
+    weights = rng.integers(-128, 128, (9, 4), dtype=np.int8)
+    program = assemble("""
+        li rd=r1, imm=64
+        li rd=r3, imm=1
+        load dst=a, ext=r1, spad=r0, stride=r3, count=1, len=8
+        li rd=r1, imm=72
+        li rd=r2, imm=100
+        load dst=a, ext=r1, spad=r2, stride=r3, count=1, len=20
+        li rd=r1, imm=96
+        load dst=b, ext=r1, spad=r0, stride=r3, count=1, len=8
+        li rd=r1, imm=16
+        li rd=r2, imm=8
+        load dst=e8, ext=r1, spad=r2, stride=r3, count=1, len=9
+        wait units=7
+        wcfg win=5, hin=4, fill=0, kh=3, kw=3, pt=1, pl=1, stride=1, mode=mac
+        li rd=r4, imm=512
+        matmul a=r0, b=r0, out=r4, bias=r0, res=r0, k=8, mask=0, dt=i32, last=1
+        li rd=r1, imm=100
+        li rd=r4, imm=528
+        li rd=r5, imm=0
+        window a=r1, w=r2, out=r4, bias=r0, pos=r5, count=4, ow=5, mask=0, dt=i32
+        li rd=r4, imm=544
+        li rd=r5, imm=4
+        window a=r1, w=r2, out=r4, bias=r0, pos=r5, count=4, ow=5, mask=0, dt=i32
+        li rd=r4, imm=560
+        matmul a=r0, b=r0, out=r4, bias=r0, res=r0, k=8, mask=0, dt=i32, last=1
+        wait units=7
+        halt
+    """)
+    mem = ((16, weights.tobytes()), (64, a.tobytes() + plane.tobytes()), (96, b.tobytes()))
+    job = Job(program=program, memory=MemoryImage(writes=mem, reads={"out": (512, 4 * 64)}),
+              name="matmul, window, window, matmul")
+    (result,) = run_programs(config, [job])
+    got = np.frombuffer(bytes(result.outputs["out"]), "<i4").reshape(4, 4, 4)
+    product = gemm(a.T, b)  # rows x cols: A's slices are its columns
+    a_spad = np.zeros((config.spad_a_depth, 4), np.int8)
+    a_spad[100:120] = plane
+    e_spad = np.zeros((config.spad_e_depth, 4), np.int64)
+    e_spad[8:17] = weights
+    geom = WindowGeometry(win=5, hin=4, pt=1, pl=1)
+    np.testing.assert_array_equal(got[0], product)
+    for n, (oy, ox) in enumerate(((0, 0), (0, 4))):
+        np.testing.assert_array_equal(got[1 + n], window_tile(
+            a_spad, e_spad, geom, a=100, w=8, pos=(oy << 16) | ox, count=4, ow=5, rows=4))
+    np.testing.assert_array_equal(got[3], product)
+    assert estimate_program(config, [decode(w) for w in program]) == result.counters["cycles"]
