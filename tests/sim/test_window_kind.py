@@ -26,7 +26,7 @@ from fusion.kernels.window.program import chunk_tiles, chunks
 from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES
-from hwgen.reference import EpilogueParams, epilogue, output_dtype, quantize_multiplier
+from hwgen.reference import EpilogueParams, epilogue, quantize_multiplier
 from sim.run import Job, MemoryImage, RunResult, run_programs
 
 pytestmark = pytest.mark.slow
@@ -165,7 +165,7 @@ def test_windows_are_bit_exact_against_a_direct_computation(runs):
     _, found = runs
     for run in found:
         p = run.params
-        want = direct(p, run.ops).astype(output_dtype(p.stages))
+        want = direct(p, run.ops).astype(p.out_dtype)
         got = run.kernel.decode(run.result.outputs)
         assert got.shape == (p.M, p.C) and got.dtype == want.dtype, run.name
         np.testing.assert_array_equal(got, want, err_msg=run.name)
