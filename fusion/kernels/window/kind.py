@@ -39,9 +39,11 @@ from fusion.kernels.window.params import (
     WindowParams,
 )
 from fusion.kernels.window.program import (
+    chunk_fits,
     chunk_tiles,
     chunks,
     e_rows,
+    most_tiles,
     program_problem,
     window_regions,
 )
@@ -82,8 +84,8 @@ def window_problem(config: VariantConfig, p: WindowParams) -> tuple[str, str] | 
     lay = WindowLayout(config, p)
     size = chunk_tiles(lay)
     if size < 1:
-        return ("a_scratchpad", f"one output tile's input rows do not fit half the A "
-                f"scratchpad ({config.spad_a_depth} rows)")
+        return ("a_scratchpad", f"{p.chunk or 'one'} output tile(s)' input rows do not fit "
+                f"half the A scratchpad ({config.spad_a_depth} rows)")
     if e_rows(lay) > config.spad_e_depth:
         return ("e_scratchpad", f"the bias region and two regions of {WEIGHT_ROWS} weight rows "
                 f"need {e_rows(lay)} epilogue scratchpad rows, more than its "
@@ -103,6 +105,7 @@ class WindowKind(KernelKind):
     kernel_type = WindowKernel
     features_type = WindowFeatures
     const_regions = frozenset({"w", "bias"})
+    variants_label = "chunks"
 
     def legality(self, config: VariantConfig, params: WindowParams) -> Refusal | None:
         refusal = stage_refusal(self.name, params.stages, config.epilogue)
@@ -112,6 +115,27 @@ class WindowKind(KernelKind):
         if problem is not None:
             return Refusal(self.name, *problem)
         return None
+
+    def variants(self, config: VariantConfig, params: WindowParams) -> list[WindowParams]:
+        """Chunk sizes worth pricing: as many tiles as fit, then halves of it down to about
+        two output rows (smaller chunks start sooner but reload more halo rows), each one
+        that fits and whose program fits the instruction memory."""
+        lay = WindowLayout(config, params)
+        most = most_tiles(lay)
+        floor = max(1, min(most, 2 * -(-params.OW // config.rows)))
+        sizes, size = [], most
+        while size >= floor and len(sizes) < 5:
+            sizes.append(size)
+            size = -(-size // 2) if size > 1 else 0
+        out = []
+        for size in dict.fromkeys(sizes):
+            p = dataclasses.replace(params, chunk=size)
+            if chunk_fits(lay, size) and program_problem(WindowLayout(config, p), size) is None:
+                out.append(p)
+        return out or [params]
+
+    def variant_label(self, params: WindowParams) -> str:
+        return f"chunk={params.chunk or 'most'} tiles"
 
     def dims(self, params: WindowParams) -> tuple[int, int, int]:
         return params.M, params.taps if params.mode == "mac" else 1, params.C
@@ -149,7 +173,7 @@ class WindowKind(KernelKind):
         return {"input": [p.N, p.C, p.H, p.W], "kernel": [p.kh, p.kw], "stride": p.stride,
                 "pads": list(p.pads), "fill": p.fill, "mode": p.mode,
                 "stages": list(p.stages), "quant": dataclasses.asdict(p.epilogue),
-                "kmajor_out": p.kmajor_out}
+                "kmajor_out": p.kmajor_out, "chunk": p.chunk}
 
     def build(self, config: VariantConfig, params: WindowParams,
               regions: Mapping[str, Region]) -> Build:

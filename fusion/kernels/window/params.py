@@ -48,6 +48,10 @@ class WindowParams:
         ``(ky, kx)`` at row ``ky*kw + kx``); ``"max"``: a max pool.
     stages, epilogue, kmajor_out
         As for :class:`fusion.kernels.gemm.params.GemmParams` (the epilogue is fused).
+    chunk : int
+        Output tiles per chunk of the A scratchpad (one LOAD each); 0: as many as fit.
+        Smaller chunks start computing sooner and reload more halo rows: the kind offers a
+        few as variants, and the cost model picks one.
     """
 
     N: int
@@ -63,8 +67,12 @@ class WindowParams:
     stages: tuple[str, ...] = ()
     epilogue: EpilogueParams = field(default_factory=EpilogueParams)
     kmajor_out: bool = False
+    chunk: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.chunk, int) or isinstance(self.chunk, bool) or self.chunk < 0:
+            raise ValueError(f"chunk must be an integer >= 0 (0: as many tiles as fit), not "
+                             f"{self.chunk!r}")
         check_sizes(N=self.N, H=self.H, W=self.W, C=self.C, kh=self.kh, kw=self.kw,
                     stride=self.stride)
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0

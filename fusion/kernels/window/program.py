@@ -93,17 +93,27 @@ def input_blocks(lay: WindowLayout, tiles: Sequence[Tile]) -> tuple[int, int]:
     return (base + iy_lo * p.W) // R, _ceil_div(base + (iy_hi + 1) * p.W, R)
 
 
-def chunk_tiles(lay: WindowLayout) -> int:
-    """Tiles per chunk: the most whose input blocks fit half the A scratchpad wherever the
-    chunk starts (aligned to multiples of it), so that chunks repeat; 0 if one tile does not
-    fit."""
+def chunk_fits(lay: WindowLayout, size: int) -> bool:
+    """Whether every chunk of ``size`` tiles (aligned to multiples of it) has its input
+    blocks in half the A scratchpad."""
     tiles = image_tiles(lay, 0)
-    R = lay.R  # noqa: N806
-    for size in range(len(tiles), 0, -1):
-        if all(_span(lay, tiles[i:i + size]) * R <= lay.a_half
-               for i in range(0, len(tiles), size)):
-            return size
-    return 0
+    return all(_span(lay, tiles[i:i + size]) * lay.R <= lay.a_half
+               for i in range(0, len(tiles), size))
+
+
+def most_tiles(lay: WindowLayout) -> int:
+    """The most tiles a chunk can have (:func:`chunk_fits`); 0 if one tile does not fit."""
+    return next((size for size in range(len(image_tiles(lay, 0)), 0, -1)
+                 if chunk_fits(lay, size)), 0)
+
+
+def chunk_tiles(lay: WindowLayout) -> int:
+    """Tiles per chunk: the params' ``chunk`` when it fits (0 when it does not), else as many
+    as fit (:func:`most_tiles`); chunks of one size repeat."""
+    size = lay.params.chunk
+    if size:
+        return size if chunk_fits(lay, size) else 0
+    return most_tiles(lay)
 
 
 def _span(lay: WindowLayout, tiles: Sequence[Tile]) -> int:

@@ -217,3 +217,25 @@ def test_the_model_catches_a_load_over_rows_queued_windows_still_read():
     addr, nbytes = kernel.reads["out"]
     got = kernel.decode(bytes(memory[addr * 8: addr * 8 + nbytes]))
     assert not np.array_equal(got, want)
+
+
+def test_chunk_sizes_are_variants_the_cost_model_chooses_between():
+    p = params(H=48, W=48, C=8, stages=BR, epilogue=Q)
+    variants = WINDOW.variants(V8, p)
+    sizes = [v.chunk for v in variants]
+    assert sizes[0] == chunk_tiles(WindowLayout(V8, p)) == 114 and sizes == sorted(sizes)[::-1]
+    assert len(sizes) >= 3 and all(WINDOW.legality(V8, v) is None for v in variants)
+    assert WINDOW.variant_label(variants[1]) == f"chunk={sizes[1]} tiles"
+    cycles = [WINDOW.features(V8, v).analytical_cycles() for v in variants]
+    assert min(cycles) < cycles[0]  # the largest chunk waits longest for its first load
+    with pytest.raises(ValueError, match="chunk must be an integer >= 0"):
+        params(chunk=-1)
+    too_big = dataclasses.replace(p, chunk=200)  # 200 tiles' rows do not fit half of A
+    assert WINDOW.legality(V8, too_big).reason == "a_scratchpad"
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_programs_of_other_chunk_sizes_run_right_on_the_isa_model(chunk):
+    p = params(H=20, W=16, C=16, fill=1, stages=BR, epilogue=Q, chunk=chunk)
+    _, _, got, want = run_on_model(V8_SMALL_A, p)
+    np.testing.assert_array_equal(got, want)
