@@ -170,10 +170,12 @@ def build_context(lay: WindowLayout, regions: Mapping[str, Region], size: int
             c, Dst.A, {"base": "r14", "off": off}, half * lay.a_half, ch.blocks, R, Nb * R,
             f"input pixel blocks {ch.b_lo}..{ch.b_hi - 1} of image {ch.n}")}
 
+    w_words = WEIGHT_ROWS * c.cols // c.port_bytes  # a channel block's weights
+
     def load_w(region: int, nb_delta: int) -> dict:
         return {"kind": "load", **load_context(
-            c, Dst.E8, {"base": "r13", "off": nb_delta * WEIGHT_ROWS}, e_base + region *
-            WEIGHT_ROWS, 1, WEIGHT_ROWS * c.cols // c.port_bytes, 0, "weights, a tap a row")}
+            c, Dst.E8, {"base": "r13", "off": nb_delta * w_words}, e_base + region *
+            WEIGHT_ROWS, 1, w_words, 0, "weights, a tap a row")}
 
     order = [(nb, ch) for nb in range(Nb) for ch in plan]
     steps: list[list[dict]] = []
@@ -184,8 +186,7 @@ def build_context(lay: WindowLayout, regions: Mapping[str, Region], size: int
             step.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
                          "why": "this chunk's operands in; the last chunk's windows done"})
         if k and ch is plan[0]:  # a new channel block: its bases
-            step += [{"kind": "addi", "rd": "r13", "rs": "r13",
-                      "imm": WEIGHT_ROWS * c.cols // c.port_bytes},
+            step += [{"kind": "addi", "rd": "r13", "rs": "r13", "imm": w_words},
                      {"kind": "addi", "rd": "r14", "rs": "r14", "imm": R},
                      {"kind": "addi", "rd": "r15", "rs": "r15", "imm": tw},
                      {"kind": "addi", "rd": "r9", "rs": "r9", "imm": group}]
@@ -203,12 +204,11 @@ def build_context(lay: WindowLayout, regions: Mapping[str, Region], size: int
             if prev is None:
                 step += [{"kind": "addi", "rd": "r8", "rs": "r15", "imm": t.mb * Nb * tw},
                          {"kind": "li", "rd": "r5", "imm": _pos(lay, t.first)}]
-            else:
-                step = []
-                step += [{"kind": "addi", "rd": "r8", "rs": "r8", "imm": (t.mb - prev.mb) *
-                          Nb * tw},
-                         {"kind": "addi", "rd": "r5", "rs": "r5",
-                          "imm": _pos(lay, t.first) - _pos(lay, prev.first)}]
+            else:  # a tile step of its own, the same for every tile: loops fold them
+                step = [{"kind": "addi", "rd": "r8", "rs": "r8", "imm": (t.mb - prev.mb) *
+                         Nb * tw},
+                        {"kind": "addi", "rd": "r5", "rs": "r5",
+                         "imm": _pos(lay, t.first) - _pos(lay, prev.first)}]
             step.append({"kind": "window", "count": t.count, "ow": p.OW,
                          "mask": f"{mask_bits:#b}", "dt": dt, "tr": p.kmajor_out})
             steps.append(step)
