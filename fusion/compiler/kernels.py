@@ -54,6 +54,7 @@ from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
 from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowParams
+from fusion.passes.layout_identity import matrix_view_start
 from hwgen.config import VariantConfig
 
 
@@ -156,9 +157,13 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
     if kgroup and not grouped:
         kgroup, why = 0, "grouped GEMMs are turned off (CompileOptions.grouped_gemm)"
     notes += [why] if why else []
+    # A is read as [M, K]: through reshapes that keep that view, from the tensor before them
+    # (a kernel's output where it lies, with no host step between; plan._order drops the
+    # reshapes when nothing else reads them)
+    source = matrix_view_start(graph, anchor.inputs[0]) or anchor.inputs[0]
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params, kgroup=kgroup),
-                      inputs=(anchor.inputs[0],) + ((residual,) if residual else ()),
+                      inputs=(source,) + ((residual,) if residual else ()),
                       consts=consts, note="; ".join(notes), **names)
 
 
@@ -255,11 +260,14 @@ def _depthwise(graph: Graph, config: VariantConfig, windows: Node, anchor: Node,
     if residual:
         return Refusal(WINDOW.name, "residual", f"node {anchor.name!r}: WINDOW reads no "
                        f"residual; the residual add would need a pass")
-    consts["w"] = taps
+    pads = tuple(attr["pads"] or (0, 0, 0, 0))
+    # all-ones taps over the whole plane: a global pool's sum (fusion.passes.global_pool_window)
+    whole = (kh, kw) == (h, wd) and not any(pads) and bool((taps == 1).all())
+    if not whole:
+        consts["w"] = taps
     try:
-        p = WindowParams(N=n, H=h, W=wd, C=cin, kh=kh, kw=kw, stride=sy,
-                         pads=tuple(attr["pads"] or (0, 0, 0, 0)), fill=za, stages=stages,
-                         epilogue=params)
+        p = WindowParams(N=n, H=h, W=wd, C=cin, kh=kh, kw=kw, stride=sy, pads=pads, fill=za,
+                         stages=stages, epilogue=params, mode="sum" if whole else "mac")
     except ValueError as exc:
         return Refusal(WINDOW.name, "params", f"node {windows.name!r}: {exc}")
     return KernelSpec(kind=WINDOW, params=p, inputs=(windows.inputs[0],), consts=consts,

@@ -216,10 +216,18 @@ class CompiledModel:
 
 def _order(graph: Graph, kernels: Sequence[KernelSpec], host: Sequence[Node]
            ) -> list[KernelSpec | Node]:
+    """Every step in topological order (by each one's first node), less the host steps
+    whose outputs no later step and no graph output reads: a layout chain that its reader
+    reads through (a GEMM's A through reshapes, :func:`fusion.compiler.kernels._gemm`)."""
     index = {n.name: i for i, n in enumerate(graph.topo_order())}
     steps: list[KernelSpec | Node] = [*kernels, *host]
-    return sorted(steps, key=lambda s: index[s.nodes[0] if isinstance(s, KernelSpec)
-                                             else s.name])
+    steps.sort(key=lambda s: index[s.nodes[0] if isinstance(s, KernelSpec) else s.name])
+    needed, kept = set(graph.outputs), []
+    for step in reversed(steps):
+        if isinstance(step, KernelSpec) or needed.intersection(step.outputs):
+            kept.append(step)
+            needed.update(step.inputs)
+    return kept[::-1]
 
 
 def order_and_place(graph: Graph, config: VariantConfig, kernels: Sequence[KernelSpec],
@@ -285,9 +293,12 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         a compute op on the host with ``host_fallback=False``, or a model that does not fit
         the variant's memory; the message names what and why.
     """
+    from fusion.passes import global_pool_window
     from fusion.passes.driver import optimize
 
     g = graph if optimized else optimize(graph, legalize=True)
+    if config.window_unit and options.window_unit:  # the target's own form of global pools
+        g = global_pool_window.for_variant(g)
     model = model or AnalyticalModel()
     host_model = host_model or HostCostModel()
     found, host = chains(g)

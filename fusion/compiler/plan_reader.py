@@ -281,7 +281,12 @@ class _Reader:
             else:
                 raise self.fail(f"{self.plan_path}: {where}kind is {step['kind']!r}, not "
                                 f"'host' or 'kernel'")
-        missing = [n.name for n in graph.nodes if n.name not in covered]
+        # a node in no step is one whose outputs nothing reads: a layout chain the kernel
+        # after it reads through (plan._order drops those)
+        needed = set(graph.outputs).union(*(spec.inputs for spec in specs.values()),
+                                          *(n.inputs for n in on_host))
+        missing = [n.name for n in graph.nodes
+                   if n.name not in covered and needed.intersection(n.outputs)]
         if missing or len(covered) != len(set(covered)):
             what = (f"node {missing[0]!r} is in no step" if missing else
                     "a node is in two steps")

@@ -129,6 +129,24 @@ def identity_start(graph: Graph, end: str) -> str | None:
     return None
 
 
+def matrix_view_start(graph: Graph, end: str) -> str | None:
+    """The earliest tensor that the layout chain making ``end`` only reshapes into it, up to
+    its leading axes: same elements in the same row-major order, same last axis, dtype and
+    quantization, so that a GEMM reading ``end`` as its ``[M, K]`` A (leading axes
+    flattened) can read it instead; None when there is none. The chain stays in the graph
+    (other readers may need ``end`` itself); a reader that takes the start needs none of it.
+    """
+    chain = layout_chain(graph, end)
+    b = graph.tensors[end]
+    for k in range(len(chain)):
+        start = chain[k].inputs[0]
+        a = graph.tensors[start]
+        if (a.shape[-1:], a.dtype, a.quant) == (b.shape[-1:], b.dtype, b.quant) \
+                and _is_identity(graph, chain[k:]):
+            return start
+    return None
+
+
 def reroute(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with the readers of layout op ``node``'s output reading the start of the
     identity chain that ends there, or None where there is none."""

@@ -233,8 +233,26 @@ def kernel_macs(graph: Graph, nodes: list[str]) -> int:
 
 
 def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) -> None:
-    """Run ``nodes`` with the reference executor, adding their outputs to ``env``."""
+    """Run ``nodes`` with the reference executor, adding their outputs to ``env``.
+
+    An input missing from ``env`` is made first by running its producer (recursively): a
+    kernel that reads its A through reshapes reads the tensor before them
+    (:func:`fusion.compiler.kernels._gemm`), and its first node still names the reshaped one.
+    """
+    def make(name: str) -> None:
+        if not name or name in env:
+            return
+        producer = graph.producer(name)
+        if producer is None:
+            raise KeyError(f"tensor {name!r} has no value and no producer")
+        for i in producer.inputs:
+            make(i)
+        executor.evaluate_node(graph, producer, env)
+
     for node in nodes:
+        for name in node.inputs:
+            if name not in env and not any(name in n.outputs for n in nodes):
+                make(name)
         executor.evaluate_node(graph, node, env)
 
 

@@ -66,7 +66,7 @@ def window_problem(config: VariantConfig, p: WindowParams) -> tuple[str, str] | 
     if not config.window_unit:
         return ("no_window_unit", "the variant has no window unit; generate one with "
                 "--window-unit (port_bytes == rows == cols <= 16)")
-    if p.kh > MAX_KERNEL or p.kw > MAX_KERNEL:
+    if p.mode != "sum" and (p.kh > MAX_KERNEL or p.kw > MAX_KERNEL):
         return ("kernel", f"a {p.kh}x{p.kw} window is larger than the window unit's "
                 f"{MAX_KERNEL}x{MAX_KERNEL}")
     if p.stride > MAX_STRIDE:
@@ -78,7 +78,9 @@ def window_problem(config: VariantConfig, p: WindowParams) -> tuple[str, str] | 
                 f"unit's {MAX_HIN}x{MAX_WIN} ({MAX_OW})")
     if "residual" in p.stages:
         return ("residual", "WINDOW reads no residual tile; the residual add runs as a pass")
-    if p.N > 1 and (p.OH * p.OW) % config.rows:
+    if p.mode == "sum" and p.H * p.W * 128 >= 2**31:
+        return ("size", f"a sum of {p.H * p.W} int8 values could leave int32")
+    if p.mode != "sum" and p.N > 1 and (p.OH * p.OW) % config.rows:
         return ("image_tiles", f"an image's {p.OH * p.OW} output pixels are not whole tiles "
                 f"of {config.rows}: a tile would span two images of the batch")
     lay = WindowLayout(config, p)
@@ -208,6 +210,8 @@ class WindowKind(KernelKind):
         if p.mode == "mac":
             w = np.asarray(values["w"], np.int64).reshape(p.kh, p.kw, p.C)
             acc = np.einsum("ncyxhw,yxc->nhwc", cols, w)
+        elif p.mode == "sum":
+            acc = cols.sum(axis=(2, 3)).transpose(0, 2, 3, 1)
         else:
             acc = cols.max(axis=(2, 3)).transpose(0, 2, 3, 1)
         acc = ((acc.reshape(p.M, p.C) + 2**31) % 2**32 - 2**31)  # the accumulators wrap

@@ -45,7 +45,9 @@ class WindowParams:
         The int8 lane value padding reads: the input's zero point for a convolution.
     mode : str
         ``"mac"``: a depthwise convolution (operand ``w``: ``kh*kw x C`` int8 taps, tap
-        ``(ky, kx)`` at row ``ky*kw + kx``); ``"max"``: a max pool.
+        ``(ky, kx)`` at row ``ky*kw + kx``); ``"max"``: a max pool; ``"sum"``: the sum of
+        each image's whole plane (a global pool: the window is ``H x W``, no padding, so one
+        output pixel an image).
     stages, epilogue, kmajor_out
         As for :class:`fusion.kernels.gemm.params.GemmParams` (the epilogue is fused).
     chunk : int
@@ -84,6 +86,9 @@ class WindowParams:
             raise ValueError(f"fill is an int8 lane value, not {self.fill!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.mode == "sum" and ((self.kh, self.kw) != (self.H, self.W) or any(self.pads)):
+            raise ValueError(f"a sum covers the whole {self.H}x{self.W} plane without padding, "
+                             f"not a {self.kh}x{self.kw} window with pads {self.pads}")
         if self.OH < 1 or self.OW < 1:
             raise ValueError(f"a {self.kh}x{self.kw} window does not fit the {self.H}x{self.W} "
                              f"input with pads {self.pads}")
@@ -117,7 +122,10 @@ class WindowParams:
         return output_dtype(self.stages)
 
     def geometry(self) -> WindowGeometry:
-        """The window unit's geometry (one WCFG) for this kernel."""
+        """The window unit's geometry (one WCFG) for this kernel (a sum's window is its
+        plane, ``hin x win``: WCFG's 2-bit ``kh``, ``kw`` do not apply and are 1)."""
+        if self.mode == "sum":
+            return WindowGeometry(win=self.W, hin=self.H, kh=1, kw=1, mode="sum")
         return WindowGeometry(win=self.W, hin=self.H, kh=self.kh, kw=self.kw,
                               stride=self.stride, pt=self.pads[0], pl=self.pads[1],
                               fill=self.fill & 0xFF, mode=self.mode)

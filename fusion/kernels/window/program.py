@@ -80,9 +80,20 @@ def image_tiles(lay: WindowLayout, n: int) -> list[Tile]:
             for t in range(0, pixels, R)]
 
 
+def sum_tiles(lay: WindowLayout) -> list[Tile]:
+    """A sum's output tiles: ``rows`` images each (one output pixel an image), tile ``mb``
+    the images from ``mb * rows``; its ``n`` is the first image."""
+    N, R = lay.params.N, lay.R  # noqa: N806
+    return [Tile(n, 0, min(R, N - n), n // R) for n in range(0, N, R)]
+
+
 def input_blocks(lay: WindowLayout, tiles: Sequence[Tile]) -> tuple[int, int]:
-    """The input pixel blocks ``[lo, hi)`` the ``tiles`` (of one image) read."""
+    """The input pixel blocks ``[lo, hi)`` the ``tiles`` (of one image; a sum's, of their
+    images) read."""
     p, R = lay.params, lay.R  # noqa: N806
+    if p.mode == "sum":
+        plane = p.H * p.W
+        return tiles[0].n * plane // R, _ceil_div((tiles[-1].n + tiles[-1].count) * plane, R)
     n = tiles[0].n
     oy_first = tiles[0].first // p.OW
     oy_last = (tiles[-1].first + tiles[-1].count - 1) // p.OW
@@ -96,15 +107,15 @@ def input_blocks(lay: WindowLayout, tiles: Sequence[Tile]) -> tuple[int, int]:
 def chunk_fits(lay: WindowLayout, size: int) -> bool:
     """Whether every chunk of ``size`` tiles (aligned to multiples of it) has its input
     blocks in half the A scratchpad."""
-    tiles = image_tiles(lay, 0)
+    tiles = sum_tiles(lay) if lay.params.mode == "sum" else image_tiles(lay, 0)
     return all(_span(lay, tiles[i:i + size]) * lay.R <= lay.a_half
                for i in range(0, len(tiles), size))
 
 
 def most_tiles(lay: WindowLayout) -> int:
     """The most tiles a chunk can have (:func:`chunk_fits`); 0 if one tile does not fit."""
-    return next((size for size in range(len(image_tiles(lay, 0)), 0, -1)
-                 if chunk_fits(lay, size)), 0)
+    tiles = sum_tiles(lay) if lay.params.mode == "sum" else image_tiles(lay, 0)
+    return next((size for size in range(len(tiles), 0, -1) if chunk_fits(lay, size)), 0)
 
 
 def chunk_tiles(lay: WindowLayout) -> int:
@@ -122,7 +133,12 @@ def _span(lay: WindowLayout, tiles: Sequence[Tile]) -> int:
 
 
 def chunks(lay: WindowLayout, size: int) -> list[Chunk]:
-    """The chunks of every image, ``size`` tiles each (the last of an image fewer)."""
+    """The chunks of every image, ``size`` tiles each (the last of an image fewer); a sum's
+    tiles span images, and so do its chunks."""
+    if lay.params.mode == "sum":
+        tiles = sum_tiles(lay)
+        return [Chunk(0, tuple(tiles[i:i + size]), *input_blocks(lay, tiles[i:i + size]))
+                for i in range(0, len(tiles), size)]
     out = []
     for n in range(lay.params.N):
         tiles = image_tiles(lay, n)
@@ -144,8 +160,11 @@ def e_rows(lay: WindowLayout) -> int:
     return _bias_rows(lay) + (2 * WEIGHT_ROWS if lay.params.mode == "mac" else 0)
 
 
-def _pos(lay: WindowLayout, first: int) -> int:
-    oy, ox = divmod(first, lay.params.OW)
+def _pos(lay: WindowLayout, tile: Tile) -> int:
+    """WINDOW ``pos`` of ``tile``: its first output pixel, or a sum's first image."""
+    if lay.params.mode == "sum":
+        return tile.n << 16
+    oy, ox = divmod(tile.first, lay.params.OW)
     return oy << 16 | ox
 
 
@@ -203,12 +222,12 @@ def build_context(lay: WindowLayout, regions: Mapping[str, Region], size: int
         for t in ch.tiles:
             if prev is None:
                 step += [{"kind": "addi", "rd": "r8", "rs": "r15", "imm": t.mb * Nb * tw},
-                         {"kind": "li", "rd": "r5", "imm": _pos(lay, t.first)}]
+                         {"kind": "li", "rd": "r5", "imm": _pos(lay, t)}]
             else:  # a tile step of its own, the same for every tile: loops fold them
                 step = [{"kind": "addi", "rd": "r8", "rs": "r8", "imm": (t.mb - prev.mb) *
                          Nb * tw},
                         {"kind": "addi", "rd": "r5", "rs": "r5",
-                         "imm": _pos(lay, t.first) - _pos(lay, prev.first)}]
+                         "imm": _pos(lay, t) - _pos(lay, prev)}]
             step.append({"kind": "window", "count": t.count, "ow": p.OW,
                          "mask": f"{mask_bits:#b}", "dt": dt, "tr": p.kmajor_out})
             steps.append(step)

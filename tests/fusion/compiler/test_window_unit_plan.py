@@ -35,7 +35,8 @@ def _dw_im2cols(compiled):
 
 def test_mobilenet_runs_every_depthwise_convolution_on_the_window_unit():
     compiled = _compile(MOBILENET, V8W)
-    windows = [k for k in compiled.kernels if k.spec.kind.name == "window"]
+    windows = [k for k in compiled.kernels if k.spec.kind.name == "window"
+               and k.spec.params.mode == "mac"]
     assert len(windows) == 13  # b1_dw .. b13_dw
     assert not _dw_im2cols(compiled)
     kernels = list(compiled.kernels)
@@ -104,3 +105,21 @@ def test_a_pool_tensor_comes_back_nchw():
     nchw = WINDOW.tensor_of(p, rows, (2, 3, 2, 3))
     assert nchw[1, 2, 0, 1] == rows[(1 * 2 + 0) * 3 + 1, 2]
     assert WINDOW.tensor_of(p, rows, (2, 6, 3)).shape == (2, 6, 3)  # GEMM-form rows
+
+
+def test_the_global_pool_sums_on_the_window_unit_and_no_layout_step_is_left():
+    """On a variant with the unit, MobileNet's global average pool sums each channel's 3x3
+    plane where the last pointwise GEMM stored it (fusion.passes.global_pool_window), and the
+    FC reads the pooled tiles through the reshapes: the model's only host steps are its
+    boundary's quantize and dequantize. Without the unit the pool stays a GEMM."""
+    compiled = _compile(MOBILENET, V8W)
+    (pool,) = [k for k in compiled.kernels if k.spec.kind.name == "window"
+               and k.spec.params.mode == "sum"]
+    assert (pool.spec.params.H, pool.spec.params.W, pool.spec.params.C) == (3, 3, 256)
+    assert "x" in compiled.memory.in_place(pool.name)
+    assert sorted(s.node.op for s in compiled.steps if isinstance(s, HostStep)) == [
+        "dequantize", "quantize"]
+    fc = compiled.kernels[-1]
+    assert fc.spec.inputs[0] == pool.spec.output and "a" in compiled.memory.in_place(fc.name)
+    without = _compile(MOBILENET, V8)
+    assert not any(k.spec.kind.name == "window" for k in without.kernels)
