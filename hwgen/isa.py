@@ -161,6 +161,8 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          _r("next", "r4", "words from one word of a row to its next word"),
          _r("fill", "r5", "the byte (low 8 bits) that lanes outside `mask` get"),
          Field("step", "f", 0, 2, "uint", "bytes between consecutive lanes: 1 or 2"),
+         Field("keep", "f", 2, 1, "uint",
+               "1: lanes outside `mask` keep the row's old bytes instead of taking `fill`"),
          Field("count", "imm", 0, 12, "uint", "rows"),
          Field("shift", "imm", 12, 4, "uint", "byte of the first word that lane 0 reads"),
          Field("mask", "imm", 16, 16, "uint", "lanes read from memory: bit r = lane r")),
@@ -168,7 +170,9 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "`port_bytes == rows`): `count` A scratchpad rows from `spad` on. Row i reads the "
         "words `ext + i*stride + j*next` for j = 0, 1, ... as one byte string, lane r takes "
         "its byte `shift + r*step`, and a lane outside `mask` takes `fill` instead (a "
-        "convolution's padding). Queued and run like LOAD."),
+        "convolution's padding), or with `keep` is left as it was (a second LOADW merges "
+        "its lanes into the rows of the first: a block of output pixels spanning two output "
+        "rows). Queued and run like LOAD."),
     Op.MATMUL: (
         (_r("a", "r1", "A scratchpad row of k = 0"), _r("b", "r2", "B scratchpad row of k = 0"),
          _r("out", "r3", "external word address of the output tile"),

@@ -276,12 +276,14 @@ def gemm_epilogue(a: np.ndarray, b: np.ndarray, stages: Sequence[str], params: E
 
 def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, stride: int,
                 next: int, count: int, shift: int, step: int, mask: int,  # noqa: A002
-                fill: int) -> np.ndarray:
+                fill: int, keep: bool = False, old: np.ndarray | None = None) -> np.ndarray:
     """The A scratchpad rows a LOADW writes (``hwgen.isa``), from ``memory`` (uint8 bytes,
     word ``w`` at ``[w*port_bytes, (w+1)*port_bytes)``).
 
     Row ``i`` is the byte string of words ``ext + i*stride + j*next`` (j = 0, 1, ...); lane
-    ``r`` is its byte ``shift + r*step``, or ``fill`` when bit ``r`` of ``mask`` is clear.
+    ``r`` is its byte ``shift + r*step``, or, when bit ``r`` of ``mask`` is clear, ``fill``
+    (without ``keep``) or the lane's old byte in ``old`` (with ``keep``: the ``count x rows``
+    rows the scratchpad held before).
 
     Returns
     -------
@@ -289,6 +291,10 @@ def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, str
         ``count x rows`` int8.
     """
     mem = np.asarray(memory, np.uint8)
+    if keep:
+        if old is None:
+            raise ValueError("a LOADW with keep needs the rows it merges into (old)")
+        before = np.asarray(old).astype(np.uint8).reshape(count, rows)
     need = (shift + (rows - 1) * step) // port_bytes + 1  # hwgen.isa.window_words
     out = np.empty((count, rows), np.uint8)
     for i in range(count):
@@ -296,7 +302,10 @@ def window_load(memory: np.ndarray, port_bytes: int, rows: int, *, ext: int, str
         string = np.concatenate([mem[(base + j * next) * port_bytes:
                                      (base + j * next + 1) * port_bytes] for j in range(need)])
         for r in range(rows):
-            out[i, r] = string[shift + r * step] if mask >> r & 1 else fill & 0xFF
+            if mask >> r & 1:
+                out[i, r] = string[shift + r * step]
+            else:
+                out[i, r] = before[i, r] if keep else fill & 0xFF
     return out.view(np.int8)
 
 

@@ -86,7 +86,7 @@ class Machine:
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle
         self.dma_issue = 0  # first cycle the next load may make its first request
-        self.loads_taken: list[int] = []  # cycles the last QUEUE_DEPTH loads left the queue
+        self.loads_taken: list[int] = []  # cycles after the last QUEUE_DEPTH loads were taken
         self.rows_started: list[int] = []  # cycles the last CONTEXTS loads' first rows came
         self.feed_end = 0  # cycle after the last slice issued (feed idle)
         self.clear = 0  # cycle the draining tile's last row has entered the epilogue
@@ -227,7 +227,10 @@ class Machine:
         first_row = row_words or max(1, row_bytes // self.W)
         self.rows_started = (self.rows_started + [start + self.c.port_latency
                                                   + first_row - 1 + 1])[-CONTEXTS:]
-        self.loads_taken = (self.loads_taken + [start - 1])[-QUEUE_DEPTH:]
+        # the engine takes it the cycle before its first request; a full queue has room
+        # again the cycle after (the buffered FIFO refills its output register from its
+        # memory the cycle the engine takes, and the memory's level drops the next)
+        self.loads_taken = (self.loads_taken + [start])[-QUEUE_DEPTH:]
         end = start + issue + self.c.port_latency + LOAD_TAIL
         self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once
         self.dma = max(self.dma, end)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,11 +71,14 @@ class Accelerator(wiring.Component):
             shape=c.b_row_bytes * 8, depth=c.spad_b_depth, init=[])
         m.submodules.spad_e = spad_e = memory.Memory(
             shape=lanes_layout(c), depth=c.spad_e_depth, init=[])
+        # A is written a byte lane at a time: a LOADW with keep leaves the lanes outside its mask.
         for spad, name in ((spad_a, "a"), (spad_b, "b")):
-            wp, rp = spad.write_port(), spad.read_port(transparent_for=())
+            wp = spad.write_port(granularity=8) if name == "a" else spad.write_port()
+            rp = spad.read_port(transparent_for=())
+            en = getattr(dma, f"{name}_en")
             m.d.comb += [
                 wp.addr.eq(getattr(dma, f"{name}_addr")), wp.data.eq(getattr(dma, f"{name}_data")),
-                wp.en.eq(getattr(dma, f"{name}_en")),
+                wp.en.eq(Mux(en, dma.a_lanes, 0) if name == "a" else en),
                 rp.addr.eq(getattr(cu, f"{name}_addr")), getattr(cu, f"{name}_data").eq(rp.data),
             ]
         wp = spad_e.write_port()

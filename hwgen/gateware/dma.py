@@ -40,18 +40,19 @@ CONTEXTS = LOAD_CONTEXTS
 def response_layout() -> data.StructLayout:
     """What the word and row stages keep of a command: where its words go and how many."""
     return data.StructLayout({
-        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "shift": 4, "step": 2, "mask": 16,
-        "fill": 8, "len": 16, "words": 32, "rows": 32,
+        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "shift": 4, "step": 2,
+        "mask": 16, "fill": 8, "len": 16, "words": 32, "rows": 32,
     })
 
 
 def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
     """A queued LOAD or LOADW command: ``len`` words a segment (row), ``wstep`` words apart
-    (1 for LOAD); a window load (``win``) also has its lane selection and fill."""
+    (1 for LOAD); a window load (``win``) also has its lane selection, fill and ``keep``."""
     return data.StructLayout({
         "dst": 2, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
         "stride": config.mem_addr_bits, "count": 16, "len": 16,
-        "win": 1, "wstep": config.mem_addr_bits, "shift": 4, "step": 2, "mask": 16, "fill": 8,
+        "win": 1, "keep": 1, "wstep": config.mem_addr_bits, "shift": 4, "step": 2,
+        "mask": 16, "fill": 8,
     })
 
 
@@ -113,7 +114,8 @@ class LoadEngine(wiring.Component):
 
     Ports: ``cmd`` (a stream of :func:`load_cmd_layout`), the memory read channel
     (``rd_addr``, ``rd_valid``/``rd_data``), one write port per scratchpad (``a_*``, ``b_*``,
-    ``e_*``: address, data, enable), ``busy``, and ``read_beat`` (one pulse per word
+    ``e_*``: address, data, enable; ``a_lanes``, the A row's bytes written when ``a_en``: all
+    but those a LOADW with ``keep`` leaves), ``busy``, and ``read_beat`` (one pulse per word
     received, for the byte counter).
     """
 
@@ -125,6 +127,7 @@ class LoadEngine(wiring.Component):
             "rd_addr": Out(stream.Signature(c.mem_addr_bits)),
             "rd_valid": In(1), "rd_data": In(c.port_bits),
             "a_addr": Out(SPAD_ADDR_BITS), "a_data": Out(c.a_row_bytes * 8), "a_en": Out(1),
+            "a_lanes": Out(c.a_row_bytes),
             "b_addr": Out(SPAD_ADDR_BITS), "b_data": Out(c.b_row_bytes * 8), "b_en": Out(1),
             "e_addr": Out(SPAD_ADDR_BITS), "e_data": Out(c.e_row_bytes * 8), "e_en": Out(1),
             "busy": Out(1), "read_beat": Out(1),
@@ -172,6 +175,7 @@ class LoadEngine(wiring.Component):
         words = Signal(32)
         m.d.comb += [words.eq(new.count * new.len),
                      ctx.dst.eq(new.dst), ctx.spad.eq(new.spad), ctx.win.eq(new.win),
+                     ctx.keep.eq(new.keep),
                      ctx.shift.eq(new.shift), ctx.step.eq(new.step), ctx.mask.eq(new.mask),
                      ctx.fill.eq(new.fill), ctx.len.eq(new.len), ctx.words.eq(words)]
         with m.If(new.win):
@@ -233,6 +237,7 @@ class LoadEngine(wiring.Component):
         # fill), ready one cycle after the row's last word, like a gearbox row.
         win_valid = Signal()
         win_row = Signal(c.a_row_bytes * 8)
+        win_lanes = Signal(c.a_row_bytes)  # the lanes the row writes (keep: only the mask's)
         got = Signal(2)  # words of the window row received so far
         if c.window_loads:
             held = [Signal(c.port_bits, name=f"win_word{i}") for i in range(2)]
@@ -251,7 +256,8 @@ class LoadEngine(wiring.Component):
                                 with m.Case(n):
                                     m.d.comb += pick.eq(bits.word_select(at, 8))
                         lanes.append(Mux(cur.mask[r], pick, cur.fill))
-                    m.d.sync += [win_valid.eq(1), win_row.eq(Cat(*lanes)), got.eq(0)]
+                    m.d.sync += [win_valid.eq(1), win_row.eq(Cat(*lanes)), got.eq(0),
+                                 win_lanes.eq(Mux(cur.keep, cur.mask, ~0))]
                 with m.Else():
                     m.d.sync += [held[0].eq(Mux(got == 0, self.rd_data, held[0])),
                                  held[1].eq(Mux(got == 1, self.rd_data, held[1])),
@@ -282,6 +288,7 @@ class LoadEngine(wiring.Component):
         m.d.comb += [
             self.a_addr.eq(at_row), self.a_data.eq(Mux(out.win, win_row, a_box.o_data)),
             self.a_en.eq(row_out & (out.dst == Dst.A)),
+            self.a_lanes.eq(Mux(out.win, win_lanes, ~0)),
             self.b_addr.eq(at_row), self.b_data.eq(b_box.o_data),
             self.b_en.eq(row_out & (out.dst == Dst.B)),
             self.e_addr.eq(at_row),

@@ -82,6 +82,7 @@ class Sequencer(wiring.Component):
                 ld.len.eq(window_words(c.rows, shift, step)),
                 ld.wstep.eq(reg(Op.LOADW, "next")), ld.shift.eq(shift), ld.step.eq(step),
                 ld.mask.eq(_field(word, Op.LOADW, "mask")), ld.fill.eq(reg(Op.LOADW, "fill")),
+                ld.keep.eq(_field(word, Op.LOADW, "keep")),
             ]
         with m.Else():
             m.d.comb += [

@@ -7,8 +7,10 @@ that skipped work fails them).
 Cases: 3x3 pad 1 stride 1 and 2, 1x1 stride 2, a vertical stride alone, a batch, asymmetric
 pads with non-zero fills, input channels not a multiple of the columns, weights in several
 column chunks (with and without a residual), the residual add and scaled add, per-channel
-requantize, int32 output, and the K-major store. All cases of a variant run in one simulator
-launch, on the 8x8 array and on the 4x4 array with 4-byte words (both have window loads)."""
+requantize, int32 output, the K-major store, and output rows that are not whole blocks of
+the array's rows (OW 5, 10, 28: a block spans output rows or images; one input channel, whose
+kernel rows load together). All cases of a variant run in one simulator launch, on the 8x8
+array and on the 4x4 array with 4-byte words (both have window loads)."""
 
 from __future__ import annotations
 
@@ -86,6 +88,21 @@ V8_CASES = [
     case("int32 out", H=8, W=8, Cin=8, Cout=8, fill=-1, stages=("bias",)),
     case("K-major out", H=8, W=16, Cin=16, Cout=24, fill=-3, stages=("bias", "requant"),
          kmajor_out=True),
+    # output rows that are not whole blocks: a block spans output rows (two LOADWs, the
+    # second with keep, per kernel position and row), images, or ends past the last pixel
+    case("OW 5: 10x4 stride 2, Cin 1 (DS-CNN conv0)", H=49, W=10, Cin=1, Cout=16, kh=10,
+         kw=4, stride=(2, 2), pads=(4, 1, 5, 1), fill=-5, stages=BRR),
+    case("OW 28: 5x5, Cin 3 (LeNet conv1)", H=12, W=32, Cin=3, Cout=6, kh=5, kw=5,
+         pads=(0, 0, 0, 0), stages=BRR),
+    case("OW 10: 5x5, Cin 16 (LeNet conv2)", H=14, W=14, Cin=16, Cout=16, kh=5, kw=5,
+         pads=(0, 0, 0, 0), stages=("bias", "requant")),
+    case("OW 5: 3x3 stride 2 pad 1, Cin 3", H=9, W=10, Cin=3, Cout=8, stride=(2, 2),
+         fill=11, stages=BRR),
+    case("OW 10, batch 2: blocks span images", N=2, H=10, W=10, Cin=5, Cout=8, fill=-9,
+         stages=BRR),
+    case("OW 5, residual", H=5, W=5, Cin=8, Cout=16, stages=("bias", "requant", "residual")),
+    case("OW 10, K-major out", H=3, W=10, Cin=8, Cout=16, stages=("requant",),
+         kmajor_out=True),
 ]
 
 V4P4_CASES = [
@@ -99,6 +116,15 @@ V4P4_CASES = [
     case("per-channel requantize", H=4, W=8, Cin=8, Cout=12, stages=BRR, per_channel=True,
          quant={"zp": 2}),
     case("K-major out", H=4, W=8, Cin=4, Cout=8, stages=("requant",), kmajor_out=True),
+    case("OW 5: 3x3 pad 1, Cin 3", H=6, W=5, Cin=3, Cout=8, fill=-3, stages=BRR),
+    case("OW 10: 5x5 stride 2 pad 2, Cin 1", H=9, W=20, Cin=1, Cout=4, kh=5, kw=5,
+         stride=(2, 2), pads=(2, 2, 2, 1), fill=4, stages=BRR),
+    case("OW 5: 10x4 stride 2, Cin 1 (DS-CNN conv0)", H=21, W=10, Cin=1, Cout=8, kh=10,
+         kw=4, stride=(2, 2), pads=(4, 1, 5, 1), stages=BRR),
+    case("OW 28: 5x5, Cin 1", H=7, W=32, Cin=1, Cout=4, kh=5, kw=5, pads=(0, 0, 0, 0),
+         stages=BRR),
+    case("OW 10, Cin 16, residual", H=4, W=10, Cin=16, Cout=8,
+         stages=("bias", "requant", "residual")),
 ]
 
 
@@ -196,6 +222,14 @@ def test_the_cases_cover_what_they_claim():
         assert any(p.Cin % cfg.cols for p in ps) and any(p.N > 1 for p in ps)
         assert any(p.kmajor_out for p in ps) and any(p.epilogue.per_channel for p in ps)
         assert any(p.stride == (2, 2) for p in ps) and any(p.fill for p in ps)
+        partial = [p for p in ps if p.OW % cfg.rows]
+        assert {5, 10} <= {p.OW for p in partial} and any(p.Cin == 1 for p in partial)
+        assert any(p.Cin == 3 for p in partial) and any(p.stride == (2, 2) for p in partial)
+        assert any((p.kh, p.kw) == (10, 4) for p in partial)
+        assert any((p.kh, p.kw) == (5, 5) for p in partial)
+        # some block spans two output rows
+        assert any(ConvGeometry(cfg, p).period > 1 for p in partial)
+    assert any(p.OW == 28 and p.OW % V8.rows for _, p in V8_CASES)
 
 
 def test_analytical_cycles_equal_the_measured_cycles(runs):

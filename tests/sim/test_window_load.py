@@ -91,3 +91,87 @@ def test_a_loadw_is_priced_like_the_words_it_reads(results):
         m.matmul(4, True, 4)
         m.wait(load=True, feed=True, epi=True)
         assert m.seq + 1 == result.counters["cycles"], (shift, step)
+
+
+def _keep_program(first, second):
+    """Two LOADWs into the same 4 rows: ``first`` (shift, step, mask), then ``second``
+    (shift, step, mask) with ``keep`` from 8 words further on; MATMUL with an identity B."""
+    loads = []
+    for (shift, step, mask), keep, ext in ((first, 0, 16), (second, 1, 24)):
+        loads.append(f"li rd=r1, imm={ext}")
+        loads.append(f"loadw ext=r1, spad=r2, stride=r3, next=r4, fill=r5, step={step}, "
+                     f"count=4, shift={shift}, mask={mask}, keep={keep}")
+    body = "\n        ".join(loads)
+    return assemble(f"""
+        li rd=r2, imm=0
+        li rd=r3, imm=3
+        li rd=r4, imm=1
+        li rd=r5, imm=-7
+        {body}
+        li rd=r6, imm=0
+        li rd=r7, imm=4
+        load dst=b, ext=r6, spad=r0, stride=r7, count=1, len=4
+        wait units=1
+        li rd=r8, imm=64
+        matmul a=r0, b=r0, out=r8, bias=r0, res=r0, k=4, mask=0, dt=i32, last=1
+        wait units=7
+        halt
+    """)
+
+
+#: (first, second) LOADWs, each (shift, step, mask): the second keeps the lanes outside its
+#: mask, as a block spanning two output rows loads them (lanes 0..r-1 from one row, r.. from
+#: the next), and masks that overlap or leave lanes to the first's fill.
+KEEP_CASES = [((1, 1, 0b0011), (2, 1, 0b1100)), ((3, 2, 0b0001), (0, 2, 0b1110)),
+              ((0, 1, 0b0110), (2, 2, 0b1000)), ((2, 1, 0b1111), (1, 1, 0b0101)),
+              ((0, 1, 0b0000), (3, 1, 0b0011))]
+
+
+@pytest.fixture(scope="module")
+def keep_results():
+    from sim.build import build_variant
+
+    build_variant(V4P4)
+    rng = np.random.default_rng(12)
+    jobs, mems = [], []
+    for first, second in KEEP_CASES:
+        mem = np.zeros(64 * 4, np.uint8)
+        mem[16 * 4:48 * 4] = rng.integers(0, 256, 32 * 4, dtype=np.uint8)
+        mem[0:16] = np.eye(4, dtype=np.uint8).reshape(-1)
+        jobs.append(Job(program=_keep_program(first, second),
+                        memory=MemoryImage(writes=((0, mem[:48 * 4].tobytes()),),
+                                           reads={"out": (64, 64)}),
+                        name=f"loadw keep {first} {second}"))
+        mems.append(mem)
+    return list(zip(KEEP_CASES, mems, run_programs(V4P4, jobs), strict=True))
+
+
+def test_loadw_keep_merges_into_the_old_rows(results, keep_results):
+    for (first, second), mem, result in keep_results:
+        args = {"stride": 3, "next": 1, "count": 4, "fill": -7}
+        old = window_load(mem, 4, 4, ext=16, shift=first[0], step=first[1], mask=first[2],
+                          **args)
+        want = window_load(mem, 4, 4, ext=24, shift=second[0], step=second[1],
+                           mask=second[2], keep=True, old=old, **args)
+        got = np.frombuffer(bytes(result.outputs["out"]), "<i4").reshape(4, 4).T
+        np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=str((first, second)))
+        # the kept lanes are the first load's, not the fill or memory
+        kept = [r for r in range(4) if not second[2] >> r & 1]
+        np.testing.assert_array_equal(want[:, kept], old[:, kept])
+
+
+def test_a_keep_loadw_is_priced_like_the_words_it_reads(keep_results):
+    for (first, second), _, result in keep_results:
+        m = Machine(V4P4)
+        m.instrs(4)
+        for shift, step, _ in (first, second):
+            words = (shift + 3 * step) // 4 + 1
+            m.instrs(1)
+            m.load(4 * words * 4, 4, row_words=words)
+        m.instrs(2)
+        m.load(16, 4, setup=0)
+        m.wait(load=True)
+        m.instrs(1)
+        m.matmul(4, True, 4)
+        m.wait(load=True, feed=True, epi=True)
+        assert m.seq + 1 == result.counters["cycles"], (first, second)

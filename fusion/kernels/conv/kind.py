@@ -8,8 +8,9 @@ order, pre-packed like a GEMM's B), and the epilogue's ``bias``, ``mult``/``shif
 ``residual`` as for a GEMM. The output is the GEMM's ``M x Cout`` tiles (or K-major).
 
 Where it applies (:func:`conv_problem`): variants whose A row is one memory word, a
-horizontal stride of 1 or 2, output rows of whole blocks (``OW`` a multiple of the array's
-rows), a whole output row's windows in half the A scratchpad, a column block of weights in
+horizontal stride of 1 or 2, a step's windows in half the A scratchpad (a whole output row's
+when ``OW`` is a multiple of the array's rows; otherwise at least one block's, whose pixels
+may span output rows: one window load per row it spans), a column block of weights in
 B, and a program that fits the instruction memory. Otherwise the compiler gathers the windows
 on the host (``im2col``) and runs a GEMM, and the plan says why.
 """
@@ -53,14 +54,12 @@ def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None
     if p.stride[1] not in (1, 2):
         return ("stride", f"the horizontal stride {p.stride[1]} is not a window load's lane "
                 f"step (1 or 2)")
-    if p.OW % config.rows:
-        return ("partial_rows", f"the output rows ({p.OW} pixels) are not whole blocks of "
-                f"{config.rows}: a block of pixels would span two rows of windows")
     if p.Cin >= 1 << 12:
         return ("channels", f"{p.Cin} input channels exceed a window load's 12-bit row count")
     geo = ConvGeometry(config, p)
     if 2 * geo.a_half > config.spad_a_depth:
-        return ("a_scratchpad", f"an output row's windows ({geo.bpr} blocks x {geo.Kp} rows) "
+        what = "an output row's" if geo.whole_rows else "a block's"
+        return ("a_scratchpad", f"{what} windows ({geo.bps} blocks x {geo.Kp} rows) "
                 f"do not fit half the A scratchpad ({config.spad_a_depth} rows)")
     tn = column_chunk(geo, "residual" in p.stages)
     if tn < 1:
@@ -149,7 +148,7 @@ class ConvKind(KernelKind):
         x = np.zeros((geo.in_blocks * geo.R, geo.cp), np.int8)
         x[: p.N * p.H * p.W, : p.Cin] = values["x"]
         return {"x": x.reshape(geo.in_blocks, geo.R, geo.cp).transpose(0, 2, 1).tobytes(),
-                "b": layout.pack_b(dims, values["b"]),
+                "b": layout.pack_b(dims, np.asarray(values["b"])[geo.k_order]),
                 **pack_epilogue(dims, p.stages, p.epilogue, values)}
 
     def reference(self, params: ConvParams, values: Mapping[str, np.ndarray]) -> np.ndarray:

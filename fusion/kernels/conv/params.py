@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fusion.kernels.protocol import check_per_channel, check_sizes
@@ -93,13 +94,16 @@ class ConvParams:
 
 @dataclass(frozen=True)
 class ConvGeometry:
-    """How a window convolution lies on a variant: blocks, scratchpad halves, column chunks.
+    """How a window convolution lies on a variant: blocks, steps, scratchpad halves, chunks.
 
     The output is the GEMM ``M x Cout`` (``M = N*OH*OW`` pixels in raster order) in blocks of
-    ``R`` pixels; a block lies in one output row (``OW`` a multiple of ``R``), ``bpr`` blocks
-    a row. The input is the K-major ``[blocks][cp][R]`` matrix of its ``N*H*W`` pixels, ``cp``
-    its channels padded to the array's columns (what a GEMM stores K-major). The A scratchpad
-    holds two row-halves (a row's blocks, ``Kp`` rows each); B holds ``tn`` column blocks of
+    ``R`` pixels, taken ``bps`` blocks a *step*: a whole output row's ``bpr`` blocks when
+    ``OW`` is a multiple of ``R``; otherwise a block may span output rows (and images), and a
+    step is ``bps`` consecutive blocks, a divisor of the period after which the blocks' places
+    in the output rows repeat (:attr:`period`), as large as half the A scratchpad holds. The
+    input is the K-major ``[blocks][cp][R]`` matrix of its ``N*H*W`` pixels, ``cp`` its
+    channels padded to the array's columns (what a GEMM stores K-major). The A scratchpad
+    holds two halves (a step's blocks, ``Kp`` rows each); B holds ``tn`` column blocks of
     weights at a time (the chunks); the epilogue scratchpad holds the bias region, then two
     halves of residual tiles.
     """
@@ -138,16 +142,75 @@ class ConvGeometry:
         return _ceil_div(self.params.M, self.R)
 
     @property
+    def whole_rows(self) -> bool:
+        """Output rows of whole blocks: every block lies in one output row."""
+        return self.params.OW % self.R == 0
+
+    @property
     def bpr(self) -> int:
-        """Output blocks per output row."""
+        """Output blocks per output row (whole rows only)."""
         return self.params.OW // self.R
 
     @property
-    def rows(self) -> int:
-        """Output rows: ``N * OH``."""
-        return self.params.N * self.params.OH
+    def period(self) -> int:
+        """Blocks after which the blocks' places in the output rows repeat:
+        ``lcm(OW, R) / R``."""
+        return self.params.OW // math.gcd(self.params.OW, self.R)
+
+    @property
+    def bps(self) -> int:
+        """Blocks per step: a whole row's, or the largest divisor of :attr:`period` whose
+        windows fit half the A scratchpad (at least 1)."""
+        if self.whole_rows:
+            return self.bpr
+        half = self.config.spad_a_depth // (2 * self.Kp)
+        return max([d for d in range(1, self.period + 1) if self.period % d == 0
+                    and d <= half], default=1)
+
+    @property
+    def steps(self) -> int:
+        """Steps: ``N * OH`` output rows, or the blocks in steps of ``bps``."""
+        if self.whole_rows:
+            return self.params.N * self.params.OH
+        return _ceil_div(self.Mb, self.bps)
+
+    def step_blocks(self, s: int) -> range:
+        """The blocks of step ``s``."""
+        return range(s * self.bps, min(self.Mb, (s + 1) * self.bps))
+
+    @property
+    def row_class(self) -> int:
+        """Kernel rows ``ky`` and ``ky + q`` (this ``q``) are ``lcm(W, R)`` input pixels
+        apart: a whole number of blocks, so their windows have the same lanes' bytes."""
+        return self.R // math.gcd(self.params.W, self.R)
+
+    @property
+    def class_words(self) -> int:
+        """Words from one kernel row's window to the next of its class (:attr:`row_class`)."""
+        return self.row_class * self.params.W // self.R * self.cp
+
+    @property
+    def groups(self) -> list[list[tuple[int, int]]]:
+        """The kernel positions ``(ky, kx)`` in the A scratchpad's order (and the weights'
+        K order), in groups one window load fills: with one input channel, a column ``kx``'s
+        rows of one :attr:`row_class` (a LOADW's rows ``class_words`` apart); otherwise each
+        position alone, in ``(ky, kx)`` order (``Cin`` rows one word apart)."""
+        p = self.params
+        if p.Cin > 1:
+            return [[(ky, kx)] for ky in range(p.kh) for kx in range(p.kw)]
+        q = min(self.row_class, p.kh)
+        return [[(ky, kx) for ky in range(a, p.kh, self.row_class)]
+                for kx in range(p.kw) for a in range(q)]
+
+    @property
+    def k_order(self) -> list[int]:
+        """The weights' rows in A scratchpad order: row ``i`` of the packed weights is row
+        ``k_order[i]`` of the ``(ky, kx, c)``-ordered ``K x Cout`` matrix."""
+        p = self.params
+        return [(ky * p.kw + kx) * p.Cin + c for g in self.groups for ky, kx in g
+                for c in range(p.Cin)]
 
     @property
     def a_half(self) -> int:
-        """A scratchpad rows of one half: a whole output row's blocks."""
-        return self.bpr * self.Kp
+        """A scratchpad rows of one half: a step's blocks."""
+        return self.bps * self.Kp

@@ -1,35 +1,45 @@
 """The program of a window convolution: the context ``conv.j2`` renders.
 
-Per column chunk (the ``tn`` column blocks whose weights fit the B scratchpad): load the
-chunk's weights, the first output row's windows and residual tiles, then one *step* per
-output row ``t``:
+The output's blocks of ``R`` pixels go in *steps* (:class:`~fusion.kernels.conv.params.
+ConvGeometry`): an output row's blocks, or, when output rows are not whole blocks, a few
+consecutive blocks. Per column chunk (the ``tn`` column blocks whose weights fit the B
+scratchpad): load the chunk's weights, the first step's windows and residual tiles, then
+per step ``t``:
 
-1. with the residual stage, once the epilogue has drained row ``t - 1`` (``wait EPI``), the
-   residual tiles of row ``t + 1`` into the epilogue half row ``t - 1`` used;
-2. per block ``j`` of the row: its matmuls (one per column block of the chunk, over all
-   ``Kp`` rows of the block's windows), then the window loads of block ``j`` of row
-   ``t + 1`` into the other A half (one LOADW per kernel position: ``Cin`` rows, lane ``r``
-   at input pixel ``(ix0 + r*sx)``, padding lanes filled with the zero point), so that the
-   loads of the next row run while this row's matmuls do;
-3. the row bases move on (``r14`` input, ``r15`` output), and ``wait LOAD+FEED``: the next
-   row's operands are in, and this row's matmuls have read theirs.
+1. with the residual stage, once the epilogue has drained step ``t - 1`` (``wait EPI``), the
+   residual tiles of step ``t + 1`` into the epilogue half step ``t - 1`` used;
+2. per block ``j`` of the step: its matmuls (one per column block of the chunk, over all
+   ``Kp`` rows of the block's windows), then the window loads of block ``j`` of step
+   ``t + 1`` into the other A half (per kernel position, one LOADW per output row the block
+   spans: ``Cin`` rows, lane ``r`` at input pixel ``(ix0 + r*sx)``, padding lanes filled
+   with the zero point by the first, the later ones merging their lanes in with ``keep``),
+   so that the loads of the next step run while this step's matmuls do;
+3. the step bases move on (``r14`` input, ``r15`` output), and ``wait LOAD+FEED``: the next
+   step's operands are in, and this step's matmuls have read theirs.
 
-Every address is relative to the row bases, so rows with the same padding pattern have the
-same code: consecutive repeats (a period of one or two rows, the halves alternating) become a
-hardware loop, and repeats of those (the images of a batch) an outer loop
-(:func:`compress`).
-"""
+Every address is relative to the step bases, so steps with the same padding pattern have
+the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
+become a hardware loop, and repeats of those (the images of a batch) an outer loop
+(:func:`compress`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fusion.kernels.codegen import Program, assemble_program, load_context, render
+from fusion.kernels.codegen import (
+    Program,
+    assemble_program,
+    drop_redundant_li,
+    load_context,
+    render,
+)
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
 from fusion.kernels.layout import GemmDims, Region, bias_group, bias_region_bytes
+from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Unit
 from hwgen.reference import output_dtype
@@ -44,12 +54,13 @@ def _ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class Tap:
-    """One kernel position's window load for one block: where its rows come from."""
+    """One window load of a kernel position for one block: where its rows come from."""
 
     ext: int | None  # word address (below 0 possible: its lanes are masked); None: all fill
     shift: int
     step: int
     mask: int
+    keep: bool = False  # lanes outside the mask keep what the block's first load wrote
 
 
 def chunks(geo: ConvGeometry, tn: int) -> list[tuple[int, int]]:
@@ -64,7 +75,7 @@ def column_chunk(geo: ConvGeometry, residual: bool) -> int:
     tn = min(geo.Nb, c.spad_b_depth // geo.Kp)
     if residual:
         free = c.spad_e_depth - _bias_rows(geo)
-        tn = min(tn, free // (2 * geo.bpr * geo.R))
+        tn = min(tn, free // (2 * geo.bps * geo.R))
     return max(tn, 0)
 
 
@@ -79,35 +90,73 @@ def _dims(geo: ConvGeometry) -> GemmDims:
     return GemmDims(geo.config, geo.params.M, geo.params.K, geo.params.Cout)
 
 
-def tap(geo: ConvGeometry, x: Region, t: int, j: int, ky: int, kx: int) -> Tap:
-    """The window load of kernel position ``(ky, kx)`` for block ``j`` of output row ``t``."""
+def segments(geo: ConvGeometry, b: int) -> list[tuple[int, int, int, int]]:
+    """The output rows block ``b`` spans: ``(t, r0, r1, ox0)`` for its lanes ``r0 <= r <
+    r1`` in output row ``t`` (of all ``N*OH``) from column ``ox0`` on; lanes past the last
+    pixel are in none."""
     p, R = geo.params, geo.R  # noqa: N806
-    n, oy = divmod(t, p.OH)
+    out, r = [], 0
+    while r < R and b * R + r < p.M:
+        t, ox0 = divmod(b * R + r, p.OW)
+        r1 = min(R, r + p.OW - ox0, p.M - b * R)
+        out.append((t, r, r1, ox0))
+        r = r1
+    return out
+
+
+def group_loads(geo: ConvGeometry, x: Region, b: int, group: list[tuple[int, int]]
+                ) -> list[tuple[int, int, Tap]]:
+    """The window loads that fill one group of kernel positions (:attr:`ConvGeometry.
+    groups`: one column ``kx``, rows ``ky`` of one class) for block ``b``, as ``(first
+    position of the group, positions, Tap)``.
+
+    Per output row the block spans (its lanes' segment), the group's positions whose input
+    row lies inside the input are a consecutive run. The first segment's run is loaded
+    without ``keep``, filling the lanes outside its mask, and the positions outside that run
+    are filled by all-fill loads; the other segments' runs merge their lanes in with ``keep``
+    (their positions outside the input keep the fill). A block lying in one output row
+    loads each position once, as without keep."""
+    p, R = geo.params, geo.R  # noqa: N806
     sy, sx = p.stride
-    iy = oy * sy + ky - p.pads[0]
-    if not 0 <= iy < p.H:  # a padding row: every lane is the fill
-        return Tap(None, 0, 1, 0)
-    ix0 = j * R * sx + kx - p.pads[1]
-    mask = sum(1 << r for r in range(R) if 0 <= ix0 + r * sx < p.W)
-    if not mask:
-        return Tap(None, 0, 1, 0)
-    p0 = (n * p.H + iy) * p.W + ix0  # the input pixel of lane 0
-    lo = p0 // R
-    return Tap(x.addr + lo * geo.cp, p0 - lo * R, sx, mask)
+    kx = group[0][1]
+    runs = []
+    for t, r0, r1, ox0 in segments(geo, b):
+        n, oy = divmod(t, p.OH)
+        inside = [m for m, (ky, _) in enumerate(group) if 0 <= oy * sy + ky - p.pads[0] < p.H]
+        ix0 = (ox0 - r0) * sx + kx - p.pads[1]  # lane 0's input column (a virtual one if r0)
+        mask = sum(1 << r for r in range(r0, r1) if 0 <= ix0 + r * sx < p.W)
+        if not inside or not mask:
+            continue
+        iy = oy * sy + group[inside[0]][0] - p.pads[0]
+        p0 = (n * p.H + iy) * p.W + ix0  # the input pixel of lane 0 of the run's first row
+        lo = p0 // R
+        runs.append((inside[0], len(inside), Tap(x.addr + lo * geo.cp, p0 - lo * R, sx, mask)))
+    fill = Tap(None, 0, 1, 0)
+    if not runs:
+        return [(0, len(group), fill)]
+    (m0, n0, first), rest = runs[0], runs[1:]
+    loads = [(m0, n0, first)]
+    if m0:
+        loads.append((0, m0, fill))
+    if m0 + n0 < len(group):
+        loads.append((m0 + n0, len(group) - m0 - n0, fill))
+    return loads + [(m, k, dataclasses.replace(w, keep=True)) for m, k, w in rest]
 
 
-def _in_base(geo: ConvGeometry, x: Region, t: int) -> int:
-    """``r14`` during row ``t``: the word address of the block of the row's first input
-    pixel (the relative offsets need not be small, only equal between equal rows)."""
+def _in_base(geo: ConvGeometry, x: Region, s: int) -> int:
+    """``r14`` during step ``s``: the word address of the block of the input pixel of the
+    step's first output pixel's window (the relative offsets need not be small, only equal
+    between equal steps)."""
     p = geo.params
+    t, ox = divmod(geo.step_blocks(s)[0] * geo.R, p.OW)
     n, oy = divmod(t, p.OH)
-    return x.addr + ((n * p.H + oy * p.stride[0]) * p.W // geo.R) * geo.cp
+    return x.addr + (((n * p.H + oy * p.stride[0]) * p.W + ox * p.stride[1]) // geo.R) * geo.cp
 
 
 def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> dict[str, Any]:
     """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring)."""
     c, p = geo.config, geo.params
-    R, Kp, Nb, T = geo.R, geo.Kp, geo.Nb, geo.rows  # noqa: N806
+    R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
     x, out = regions["x"], regions["out"]
     residual = "residual" in p.stages
     dt = "i8" if output_dtype(p.stages).itemsize == 1 else "i32"
@@ -116,30 +165,35 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
     group = bias_group(p.epilogue.per_channel)
     e_base = _bias_rows(geo)
     mask_bits = sum(c.stage_bit(s) for s in p.stages)
-    taps = [(ky, kx) for ky in range(p.kh) for kx in range(p.kw)]
 
-    def out_base(t: int, nb0: int) -> int:
-        return out.addr + (t * geo.bpr * Nb + nb0) * out_tw
+    def out_base(s: int, nb0: int) -> int:
+        return out.addr + (s * G * Nb + nb0) * out_tw
 
-    def loads_of_row(t: int, j: int, half: int, r14: int) -> list[dict]:
-        items = []
-        for n, (ky, kx) in enumerate(taps):
-            w = tap(geo, x, t, j, ky, kx)
-            # an all-fill load reads one word a row wherever r14 points
-            ext = 0 if w.ext is None else w.ext - r14
-            items += [{"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext},
-                      {"kind": "li", "rd": "r2", "imm": half * geo.a_half + j * Kp + n * p.Cin},
-                      {"kind": "loadw", "count": p.Cin, "shift": w.shift, "step": w.step,
-                       "mask": w.mask}]
+    def loads_of_block(s: int, j: int, half: int, r14: int, r1: list) -> list[dict]:
+        """The block's window loads; ``r1`` holds the offset ``r1 - r14`` last set in this
+        step (None: unknown), so that loads from the same word share one ``addi``."""
+        items, pos = [], 0
+        for group in geo.groups:
+            for m, k, w in group_loads(geo, x, s * G + j, group):
+                # an all-fill load reads one word a row wherever r1 points
+                ext = (r1[0] if r1[0] is not None else 0) if w.ext is None else w.ext - r14
+                if ext != r1[0]:
+                    items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
+                    r1[0] = ext
+                items += [{"kind": "li", "rd": "r2",
+                           "imm": half * geo.a_half + j * Kp + (pos + m) * p.Cin},
+                          {"kind": "loadw", "count": k * p.Cin, "shift": w.shift,
+                           "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
+            pos += len(group)
         return items
 
-    def residual_loads(t: int, half: int, nb0: int, tn_c: int, r15: int) -> list[dict]:
+    def residual_loads(s: int, half: int, nb0: int, tn_c: int, r15: int) -> list[dict]:
         items = []
-        for j in range(geo.bpr):
-            ext = regions["residual"].addr + ((t * geo.bpr + j) * Nb + nb0) * res_tw
+        for j, b in enumerate(geo.step_blocks(s)):
+            ext = regions["residual"].addr + (b * Nb + nb0) * res_tw
             items.append({"kind": "load", **load_context(
                 c, Dst.E8, {"base": "r15", "off": ext - r15},
-                e_base + half * geo.bpr * tn * R + j * tn_c * R, 1, tn_c * res_tw, 0,
+                e_base + half * G * tn * R + j * tn_c * R, 1, tn_c * res_tw, 0,
                 f"residual tiles of block {j}")})
         return items
 
@@ -157,18 +211,21 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         body += [{"kind": "li", "rd": "r14", "imm": r14}, {"kind": "li", "rd": "r15", "imm": r15}]
         if residual:
             body += residual_loads(0, 0, nb0, tn_c, r15)
-        for j in range(geo.bpr):
-            body += loads_of_row(0, j, 0, r14)
-        body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first row's operands"})
+        r1: list = [None]
+        for j in range(len(geo.step_blocks(0))):
+            body += loads_of_block(0, j, 0, r14, r1)
+        body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first step's operands"})
         steps = []
         for t in range(T):
             half, nxt = t % 2, t + 1 < T
             step: list[dict] = []
+            r1 = [None]  # a step may be a loop's body: r1 is unknown at its start
             if residual and nxt:
                 step.append({"kind": "wait", "units": [Unit.EPI],
-                             "why": "the residual half of the row before is drained"})
+                             "why": "the residual half of the step before is drained"})
                 step += residual_loads(t + 1, 1 - half, nb0, tn_c, r15)
-            for j in range(geo.bpr):
+            following = len(geo.step_blocks(t + 1)) if nxt else 0
+            for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
                     step += [
                         {"kind": "li", "rd": "r6", "imm": half * geo.a_half + j * Kp},
@@ -177,26 +234,28 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
                          "imm": (j * Nb + nbl) * out_tw},
                         {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
                         {"kind": "li", "rd": "r10",
-                         "imm": e_base + half * geo.bpr * tn * R + (j * tn_c + nbl) * R
+                         "imm": e_base + half * G * tn * R + (j * tn_c + nbl) * R
                          if residual else 0},
                         {"kind": "matmul", "k": Kp, "mask": f"{mask_bits:#b}", "dt": dt,
                          "tr": p.kmajor_out}]
-                if nxt:
-                    step += loads_of_row(t + 1, j, 1 - half, r14)
+                if j < following:
+                    step += loads_of_block(t + 1, j, 1 - half, r14, r1)
             if nxt:
                 d14, d15 = _in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
                 step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
                          {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15},
                          {"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
-                          "why": "next row's operands in; this row's matmuls have read theirs"}]
+                          "why": "next step's operands in; this step's matmuls have read theirs"}]
                 r14, r15 = r14 + d14, r15 + d15
             steps.append(step)
         body += compress(steps, f"conv_c{nb0}")
     return {
         "what": (f"window convolution {p.N}x{p.Cin}x{p.H}x{p.W} -> {p.Cout} channels, "
-                 f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} output rows of "
-                 f"{geo.bpr} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"),
-        "setup": [("r3", 1), ("r4", geo.cp), ("r5", p.fill & 0xFF)],
+                 f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} steps of "
+                 f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"),
+        # r3: rows one word apart (channels), or with one channel a row class apart
+        "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
+                  ("r5", p.fill & 0xFF)],
         "csrs": csr_writes(p.stages, p.epilogue),
         "bias_load": (bias_load(_dims(geo), regions["bias"], p.epilogue.per_channel)
                       if reads_bias_region(p.stages, p.epilogue) else None),
@@ -294,12 +353,12 @@ def instructions(items: Sequence[dict]) -> int:
 
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:
     """Why the program would not fit the instruction memory (None if it does), before any
-    placement: the layout of the loops does not depend on the addresses."""
+    placement: the program at a dummy placement, assembled (its length does not depend on
+    the addresses: every address is set by ``addi`` from a base, or once by ``li``)."""
     dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
-    ctx = build_context(geo, dummy, tn)
-    length = instructions(ctx["body"]) + len(ctx["csrs"]) + len(ctx["setup"]) + 8
+    text = drop_redundant_li(render("conv.j2", **build_context(geo, dummy, tn)))
+    length = len(assemble_instrs(text))
     if length > geo.config.imem_depth:
-        return (f"its program needs about {length} instructions, more than the "
+        return (f"its program needs {length} instructions, more than the "
                 f"{geo.config.imem_depth} of the instruction memory")
     return None
-

@@ -38,8 +38,10 @@ def conv(**kw) -> ConvParams:
     # an A row of 4 lanes is half an 8-byte word: no window loads
     (VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES), conv(), "no_window_loads",
      ["window loads need an A row of one memory word", "4 rows and 8-byte words"]),
-    # 3x3 pad 1 on a 12-wide input: 12 output pixels a row, not whole blocks of 8
-    (V8, conv(W=12), "partial_rows", ["output rows (12 pixels)", "not whole blocks of 8"]),
+    # output rows of 12 pixels (not whole blocks of 8), and one block's windows, 1152 rows,
+    # twice over do not fit the A scratchpad
+    (V8, conv(W=12, Cin=128), "a_scratchpad", ["a block's windows (1 blocks x 1152 rows)",
+                                               "half the A scratchpad (2048 rows)"]),
     (V8, conv(stride=(1, 3)), "stride", ["horizontal stride 3", "lane step (1 or 2)"]),
     # two halves of 2 blocks x 576 rows: 2304 > 2048
     (V8, conv(W=16, Cin=64), "a_scratchpad", ["an output row's windows (2 blocks x 576 rows)",
@@ -62,6 +64,8 @@ def test_legal_counterparts_of_the_refusals():
     assert CONV.legality(V8, conv()) is None
     assert CONV.legality(V8, conv(stride=(2, 2))) is None
     assert CONV.legality(V8, conv(W=8, Cin=64)) is None  # 1 block x 576 fits half of A
+    assert CONV.legality(V8, conv(W=12)) is None  # blocks spanning output rows
+    assert CONV.legality(V8, conv(W=12, Cin=64)) is None  # one such block x 576 rows
     assert CONV.legality(V8, conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True)) is None
     assert CONV.legality(V4P4, conv()) is None
 
@@ -87,10 +91,10 @@ def test_a_32x32_conv_runs_its_rows_in_hardware_loops():
     kernel = compile_kernel(CONV, V8, params)
     ops = [decode(int(w)).op for w in kernel.program]
     geo = ConvGeometry(V8, params)
-    assert (geo.rows, geo.bpr) == (32, 4)
+    assert (geo.steps, geo.bpr) == (32, 4)
     assert Op.BNZD in ops
     # unrolled, every block of every row has a window load per kernel position: 32 x 4 x 9
-    assert ops.count(Op.LOADW) * 4 < geo.rows * geo.bpr * params.kh * params.kw
+    assert ops.count(Op.LOADW) * 4 < geo.steps * geo.bpr * params.kh * params.kw
     # and the whole program, unrolled, is many times what runs from the instruction memory
     ctx = build_context(geo, {name: Region(name, 1 << 12, 1) for name in ("x", "b", "out")},
                         column_chunk(geo, False))
