@@ -10,7 +10,9 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
   ``pc_next``); a WAIT retires the cycle its units are idle.
 - **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
   buffered FIFO, then the unit's command register); the job queue holds
-  :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array.
+  :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array. A
+  full queue has room again the cycle after its unit took the oldest entry (the FIFO's
+  memory refills its output register that cycle; its level drops the next).
 - **load engine**: a LOAD (or LOADW) starts requesting once the one before has made its last
   request (their words overlap in flight, up to :data:`~hwgen.gateware.dma.CONTEXTS`
   commands), and the load queue holds :data:`QUEUE_DEPTH` commands, so the sequencer runs at
@@ -100,7 +102,7 @@ class Machine:
         # the tile before still drained: the unit held from the one to the other)
         self.w_computed = self.w_capture = 0
         self.w_read = 0  # cycle the window unit has read every scratchpad row it will
-        self.taken: list[int] = []  # cycles the last QUEUE_DEPTH jobs left the job queue
+        self.taken: list[int] = []  # cycles after the last QUEUE_DEPTH jobs left the queue
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
 
@@ -189,7 +191,10 @@ class Machine:
         return retire + ISSUE_LATENCY - 1
 
     def _took(self, cycle: int) -> None:
-        self.taken = (self.taken + [cycle])[-QUEUE_DEPTH:]
+        """A job left the queue at ``cycle``: a full queue has room again the cycle after
+        (the buffered FIFO refills its output register from its memory that cycle, and the
+        memory's level drops the next), as for loads."""
+        self.taken = (self.taken + [cycle + 1])[-QUEUE_DEPTH:]
 
     # -- instructions ----------------------------------------------------------------------
 

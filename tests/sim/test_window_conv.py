@@ -90,7 +90,8 @@ V8_CASES = [
          kmajor_out=True),
     # output rows that are not whole blocks: a block spans output rows (two LOADWs, the
     # second with keep, per kernel position and row), images, or ends past the last pixel
-    case("OW 5: 10x4 stride 2, Cin 1 (DS-CNN conv0)", H=49, W=10, Cin=1, Cout=16, kh=10,
+    # 64 output channels: 8 matmuls a block fill the job queue between window loads
+    case("OW 5: 10x4 stride 2, Cin 1 (DS-CNN conv0)", H=49, W=10, Cin=1, Cout=64, kh=10,
          kw=4, stride=(2, 2), pads=(4, 1, 5, 1), fill=-5, stages=BRR),
     case("OW 28: 5x5, Cin 3 (LeNet conv1)", H=12, W=32, Cin=3, Cout=6, kh=5, kw=5,
          pads=(0, 0, 0, 0), stages=BRR),

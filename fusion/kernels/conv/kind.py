@@ -4,8 +4,10 @@ the windows (LOADW, implicit im2col; program: :mod:`fusion.kernels.conv.program`
 Operands: ``x`` (the input as the ``N*H*W x Cin`` matrix of its pixels, int8, K-major
 ``[blocks][cp][R]``: exactly what a GEMM stores with ``kmajor_out``, so the convolution reads
 its producer's output where it lies), ``b`` (the ``kh*kw*Cin x Cout`` weights in (ky, kx, c)
-order, pre-packed like a GEMM's B), and the epilogue's ``bias``, ``mult``/``shift`` and
-``residual`` as for a GEMM. The output is the GEMM's ``M x Cout`` tiles (or K-major).
+order, pre-packed like a GEMM's B with their rows in the A scratchpad's order,
+:attr:`~fusion.kernels.conv.params.ConvGeometry.k_order`), and the epilogue's ``bias``,
+``mult``/``shift`` and ``residual`` as for a GEMM. The output is the GEMM's ``M x Cout``
+tiles (or K-major).
 
 Where it applies (:func:`conv_problem`): variants whose A row is one memory word, a
 horizontal stride of 1 or 2, a step's windows in half the A scratchpad (a whole output row's
@@ -135,11 +137,13 @@ class ConvKind(KernelKind):
 
     def build(self, config: VariantConfig, params: ConvParams,
               regions: Mapping[str, Region]) -> Build:
-        tn = column_chunk(ConvGeometry(config, params), "residual" in params.stages)
+        geo = ConvGeometry(config, params)
+        tn = column_chunk(geo, "residual" in params.stages)
         built = conv_program(config, params, regions, what=self.describe(params))
         dims = _dims(config, params)
         return figures(config, built, busy=dims.Mb * dims.Nb * dims.Kp,
-                       stored=regions["out"].nbytes, chosen={"column_chunk": tn})
+                       stored=regions["out"].nbytes,
+                       chosen={"column_chunk": tn, "step_blocks": geo.bps})
 
     def pack(self, config: VariantConfig, params: ConvParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:

@@ -110,6 +110,9 @@ class ConvGeometry:
 
     config: VariantConfig
     params: ConvParams
+    #: Blocks per step when output rows are not whole blocks; None: the fastest
+    #: (:attr:`bps`).
+    step_blocks_given: int | None = None
 
     @property
     def R(self) -> int:  # noqa: N802
@@ -158,14 +161,25 @@ class ConvGeometry:
         return self.params.OW // math.gcd(self.params.OW, self.R)
 
     @property
+    def step_choices(self) -> list[int]:
+        """The step sizes (blocks) possible when output rows are not whole blocks: 1 up to
+        :attr:`period`, as many as half the A scratchpad holds (at least 1)."""
+        half = self.config.spad_a_depth // (2 * self.Kp)
+        return list(range(1, max(1, min(self.period, half)) + 1))
+
+    @property
     def bps(self) -> int:
-        """Blocks per step: a whole row's, or the largest divisor of :attr:`period` whose
-        windows fit half the A scratchpad (at least 1)."""
+        """Blocks per step: a whole row's; otherwise the given step size, or the one whose
+        program the analytical model finds fastest among those that fit the instruction
+        memory (:func:`fusion.kernels.conv.program.fastest_step`): a small step starts the
+        array sooner, a large one waits for loads less often."""
         if self.whole_rows:
             return self.bpr
-        half = self.config.spad_a_depth // (2 * self.Kp)
-        return max([d for d in range(1, self.period + 1) if self.period % d == 0
-                    and d <= half], default=1)
+        if self.step_blocks_given is not None:
+            return self.step_blocks_given
+        from fusion.kernels.conv.program import fastest_step  # the program reads this module
+
+        return fastest_step(self.config, self.params)
 
     @property
     def steps(self) -> int:

@@ -25,6 +25,7 @@ become a hardware loop, and repeats of those (the images of a batch) an outer lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -328,10 +329,11 @@ def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
 
 
 def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region], *,
-            what: str = "window convolution") -> Program:
+            what: str = "window convolution", step: int | None = None) -> Program:
     """The assembled program of ``p`` at the placed ``regions`` (``what`` names it in a
-    too-long error)."""
-    geo = ConvGeometry(config, p)
+    too-long error), in steps of ``step`` blocks when output rows are not whole blocks
+    (None: :attr:`ConvGeometry.bps`'s choice)."""
+    geo = ConvGeometry(config, p, step)
     text = render("conv.j2", **build_context(geo, regions, column_chunk(geo, "residual" in
                                                                           p.stages)))
     return assemble_program(config, text, what=what)
@@ -362,3 +364,27 @@ def program_problem(geo: ConvGeometry, tn: int) -> str | None:
         return (f"its program needs {length} instructions, more than the "
                 f"{geo.config.imem_depth} of the instruction memory")
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def fastest_step(config: VariantConfig, p: ConvParams) -> int:
+    """The step size (blocks) of the fastest program, by the analytical model
+    (:func:`fusion.cost.analytical.estimate_program`, at a dummy placement: addresses do not
+    change the timing), among :attr:`ConvGeometry.step_choices` whose program fits the
+    instruction memory and whose residual tiles fit the epilogue scratchpad; the smallest
+    when none does (the kind then refuses it with the reason)."""
+    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
+
+    best: tuple[int, int] | None = None
+    residual = "residual" in p.stages
+    for bps in ConvGeometry(config, p).step_choices:
+        geo = ConvGeometry(config, p, bps)
+        tn = column_chunk(geo, residual)
+        if tn < 1 or program_problem(geo, tn) is not None:
+            continue
+        regions = {name: Region(name, 1 << 20, 1)
+                   for name in ("x", "b", "bias", "residual", "out")}
+        cycles = estimate_program(config, program(config, p, regions, step=bps).instrs)
+        if best is None or cycles < best[0]:
+            best = (cycles, bps)
+    return 1 if best is None else best[1]

@@ -173,3 +173,33 @@ def test_window_load_model_on_a_case_worked_by_hand():
     got = window_load(mem, 4, 4, ext=0, stride=1, next=1, count=1, shift=0, step=1,
                       mask=0, fill=0x80)
     np.testing.assert_array_equal(got, [[-128] * 4])
+
+
+def test_blocks_spanning_output_rows_merge_their_window_loads_with_keep():
+    # DS-CNN's first layer: 25x5 output pixels, one input channel, 10x4 kernel
+    params = ConvParams(N=1, H=49, W=10, Cin=1, Cout=64, kh=10, kw=4, stride=(2, 2),
+                        pads=(4, 1, 5, 1))
+    assert CONV.legality(V8, params) is None
+    geo = ConvGeometry(V8, params)
+    assert not geo.whole_rows and geo.period == 5
+    instrs = [decode(int(w)) for w in compile_kernel(CONV, V8, params).program]
+    loads = [i for i in instrs if i.op is Op.LOADW]
+    assert any(i.get("keep") for i in loads) and not all(i.get("keep") for i in loads)
+    # one input channel: a kernel column's rows 4 apart (40 pixels, 5 blocks) load together,
+    # so fewer loads than blocks x kernel positions even with the row-spanning ones
+    assert max(i.get("count") for i in loads) == 3
+    assert len(loads) < geo.Mb * params.kh * params.kw
+    # the weights follow the A scratchpad's order: a permutation of the (ky, kx, c) rows
+    assert sorted(geo.k_order) == list(range(params.K)) and geo.k_order != list(range(params.K))
+
+
+def test_the_step_size_is_the_fastest_that_fits():
+    from fusion.cost.analytical import estimate_program
+    from fusion.kernels.conv.program import program
+
+    params = conv(H=10, W=10, Cin=5, Cout=8)  # output rows of 10 pixels: 5 blocks a period
+    dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
+    cycles = {d: estimate_program(V8, program(V8, params, dummy, step=d).instrs)
+              for d in ConvGeometry(V8, params).step_choices}
+    assert len(cycles) == 5 and len(set(cycles.values())) > 1
+    assert cycles[ConvGeometry(V8, params).bps] == min(cycles.values())
