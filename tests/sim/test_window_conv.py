@@ -22,7 +22,7 @@ import pytest
 
 from fusion.kernels.conv.kind import CONV, ConvKernel
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
-from fusion.kernels.conv.program import chunks, column_chunk
+from fusion.kernels.conv.program import chunks, column_chunk, geometry
 from fusion.kernels.program import compile_kernel
 from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
@@ -214,9 +214,9 @@ def test_convolutions_are_bit_exact_against_a_direct_convolution(runs):
 
 
 def test_the_cases_cover_what_they_claim():
-    assert any(len(chunks(ConvGeometry(V8, p), column_chunk(ConvGeometry(V8, p), False))) == 3
+    assert any(len(chunks(geometry(V8, p), column_chunk(geometry(V8, p), False))) == 3
                for _, p in V8_CASES if "residual" not in p.stages)
-    assert any(len(chunks(ConvGeometry(V8, p), column_chunk(ConvGeometry(V8, p), True))) >= 3
+    assert any(len(chunks(geometry(V8, p), column_chunk(geometry(V8, p), True))) >= 3
                for _, p in V8_CASES if "residual" in p.stages)
     for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
         ps = [p for _, p in cases]

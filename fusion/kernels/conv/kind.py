@@ -29,8 +29,13 @@ import numpy as np
 from fusion.ir import windows
 from fusion.kernels import layout
 from fusion.kernels.conv.features import ConvFeatures
-from fusion.kernels.conv.params import ConvGeometry, ConvParams
-from fusion.kernels.conv.program import column_chunk, conv_regions, program_problem
+from fusion.kernels.conv.params import ConvParams
+from fusion.kernels.conv.program import (
+    column_chunk,
+    conv_regions,
+    geometry,
+    program_problem,
+)
 from fusion.kernels.conv.program import program as conv_program
 from fusion.kernels.epilogue import epilogue_operands, pack_epilogue
 from fusion.kernels.layout import GemmDims, Region
@@ -58,7 +63,7 @@ def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None
                 f"step (1 or 2)")
     if p.Cin >= 1 << 12:
         return ("channels", f"{p.Cin} input channels exceed a window load's 12-bit row count")
-    geo = ConvGeometry(config, p)
+    geo = geometry(config, p)
     if 2 * geo.a_half > config.spad_a_depth:
         what = "an output row's" if geo.whole_rows else "a block's"
         return ("a_scratchpad", f"{what} windows ({geo.bps} blocks x {geo.Kp} rows) "
@@ -118,7 +123,7 @@ class ConvKind(KernelKind):
 
     def region_layout(self, config: VariantConfig, params: ConvParams, region: str) -> str:
         """``x`` is K-major over ``cp`` channels; ``out`` K-major when stored so."""
-        geo = ConvGeometry(config, params)
+        geo = geometry(config, params)
         if region == "x":
             return layout.layout_name("kmajor", geo.cp)
         if region == "out" and params.kmajor_out:
@@ -137,7 +142,7 @@ class ConvKind(KernelKind):
 
     def build(self, config: VariantConfig, params: ConvParams,
               regions: Mapping[str, Region]) -> Build:
-        geo = ConvGeometry(config, params)
+        geo = geometry(config, params)
         tn = column_chunk(geo, "residual" in params.stages)
         built = conv_program(config, params, regions, what=self.describe(params))
         dims = _dims(config, params)
@@ -147,7 +152,7 @@ class ConvKind(KernelKind):
 
     def pack(self, config: VariantConfig, params: ConvParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
-        p, geo = params, ConvGeometry(config, params)
+        p, geo = params, geometry(config, params)
         dims = _dims(config, p)
         x = np.zeros((geo.in_blocks * geo.R, geo.cp), np.int8)
         x[: p.N * p.H * p.W, : p.Cin] = values["x"]

@@ -110,8 +110,7 @@ class ConvGeometry:
 
     config: VariantConfig
     params: ConvParams
-    #: Blocks per step when output rows are not whole blocks; None: the fastest
-    #: (:attr:`bps`).
+    #: Blocks per step when output rows are not whole blocks (:attr:`bps`).
     step_blocks_given: int | None = None
 
     @property
@@ -169,17 +168,15 @@ class ConvGeometry:
 
     @property
     def bps(self) -> int:
-        """Blocks per step: a whole row's; otherwise the given step size, or the one whose
-        program the analytical model finds fastest among those that fit the instruction
-        memory (:func:`fusion.kernels.conv.program.fastest_step`): a small step starts the
-        array sooner, a large one waits for loads less often."""
+        """Blocks per step: a whole row's, or the step size given (the fastest is
+        :func:`fusion.kernels.conv.program.geometry`'s)."""
         if self.whole_rows:
             return self.bpr
-        if self.step_blocks_given is not None:
-            return self.step_blocks_given
-        from fusion.kernels.conv.program import fastest_step  # the program reads this module
-
-        return fastest_step(self.config, self.params)
+        if self.step_blocks_given is None:
+            raise ValueError("output rows that are not whole blocks go in steps of a given "
+                             "size: build the geometry with fusion.kernels.conv.program."
+                             "geometry")
+        return self.step_blocks_given
 
     @property
     def steps(self) -> int:

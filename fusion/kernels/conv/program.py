@@ -317,7 +317,7 @@ def _labelled(items: list[dict], prefix: str, counter: list[int]) -> list[dict]:
 def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
     """The kernel's regions, name -> bytes: ``x`` (K-major over ``cp`` channels), ``b``,
     ``bias`` and ``residual`` when read, ``out``."""
-    geo = ConvGeometry(config, p)
+    geo = geometry(config, p)
     dims = _dims(geo)
     sizes = {"x": geo.in_blocks * geo.cp * geo.R, "b": dims.Nb * dims.Kp * dims.C}
     if reads_bias_region(p.stages, p.epilogue):
@@ -332,8 +332,8 @@ def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region],
             what: str = "window convolution", step: int | None = None) -> Program:
     """The assembled program of ``p`` at the placed ``regions`` (``what`` names it in a
     too-long error), in steps of ``step`` blocks when output rows are not whole blocks
-    (None: :attr:`ConvGeometry.bps`'s choice)."""
-    geo = ConvGeometry(config, p, step)
+    (None: :func:`geometry`'s choice)."""
+    geo = geometry(config, p) if step is None else ConvGeometry(config, p, step)
     text = render("conv.j2", **build_context(geo, regions, column_chunk(geo, "residual" in
                                                                           p.stages)))
     return assemble_program(config, text, what=what)
@@ -364,6 +364,14 @@ def program_problem(geo: ConvGeometry, tn: int) -> str | None:
         return (f"its program needs {length} instructions, more than the "
                 f"{geo.config.imem_depth} of the instruction memory")
     return None
+
+
+def geometry(config: VariantConfig, p: ConvParams) -> ConvGeometry:
+    """``p`` on ``config``, in steps of :func:`fastest_step` blocks when output rows are not
+    whole blocks (a small step starts the array sooner, a large one waits for loads less
+    often)."""
+    whole = ConvGeometry(config, p).whole_rows
+    return ConvGeometry(config, p, None if whole else fastest_step(config, p))
 
 
 @functools.lru_cache(maxsize=256)

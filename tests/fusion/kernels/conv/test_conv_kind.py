@@ -195,11 +195,13 @@ def test_blocks_spanning_output_rows_merge_their_window_loads_with_keep():
 
 def test_the_step_size_is_the_fastest_that_fits():
     from fusion.cost.analytical import estimate_program
-    from fusion.kernels.conv.program import program
+    from fusion.kernels.conv.program import geometry, program
 
     params = conv(H=10, W=10, Cin=5, Cout=8)  # output rows of 10 pixels: 5 blocks a period
     dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
     cycles = {d: estimate_program(V8, program(V8, params, dummy, step=d).instrs)
               for d in ConvGeometry(V8, params).step_choices}
     assert len(cycles) == 5 and len(set(cycles.values())) > 1
-    assert cycles[ConvGeometry(V8, params).bps] == min(cycles.values())
+    assert cycles[geometry(V8, params).bps] == min(cycles.values())
+    with pytest.raises(ValueError, match="steps of a given size"):
+        _ = ConvGeometry(V8, params).bps  # not whole rows: the step is a choice
