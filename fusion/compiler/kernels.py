@@ -54,6 +54,7 @@ from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
 from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowParams
+from fusion.passes.im2col_rows import rows_start
 from fusion.passes.layout_identity import matrix_view_start
 from hwgen.config import VariantConfig
 
@@ -372,7 +373,10 @@ def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
                        f"{x.dtype}; the accelerator pools int8/uint8 tensors", dtype=x.dtype)
     on_unit, why = _window_pool(config, x.shape, pool, window_unit)
     if on_unit is not None:
-        return KernelSpec(kind=WINDOW, params=on_unit, inputs=(anchor.inputs[0],), **names)
+        # the pixel rows of the GEMM whose NCHW view x merely renames, where they lie
+        rows = rows_start(graph, anchor.inputs[0])
+        return KernelSpec(kind=WINDOW, params=on_unit,
+                          inputs=(rows[0] if rows else anchor.inputs[0],), **names)
     planes = math.prod(pool["kernel_shape"])
     if planes < 2:
         return Refusal(MAX.name, "one_plane", f"node {anchor.name!r} (maxpool): a 1x1 window "
