@@ -56,5 +56,8 @@ def test_depthwise_convolutions_and_max_pools_on_the_window_unit(name, dw, pools
     if name != "lenet5_qdq":
         assert not any(h.op in ("transpose", "reshape", "flatten") for h in layout)
     assert report.total_cycles < ratio * base.total_cycles
+    # one launch simulated the model and its directed sets: at least the model's cycles
+    assert report.simulated_cycles > report.total_cycles
+    assert 0 < report.sim_seconds < report.wall_seconds
     for k in report.kernels:
         assert k.cycles == pytest.approx(k.predicted_cycles, rel=0.02), k.name
