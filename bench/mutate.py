@@ -11,8 +11,8 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
 2. that variant's checks with default options: on the first, ``hwgen gemm`` on a few shapes
    (:data:`GEMMS`) and ``hwgen run`` on every bundled example (``examples/*.onnx``); on the
    second, ``hwgen run`` of the bundled examples that convolve and pool
-   (:data:`WINDOW_MODELS`: window convolutions, depthwise convolutions, max and average
-   pools on the unit). The baseline runs both.
+   (:data:`WINDOW_MODELS`: window convolutions, depthwise convolutions, max and global
+   pools on the unit, K-major stores). The baseline runs both.
 
 A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
 error (a failed build or generate counts as caught, and the table says so; so does a crash,
@@ -48,8 +48,11 @@ VARIANTS = {
     "base": ("--rows", "4", "--cols", "4", *_STAGES),
     "window": ("--rows", "4", "--cols", "4", "--port-bytes", "4", *_STAGES, "--window-unit"),
 }
-#: The bundled models the window variant runs (each with the input bundled beside it).
-WINDOW_MODELS = ("examples/qdq_cnn.onnx",)
+#: The bundled models the window variant runs (random inputs, every kernel shadow-checked):
+#: qdq_cnn (a max pool and an unpadded depthwise convolution on the unit, window loads) and
+#: DS-CNN (padded depthwise convolutions, their outputs stored K-major through the transposer,
+#: a global pool's sum).
+WINDOW_MODELS = ("examples/qdq_cnn.onnx", "examples/real/ds_cnn_qdq.onnx")
 #: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
 #: and a long K with K chunking.
 GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))

@@ -54,6 +54,7 @@ from fusion.kernels.program import Kernel, compile_kernel
 from fusion.kernels.protocol import KernelKind, Refusal
 from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowParams
+from fusion.passes.im2col_rows import rows_start
 from fusion.passes.layout_identity import matrix_view_start
 from hwgen.config import VariantConfig
 
@@ -167,6 +168,18 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
                       consts=consts, note="; ".join(notes), **names)
 
 
+def _windows_of(windows: Node, shape: tuple[int, ...]
+                ) -> tuple[dict[str, Any], tuple[int, int, int, int]]:
+    """An ``im2col``'s window attributes, and its input's ``(N, C, H, W)``: from NCHW, or
+    from the ``N x H*W x C`` rows it reads (``spatial``, :mod:`fusion.passes.im2col_rows`)."""
+    attr = {k: windows.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
+                                         "spatial")}
+    if attr["spatial"]:
+        n, _, c = shape
+        return attr, (n, c, *attr["spatial"])
+    return attr, tuple(shape)
+
+
 def _conv(graph: Graph, config: VariantConfig, windows: Node, anchor: Node, part: Part,
           **names: Any) -> KernelSpec | Refusal:
     """A window convolution (:mod:`fusion.kernels.conv`): the ``im2col`` ``windows`` and the
@@ -175,19 +188,13 @@ def _conv(graph: Graph, config: VariantConfig, windows: Node, anchor: Node, part
     gathers them on the host and runs the GEMM)."""
     x = graph.tensors[windows.inputs[0]]
     w = graph.initializers[anchor.inputs[1]]
-    attr = {k: windows.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
-                                         "spatial")}
+    attr, (n, cin, h, wd) = _windows_of(windows, x.shape)
     if tuple(attr["dilations"] or (1, 1)) != (1, 1):
         return Refusal(CONV.name, "dilation", f"node {windows.name!r}: dilated windows are "
                        f"gathered on the host")
     if (anchor.attr("group", 1) or 1) > 1:
         return Refusal(CONV.name, "grouped", f"node {anchor.name!r}: a grouped convolution runs "
                        f"as a grouped GEMM of host-gathered windows")
-    if attr["spatial"]:
-        n, _, cin = x.shape
-        h, wd = attr["spatial"]
-    else:
-        n, cin, h, wd = x.shape
     kh, kw = attr["kernel_shape"]
     K, N = w.shape  # noqa: N806
     za = tensor_zp(x, windows)
@@ -232,16 +239,10 @@ def _depthwise(graph: Graph, config: VariantConfig, windows: Node, anchor: Node,
     ``sum((x - za) * w) = sum(x * w) - za * sum(w)`` per channel."""
     x = graph.tensors[windows.inputs[0]]
     w = graph.initializers[anchor.inputs[1]]
-    attr = {k: windows.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
-                                         "spatial")}
+    attr, (n, cin, h, wd) = _windows_of(windows, x.shape)
     if tuple(attr["dilations"] or (1, 1)) != (1, 1):
         return Refusal(WINDOW.name, "dilation", f"node {windows.name!r}: the window unit has "
                        f"no dilation")
-    if attr["spatial"]:
-        n, _, cin = x.shape
-        h, wd = attr["spatial"]
-    else:
-        n, cin, h, wd = x.shape
     kh, kw = attr["kernel_shape"]
     group, cout = anchor.attr("group", 1) or 1, w.shape[1]
     taps = depthwise_taps(w, cin, kh * kw) if group == cin == cout else None
@@ -372,7 +373,10 @@ def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
                        f"{x.dtype}; the accelerator pools int8/uint8 tensors", dtype=x.dtype)
     on_unit, why = _window_pool(config, x.shape, pool, window_unit)
     if on_unit is not None:
-        return KernelSpec(kind=WINDOW, params=on_unit, inputs=(anchor.inputs[0],), **names)
+        # the pixel rows of the GEMM whose NCHW view x merely renames, where they lie
+        rows = rows_start(graph, anchor.inputs[0])
+        return KernelSpec(kind=WINDOW, params=on_unit,
+                          inputs=(rows[0] if rows else anchor.inputs[0],), **names)
     planes = math.prod(pool["kernel_shape"])
     if planes < 2:
         return Refusal(MAX.name, "one_plane", f"node {anchor.name!r} (maxpool): a 1x1 window "

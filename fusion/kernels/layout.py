@@ -54,7 +54,8 @@ from hwgen.config import VariantConfig
 from hwgen.stages import BIAS_GROUP_ROWS, BIAS_ROW, REQ_MULT_ROW, REQ_SHIFT_ROW
 
 
-def _ceil_div(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up (whole blocks, words, tiles)."""
     return -(-a // b)
 
 
@@ -107,7 +108,7 @@ class GemmDims:
         """The reduction steps of one output tile: K (grouped, ``kgroup``) rounded up to a
         multiple of ``config.k_align``; B's layout is ``[Nb][Kp][C]``."""
         align = self.config.k_align
-        return _ceil_div(self.kgroup or self.K, align) * align
+        return ceil_div(self.kgroup or self.K, align) * align
 
     @property
     def a_Kp(self) -> int:  # noqa: N802
@@ -123,11 +124,11 @@ class GemmDims:
 
     @property
     def Mb(self) -> int:  # noqa: N802
-        return _ceil_div(self.M, self.R)
+        return ceil_div(self.M, self.R)
 
     @property
     def Nb(self) -> int:  # noqa: N802
-        return _ceil_div(self.N, self.C)
+        return ceil_div(self.N, self.C)
 
     def tile_bytes(self, itemsize: int) -> int:
         """Bytes of one R x C tile of ``itemsize``-byte elements (always whole words)."""
@@ -145,7 +146,7 @@ class GemmDims:
         """Epilogue scratchpad rows the bias region fills when loaded: ``bias_group(pc) * Nb``
         rows, plus padding to a whole word."""
         row, rows = self.config.e_row_bytes, bias_group(per_channel) * self.Nb
-        return _ceil_div(rows * row, self.W) * self.W // row if row < self.W else rows
+        return ceil_div(rows * row, self.W) * self.W // row if row < self.W else rows
 
 
 def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int) -> str | None:  # noqa: N803
@@ -159,7 +160,7 @@ def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int) -> str | 
         return f"kgroup must be a non-negative integer (0: dense), not {kgroup!r}"
     if kgroup == 0:
         return None
-    nb = _ceil_div(N, config.cols)
+    nb = ceil_div(N, config.cols)
     if not (nb - 1) * kgroup < K <= nb * kgroup or nb < 2:
         return (f"kgroup={kgroup} does not split K={K} over the {nb} column block(s) of N={N} "
                 f"(cols={config.cols}): a grouped GEMM needs at least two column blocks and "
@@ -176,7 +177,7 @@ class Region:
     nbytes: int
 
     def words(self, port_bytes: int) -> int:
-        return _ceil_div(self.nbytes, port_bytes)
+        return ceil_div(self.nbytes, port_bytes)
 
 
 class Allocator:
@@ -198,7 +199,7 @@ class Allocator:
             raise ValueError(f"memory region {name!r} is allocated twice")
         if nbytes < 1:
             raise ValueError(f"memory region {name!r} needs a positive size, not {nbytes}")
-        addr = _ceil_div(self._next, self._align) * self._align
+        addr = ceil_div(self._next, self._align) * self._align
         region = Region(name, addr, nbytes)
         end = addr + region.words(self._config.port_bytes)
         if end > self._config.mem_words:

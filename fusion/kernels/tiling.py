@@ -21,14 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from fusion.kernels.codegen import FIELD_MAX
-from fusion.kernels.layout import GemmDims
+from fusion.kernels.layout import GemmDims, ceil_div
 from hwgen.config import VariantConfig
 
 ORDERS = ("mn", "nm")
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,7 +182,7 @@ def resolve(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
 def traffic(dims: GemmDims, tiling: Tiling) -> int:
     """Operand bytes loaded by the kernel, counting the blocks that stay resident."""
     a_bytes, b_bytes = dims.Mb * dims.a_Kp * dims.R, dims.Nb * dims.Kp * dims.C
-    gm, gn = _ceil_div(dims.Mb, tiling.tm), _ceil_div(dims.Nb, tiling.tn)
+    gm, gn = ceil_div(dims.Mb, tiling.tm), ceil_div(dims.Nb, tiling.tn)
     if dims.grouped:  # each (m, n) super tile has its own A slice: A is read exactly once
         resident_b = tiling.order == "nm" and (tiling.kt or dims.Kp) >= dims.Kp
         return a_bytes + b_bytes * (1 if resident_b else gm)
@@ -211,8 +208,8 @@ def estimated_cycles(dims: GemmDims, tiling: Tiling) -> int:
     """
     R, C, W = dims.R, dims.C, dims.W
     kt = tiling.kt or dims.Kp
-    counts = {"m": _ceil_div(dims.Mb, tiling.tm), "n": _ceil_div(dims.Nb, tiling.tn),
-              "k": _ceil_div(dims.Kp, kt)}
+    counts = {"m": ceil_div(dims.Mb, tiling.tm), "n": ceil_div(dims.Nb, tiling.tn),
+              "k": ceil_div(dims.Kp, kt)}
     steps = counts["m"] * counts["n"] * counts["k"]
     words = {"m": tiling.tm * kt * R // W, "n": tiling.tn * kt * C // W}
     fixed = dims.Mb * dims.Nb * dims.Kp + steps * STEP_CYCLES + words["m"] + words["n"]
@@ -268,8 +265,8 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
 def supertiles(dims: GemmDims, tiling: Tiling) -> int:
     """Super tiles (steps, counting k tiles) the kernel runs for ``tiling``."""
     kt = tiling.kt or dims.Kp
-    return (_ceil_div(dims.Mb, tiling.tm) * _ceil_div(dims.Nb, tiling.tn)
-            * _ceil_div(dims.Kp, kt))
+    return (ceil_div(dims.Mb, tiling.tm) * ceil_div(dims.Nb, tiling.tn)
+            * ceil_div(dims.Kp, kt))
 
 
 def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
@@ -284,7 +281,7 @@ def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
     kt = tiling.kt or dims.Kp
     shape = []
     for n, t in ((dims.Mb, tiling.tm), (dims.Nb, tiling.tn), (dims.Kp, kt)):
-        count, last = _ceil_div(n, t), n - (_ceil_div(n, t) - 1) * t
+        count, last = ceil_div(n, t), n - (ceil_div(n, t) - 1) * t
         shape.append((min(count, 4), last != t, t == 1, last == 1))
     return (tiling.double_buffer, tiling.order, *shape)
 
@@ -297,8 +294,8 @@ def _largest_kt(dims: GemmDims, double: bool) -> int:
     kt = limit // align * align
     if kt < align:
         return 0
-    chunks = _ceil_div(dims.Kp, kt)
-    return _ceil_div(_ceil_div(dims.Kp, chunks), align) * align
+    chunks = ceil_div(dims.Kp, kt)
+    return ceil_div(ceil_div(dims.Kp, chunks), align) * align
 
 
 def ranked_tilings(

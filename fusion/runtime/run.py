@@ -158,6 +158,10 @@ class RunReport:
     #: model's inputs and what host steps made); constants, and inputs the hardware read where
     #: an earlier kernel stored them, are not counted.
     host_written_bytes: int = 0
+    #: Wall seconds of the one simulator launch (the model's kernels and the directed sets),
+    #: and the cycles it simulated: what the run's wall time should be made of.
+    sim_seconds: float = 0.0
+    simulated_cycles: int = 0
 
     @property
     def inferences_per_mcycle(self) -> float:
@@ -215,6 +219,8 @@ class RunReport:
                 "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
                 "host_ops": len(self.host_ops),
                 "host_seconds": round(self.host_seconds, 6),
+                "sim_seconds": round(self.sim_seconds, 3),
+                "simulated_cycles": self.simulated_cycles,
                 "wall_seconds": round(self.wall_seconds, 3)}
 
 
@@ -373,7 +379,9 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                       keep_memory=n == 0)
             (model_jobs if n == 0 else directed_jobs).append(job)
     jobs = model_jobs + directed_jobs
+    launched = time.perf_counter()
     results = run_programs(config, jobs, build=build) if jobs else []
+    sim_seconds = time.perf_counter() - launched
     model_results = iter(results[:len(model_jobs)])
     directed_results = iter(results[len(model_jobs):])
     # 3. The checks, kernel by kernel in plan order: the first difference stops the run. The
@@ -404,7 +412,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
-                     host_bytes)
+                     host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results))
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

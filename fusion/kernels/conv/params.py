@@ -5,13 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fusion.kernels.layout import ceil_div
 from fusion.kernels.protocol import check_per_channel, check_sizes
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,24 +121,24 @@ class ConvGeometry:
     @property
     def cp(self) -> int:
         """The input's K-major width: Cin padded to whole column blocks."""
-        return _ceil_div(self.params.Cin, self.C) * self.C
+        return ceil_div(self.params.Cin, self.C) * self.C
 
     @property
     def in_blocks(self) -> int:
-        return _ceil_div(self.params.N * self.params.H * self.params.W, self.R)
+        return ceil_div(self.params.N * self.params.H * self.params.W, self.R)
 
     @property
     def Kp(self) -> int:  # noqa: N802
         align = self.config.k_align
-        return _ceil_div(self.params.K, align) * align
+        return ceil_div(self.params.K, align) * align
 
     @property
     def Nb(self) -> int:  # noqa: N802
-        return _ceil_div(self.params.Cout, self.C)
+        return ceil_div(self.params.Cout, self.C)
 
     @property
     def Mb(self) -> int:  # noqa: N802
-        return _ceil_div(self.params.M, self.R)
+        return ceil_div(self.params.M, self.R)
 
     @property
     def whole_rows(self) -> bool:
@@ -183,7 +180,7 @@ class ConvGeometry:
         """Steps: ``N * OH`` output rows, or the blocks in steps of ``bps``."""
         if self.whole_rows:
             return self.params.N * self.params.OH
-        return _ceil_div(self.Mb, self.bps)
+        return ceil_div(self.Mb, self.bps)
 
     def step_blocks(self, s: int) -> range:
         """The blocks of step ``s``."""

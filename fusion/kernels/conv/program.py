@@ -49,9 +49,6 @@ from hwgen.reference import output_dtype
 LOOP_REGS = ("r12", "r11")
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
 
 @dataclass(frozen=True)
 class Tap:

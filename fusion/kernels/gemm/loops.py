@@ -40,7 +40,7 @@ from typing import Any
 
 from fusion.kernels.codegen import FIELD_MAX, check_load, grid_reg
 from fusion.kernels.epilogue import DT_BYTES, bias_load, csr_writes
-from fusion.kernels.layout import GemmDims, Region, bias_group
+from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div
 from fusion.kernels.tiling import Tiling
 from hwgen.isa import Dst
 from hwgen.reference import EpilogueParams
@@ -51,9 +51,6 @@ DIMS = ("m", "n", "k")
 POOL = ("r15", "r14", "r13", "r5", "r4", "r2", "r1")
 TEMP = "r11"
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class _Nest:
@@ -78,7 +75,7 @@ class _Nest:
         self.res_tw = dims.tile_words(1)
         kt = tiling.kt or dims.Kp
         self.size = {"m": (dims.Mb, tiling.tm), "n": (dims.Nb, tiling.tn), "k": (dims.Kp, kt)}
-        self.count = {d: _ceil_div(n, t) for d, (n, t) in self.size.items()}
+        self.count = {d: ceil_div(n, t) for d, (n, t) in self.size.items()}
         order = ("m", "n", "k") if tiling.order == "mn" else ("n", "m", "k")
         self.levels = [d for d in order if self.count[d] > 1]
         #: Epilogue scratchpad rows of bias (and the like) per column block: the one place the

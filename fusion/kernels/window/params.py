@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusion.kernels.layout import GemmDims
+from fusion.kernels.layout import GemmDims, ceil_div
 from fusion.kernels.protocol import check_per_channel, check_sizes
 from hwgen.config import VariantConfig
 from hwgen.isa import WMode
@@ -21,9 +21,6 @@ WEIGHT_ROWS = MAX_KERNEL * MAX_KERNEL
 #: The modes, by name (WCFG ``mode``).
 MODES = tuple(m.name.lower() for m in WMode)
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +160,7 @@ class WindowLayout:
 
     @property
     def Nb(self) -> int:  # noqa: N802
-        return _ceil_div(self.params.C, self.config.cols)
+        return ceil_div(self.params.C, self.config.cols)
 
     @property
     def a_half(self) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 from fusion.kernels.codegen import Program, assemble_program, load_context, render
 from fusion.kernels.conv.program import compress, instructions
 from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
-from fusion.kernels.layout import Region, bias_group, bias_region_bytes
+from fusion.kernels.layout import Region, bias_group, bias_region_bytes, ceil_div
 from fusion.kernels.window.params import WEIGHT_ROWS, WindowLayout, WindowParams
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Unit
@@ -41,9 +41,6 @@ from hwgen.isa import Dst, Unit
 #: Loop counters, innermost first (tiles, chunks, channel blocks).
 LOOP_REGS = ("r12", "r11", "r10")
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def input_blocks(lay: WindowLayout, tiles: Sequence[Tile]) -> tuple[int, int]:
     p, R = lay.params, lay.R  # noqa: N806
     if p.mode == "sum":
         plane = p.H * p.W
-        return tiles[0].n * plane // R, _ceil_div((tiles[-1].n + tiles[-1].count) * plane, R)
+        return tiles[0].n * plane // R, ceil_div((tiles[-1].n + tiles[-1].count) * plane, R)
     n = tiles[0].n
     oy_first = tiles[0].first // p.OW
     oy_last = (tiles[-1].first + tiles[-1].count - 1) // p.OW
@@ -101,7 +98,7 @@ def input_blocks(lay: WindowLayout, tiles: Sequence[Tile]) -> tuple[int, int]:
     iy_hi = min(p.H - 1, oy_last * p.stride - p.pads[0] + p.kh - 1)
     iy_hi = max(iy_hi, iy_lo)  # a window all in padding still needs a row to point at
     base = n * p.H * p.W
-    return (base + iy_lo * p.W) // R, _ceil_div(base + (iy_hi + 1) * p.W, R)
+    return (base + iy_lo * p.W) // R, ceil_div(base + (iy_hi + 1) * p.W, R)
 
 
 def chunk_fits(lay: WindowLayout, size: int) -> bool:
