@@ -63,8 +63,8 @@ class VariantConfig:
         Add the window unit (``WINDOW``/``WCFG`` in :mod:`hwgen.isa`): depthwise
         convolutions and pools, one channel a lane, ``9 * cols`` multipliers beside the array.
         It needs ``port_bytes == rows == cols <= 16`` (an A row is one pixel's channels).
-        Off, the variant, its Verilog and its key are what they were before the option
-        existed.
+        Off, the unit adds nothing to the Verilog, and the key is the one the variant had
+        before the option existed.
     """
 
     rows: int = 4

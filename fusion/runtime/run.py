@@ -49,6 +49,7 @@ import numpy as np
 
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
+from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
 from fusion.runtime.invariants import check_runs, timing_floor
 from fusion.runtime.shadow_inputs import directed_inputs
@@ -241,24 +242,22 @@ def kernel_macs(graph: Graph, nodes: list[str]) -> int:
 def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) -> None:
     """Run ``nodes`` with the reference executor, adding their outputs to ``env``.
 
-    An input missing from ``env`` is made first by running its producer (recursively): a
-    kernel that reads its A through reshapes reads the tensor before them
-    (:func:`fusion.compiler.kernels._gemm`), and its first node still names the reshaped one.
+    A GEMM that reads its A through reshapes reads the tensor before them
+    (:func:`fusion.compiler.kernels._gemm`), while its node still names the reshaped one:
+    such an input is made first by running the layout chain from the tensor ``env`` has.
+    Any other missing input is an error, not something to recompute.
     """
-    def make(name: str) -> None:
-        if not name or name in env:
-            return
-        producer = graph.producer(name)
-        if producer is None:
-            raise KeyError(f"tensor {name!r} has no value and no producer")
-        for i in producer.inputs:
-            make(i)
-        executor.evaluate_node(graph, producer, env)
-
+    made = {out for n in nodes for out in n.outputs}
     for node in nodes:
         for name in node.inputs:
-            if name not in env and not any(name in n.outputs for n in nodes):
-                make(name)
+            if name and name not in env and name not in made:
+                chain = layout_chain(graph, name)
+                starts = [k for k, n in enumerate(chain) if n.inputs[0] in env]
+                if not starts:
+                    raise KeyError(f"tensor {name!r} has no value, and no layout chain makes "
+                                   f"it from one")
+                for link in chain[starts[-1]:]:
+                    executor.evaluate_node(graph, link, env)
         executor.evaluate_node(graph, node, env)
 
 

@@ -135,8 +135,8 @@ class ComputeUnit(wiring.Component):
         # -- the window unit: its own pipeline, sharing the epilogue and the store ------------
         # One unit drains into the epilogue at a time: a WINDOW starts once the array and
         # any pass are done, a MATMUL or a pass once the window unit is.
-        # Without the unit these are no terms at all, so the Verilog of such a variant is
-        # what it was before the unit existed (its key, and its cached build, are too).
+        # Without the unit these are no terms at all: the option adds nothing to the Verilog
+        # of a variant that does not have it.
         wu = None
 
         def unless(flag: str, value):

@@ -15,20 +15,19 @@ array and on the 4x4 array with 4-byte words (both have window loads)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from fusion.kernels.conv.kind import CONV, ConvKernel
+from fusion.kernels.conv.kind import CONV
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.conv.program import chunks, column_chunk, geometry
-from fusion.kernels.program import compile_kernel
 from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES
 from hwgen.reference import EpilogueParams, epilogue, output_dtype, quantize_multiplier
-from sim.run import Job, MemoryImage, RunResult, run_programs
+from tests.helpers import kernel_runs
+from tests.helpers.kernel_runs import Run
 
 pytestmark = pytest.mark.slow
 
@@ -166,31 +165,8 @@ def direct_conv(p: ConvParams, ops: dict[str, np.ndarray]) -> np.ndarray:
     return epilogue(acc.reshape(p.M, p.Cout), p.stages, p.epilogue, **extra)
 
 
-@dataclass
-class Run:
-    name: str
-    params: ConvParams
-    kernel: ConvKernel
-    ops: dict[str, np.ndarray]
-    result: RunResult
-
-
 def run_cases(config: VariantConfig, cases: list[tuple[str, ConvParams]]) -> list[Run]:
-    from sim.build import build_variant
-
-    build_variant(config)
-    kernels, allops, jobs = [], [], []
-    for i, (name, p) in enumerate(cases):
-        assert CONV.legality(config, p) is None, (name, CONV.legality(config, p))
-        kernel = compile_kernel(CONV, config, p)
-        ops = values(p, seed=i)
-        kernels.append(kernel)
-        allops.append(ops)
-        jobs.append(Job(kernel.program, MemoryImage(writes=tuple(kernel.memory(**ops)),
-                                                    reads=kernel.reads), name=f"conv {name}"))
-    results = run_programs(config, jobs)
-    return [Run(name, p, k, ops, r) for (name, p), k, ops, r
-            in zip(cases, kernels, allops, results, strict=True)]
+    return kernel_runs.run_cases(CONV, config, cases, values)
 
 
 @pytest.fixture(scope="module", params=["8x8", "4x4p4"])

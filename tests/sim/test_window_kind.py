@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from fusion.kernels.program import compile_kernel
-from fusion.kernels.window.kind import WINDOW, WindowKernel
+from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowLayout, WindowParams
 from fusion.kernels.window.program import chunk_tiles, chunks
 from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES
 from hwgen.reference import EpilogueParams, epilogue, quantize_multiplier
-from sim.run import Job, MemoryImage, RunResult, run_programs
+from tests.helpers import kernel_runs
+from tests.helpers.kernel_runs import Run
 
 pytestmark = pytest.mark.slow
 
@@ -124,31 +123,8 @@ def direct(p: WindowParams, ops: dict[str, np.ndarray]) -> np.ndarray:
     return epilogue(acc.reshape(p.M, p.C), p.stages, p.epilogue, **extra)
 
 
-@dataclass
-class Run:
-    name: str
-    params: WindowParams
-    kernel: WindowKernel
-    ops: dict[str, np.ndarray]
-    result: RunResult
-
-
 def run_cases(config: VariantConfig, cases: list[tuple[str, WindowParams]]) -> list[Run]:
-    from sim.build import build_variant
-
-    build_variant(config)
-    kernels, allops, jobs = [], [], []
-    for i, (name, p) in enumerate(cases):
-        assert WINDOW.legality(config, p) is None, (name, WINDOW.legality(config, p))
-        kernel = compile_kernel(WINDOW, config, p)
-        ops = values(p, seed=i)
-        kernels.append(kernel)
-        allops.append(ops)
-        jobs.append(Job(kernel.program, MemoryImage(writes=tuple(kernel.memory(**ops)),
-                                                    reads=kernel.reads), name=f"window {name}"))
-    results = run_programs(config, jobs)
-    return [Run(name, p, k, ops, r) for (name, p), k, ops, r
-            in zip(cases, kernels, allops, results, strict=True)]
+    return kernel_runs.run_cases(WINDOW, config, cases, values)
 
 
 VARIANTS = {"8x8": (V8, V8_CASES), "8x8 small A": (V8_SMALL_A, V8_SMALL_A_CASES),
