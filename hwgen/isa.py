@@ -126,8 +126,17 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
     Op.NOP: ((), "Do nothing."),
     Op.HALT: ((), "Stop fetching. `done` rises once every unit is idle."),
     Op.WAIT: (
-        (Field("units", "imm", 0, 3, "uint", "bit 0 load, bit 1 feed, bit 2 epilogue"),),
-        "Stall until every unit in `units` is idle.",
+        (Field("units", "imm", 0, 3, "uint", "bit 0 load, bit 1 feed, bit 2 epilogue"),
+         Field("left", "imm", 3, 4, "uint",
+               "0: the units are idle; n > 0: the load and feed units may still have their "
+               "newest n commands pending")),
+        "Stall until every unit in `units` is idle. With `left` = n > 0, the load unit "
+        "waits only until at most n LOADs (or LOADWs) are queued or unfinished, so every "
+        "LOAD but the newest n has written its rows (loads finish in order), and the feed "
+        "unit until at most n jobs are queued or still reading their operands (the array's "
+        "MATMUL, the window unit's WINDOW), so every job but the newest n has read them: a "
+        "stream of loads keeps the port busy while the program waits for the oldest. The "
+        "epilogue unit always waits for idle.",
     ),
     Op.LI: (
         (_r("rd", "r1", "destination register"),
@@ -251,6 +260,10 @@ _CSR_BITS = next(f.width for f in OPCODES[Op.CSRWI][0] if f.name == "csr")
 if max(Csr) >= 1 << _CSR_BITS:
     raise ImportError(f"control register {max(Csr).name.lower()} is number {int(max(Csr))}; "
                       f"the CSRWI csr field holds 0..{(1 << _CSR_BITS) - 1}")
+
+
+#: The most commands a counted WAIT can leave pending (its ``left`` field).
+MAX_LEFT = (1 << next(f.width for f in OPCODES[Op.WAIT][0] if f.name == "left")) - 1
 
 
 def window_words(rows: int, shift, step):

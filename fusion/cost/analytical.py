@@ -304,7 +304,7 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
             return m.seq + 1
         if op is Op.WAIT:
             u = get("units")
-            m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4))
+            m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4), left=get("left"))
         elif op is Op.LOAD:
             m.load(get("count") * get("len") * config.port_bytes,
                    load_row_bytes(config, get("dst")))

@@ -7,7 +7,10 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
 (:mod:`hwgen.timing`), which the gateware is built from or names at the registers they count:
 
 - **sequencer**: one instruction a cycle, no branch penalty (the next word is fetched from
-  ``pc_next``); a WAIT retires the cycle its units are idle.
+  ``pc_next``); a WAIT retires the cycle its units are idle. A counted WAIT (``left`` = n)
+  retires once every LOAD but the newest n has finished (the cycle after its last row is
+  written: a cycle before the engine's idle flag drops, :data:`LOAD_TAIL`) and every job but
+  the newest n has read its operands (a MATMUL's last slice issued).
 - **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
   buffered FIFO, then the unit's command register); the job queue holds
   :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array. A
@@ -52,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hwgen.config import VariantConfig
+from hwgen.isa import MAX_LEFT
 from hwgen.stages import epilogue_latency
 from hwgen.timing import (
     ISSUE_LATENCY,
@@ -103,6 +107,10 @@ class Machine:
         self.w_computed = self.w_capture = 0
         self.w_read = 0  # cycle the window unit has read every scratchpad row it will
         self.taken: list[int] = []  # cycles after the last QUEUE_DEPTH jobs left the queue
+        # cycles the newest loads stop counting for a counted WAIT (their last row is in),
+        # and the newest jobs (they have read their operands), oldest first
+        self.loads_done: list[int] = []
+        self.jobs_fed: list[int] = []
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
 
@@ -119,7 +127,10 @@ class Machine:
         self.taken = [max(t, self.seq) for t in self.taken]
         self.loads_taken = [max(t, self.seq) for t in self.loads_taken]
         self.rows_started = [max(t, self.seq) for t in self.rows_started]
-        queues = (self.taken, self.loads_taken, self.rows_started)
+        self.loads_done = [max(t, self.seq) for t in self.loads_done]
+        self.jobs_fed = [max(t, self.seq) for t in self.jobs_fed]
+        queues = (self.taken, self.loads_taken, self.rows_started, self.loads_done,
+                  self.jobs_fed)
         return tuple(getattr(self, n) - self.seq for n in self.TIMES) + tuple(
             tuple(t - self.seq for t in q) for q in queues)
 
@@ -144,6 +155,8 @@ class Machine:
                 self.taken = [t + shift for t in self.taken]
                 self.loads_taken = [t + shift for t in self.loads_taken]
                 self.rows_started = [t + shift for t in self.rows_started]
+                self.loads_done = [t + shift for t in self.loads_done]
+                self.jobs_fed = [t + shift for t in self.jobs_fed]
                 for name, a, b in zip(self.TOTALS, totals_after, totals, strict=True):
                     setattr(self, name, a + (a - b) * left)
                 return
@@ -203,13 +216,26 @@ class Machine:
         self.seq += n
         self.instret += n
 
-    def wait(self, load: bool = False, feed: bool = False, epi: bool = False) -> None:
+    def wait(self, load: bool = False, feed: bool = False, epi: bool = False,
+             left: int = 0) -> None:
+        """A WAIT on the units named; ``left`` > 0: a counted WAIT (the load and feed units'
+        newest ``left`` commands may still pend)."""
         t = self.seq
-        t = max(t, self.dma) if load else t
-        t = max(t, self.feed_end, self.w_read) if feed else t
+        if left:
+            if load and len(self.loads_done) > left:
+                t = max(t, self.loads_done[-left - 1])
+            if feed and len(self.jobs_fed) > left:
+                t = max(t, self.jobs_fed[-left - 1])
+        else:
+            t = max(t, self.dma) if load else t
+            t = max(t, self.feed_end, self.w_read) if feed else t
         t = max(t, self.idle) if epi else t
         self.seq = t
         self.instrs(1)
+
+    def _fed(self, cycle: int) -> None:
+        """A job stops counting for a counted WAIT FEED at ``cycle``."""
+        self.jobs_fed = (self.jobs_fed + [cycle])[-MAX_LEFT - 1:]
 
     def load(self, nbytes: int, row_bytes: int, setup: int = 0, row_words: int = 0) -> None:
         """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
@@ -237,6 +263,7 @@ class Machine:
         # memory the cycle the engine takes, and the memory's level drops the next)
         self.loads_taken = (self.loads_taken + [start])[-QUEUE_DEPTH:]
         end = start + issue + self.c.port_latency + LOAD_TAIL
+        self.loads_done = (self.loads_done + [end - 1])[-MAX_LEFT - 1:]
         self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once
         self.dma = max(self.dma, end)
         self.bytes_loaded += nbytes
@@ -252,10 +279,12 @@ class Machine:
         if not last:
             self.feed_end = start + k
             self.idle = max(self.idle, self.feed_end + 1)
+            self._fed(self.feed_end)
             return
         final = max(start + k - 1, self.clear)
         self.stall += final - (start + k - 1)
         self.feed_end = final + 1
+        self._fed(self.feed_end)
         self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr)
 
     def epipass(self, rows: int, lane_bytes: int) -> None:
@@ -265,6 +294,7 @@ class Machine:
         start = max(take + 1, self.pass_free + 1, self.clear + 1, self.feed_end + 1,
                     self.w_clear + 1)
         self._took(start - 1)
+        self._fed(start)  # a pass leaves the count when the compute unit takes it
         self.pass_free = self._stream(start, rows, lane_bytes)
         self.instrs(1)
 
@@ -289,6 +319,7 @@ class Machine:
         self.w_free = start + columns
         self.w_computed, self.w_capture = computed, capture
         self.w_read = capture + 1
+        self._fed(self.w_read)
         self.w_clear = self._stream(capture + 1, self.R, lane_bytes, tr)
 
     def grid(self, job: Callable[[], None], *, n_outer: int = 1, n_inner: int = 1,

@@ -120,6 +120,9 @@ class Accelerator(wiring.Component):
             seq.start.eq(self.start),
             seq.dma_idle.eq(dma_idle), seq.feed_idle.eq(feed_idle),
             seq.compute_idle.eq(compute_idle),
+            # what a counted WAIT compares with its `left`: commands queued or unfinished
+            seq.loads_left.eq(load_q.level + dma.unfinished),
+            seq.jobs_left.eq(job_q.level + cu.feeding),
             done.eq(seq.halted & dma_idle & compute_idle),
             self.done.eq(done),
         ]

@@ -72,7 +72,7 @@ class ComputeUnit(wiring.Component):
             "src_addr": Out(e_bits), "src_data": In(lanes_layout(c)),
             "csr": In(csr_signature(c)), "e": Out(e_reads_signature(c)),
             "wr": Out(stream.Signature(write_layout(c))),
-            "feed_idle": Out(1), "idle": Out(1),
+            "feed_idle": Out(1), "feeding": Out(1), "idle": Out(1),
             "issue": Out(1), "stall_epilogue": Out(1),
         })
 
@@ -221,6 +221,8 @@ class ComputeUnit(wiring.Component):
 
         m.d.comb += [
             self.feed_idle.eq(unless("reading", ~running & ~self.job.valid)),
+            # a job taken off the queue that still reads its operands (a counted WAIT FEED)
+            self.feeding.eq(running if wu is None else running | wu.reading),
             self.idle.eq(unless("busy", array_empty & ~pass_active & ~drain_active)
                          & ~self.job.valid & ~epi.busy & ~turn_busy & ~store.busy),
         ]

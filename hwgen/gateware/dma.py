@@ -115,7 +115,8 @@ class LoadEngine(wiring.Component):
     Ports: ``cmd`` (a stream of :func:`load_cmd_layout`), the memory read channel
     (``rd_addr``, ``rd_valid``/``rd_data``), one write port per scratchpad (``a_*``, ``b_*``,
     ``e_*``: address, data, enable; ``a_lanes``, the A row's bytes written when ``a_en``: all
-    but those a LOADW with ``keep`` leaves), ``busy``, and ``read_beat`` (one pulse per word
+    but those a LOADW with ``keep`` leaves), ``busy``, ``unfinished`` (commands taken whose
+    last row is not yet written: a counted ``WAIT``) and ``read_beat`` (one pulse per word
     received, for the byte counter).
     """
 
@@ -131,6 +132,7 @@ class LoadEngine(wiring.Component):
             "b_addr": Out(SPAD_ADDR_BITS), "b_data": Out(c.b_row_bytes * 8), "b_en": Out(1),
             "e_addr": Out(SPAD_ADDR_BITS), "e_data": Out(c.e_row_bytes * 8), "e_en": Out(1),
             "busy": Out(1), "read_beat": Out(1),
+            "unfinished": Out(range(CONTEXTS + 2)),
         })
 
     def elaborate(self, platform):
@@ -295,6 +297,11 @@ class LoadEngine(wiring.Component):
             self.e_data.eq(Mux(out.dst == Dst.E8, widened, e_box.o_data)),
             self.e_en.eq(row_out & ((out.dst == Dst.E32) | (out.dst == Dst.E8))),
         ]
+
+        # Commands taken and not finished: those whose context still waits for its first
+        # row, and the one whose rows are being written. A command's count drops the cycle
+        # after its last row is written (a command without words never counts).
+        m.d.comb += self.unfinished.eq(ofifo.level + (rleft != 0))
 
         # Busy from the cycle after a command is taken until its last row is written, and
         # one cycle more (hwgen.timing.LOAD_TAIL: the gearbox's output register and this

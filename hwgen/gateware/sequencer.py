@@ -7,7 +7,7 @@ EPIPASS on a full compute queue, a WAIT on busy units. Fields are sliced with th
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,6 +18,7 @@ from hwgen.gateware.epilogue import csr_signature
 from hwgen.gateware.window import geometry_layout
 from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op, window_words
 from hwgen.stages import SPECS
+from hwgen.timing import LOAD_CONTEXTS, QUEUE_DEPTH
 
 
 def _field(word, op: Op, name: str):
@@ -32,7 +33,9 @@ def _field(word, op: Op, name: str):
 class Sequencer(wiring.Component):
     """Ports: ``start``; the LOAD and job streams into the two queues; ``csr``, the epilogue
     control registers (:func:`hwgen.gateware.epilogue.csr_signature`); the idle flags of the
-    units (``dma_idle``, ``feed_idle``, ``compute_idle``); ``halted``, ``running`` and
+    units (``dma_idle``, ``feed_idle``, ``compute_idle``) and the commands a counted WAIT
+    counts (``loads_left``: LOADs queued or unfinished; ``jobs_left``: jobs queued or still
+    reading their operands); ``halted``, ``running`` and
     ``retire`` (one pulse per instruction retired)."""
 
     def __init__(self, config: VariantConfig):
@@ -45,6 +48,8 @@ class Sequencer(wiring.Component):
             "job": Out(stream.Signature(job_layout(config))),
             "csr": Out(csr_signature(config)),
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
+            "loads_left": In(range(QUEUE_DEPTH + LOAD_CONTEXTS + 2)),
+            "jobs_left": In(range(QUEUE_DEPTH + 2)),
             "halted": Out(1), "running": Out(1), "retire": Out(1),
             **({"geom": Out(geometry_layout())} if config.window_unit else {}),
         })
@@ -120,7 +125,11 @@ class Sequencer(wiring.Component):
                         m.next = "HALTED"
                     with m.Case(Op.WAIT):
                         units = _field(word, Op.WAIT, "units")  # bits: hwgen.isa.Unit
-                        ok = (((~units[0]) | self.dma_idle) & ((~units[1]) | self.feed_idle)
+                        left = _field(word, Op.WAIT, "left")
+                        # left = 0: idle (the busy flags); else the newest `left` may pend
+                        load_ok = Mux(left == 0, self.dma_idle, self.loads_left <= left)
+                        feed_ok = Mux(left == 0, self.feed_idle, self.jobs_left <= left)
+                        ok = (((~units[0]) | load_ok) & ((~units[1]) | feed_ok)
                               & ((~units[2]) | self.compute_idle))
                         m.d.comb += retire.eq(ok)
                     with m.Case(Op.LI):

@@ -89,7 +89,9 @@ class Tracer:
                       "e": config.spad_e_depth}
         self.inflight: list[tuple[str, int, int]] = []  # loads: (space, row0, row1)
         self.inflight_mem: list[tuple[int, int]] = []
-        self.unfed: list[tuple[str, int, int]] = []  # A/B rows of queued matmuls
+        # A/B rows of queued matmuls, with the number of their job (jobs counts them all)
+        self.unfed: list[tuple[str, int, int, int]] = []
+        self.jobs = 0
         self.busy_e: list[tuple[int, int]] = []  # E rows read by unfinished jobs
         self.busy_mem: list[tuple[int, int]] = []  # bytes written by unfinished jobs
         self.acc: list[tuple[Label, Label]] = []
@@ -130,7 +132,7 @@ class Tracer:
             raise HazardError(f"@{pc}: load writes {space} rows {row0}..{row0 + n - 1}, "
                               f"beyond the depth {self.depth[space]}")
         busy = self.unfed if space in "ab" else [("e", a, b) for a, b in self.busy_e]
-        for s, r0, r1 in busy:
+        for s, r0, r1, *_ in busy:
             if s == space and _overlap(row0, row0 + n, r0, r1):
                 raise HazardError(f"@{pc}: load into {space} rows {row0}..{row0 + n - 1} "
                                   f"while a queued job may still read rows {r0}..{r1 - 1}")
@@ -206,11 +208,14 @@ class Tracer:
                 if regs[rc]:
                     nxt = i.get("target")
             elif i.op is Op.WAIT:
-                units = i.get("units")
-                if units & 1:
-                    self.inflight, self.inflight_mem = [], []
-                if units & 6:
+                units, left = i.get("units"), i.get("left")
+                if units & 1:  # counted (left > 0): the newest `left` loads may still run
+                    self.inflight = self.inflight[len(self.inflight) - left:] if left else []
+                    self.inflight_mem = []
+                if units & 4 or (units & 2 and not left):
                     self.unfed = []
+                elif units & 2:  # the newest `left` jobs may still read their operands
+                    self.unfed = [u for u in self.unfed if u[3] > self.jobs - left]
                 if units & 4:
                     self.busy_e, self.busy_mem = [], []
             elif i.op is Op.LOAD:
@@ -220,12 +225,14 @@ class Tracer:
                 self._rows("a", a, k, pc, "matmul A")
                 self._rows("b", b, k, pc, "matmul B")
                 self.acc += [(self._get("a", a + kk), self._get("b", b + kk)) for kk in range(k)]
-                self.unfed += [("a", a, a + k), ("b", b, b + k)]
+                self.jobs += 1
+                self.unfed += [("a", a, a + k, self.jobs), ("b", b, b + k, self.jobs)]
                 self.trace.k_steps += k
                 if i.get("last"):
                     self.job_rows(pc, i, regs, "matmul", self.cfg.rows)
                     self.acc = []
             elif i.op is Op.EPIPASS:
+                self.jobs += 1
                 self.job_rows(pc, i, regs, "epipass", i.get("rows"))
             elif i.op is Op.CSRWI:
                 if self.busy_mem or self.unfed:

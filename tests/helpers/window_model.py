@@ -64,6 +64,9 @@ def run(config: VariantConfig, words: list[int], memory: bytearray,
                 pc = get("target")
         elif op is Op.WAIT:
             units = get("units")
+            if get("left"):  # window-unit programs wait for idle units only
+                raise HazardError(f"instruction {pc - 1}: a counted WAIT (left="
+                                  f"{get('left')}), which this model does not follow")
             if units & Unit.FEED:
                 compute()
             if units & Unit.LOAD:
