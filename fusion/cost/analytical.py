@@ -40,6 +40,7 @@ from fusion.cost.model import CostModel, Features
 from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
+from fusion.kernels.gemm.stream import stream_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
 from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
@@ -119,9 +120,12 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
     regions = {"a": dummy, "b": dummy} | (
         {"bias": dummy} if reads_bias_region(stages, params) else {}) | (
         {"residual": dummy} if "residual" in stages else {})
-    ctx = gemm_context(dims, f.tiling, stages, regions, params=params, out=dummy,
-                       out_dt="i8" if lane_bytes == 1 else "i32", halt=False,
-                       transposed=getattr(f, "kmajor_out", False))
+    kw = {"params": params, "out": dummy, "out_dt": "i8" if lane_bytes == 1 else "i32",
+          "halt": False, "transposed": getattr(f, "kmajor_out", False)}
+    if f.tiling.stream:
+        _stream(m, c, stream_context(dims, f.tiling, stages, regions, **kw), lane_bytes)
+        return
+    ctx = gemm_context(dims, f.tiling, stages, regions, **kw)
     double = ctx["double_buffer"]
     # The segment stride r3 holds at this point of the text: its li is left out of the
     # program when r3 holds it already (codegen.drop_redundant_li, which forgets every value
@@ -175,6 +179,41 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
         load(ld, True)
     m.wait(load=True)
     nest(ctx["supertiles"])
+
+
+def _stream(m: Machine, c: VariantConfig, ctx: dict[str, Any], lane_bytes: int) -> None:
+    """``gemm_stream.j2``, walked over its context: the prologue, A and the first q-1 chunks,
+    the column blocks' loop of unrolled chunks, and the peeled last block."""
+    chunk_bytes = ctx["chunk_words"] * c.port_bytes
+    b_row = load_row_bytes(c, Dst.B)
+
+    def chunk(ch: dict[str, Any], more: bool) -> None:  # macro chunk
+        m.instrs(1)  # the li of the chunk's row
+        m.wait(load=True, left=ch["left"])
+        m.matmul(ctx["kc"], ch["last"], lane_bytes, bool(ch["last"] and ctx["tr"]))
+        if ch["load"] is not None:
+            m.wait(feed=True, left=1)
+            m.load(chunk_bytes, b_row, setup=1)  # its slot's li
+            m.instrs(1)  # the B address moves on
+        if ch["last"] and more:
+            m.instrs(1 + ctx["has_bias"])
+
+    def block(chunks: list[dict[str, Any]], more: bool) -> None:
+        for ch in chunks:
+            chunk(ch, more)
+
+    _prologue(m, c, ctx, waited=False)
+    m.load(ctx["a_words"] * c.port_bytes, load_row_bytes(c, Dst.A))
+    for _ in ctx["prologue_slots"]:
+        m.load(chunk_bytes, b_row, setup=1)
+        m.instrs(1)
+    blocks = ctx["blocks"]
+    if blocks > 2:
+        m.instrs(1)  # the counter
+        m.repeat(blocks - 1, lambda: (block(ctx["body"], True), m.instrs(1)))
+    elif blocks == 2:
+        block(ctx["body"], True)
+    block(ctx["final"], False)
 
 
 def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_dt: str,

@@ -253,8 +253,9 @@ class Machine:
         gap = max(1, self.W // row_bytes)  # the issue interval
         issue = -(-nbytes // min(self.W, row_bytes))
         words = -(-nbytes // self.W)
-        # the next load's first request: after this one's last, and its interval
-        self.dma_issue = start + gap * (words - 1) + max(2, gap)
+        # the next load's first request: the cycle after this one's last (the engine takes
+        # it then), and no sooner than this one's issue interval
+        self.dma_issue = start + gap * (words - 1) + gap
         first_row = row_words or max(1, row_bytes // self.W)
         self.rows_started = (self.rows_started + [start + self.c.port_latency
                                                   + first_row - 1 + 1])[-CONTEXTS:]

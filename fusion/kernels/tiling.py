@@ -10,6 +10,12 @@ per-channel requantize: three rows per column block, also without the bias stage
 K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
 accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
 
+A streamed GEMM (``stream`` = q, :mod:`fusion.kernels.gemm.stream`) has one row block: its A
+stays in the A scratchpad, and B streams through a ring of ``q`` slots of ``Kp / q`` rows,
+each column block's tile accumulated over ``q`` matmuls, with counted WAITs keeping ``q - 1``
+chunks in flight, so the port never waits for the array: for GEMVs (a batch of one), which
+are bound by streaming the weights.
+
 A grouped GEMM (``dims.kgroup``) reduces each tile over its column block's own slice of K
 (``Kp`` is that slice), so a super tile has one column block (``tn = 1``), and A is reloaded
 whenever the column block changes.
@@ -23,6 +29,7 @@ from dataclasses import dataclass, replace
 from fusion.kernels.codegen import FIELD_MAX
 from fusion.kernels.layout import GemmDims, ceil_div
 from hwgen.config import VariantConfig
+from hwgen.isa import MAX_LEFT
 
 ORDERS = ("mn", "nm")
 
@@ -44,6 +51,10 @@ class Tiling:
         blocks innermost, so an A super tile stays resident; ``nm`` keeps B resident.
     double_buffer : bool
         Load the next super tile into the other scratchpad halves while this one computes.
+    stream : int
+        0: super tiles. q >= 2: stream B in ``q`` chunks a column block through a ring of
+        ``q`` slots (one row block only; the other fields are then ``tm = tn = 1``, the whole
+        K, ``mn``, no double buffering, as :func:`resolve` sets them).
     """
 
     tm: int = 1
@@ -51,6 +62,7 @@ class Tiling:
     kt: int | None = None
     order: str = "mn"
     double_buffer: bool = True
+    stream: int = 0
 
     @classmethod
     def for_problem(
@@ -82,6 +94,10 @@ class Tiling:
             raise ValueError(f"kt must be a positive integer or None, not {self.kt!r}")
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
+        if (not isinstance(self.stream, int) or isinstance(self.stream, bool)
+                or self.stream < 0 or self.stream == 1):
+            raise ValueError(f"stream must be 0 (super tiles) or a chunk count of at least 2, "
+                             f"not {self.stream!r}")
 
 
 def _e_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int, halves: int,
@@ -101,6 +117,8 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     ``per_channel``: the requantize is per channel, so the bias region holds three rows per
     column block and is loaded even without the bias stage.
     """
+    if tiling.stream:
+        return stream_problems(dims, stages, tiling.stream, per_channel=per_channel)
     cfg, kt, tm, tn = dims.config, tiling.kt or dims.Kp, tiling.tm, tiling.tn
     halves = 2 if tiling.double_buffer else 1
     where = "half of " if halves == 2 else ""
@@ -142,7 +160,60 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     return problems
 
 
+def stream_problems(dims: GemmDims, stages: tuple[str, ...], q: int, *,
+                    per_channel: bool = False) -> list[str]:
+    """Why a GEMM cannot stream its B in ``q`` chunks a column block; empty if it can."""
+    cfg = dims.config
+    problems = []
+    if dims.Mb != 1:
+        problems.append(f"a streamed GEMM keeps one row block of A resident, and M={dims.M} "
+                        f"is {dims.Mb} row blocks")
+    if dims.grouped:
+        problems.append("a grouped GEMM reads another slice of A per column block; it does "
+                        "not stream")
+    if "residual" in stages:
+        problems.append("a streamed GEMM does not load residual tiles")
+    if q - 1 > MAX_LEFT:
+        problems.append(f"stream={q} keeps {q - 1} loads in flight; a counted WAIT counts "
+                        f"at most {MAX_LEFT}")
+    kc = dims.Kp // q
+    if dims.Kp % q or kc % cfg.k_align:
+        problems.append(f"stream={q} cuts Kp={dims.Kp} into chunks that are not whole "
+                        f"multiples of k_align={cfg.k_align}")
+    for name, depth in (("A", cfg.spad_a_depth), ("B", cfg.spad_b_depth)):
+        if dims.Kp > depth:
+            problems.append(f"a streamed GEMM holds Kp={dims.Kp} rows in the {name} "
+                            f"scratchpad, which has {depth}")
+    e_need = _e_rows(dims, stages, 1, 1, 1, per_channel)
+    if e_need > cfg.spad_e_depth:
+        problems.append(f"the epilogue scratchpad needs {e_need} bias rows but has "
+                        f"{cfg.spad_e_depth}")
+    if max(dims.Kp, dims.Kp * dims.R // dims.W) > FIELD_MAX:
+        problems.append(f"Kp={dims.Kp} makes the A load's len exceed the 16-bit field "
+                        f"({FIELD_MAX})")
+    return problems
+
+
+def stream_tilings(dims: GemmDims, stages: tuple[str, ...], *,
+                   per_channel: bool = False) -> list[Tiling]:
+    """The streamed tilings that fit (:data:`STREAM_CHUNKS`), for the cost model to price."""
+    return [t for t in (resolve_stream(dims, q) for q in STREAM_CHUNKS)
+            if not fit_problems(dims, stages, t, per_channel=per_channel)]
+
+
+#: Chunk counts a streamed GEMM is priced with: 2 is double buffering by chunks (the port
+#: waits for each load's latency), 3 and more keep loads in flight.
+STREAM_CHUNKS = (2, 3, 4, 8)
+
+
+def resolve_stream(dims: GemmDims, q: int) -> Tiling:
+    """The streamed tiling of ``q`` chunks in its normal form (every other field fixed)."""
+    return Tiling(tm=1, tn=1, kt=dims.Kp, order="mn", double_buffer=False, stream=q)
+
+
 def _clamp(dims: GemmDims, tiling: Tiling) -> Tiling:
+    if tiling.stream:
+        return resolve_stream(dims, tiling.stream)
     kt = dims.Kp if tiling.kt is None else min(tiling.kt, dims.Kp)
     return replace(tiling, tm=min(tiling.tm, dims.Mb), tn=min(tiling.tn, dims.Nb), kt=kt)
 
@@ -283,7 +354,7 @@ def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
     for n, t in ((dims.Mb, tiling.tm), (dims.Nb, tiling.tn), (dims.Kp, kt)):
         count, last = ceil_div(n, t), n - (ceil_div(n, t) - 1) * t
         shape.append((min(count, 4), last != t, t == 1, last == 1))
-    return (tiling.double_buffer, tiling.order, *shape)
+    return (tiling.double_buffer, tiling.order, tiling.stream, *shape)
 
 
 def _largest_kt(dims: GemmDims, double: bool) -> int:

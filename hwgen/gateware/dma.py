@@ -3,8 +3,8 @@
 :class:`LoadEngine` runs strided LOAD commands (``count`` segments of ``len`` words) and
 window loads (LOADW) from the read channel into a scratchpad, through a :class:`Gearbox` that
 cuts the word stream into scratchpad rows (or, for a window load, picks each row's lanes from
-its words). Commands overlap: the next one starts requesting as soon as the one before has made
-its last request, while that one's words are still on their way, so a run of short loads
+its words). Commands overlap: the next one is taken in the cycle the one before makes its last
+request and starts requesting the cycle after, while that one's words are still on their way, so a run of short loads
 (a convolution's window loads) pays the port latency once, not once each. Responses come
 back in order, so each command's context (where its words go, how many) waits in two small
 queues, one for the stage that routes words and one for the stage that writes rows.
@@ -172,7 +172,11 @@ class LoadEngine(wiring.Component):
 
         new = self.cmd.payload
         room = ififo.w_rdy & ofifo.w_rdy
-        m.d.comb += self.cmd.ready.eq(~issuing & room)
+        requested = self.rd_addr.valid & self.rd_addr.ready
+        last_request = requested & (word == cmd.len - 1) & (seg == cmd.count - 1)
+        # The next command is taken in the cycle of this one's last request, so a run of
+        # loads requests back to back (a streamed GEMM's chunks lose no cycle between them).
+        m.d.comb += self.cmd.ready.eq((~issuing | last_request) & room)
         ctx = Signal(ctx_layout)
         words = Signal(32)
         m.d.comb += [words.eq(new.count * new.len),
@@ -190,17 +194,10 @@ class LoadEngine(wiring.Component):
                             m.d.comb += ctx.rows.eq(words // (width // c.port_bytes))
                         else:
                             m.d.comb += ctx.rows.eq(words * (c.port_bytes // width))
-        with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cmd.eq(new), seg_base.eq(new.ext), word_addr.eq(new.ext),
-                         word.eq(0), seg.eq(0), issuing.eq(words != 0)]
-            with m.If(words != 0):  # a command without words has nothing to wait for
-                m.d.comb += [ififo.w_en.eq(1), ififo.w_data.eq(ctx),
-                             ofifo.w_en.eq(1), ofifo.w_data.eq(ctx)]
         m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0)),
                      self.rd_addr.payload.eq(word_addr)]
         with m.If(wait != 0):
             m.d.sync += wait.eq(wait - 1)
-        requested = self.rd_addr.valid & self.rd_addr.ready
         next_base = seg_base + cmd.stride  # the next segment's first word
         with m.If(requested):
             m.d.sync += wait.eq(interval)
@@ -211,6 +208,13 @@ class LoadEngine(wiring.Component):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [word.eq(word + 1), word_addr.eq(word_addr + cmd.wstep)]
+        # after the request's updates: a command taken in its last request's cycle wins
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cmd.eq(new), seg_base.eq(new.ext), word_addr.eq(new.ext),
+                         word.eq(0), seg.eq(0), issuing.eq(words != 0)]
+            with m.If(words != 0):  # a command without words has nothing to wait for
+                m.d.comb += [ififo.w_en.eq(1), ififo.w_data.eq(ctx),
+                             ofifo.w_en.eq(1), ofifo.w_data.eq(ctx)]
         with m.If(requested & ~self.rd_valid):
             m.d.sync += pending.eq(pending + 1)
         with m.Elif(~requested & self.rd_valid):

@@ -22,6 +22,7 @@ from fusion.kernels.codegen import ProgramTooLong, assemble_program, render
 from fusion.kernels.epilogue import DT_BYTES, pass_context, pass_dtypes, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.stream import stream_context
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import figures
 from fusion.kernels.protocol import Build
@@ -74,6 +75,15 @@ def _passes(dims: GemmDims, p: GemmParams, regions: Mapping[str, Region],
     return passes, stored
 
 
+def program_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
+                    regions: Mapping[str, Region], **kw) -> tuple[str, dict]:
+    """The template of ``tiling`` (super tiles or streamed) and its context (arguments as for
+    :func:`fusion.kernels.gemm.loops.gemm_context`)."""
+    if tiling.stream:
+        return "gemm_stream.j2", stream_context(dims, tiling, stages, regions, **kw)
+    return "gemm.j2", gemm_context(dims, tiling, stages, regions, **kw)
+
+
 def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Region]) -> Build:
     """The program of ``p`` at the placed ``regions`` (those of :func:`gemm_sizes`).
 
@@ -109,10 +119,11 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
         shape = loop_shape(dims, cand)
         if shape in too_long:
             continue
-        text = render("gemm.j2", **gemm_context(
+        template, context = program_context(
             dims, cand, gemm_stages, regions, params=params,
             out=bufs[0] if bufs else regions["out"], out_dt="i32" if bufs else final_dt,
-            halt=not bufs, transposed=p.kmajor_out))
+            halt=not bufs, transposed=p.kmajor_out)
+        text = render(template, **context)
         try:
             program = assemble_program(config, "\n".join([text, *passes]), what=what)
         except ProgramTooLong as exc:

@@ -32,7 +32,7 @@ from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.layout import GemmDims, Region, kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
-from fusion.kernels.tiling import Tiling, ranked_tilings, tiling_problem
+from fusion.kernels.tiling import Tiling, ranked_tilings, stream_tilings, tiling_problem
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, gemm_epilogue, output_dtype
 
@@ -185,10 +185,15 @@ class GemmKind(KernelKind):
             best = next(iter(ranked_tilings(dims, stages, order=order, per_channel=pc)), None)
             if best is not None and best not in tilings:
                 tilings.append(best)
+        # one row block: streamed B too (bound by the weights' stream, which the tiler's
+        # rough estimate does not rank; the cost model prices them)
+        tilings += stream_tilings(dims, stages, per_channel=pc)
         return [dataclasses.replace(p, tiling=t) for t in tilings]
 
     def variant_label(self, params: GemmParams) -> str:
         t = params.tiling
+        if t.stream:
+            return f"streamed B, {t.stream} chunks a column block"
         return (f"tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
                 f"double_buffer={t.double_buffer}")
 
@@ -198,8 +203,10 @@ class GemmKind(KernelKind):
 
     def describe(self, params: GemmParams, ops: str = "") -> str:
         p, t = params, params.tiling
-        tiles = "" if t is None else (f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
-                                      f"{'' if t.double_buffer else ' single-buffered'}")
+        tiles = "" if t is None else (
+            f", B streamed in {t.stream} chunks" if t.stream else
+            f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
+            f"{'' if t.double_buffer else ' single-buffered'}")
         grouped = f" grouped kgroup={p.kgroup}" if p.kgroup else ""
         kmajor = ", stored K-major" if p.kmajor_out else ""
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "

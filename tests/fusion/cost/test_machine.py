@@ -66,7 +66,7 @@ MEASURED = {
             "loadb8": 27, "loadb16x2": 75, "loade32_16": 27},
     "4x8": {"mm16_i8": 43, "mm16_i32": 55, "6mm2_i32": 126, "6mm2_i8": 114,
             "6mm20_i32": 159, "ep40_i32": 171, "2ep16_i8": 44, "mm_ep": 55, "mm8_nl_mm8": 55,
-            "nop_mm": 55, "loadb8": 21, "loadb16x2": 46, "loade32_16": 29},
+            "nop_mm": 55, "loadb8": 21, "loadb16x2": 45, "loade32_16": 29},
 }
 
 
