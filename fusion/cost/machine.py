@@ -80,8 +80,8 @@ class Machine:
     """
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
-    TIMES = ("seq", "dma", "dma_issue", "feed_end", "clear", "pass_free", "store", "idle",
-             "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
+    TIMES = ("seq", "dma", "dma_take", "dma_issue", "feed_end", "clear", "pass_free", "store",
+             "idle", "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
     def __init__(self, config: VariantConfig) -> None:
@@ -91,6 +91,7 @@ class Machine:
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle
+        self.dma_take = 0  # first cycle the engine may take the next load
         self.dma_issue = 0  # first cycle the next load may make its first request
         self.loads_taken: list[int] = []  # cycles after the last QUEUE_DEPTH loads were taken
         self.rows_started: list[int] = []  # cycles the last CONTEXTS loads' first rows came
@@ -247,22 +248,25 @@ class Machine:
         if len(self.loads_taken) == QUEUE_DEPTH:
             retire = max(retire, self.loads_taken[0])
         self.seq = retire
-        start = max(retire + ISSUE_LATENCY, self.dma_issue)
-        if len(self.rows_started) == CONTEXTS:  # its response context needs a free slot
-            start = max(start, self.rows_started[0] + 2)
+        # the engine takes it from the queue once it shows there, once the load before
+        # makes its last request, and once a response context is free
+        take = max(retire + ISSUE_LATENCY - 1, self.dma_take)
+        if len(self.rows_started) == CONTEXTS:
+            take = max(take, self.rows_started[0] + 1)
+        # its first request: the cycle after, and no sooner than the load before's interval
+        start = max(take + 1, self.dma_issue)
         gap = max(1, self.W // row_bytes)  # the issue interval
         issue = -(-nbytes // min(self.W, row_bytes))
         words = -(-nbytes // self.W)
-        # the next load's first request: the cycle after this one's last (the engine takes
-        # it then), and no sooner than this one's issue interval
-        self.dma_issue = start + gap * (words - 1) + gap
+        self.dma_take = start + gap * (words - 1)  # its last request
+        self.dma_issue = self.dma_take + gap
         first_row = row_words or max(1, row_bytes // self.W)
         self.rows_started = (self.rows_started + [start + self.c.port_latency
                                                   + first_row - 1 + 1])[-CONTEXTS:]
-        # the engine takes it the cycle before its first request; a full queue has room
-        # again the cycle after (the buffered FIFO refills its output register from its
-        # memory the cycle the engine takes, and the memory's level drops the next)
-        self.loads_taken = (self.loads_taken + [start])[-QUEUE_DEPTH:]
+        # a full queue has room again the cycle after the engine took (the buffered FIFO
+        # refills its output register from its memory that cycle, and the memory's level
+        # drops the next)
+        self.loads_taken = (self.loads_taken + [take + 1])[-QUEUE_DEPTH:]
         end = start + issue + self.c.port_latency + LOAD_TAIL
         self.loads_done = (self.loads_done + [end - 1])[-MAX_LEFT - 1:]
         self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once

@@ -178,8 +178,8 @@ def stream_problems(dims: GemmDims, stages: tuple[str, ...], q: int, *,
                         f"at most {MAX_LEFT}")
     kc = dims.Kp // q
     if dims.Kp % q or kc % cfg.k_align:
-        problems.append(f"stream={q} cuts Kp={dims.Kp} into chunks that are not whole "
-                        f"multiples of k_align={cfg.k_align}")
+        problems.append(f"stream={q} does not cut Kp={dims.Kp} into {q} equal chunks, each "
+                        f"a multiple of k_align={cfg.k_align}")
     for name, depth in (("A", cfg.spad_a_depth), ("B", cfg.spad_b_depth)):
         if dims.Kp > depth:
             problems.append(f"a streamed GEMM holds Kp={dims.Kp} rows in the {name} "

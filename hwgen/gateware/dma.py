@@ -4,8 +4,9 @@
 window loads (LOADW) from the read channel into a scratchpad, through a :class:`Gearbox` that
 cuts the word stream into scratchpad rows (or, for a window load, picks each row's lanes from
 its words). Commands overlap: the next one is taken in the cycle the one before makes its last
-request and starts requesting the cycle after, while that one's words are still on their way, so a run of short loads
-(a convolution's window loads) pays the port latency once, not once each. Responses come
+request and starts requesting the cycle after, while that one's words are still on their way,
+so a run of short loads (a convolution's window loads, a streamed GEMM's chunks) keeps the
+port busy and pays its latency once, not once each. Responses come
 back in order, so each command's context (where its words go, how many) waits in two small
 queues, one for the stage that routes words and one for the stage that writes rows.
 :class:`StoreUnit` packs epilogue rows into words on the write channel.

@@ -141,7 +141,7 @@ def _without(program, index):
 def _waits(kernel, units):
     text = disassemble(kernel.program).splitlines()
     instrs = [line.strip() for line in text if not line.endswith(":")]
-    return [n for n, line in enumerate(instrs) if line == f"wait units={units}"]
+    return [n for n, line in enumerate(instrs) if line == f"wait units={units}, left=0"]
 
 
 @pytest.mark.parametrize("units, fused, tiling, match", [
