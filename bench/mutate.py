@@ -9,10 +9,10 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
    epilogue stage, or, for the parts only a variant whose A row is one memory word has
    (window loads, the transposing store, the window unit), such a variant with the unit;
 2. that variant's checks with default options: on the first, ``hwgen gemm`` on a few shapes
-   (:data:`GEMMS`) and ``hwgen run`` on every bundled example (``examples/*.onnx``); on the
-   second, ``hwgen run`` of the bundled examples that convolve and pool
-   (:data:`WINDOW_MODELS`: window convolutions, depthwise convolutions, max and global
-   pools on the unit, K-major stores). The baseline runs both.
+   (:data:`GEMMS`, and :data:`STREAMED` with its B streamed) and ``hwgen run`` on every
+   bundled example (``examples/*.onnx``); on the second, ``hwgen run`` of the bundled
+   examples that convolve and pool (:data:`WINDOW_MODELS`: window convolutions, depthwise
+   convolutions, max and global pools on the unit, K-major stores). The baseline runs both.
 
 A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
 error (a failed build or generate counts as caught, and the table says so; so does a crash,
@@ -56,6 +56,8 @@ WINDOW_MODELS = ("examples/qdq_cnn.onnx", "examples/real/ds_cnn_qdq.onnx")
 #: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
 #: and a long K with K chunking.
 GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
+#: A GEMV streamed in q chunks (M, K, N, q), checked like the others: its counted WAITs.
+STREAMED = (3, 256, 40, 4)
 #: Seconds a check may take before it counts as hung (and so as caught).
 TIMEOUT = 600
 
@@ -119,6 +121,10 @@ def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
     for m, k, n in GEMMS:
         out.append((f"gemm {m}x{k}x{n}", ["gemm", "--variant", "variant", "--m", str(m),
                                           "--k", str(k), "--n", str(n)]))
+    m, k, n, q = STREAMED
+    out.append((f"gemm {m}x{k}x{n} streamed", [
+        "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
+        "--stream", str(q), "--epilogue", "bias,requant,relu"]))
     for model in sorted((ROOT / "examples").glob("*.onnx")):
         out.append((f"run {model.stem}", ["run", f"examples/{model.name}", "--variant",
                                           "variant"]))

@@ -26,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kt", type=positive_int, help="K per MATMUL (K chunking)")
     p.add_argument("--loop-order", dest="loop_order", choices=("mn", "nm"))
     p.add_argument("--no-double-buffer", dest="no_double_buffer", action="store_true")
+    p.add_argument("--stream", type=positive_int,
+                   help="stream B in STREAM chunks a column block through a ring of as many "
+                        "scratchpad slots (at least 2; M of one row block: a GEMV); it fixes "
+                        "the tiling, so no --tm, --tn, --kt, --loop-order or "
+                        "--no-double-buffer")
     p.add_argument("--kgroup", type=positive_int,
                    help="a grouped GEMM (a grouped or depthwise conv): column block j of the "
                         "array's columns reads only rows [j*KGROUP, (j+1)*KGROUP) of K; B is "
@@ -38,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fusion.kernels.layout import GemmDims
-    from fusion.kernels.tiling import default_tiling
+    from fusion.kernels.tiling import Tiling, default_tiling, resolve
     from hwgen.reference import check_stages
     from sim.build import build_folder
     from sim.gemm_check import GemmCase, grouped_problem, run_gemms
@@ -47,11 +52,21 @@ def run(args: argparse.Namespace) -> int:
     stages = config.epilogue if args.epilogue is None else args.epilogue
     check_stages(stages, config.epilogue)  # a refusal quotes the variant's own chain
     kgroup = args.kgroup or 0
-    # Choices given on the command line are kept; the tiler fits the rest around them.
-    tiling = default_tiling(GemmDims(config, args.m, args.k, args.n, kgroup=kgroup),
-                            tuple(stages), tm=args.tm, tn=args.tn, kt=args.kt,
-                            order=args.loop_order,
-                            double_buffer=False if args.no_double_buffer else None)
+    dims = GemmDims(config, args.m, args.k, args.n, kgroup=kgroup)
+    if args.stream:
+        given = [f"--{n.replace('_', '-')}" for n in ("tm", "tn", "kt", "loop_order")
+                 if getattr(args, n) is not None] + (
+            ["--no-double-buffer"] if args.no_double_buffer else [])
+        if given:
+            raise ValueError(f"--stream fixes the tiling; drop {', '.join(given)}")
+        per_channel = False  # hwgen gemm's requantize is per tensor
+        tiling = resolve(dims, tuple(stages) if not args.unfused else (),
+                         Tiling(stream=args.stream), per_channel=per_channel)
+    else:
+        # Choices given on the command line are kept; the tiler fits the rest around them.
+        tiling = default_tiling(dims, tuple(stages), tm=args.tm, tn=args.tn, kt=args.kt,
+                                order=args.loop_order,
+                                double_buffer=False if args.no_double_buffer else None)
     problem = None if not kgroup else grouped_problem(config, args.m, args.k, args.n, kgroup,
                                                       tuple(stages), args.seed)
     case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
