@@ -14,7 +14,8 @@ Each figure is a run of the driver ``bench.cpp`` on the platform's build
 - refresh, from the sequential run: refreshes seen, their interval, and the cycles the
   refresher held the controller (``refresh_active``), per refresh and as a fraction.
 
-Run ``python -m sim.dram.characterize --memory ddr3 [--refresh hot]`` for the figures as JSON.
+Run ``python -m sim.dram.characterize --memory ddr3 [--refresh hot] [--checker]`` for the
+figures as JSON (``--checker`` adds LiteDRAM's DFI timing checker and lists what it reports).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class Figures:
     read_back: PatternRun
     sim_cycles_per_second: float
     startup_seconds: float
+    checker: bool
+    violations: tuple[str, ...]
 
     @property
     def refresh_interval(self) -> float:
@@ -111,6 +114,8 @@ class Figures:
             "cached": self.cached,
             "sim_cycles_per_second": round(self.sim_cycles_per_second),
             "startup_seconds": round(self.startup_seconds, 3),
+            "checker": self.checker,
+            "violations": list(self.violations),
             "refresh": {"interval_cycles": round(self.refresh_interval, 1),
                         "hold_cycles_per_refresh": round(self.refresh_hold_cycles, 2),
                         "fraction": round(self.refresh_fraction, 4)},
@@ -129,7 +134,11 @@ def _run(b: DramBuild, args: list[str]) -> tuple[dict, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{b.executable} {' '.join(args)} failed ({proc.returncode}): "
                            f"{proc.stderr.strip()}")
-    return json.loads(proc.stdout), seconds
+    *printed, last = proc.stdout.splitlines() or [""]
+    counts = json.loads(last)
+    # With the timing checker built in, every other line is a violation it printed.
+    counts["violations"] = [line for line in printed if line.strip()]
+    return counts, seconds
 
 
 def _pattern(name: str, stride: int, counts: dict) -> PatternRun:
@@ -160,7 +169,8 @@ def run_pattern(b: DramBuild, mode: str, count: int, stride: int, base: int = 0,
 
 
 def characterize(platform: PlatformConfig, *, reads: int = 100_000,
-                 conflict_reads: int = 10_000, root: Path | None = None) -> Figures:
+                 conflict_reads: int = 10_000, root: Path | None = None,
+                 checker: bool = False) -> Figures:
     """Build (or find) the platform's simulator and measure its figures.
 
     Parameters
@@ -174,8 +184,11 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
         Reads of the row-conflict and bank-stride runs.
     root : Path, optional
         The build cache root (:func:`sim.build.default_root` by default).
+    checker : bool
+        Build with LiteDRAM's DFI timing checker, and collect what it prints in
+        ``violations`` (the simulation is slower; the figures are the same).
     """
-    b = build(platform, root=root)
+    b = build(platform, root=root, checker=checker)
     layout = b.spec["address_layout"]
     row_stride, bank_stride = 1 << layout["row"][0], 1 << layout["bank"][0]
     idle, idle_seconds = run_pattern(b, "read", 1, 1)  # start-up: the DRAM array's allocation
@@ -193,6 +206,9 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
         sim_cycles_per_second=((seq["total_cycles"] - idle["total_cycles"])
                                / max(seconds - idle_seconds, 1e-6)),
         startup_seconds=idle_seconds,
+        checker=checker,
+        violations=tuple(v for run in (idle, seq, conflict, banks, written)
+                         for v in run["violations"]),
     )
 
 
@@ -207,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", default="normal", help="normal or hot")
     parser.add_argument("--reads", type=int, default=100_000)
     parser.add_argument("--conflict-reads", type=int, default=10_000)
+    parser.add_argument("--checker", action="store_true",
+                        help="build with LiteDRAM's DFI timing checker; list its violations")
     args = parser.parse_args(argv)
     try:
         platform = PlatformConfig(memory=args.memory, module=args.module,
@@ -220,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    figures = characterize(platform, reads=args.reads, conflict_reads=args.conflict_reads)
+    figures = characterize(platform, reads=args.reads, conflict_reads=args.conflict_reads,
+                           checker=args.checker)
     print(json.dumps(figures.to_dict(), indent=2))
     return 0
 

@@ -2,8 +2,8 @@
 
 From a :class:`hwgen.platform.PlatformConfig` (``sdr`` or ``ddr3``) this builds a Migen top
 of LiteDRAM's ``SDRAMPHYModel`` (the DRAM chip: banks, rows, the DFI command decoder),
-``LiteDRAMController`` (bank machines, command multiplexer, refresher; tREFI divided by the
-platform's :attr:`~hwgen.platform.PlatformConfig.refresh_divisor`) and a
+``LiteDRAMController`` (bank machines, command multiplexer, refresher; the module's tREFI
+divided by the platform's :attr:`~hwgen.platform.PlatformConfig.refresh_divisor`) and a
 ``LiteDRAMCrossbar`` native port, and converts it with ``migen.fhdl.verilog.convert``. The
 top's ports are named here, not by Migen (:data:`PORT_SIGNALS`), and recorded with the
 address layout and the timings in ``dram.json`` beside ``hwgen_dram.v``, so a testbench or the
@@ -22,6 +22,7 @@ by :meth:`~hwgen.platform.PlatformConfig.key` and the sha256 of the Verilog.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import json
@@ -85,9 +86,15 @@ class DramVerilog:
 
 
 def _litedram_module(platform: PlatformConfig):
+    """The LiteDRAM module object; hot refresh is the part with its tREFI divided, so that
+    the controller and the PHY model's timing checker both see the hot rate."""
     from litedram import modules
 
     cls = getattr(modules, platform.module)
+    if platform.refresh_divisor != 1:
+        timings = copy.copy(cls.technology_timings)
+        timings.tREFI = cls.technology_timings.tREFI / platform.refresh_divisor
+        cls = type(cls.__name__, (cls,), {"technology_timings": timings})
     kwargs = {"speedgrade": platform.speedgrade} if platform.speedgrade else {}
     return cls(platform.clock_hz, platform.rate, **kwargs)
 
@@ -101,7 +108,6 @@ def _build_top(platform: PlatformConfig, checker: bool):
 
     module = _litedram_module(platform)
     timing = module.timing_settings
-    timing.tREFI = timing.tREFI // platform.refresh_divisor  # hot: twice the refreshes
     top = Module()
     phy = SDRAMPHYModel(module, data_width=16, clk_freq=platform.clock_hz,
                         verbosity=SDRAM_VERBOSE_STD if checker else SDRAM_VERBOSE_OFF)

@@ -16,15 +16,22 @@ READS = 20_000
 NS = 10.0  # one cycle at 100 MHz
 
 
+# Both with LiteDRAM's DFI timing checker: every pattern must run without a violation.
 @pytest.fixture(scope="module")
 def ddr3():
-    return characterize(PlatformConfig(memory="ddr3"), reads=READS, conflict_reads=3_000)
+    return characterize(PlatformConfig(memory="ddr3"), reads=READS, conflict_reads=3_000,
+                        checker=True)
 
 
 @pytest.fixture(scope="module")
 def ddr3_hot():
     return characterize(PlatformConfig(memory="ddr3", refresh="hot"), reads=READS,
-                        conflict_reads=3_000)
+                        conflict_reads=3_000, checker=True)
+
+
+def test_the_controller_keeps_the_ddr3_timings(ddr3, ddr3_hot):
+    for figures in (ddr3, ddr3_hot):
+        assert figures.checker and figures.violations == ()
 
 
 def test_ddr3_row_conflicts_cost_measurably_more_than_sequential_reads(ddr3):
