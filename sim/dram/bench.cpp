@@ -7,6 +7,8 @@
 //            write  COUNT writes there, then COUNT reads at READ_BASE + i*STRIDE (BASE by
 //                   default), each checked against the data written to its address (the
 //                   count of mismatches is "errors"; a shifted READ_BASE shows it counts)
+//            rw     COUNT pairs on one port: write a word, then read it back at once (checked:
+//                   read-after-write order), the next pair at the next address
 //     STRIDE in port words: 1 is sequential; 1 << row_lsb puts each access in a new row of
 //            the same bank
 //
@@ -102,14 +104,17 @@ struct Bench {
     }
 
     // One pass of COUNT commands (reads or writes) at base + i*stride, wrapping.
-    Counts pass(bool write, uint64_t count, uint64_t stride, uint64_t base, uint64_t words,
+    // kind: 0 reads, 1 writes, 2 write/read pairs of the same word (count commands in all).
+    Counts pass(int kind, uint64_t count, uint64_t stride, uint64_t base, uint64_t words,
                 bool check) {
         Counts c;
         std::deque<uint64_t> wfifo;              // addresses whose data is still to send
         std::deque<std::pair<uint64_t, uint64_t>> pending;  // (address, accepted at)
         uint64_t issued = 0, done = 0, start = now;
         while (done < count) {
-            uint64_t addr = (base + issued * stride) & (words - 1);
+            uint64_t step = kind == 2 ? issued / 2 : issued;
+            bool write = kind == 1 || (kind == 2 && issued % 2 == 0);
+            uint64_t addr = (base + step * stride) & (words - 1);
             top->port_cmd_valid = issued < count;
             top->port_cmd_we = write;
             top->port_cmd_addr = addr;
@@ -175,13 +180,14 @@ static void print(const char* name, const Counts& c, bool last) {
 
 int main(int argc, char** argv) {
     if (argc < 5) {
-        std::fprintf(stderr, "usage: %s read|write COUNT STRIDE ADDRESS_BITS "
+        std::fprintf(stderr, "usage: %s read|write|rw COUNT STRIDE ADDRESS_BITS "
                              "[BASE [READ_BASE]]\n", argv[0]);
         return 2;
     }
     bool write = std::strcmp(argv[1], "write") == 0;
-    if (!write && std::strcmp(argv[1], "read") != 0) {
-        std::fprintf(stderr, "mode must be read or write, not %s\n", argv[1]);
+    bool rw = std::strcmp(argv[1], "rw") == 0;
+    if (!write && !rw && std::strcmp(argv[1], "read") != 0) {
+        std::fprintf(stderr, "mode must be read, write or rw, not %s\n", argv[1]);
         return 2;
     }
     uint64_t count = std::strtoull(argv[2], nullptr, 0);
@@ -192,12 +198,14 @@ int main(int argc, char** argv) {
     Bench bench(argc, argv);
     std::printf("{");
     if (write) {
-        Counts w = bench.pass(true, count, stride, base, words, false);
-        Counts r = bench.pass(false, count, stride, read_base, words, true);
+        Counts w = bench.pass(1, count, stride, base, words, false);
+        Counts r = bench.pass(0, count, stride, read_base, words, true);
         print("write", w, false);
         print("read", r, false);
+    } else if (rw) {
+        print("rw", bench.pass(2, 2 * count, stride, base, words, true), false);
     } else {
-        print("read", bench.pass(false, count, stride, base, words, false), false);
+        print("read", bench.pass(0, count, stride, base, words, false), false);
     }
     std::printf("\"total_cycles\": %llu}\n", (unsigned long long)bench.now);
     bench.top->final();

@@ -10,7 +10,10 @@ Each figure is a run of the driver ``bench.cpp`` on the platform's build
   time round the banks: on one native port the crossbar holds a bank switch until the
   previous bank's data is back, so this costs about a read latency each;
 - ``write_check``: consecutive writes (data waiting in a FIFO filled at command acceptance),
-  then the same words read back and compared: ``errors`` must be 0;
+  then the same words read back and compared (``read_back``): ``errors`` must be 0;
+- ``read_after_write``: on the one port, write a word and read it back at once, then the
+  next word (commands alternate): the read must see the write (``errors`` 0), and the cost
+  is the controller's write-to-read turnaround;
 - refresh, from the sequential run: refreshes seen, their interval, and the cycles the
   refresher held the controller (``refresh_active``), per refresh and as a fraction.
 
@@ -84,6 +87,7 @@ class Figures:
     bank_stride: PatternRun
     write_check: PatternRun
     read_back: PatternRun
+    read_after_write: PatternRun
     sim_cycles_per_second: float
     startup_seconds: float
     checker: bool
@@ -106,7 +110,8 @@ class Figures:
 
     def to_dict(self) -> dict:
         """Plain JSON, with the derived figures."""
-        runs = ("sequential", "row_conflict", "bank_stride", "write_check", "read_back")
+        runs = ("sequential", "row_conflict", "bank_stride", "write_check", "read_back",
+                "read_after_write")
         out = {
             "platform": self.platform.to_dict(),
             "key": self.platform.key(),
@@ -153,15 +158,17 @@ def _pattern(name: str, stride: int, counts: dict) -> PatternRun:
 
 def run_pattern(b: DramBuild, mode: str, count: int, stride: int, base: int = 0,
                 read_base: int | None = None) -> tuple[dict, float]:
-    """Run the driver once: ``mode`` ``"read"`` or ``"write"`` (writes, then reads checked).
+    """Run the driver once: ``mode`` ``"read"``, ``"write"`` (writes, then reads checked) or
+    ``"rw"`` (``count`` write-then-read pairs, checked).
 
     Returns
     -------
     counts, seconds : dict, float
-        The driver's JSON (``"read"``, and ``"write"`` for a write run) and the wall time.
+        The driver's JSON (``"read"``, ``"write"`` or ``"rw"``: :func:`_pattern`'s counts)
+        and the wall time.
     """
-    if mode not in ("read", "write"):
-        raise ValueError(f"mode must be read or write, not {mode!r}")
+    if mode not in ("read", "write", "rw"):
+        raise ValueError(f"mode must be read, write or rw, not {mode!r}")
     args = [mode, str(count), str(stride), str(b.spec["address_width"]), str(base)]
     if read_base is not None:
         args.append(str(read_base))
@@ -181,7 +188,7 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
         Reads of the sequential run (and writes of the write check): enough for a few hundred
         refreshes at the default.
     conflict_reads : int
-        Reads of the row-conflict and bank-stride runs.
+        Reads of the row-conflict and bank-stride runs, and pairs of the read-after-write run.
     root : Path, optional
         The build cache root (:func:`sim.build.default_root` by default).
     checker : bool
@@ -196,6 +203,7 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
     conflict, _ = run_pattern(b, "read", conflict_reads, row_stride)
     banks, _ = run_pattern(b, "read", conflict_reads, bank_stride)
     written, _ = run_pattern(b, "write", reads, 1)
+    pairs, _ = run_pattern(b, "rw", conflict_reads, 1)
     return Figures(
         platform=platform, build_seconds=b.build_seconds, cached=b.cached,
         sequential=_pattern("sequential", 1, seq["read"]),
@@ -203,11 +211,12 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
         bank_stride=_pattern("bank_stride", bank_stride, banks["read"]),
         write_check=_pattern("write_check", 1, written["write"]),
         read_back=_pattern("read_back", 1, written["read"]),
+        read_after_write=_pattern("read_after_write", 1, pairs["rw"]),
         sim_cycles_per_second=((seq["total_cycles"] - idle["total_cycles"])
                                / max(seconds - idle_seconds, 1e-6)),
         startup_seconds=idle_seconds,
         checker=checker,
-        violations=tuple(v for run in (idle, seq, conflict, banks, written)
+        violations=tuple(v for run in (idle, seq, conflict, banks, written, pairs)
                          for v in run["violations"]),
     )
 
