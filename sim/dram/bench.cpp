@@ -78,6 +78,8 @@ struct Counts {
     uint64_t refresh_cycles = 0; // cycles refresh_active was high
     uint64_t refreshes = 0;      // rising edges of refresh_active
     uint64_t errors = 0;         // reads whose data was not what was written
+    uint64_t reads_max = 0;      // most reads outstanding (accepted, data not back) at once
+    uint64_t wdata_max = 0;      // most write data waiting (command accepted, data not taken)
 };
 
 struct Bench {
@@ -156,6 +158,8 @@ struct Bench {
                 issued++;
                 c.commands++;
             }
+            if (pending.size() > c.reads_max) c.reads_max = pending.size();
+            if (wfifo.size() > c.wdata_max) c.wdata_max = wfifo.size();
             if (now - start > 1000000ull + 1000ull * count) {
                 std::fprintf(stderr, "timed out after %llu cycles (%llu of %llu done)\n",
                              (unsigned long long)(now - start), (unsigned long long)done,
@@ -171,11 +175,14 @@ struct Bench {
 static void print(const char* name, const Counts& c, bool last) {
     std::printf("\"%s\": {\"cycles\": %llu, \"commands\": %llu, \"cmd_refused\": %llu, "
                 "\"latency_sum\": %llu, \"latency_max\": %llu, \"refresh_cycles\": %llu, "
-                "\"refreshes\": %llu, \"errors\": %llu}%s",
+                "\"refreshes\": %llu, \"errors\": %llu, \"reads_max\": %llu, "
+                "\"wdata_max\": %llu}%s",
                 name, (unsigned long long)c.cycles, (unsigned long long)c.commands,
                 (unsigned long long)c.cmd_refused, (unsigned long long)c.latency_sum,
                 (unsigned long long)c.latency_max, (unsigned long long)c.refresh_cycles,
-                (unsigned long long)c.refreshes, (unsigned long long)c.errors, last ? "" : ", ");
+                (unsigned long long)c.refreshes, (unsigned long long)c.errors,
+                (unsigned long long)c.reads_max, (unsigned long long)c.wdata_max,
+                last ? "" : ", ");
 }
 
 int main(int argc, char** argv) {

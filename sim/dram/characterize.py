@@ -55,7 +55,13 @@ class PatternRun:
     refreshes, refresh_cycles : int
         Refreshes begun, and cycles the refresher held the controller, during the run.
     errors : int
-        Reads whose data was not what had been written (``write_check`` only).
+        Reads whose data was not what had been written (checked runs only).
+    reads_max : int
+        The most reads outstanding at once (accepted, data not yet back): the read-data
+        buffer (credits) a requester needs to keep this pattern's pace.
+    wdata_max : int
+        The most write data waiting at once (command accepted, data not yet taken): the
+        depth the write-data FIFO needs.
     """
 
     name: str
@@ -68,6 +74,8 @@ class PatternRun:
     refreshes: int
     refresh_cycles: int
     errors: int
+    reads_max: int
+    wdata_max: int
 
     @property
     def cycles_per_access(self) -> float:
@@ -153,7 +161,8 @@ def _pattern(name: str, stride: int, counts: dict) -> PatternRun:
         latency_mean=counts["latency_sum"] / counts["commands"] if reads else 0.0,
         latency_max=counts["latency_max"], cmd_refused=counts["cmd_refused"],
         refreshes=counts["refreshes"], refresh_cycles=counts["refresh_cycles"],
-        errors=counts["errors"])
+        errors=counts["errors"], reads_max=counts["reads_max"],
+        wdata_max=counts["wdata_max"])
 
 
 def run_pattern(b: DramBuild, mode: str, count: int, stride: int, base: int = 0,

@@ -43,6 +43,9 @@ def test_ddr3_row_conflicts_cost_measurably_more_than_sequential_reads(ddr3):
     assert conflict.cycles_per_access >= math.ceil((37.5 + 13.1) / NS)
     assert conflict.cycles_per_access > 4 * seq.cycles_per_access
     assert conflict.latency_mean > 2 * seq.latency_mean
+    # What the adapter must buffer: LiteDRAM's command buffers bound the reads in flight (a
+    # read-data buffer this deep keeps the sequential pace) and the write data waiting.
+    assert 8 <= seq.reads_max <= 32 and 4 <= ddr3.write_check.wdata_max <= 16
 
 
 def test_ddr3_refreshes_at_the_datasheet_interval_and_hot_doubles_the_rate(ddr3, ddr3_hot):
