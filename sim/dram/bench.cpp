@@ -120,6 +120,8 @@ struct Bench {
             top->port_cmd_valid = issued < count;
             top->port_cmd_we = write;
             top->port_cmd_addr = addr;
+            // Only a width converter reads it: the end of a run of commands to merge.
+            top->port_cmd_last = issued + 1 == count;
             top->port_wdata_valid = !wfifo.empty();
             if (!wfifo.empty()) put_data(top.get(), wfifo.front());
             top->sys_clk = 0;

@@ -124,8 +124,8 @@ def _make(dram: DramVerilog, work: Path, want_digest: str, keep_log: Path) -> di
     return marker
 
 
-def build(platform: PlatformConfig, *, root: Path | None = None,
-          checker: bool = False) -> DramBuild:
+def build(platform: PlatformConfig, *, root: Path | None = None, checker: bool = False,
+          data_width: int | None = None) -> DramBuild:
     """The characterization simulator of ``platform``: found in the cache or built.
 
     Parameters
@@ -136,6 +136,9 @@ def build(platform: PlatformConfig, *, root: Path | None = None,
         The cache root; :func:`sim.build.default_root` by default.
     checker : bool
         Build with LiteDRAM's DFI timing checker (:func:`sim.dram.generate.generate`).
+    data_width : int, optional
+        The port's width in bits (:func:`sim.dram.generate.generate`); the controller's by
+        default.
 
     Raises
     ------
@@ -144,13 +147,15 @@ def build(platform: PlatformConfig, *, root: Path | None = None,
     sim.toolchain.ToolchainError, sim.build.BuildError
         If the toolchain is missing or the build failed.
     """
-    return _build_cached(platform, default_root() if root is None else Path(root), checker)
+    return _build_cached(platform, default_root() if root is None else Path(root), checker,
+                         data_width)
 
 
 @functools.cache
-def _build_cached(platform: PlatformConfig, root: Path, checker: bool) -> DramBuild:
+def _build_cached(platform: PlatformConfig, root: Path, checker: bool,
+                  data_width: int | None) -> DramBuild:
     # Once per process per platform: a cache hit still hashes the binary.
-    dram = generate(platform, checker=checker)
+    dram = generate(platform, checker=checker, data_width=data_width)
     want = digest(dram)
     directory = root / "dram" / f"{platform.key()}-{want}"
     cached = True

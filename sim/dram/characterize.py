@@ -33,6 +33,7 @@ from pathlib import Path
 
 from hwgen.platform import PlatformConfig
 from sim.dram.build import DramBuild, build
+from sim.dram.generate import check_data_width
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Figures:
     """The measured figures of one platform (see the module docstring)."""
 
     platform: PlatformConfig
+    data_width: int
     build_seconds: float
     cached: bool
     sequential: PatternRun
@@ -123,6 +125,7 @@ class Figures:
         out = {
             "platform": self.platform.to_dict(),
             "key": self.platform.key(),
+            "data_width": self.data_width,
             "build_seconds": self.build_seconds,
             "cached": self.cached,
             "sim_cycles_per_second": round(self.sim_cycles_per_second),
@@ -186,7 +189,7 @@ def run_pattern(b: DramBuild, mode: str, count: int, stride: int, base: int = 0,
 
 def characterize(platform: PlatformConfig, *, reads: int = 100_000,
                  conflict_reads: int = 10_000, root: Path | None = None,
-                 checker: bool = False) -> Figures:
+                 checker: bool = False, data_width: int | None = None) -> Figures:
     """Build (or find) the platform's simulator and measure its figures.
 
     Parameters
@@ -203,8 +206,11 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
     checker : bool
         Build with LiteDRAM's DFI timing checker, and collect what it prints in
         ``violations`` (the simulation is slower; the figures are the same).
+    data_width : int, optional
+        The port's width in bits; the controller's by default (see
+        :func:`sim.dram.generate.generate`: another width adds LiteDRAM's converter).
     """
-    b = build(platform, root=root, checker=checker)
+    b = build(platform, root=root, checker=checker, data_width=data_width)
     layout = b.spec["address_layout"]
     row_stride, bank_stride = 1 << layout["row"][0], 1 << layout["bank"][0]
     idle, idle_seconds = run_pattern(b, "read", 1, 1)  # start-up: the DRAM array's allocation
@@ -214,7 +220,8 @@ def characterize(platform: PlatformConfig, *, reads: int = 100_000,
     written, _ = run_pattern(b, "write", reads, 1)
     pairs, _ = run_pattern(b, "rw", conflict_reads, 1)
     return Figures(
-        platform=platform, build_seconds=b.build_seconds, cached=b.cached,
+        platform=platform, data_width=b.spec["data_width"], build_seconds=b.build_seconds,
+        cached=b.cached,
         sequential=_pattern("sequential", 1, seq["read"]),
         row_conflict=_pattern("row_conflict", row_stride, conflict["read"]),
         bank_stride=_pattern("bank_stride", bank_stride, banks["read"]),
@@ -241,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", default="normal", help="normal or hot")
     parser.add_argument("--reads", type=int, default=100_000)
     parser.add_argument("--conflict-reads", type=int, default=10_000)
+    parser.add_argument("--data-width", type=int, default=None,
+                        help="port width in bits (default: the controller's)")
     parser.add_argument("--checker", action="store_true",
                         help="build with LiteDRAM's DFI timing checker; list its violations")
     args = parser.parse_args(argv)
@@ -251,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         if not platform.is_dram:
             raise ValueError("the ideal memory has nothing to characterize; "
                              "use --memory sdr or ddr3")
+        check_data_width(args.data_width)
         if args.reads < 1 or args.conflict_reads < 1:
             raise ValueError("--reads and --conflict-reads must be at least 1")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     figures = characterize(platform, reads=args.reads, conflict_reads=args.conflict_reads,
-                           checker=args.checker)
+                           checker=args.checker, data_width=args.data_width)
     print(json.dumps(figures.to_dict(), indent=2))
     return 0
 

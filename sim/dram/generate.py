@@ -11,7 +11,8 @@ accelerator's adapter can know them without LiteDRAM.
 
 The native port, as LiteDRAM defines it (and :mod:`sim.dram` measures it):
 
-- ``cmd``: a stream of ``we`` (1 write, 0 read) and ``addr`` (a port-word address);
+- ``cmd``: a stream of ``we`` (1 write, 0 read) and ``addr`` (a port-word address), and
+  ``last`` (used only by a width converter: it ends a run of commands to merge);
 - ``wdata``: the write data, a stream that the crossbar makes ready some cycles *after* it
   accepted the write command; whatever is on it then is written (it must be waiting);
 - ``rdata``: the read data, in command order; ``valid`` for one cycle, ``ready`` ignored.
@@ -50,6 +51,7 @@ PORT_SIGNALS: dict[str, str] = {
     "cmd_valid": "port_cmd_valid",
     "cmd_ready": "port_cmd_ready",
     "cmd_we": "port_cmd_we",
+    "cmd_last": "port_cmd_last",
     "cmd_addr": "port_cmd_addr",
     "wdata_valid": "port_wdata_valid",
     "wdata_ready": "port_wdata_ready",
@@ -99,7 +101,7 @@ def _litedram_module(platform: PlatformConfig):
     return cls(platform.clock_hz, platform.rate, **kwargs)
 
 
-def _build_top(platform: PlatformConfig, checker: bool):
+def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
     """The Migen top and its named port signals (``role -> Signal``) and facts."""
     from litedram.core.controller import ControllerSettings, LiteDRAMController
     from litedram.core.crossbar import LiteDRAMCrossbar
@@ -114,19 +116,19 @@ def _build_top(platform: PlatformConfig, checker: bool):
     ctrl = LiteDRAMController(phy.settings, module.geom_settings, timing, platform.clock_hz,
                               controller_settings=ControllerSettings(with_refresh=True))
     xbar = LiteDRAMCrossbar(ctrl.interface)
-    port = xbar.get_port()
+    port = xbar.get_port(data_width=data_width)
     top.submodules += phy, ctrl, xbar
     top.comb += ctrl.dfi.connect(phy.dfi)
 
     aw, dw = port.address_width, port.data_width
     sig = {role: Signal(width, name=PORT_SIGNALS[role]) for role, width in (
-        ("cmd_valid", 1), ("cmd_ready", 1), ("cmd_we", 1), ("cmd_addr", aw),
+        ("cmd_valid", 1), ("cmd_ready", 1), ("cmd_we", 1), ("cmd_last", 1), ("cmd_addr", aw),
         ("wdata_valid", 1), ("wdata_ready", 1), ("wdata_data", dw), ("wdata_we", dw // 8),
         ("rdata_valid", 1), ("rdata_ready", 1), ("rdata_data", dw), ("refresh", 1))}
     top.comb += [
         port.cmd.valid.eq(sig["cmd_valid"]), sig["cmd_ready"].eq(port.cmd.ready),
         port.cmd.we.eq(sig["cmd_we"]), port.cmd.addr.eq(sig["cmd_addr"]),
-        port.cmd.last.eq(1),
+        port.cmd.last.eq(sig["cmd_last"]),
         port.wdata.valid.eq(sig["wdata_valid"]), sig["wdata_ready"].eq(port.wdata.ready),
         port.wdata.data.eq(sig["wdata_data"]), port.wdata.we.eq(sig["wdata_we"]),
         sig["rdata_valid"].eq(port.rdata.valid), port.rdata.ready.eq(sig["rdata_ready"]),
@@ -134,11 +136,15 @@ def _build_top(platform: PlatformConfig, checker: bool):
         sig["refresh"].eq(ctrl.refresher.cmd.valid),
     ]
     geom = module.geom_settings
-    align = ctrl.interface.address_align  # log2 of DRAM columns per port word
-    col_bits = geom.colbits - align
+    align = ctrl.interface.address_align  # log2 of DRAM columns per controller word
+    # A port narrower than the controller's words addresses parts of them (more column bits).
+    ratio = ctrl.interface.data_width // dw if dw < ctrl.interface.data_width else 1
+    wider = dw // ctrl.interface.data_width if dw > ctrl.interface.data_width else 1
+    col_bits = geom.colbits - align + ratio.bit_length() - wider.bit_length()
     facts = {
         "address_width": aw,
         "data_width": dw,
+        "controller_data_width": ctrl.interface.data_width,
         "words": 1 << aw,
         # ROW_BANK_COL (LiteDRAM's default): consecutive words fill a row of one bank, then
         # the same row of the next bank.
@@ -174,7 +180,16 @@ def _versions() -> dict[str, str]:
     return {dist: importlib.metadata.version(dist) for dist in ("litedram", "litex", "migen")}
 
 
-def generate(platform: PlatformConfig, *, checker: bool = False) -> DramVerilog:
+def check_data_width(data_width: int | None) -> None:
+    """Refuse a port width that is not None or a power of two from 8 to 512 bits."""
+    if data_width is not None and (not isinstance(data_width, int) or data_width < 8
+                                   or data_width > 512 or data_width & (data_width - 1)):
+        raise ValueError(f"data_width must be a power of two from 8 to 512 bits, "
+                         f"not {data_width!r}")
+
+
+def generate(platform: PlatformConfig, *, checker: bool = False,
+             data_width: int | None = None) -> DramVerilog:
     """The memory of ``platform`` as Verilog, with its description.
 
     Parameters
@@ -184,6 +199,11 @@ def generate(platform: PlatformConfig, *, checker: bool = False) -> DramVerilog:
     checker : bool
         Add the PHY model's DFI timing checker (LiteDRAM's ``verbosity=1``), which prints every
         timing violation it sees: slower to simulate, for checking the controller.
+    data_width : int, optional
+        The port's word width in bits (e.g. the variant's ``port_bits``); the controller's
+        (128 for DDR3 x16 at 1:4, 16 for SDR x16) by default. Another width puts LiteDRAM's
+        converter in the port: a narrower port's consecutive commands are merged into the
+        controller's words until one has ``cmd_last`` set; a wider port's are split.
 
     Returns
     -------
@@ -205,7 +225,8 @@ def generate(platform: PlatformConfig, *, checker: bool = False) -> DramVerilog:
                          "use a platform with memory sdr or ddr3")
     from migen.fhdl.verilog import convert
 
-    top, sig, facts = _build_top(platform, checker)
+    check_data_width(data_width)
+    top, sig, facts = _build_top(platform, checker, data_width)
     text = str(convert(top, ios=set(sig.values()), name=MODULE))
     _check_ports(text, list(PORT_SIGNALS.values()))
     spec = {

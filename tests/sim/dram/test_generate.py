@@ -87,3 +87,24 @@ def test_write_puts_the_verilog_and_its_spec_in_a_folder(tmp_path, ddr3):
     assert spec["verilog_sha256"] == hashlib.sha256(text.encode()).hexdigest() == ddr3.sha256
     assert spec["key"] == PlatformConfig(memory="ddr3").key()
     assert sorted(p.name for p in folder.iterdir()) == sorted([SPEC_FILE, VERILOG_FILE])
+
+
+@pytest.mark.parametrize(("memory", "layout"), [
+    # 64-bit words on DDR3's 128-bit controller words: one more column bit.
+    ("ddr3", {"column": [0, 8], "bank": [8, 3], "row": [11, 14]}),
+    # 64-bit words on SDR's 16-bit ones: two column bits fewer.
+    ("sdr", {"column": [0, 7], "bank": [7, 2], "row": [9, 13]}),
+])
+def test_a_port_of_another_width_gets_a_converter_and_its_address_layout(memory, layout):
+    dram = generate(PlatformConfig(memory=memory), data_width=64)
+    spec = dram.spec
+    assert spec["data_width"] == 64 and spec["address_layout"] == layout
+    assert spec["address_width"] == sum(layout["row"])
+    header = dram.verilog[:dram.verilog.index(");")]
+    assert "input [63:0] port_wdata_data" in header and "input [7:0] port_wdata_we" in header
+
+
+@pytest.mark.parametrize("width", [48, 4, 1024, 64.0])
+def test_a_bad_port_width_is_refused(width):
+    with pytest.raises(ValueError, match="data_width must be a power of two from 8 to 512"):
+        generate(PlatformConfig(memory="sdr"), data_width=width)
