@@ -30,6 +30,45 @@ def _is_pow2(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+def content_key(data: dict[str, Any]) -> str:
+    """A stable content hash of plain JSON data (16 hex digits): the sha256 of its canonical
+    JSON (sorted keys, no spaces), so that it does not depend on field order.
+
+    Every frozen config of the contract (:class:`VariantConfig`,
+    :class:`hwgen.platform.PlatformConfig`) names its build folders and cache entries by it.
+    """
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_fields(cls: type, data: Any, what: str) -> None:
+    """Refuse ``data`` for ``cls.from_dict`` unless it is a JSON object of known fields.
+
+    Parameters
+    ----------
+    cls : dataclass type
+        The config class whose fields are the known keys.
+    data : object
+        What was read.
+    what : str
+        The name of the config in the message, e.g. ``"variant config"``.
+
+    Raises
+    ------
+    ValueError
+        Naming the unknown field(s) and the known ones.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"a {what} must be a JSON object, not {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown {what} field(s) {', '.join(unknown)}; "
+            f"the known fields are {', '.join(sorted(known))}"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class VariantConfig:
     """Every parameter of one accelerator variant (one "bitstream").
@@ -232,21 +271,12 @@ class VariantConfig:
 
         It names build folders and cache entries; it does not depend on field order.
         """
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return content_key(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VariantConfig:
         """Build a config from :meth:`to_dict` output, naming any unknown field."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a variant config must be a JSON object, not {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown variant config field(s) {', '.join(unknown)}; "
-                f"the known fields are {', '.join(sorted(known))}"
-            )
+        check_fields(cls, data, "variant config")
         values = dict(data)
         if "epilogue" in values:
             if not isinstance(values["epilogue"], list | tuple):

@@ -198,7 +198,9 @@ def folder_digest(verilog_sha256: str) -> str:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl`` lock on the file ``path`` (created if missing) within:
+    one process at a time builds a given folder (also :mod:`sim.dram.build`)."""
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
         yield
@@ -287,7 +289,7 @@ def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callabl
         if marker is not None:
             return _info(config, directory, digest, marker, True, began, source)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(directory.parent / f"{directory.name}.lock"):
+    with locked(directory.parent / f"{directory.name}.lock"):
         # Another process may have built (or rebuilt) it meanwhile.
         marker, why = marker_problem(directory, config, digest, verilog_sha)
         if marker is not None:

@@ -152,6 +152,7 @@ def test_the_contract_imports_nothing_but_the_contract():
     ("sim.build", ("fusion",), ()),
     ("sim.run", ("fusion",), ()),
     ("sim.tb", ("fusion",), ()),
+    ("sim.dram", ("fusion", "hwgen.gateware"), ()),
 ])
 def test_layers(importers, forbidden, allowed):
     bad = _violations(importers, forbidden, allowed)

@@ -1,0 +1,176 @@
+"""The board's memory system: one frozen :class:`PlatformConfig` beside the variant.
+
+The accelerator (:class:`hwgen.config.VariantConfig`) is the same bitstream on any board; the
+memory behind its port is a property of the board. ``ideal`` is today's fixed-latency model;
+``sdr`` and ``ddr3`` are a LiteDRAM controller with its simulation PHY (:mod:`sim.dram`),
+generated from the module named here. Like the variant, a platform validates itself, has a
+stable content hash naming its build folders, and is written into descriptors as plain JSON.
+Like the rest of the contract, this module imports nothing of LiteDRAM: it names modules by
+their LiteDRAM class names, and :mod:`sim.dram.generate` looks them up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from hwgen.config import check_fields, content_key
+
+#: The memories a platform can have.
+MEMORIES: tuple[str, ...] = ("ideal", "sdr", "ddr3")
+
+#: LiteDRAM modules (class names of ``litedram.modules``) each DRAM memory accepts; the first
+#: is the default. All have a 16-bit data bus (one chip).
+MODULES: dict[str, tuple[str, ...]] = {
+    "sdr": ("IS42S16160", "MT48LC16M16"),
+    "ddr3": ("MT41K128M16", "MT41K64M16", "MT41K256M16"),
+}
+
+#: Controller clock to DRAM clock ratio, as LiteDRAM spells it: SDR runs the DRAM at the
+#: system clock; DDR3 at four times it (a 1:4 PHY, four DFI phases a cycle).
+RATES: dict[str, str] = {"sdr": "1:1", "ddr3": "1:4"}
+
+#: DDR3 speed grades (MT/s) LiteDRAM has timings for on the modules of :data:`MODULES`.
+DDR3_SPEEDGRADES: tuple[str, ...] = ("800", "1066", "1333", "1600")
+
+#: Refresh settings: ``hot`` is DDR3's extended temperature range (above 85 C), which halves
+#: the refresh interval tREFI (the same divisor applies to SDR, as a stress setting).
+REFRESH: tuple[str, ...] = ("normal", "hot")
+
+#: Controller clock range in Hz; DDR3's upper bound is its fastest grade (1600 MT/s at 1:4).
+CLOCK_RANGE: dict[str, tuple[int, int]] = {
+    "ideal": (1_000_000, 1_000_000_000),
+    "sdr": (10_000_000, 166_000_000),
+    "ddr3": (50_000_000, 200_000_000),
+}
+
+
+def ddr3_rate_mts(clock_hz: int) -> float:
+    """The DDR3 data rate (MT/s) at controller clock ``clock_hz``: 1:4 PHY, two transfers a
+    DRAM clock."""
+    return clock_hz * 4 * 2 / 1e6
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformConfig:
+    """The memory system of one board.
+
+    Parameters
+    ----------
+    memory : str
+        ``"ideal"`` (fixed latency, always ready: the variant's ``port_latency``), ``"sdr"`` or
+        ``"ddr3"`` (a LiteDRAM controller and simulation PHY).
+    module : str, optional
+        The DRAM part, a class name of ``litedram.modules`` from :data:`MODULES`; by default
+        ``MT41K128M16`` for DDR3 and ``IS42S16160`` for SDR. The ideal memory has none.
+    clock_hz : int
+        The controller's (and accelerator's: one clock domain) clock in Hz.
+    speedgrade : str, optional
+        DDR3 only: the grade whose timings LiteDRAM uses, from :data:`DDR3_SPEEDGRADES`. By
+        default the slowest grade that runs at ``clock_hz`` (``"800"`` at 100 MHz). LiteDRAM
+        gives tRFC in DRAM clocks *of the grade* (128 for DDR3-1600, 64 for DDR3-800: both
+        160 ns) and converts clocks to cycles without the clock frequency, so a faster grade
+        than the clock overstates tRFC: at 100 MHz, ``"1600"`` makes it 32 cycles (320 ns)
+        instead of 16, and the refresh cost about twice the real one. A grade slower than the
+        clock is refused (the part would be overclocked).
+    refresh : str
+        ``"normal"``, or ``"hot"``: tREFI halved (DDR3's doubled refresh rate above 85 C).
+        The ideal memory does not refresh.
+    """
+
+    memory: str = "ideal"
+    module: str | None = None
+    clock_hz: int = 100_000_000
+    speedgrade: str | None = None
+    refresh: str = "normal"
+
+    def __post_init__(self) -> None:
+        if self.memory not in MEMORIES:
+            raise ValueError(
+                f"memory must be one of {', '.join(MEMORIES)}, not {self.memory!r}")
+        if not isinstance(self.clock_hz, int) or isinstance(self.clock_hz, bool):
+            raise ValueError(f"clock_hz must be an integer number of Hz, not {self.clock_hz!r}")
+        low, high = CLOCK_RANGE[self.memory]
+        if not low <= self.clock_hz <= high:
+            raise ValueError(
+                f"clock_hz must be from {low} to {high} for memory {self.memory}, "
+                f"not {self.clock_hz!r}")
+        if self.refresh not in REFRESH:
+            raise ValueError(
+                f"refresh must be one of {', '.join(REFRESH)}, not {self.refresh!r}")
+        if self.memory == "ideal":
+            for name, allowed in (("module", None), ("speedgrade", None), ("refresh", "normal")):
+                if getattr(self, name) != allowed:
+                    raise ValueError(
+                        f"{name} must be {allowed!r} for the ideal memory (it has no DRAM), "
+                        f"not {getattr(self, name)!r}; use memory sdr or ddr3")
+            return
+        modules = MODULES[self.memory]
+        if self.module is None:
+            object.__setattr__(self, "module", modules[0])
+        elif self.module not in modules:
+            raise ValueError(
+                f"module must be one of {', '.join(modules)} for memory {self.memory}, "
+                f"not {self.module!r}")
+        if self.memory == "sdr":
+            if self.speedgrade is not None:
+                raise ValueError(
+                    f"speedgrade must be None for memory sdr (its modules have one set of "
+                    f"timings), not {self.speedgrade!r}")
+            return
+        rate = ddr3_rate_mts(self.clock_hz)
+        if self.speedgrade is None:
+            fitting = [g for g in DDR3_SPEEDGRADES if int(g) >= rate]
+            object.__setattr__(self, "speedgrade", fitting[0])  # CLOCK_RANGE keeps one
+        elif self.speedgrade not in DDR3_SPEEDGRADES:
+            raise ValueError(
+                f"speedgrade must be one of {', '.join(DDR3_SPEEDGRADES)} for memory ddr3, "
+                f"not {self.speedgrade!r}")
+        elif int(self.speedgrade) < rate:
+            raise ValueError(
+                f"speedgrade {self.speedgrade} is too slow for clock_hz={self.clock_hz} "
+                f"({rate:g} MT/s at 1:4): use a speedgrade of at least {rate:g}")
+
+    # -- derived: computed here once, read everywhere else -------------------------------
+
+    @property
+    def is_dram(self) -> bool:
+        """True for a LiteDRAM memory (``sdr``, ``ddr3``)."""
+        return self.memory != "ideal"
+
+    @property
+    def rate(self) -> str:
+        """LiteDRAM's clock ratio for the memory (``"1:1"``, ``"1:4"``).
+
+        Raises
+        ------
+        ValueError
+            For the ideal memory, which has no DRAM clock.
+        """
+        if not self.is_dram:
+            raise ValueError("the ideal memory has no DRAM clock ratio; use memory sdr or ddr3")
+        return RATES[self.memory]
+
+    @property
+    def refresh_divisor(self) -> int:
+        """What the module's tREFI is divided by: 2 when hot, else 1."""
+        return 2 if self.refresh == "hot" else 1
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as plain JSON types (defaults filled in, so equal platforms give
+        equal dicts)."""
+        return dataclasses.asdict(self)
+
+    def key(self) -> str:
+        """A stable content hash of the parameters (16 hex digits), like
+        :meth:`hwgen.config.VariantConfig.key`: it names DRAM build folders."""
+        return content_key(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlatformConfig:
+        """Build a platform from :meth:`to_dict` output, naming any unknown field."""
+        check_fields(cls, data, "platform config")
+        return cls(**data)
