@@ -243,6 +243,16 @@ class VariantConfig:
         return self.mem_words * self.port_bytes
 
     @property
+    def read_credits(self) -> int:
+        """Words the load engine may have requested and not yet used: the depth of its read
+        buffer. Memory with variable latency (a DRAM controller) may deliver words in bursts
+        faster than the gearboxes take them; the buffer holds them, and a request needs a
+        free entry. At least ``port_latency + 2`` so that credits never run out on the ideal
+        memory (its cycle counts stay those of a fixed-latency port), and at least 32, above
+        the 17 reads a LiteDRAM controller keeps in flight (``docs/memory.md``)."""
+        return max(32, self.port_latency + 2)
+
+    @property
     def k_align(self) -> int:
         """K is padded to a multiple of this, so that every operand block is whole words."""
         return max(1, self.port_bytes // min(self.rows, self.cols))

@@ -19,4 +19,19 @@ COUNTERS = (
     "bytes_read",  # memory-port read beats x port_bytes
     "bytes_written",  # memory-port write beats x port_bytes
     "instret",  # microcode instructions retired
+    # The memory system (docs/memory.md): on the ideal memory read_wait is the latency the
+    # DMA could not hide, mem_refused / refresh_stall / row_activates are 0, and every read
+    # takes port_latency cycles.
+    "read_wait",  # reads outstanding and no read data arriving
+    "mem_refused",  # a read request or a write was valid and the memory not ready
+    "read_latency_sum",  # cycles from each read request accepted to its data, summed
+    "read_latency_max",  # the longest of them
+    "refresh_stall",  # the DRAM refresher held the controller
+    "row_activates",  # DRAM row activations (ACT commands)
 )
+
+#: Counters that add a value given each cycle (of this many bits) instead of counting a
+#: one-cycle event; ``bytes_*`` add ``port_bytes`` a beat.
+VALUE_INPUTS: dict[str, int] = {"read_latency_sum": 16, "row_activates": 4}
+#: Counters that keep the largest value given (of :data:`VALUE_INPUTS`'s width).
+MAX_INPUTS: dict[str, int] = {"read_latency_max": 16}

@@ -41,8 +41,10 @@ from hwgen.atomic import replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware import folder as variant_folder
 from hwgen.gateware import sources as hwgen_sources
+from hwgen.platform import PlatformConfig
 from sim import toolchain
 from sim.marker import BUILD_FORMAT, MARKER, marker_problem, write_marker
+from sim.memory import board_memory, memory_digest
 from sim.top import (
     CLOCK_PERIOD_NS,
     HALF_PERIOD_NS,
@@ -76,6 +78,8 @@ TIMESCALE = ("1ns", "1ps")
 
 
 VerilogSource = Callable[[VariantConfig], str]
+#: The ideal memory: what a build has unless given a platform.
+IDEAL = PlatformConfig()
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class BuildInfo:
         The sha256 of the Verilog it was built from.
     executable_sha256 : str
         The sha256 of the simulator binary when it was built.
+    platform : PlatformConfig
+        The memory system behind the accelerator (the ideal memory by default).
     source : callable, optional
         Gives the Verilog again, for :func:`rebuilt`; None for a build made elsewhere.
     """
@@ -115,6 +121,7 @@ class BuildInfo:
     verilator_version: str
     verilog_sha256: str = ""
     executable_sha256: str = ""
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
     source: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -206,8 +213,9 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _info(config, directory, digest, marker, cached, began, source) -> BuildInfo:
+def _info(config, directory, digest, marker, cached, began, source, platform) -> BuildInfo:
     return BuildInfo(
+        platform=platform,
         config=config,
         directory=directory,
         digest=digest,
@@ -225,19 +233,23 @@ def _info(config, directory, digest, marker, cached, began, source) -> BuildInfo
 
 
 def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], str],
-          keep_log: Path) -> dict:
+          keep_log: Path, platform: PlatformConfig) -> dict:
     """Build into the empty folder ``work``; return its marker (written last)."""
     began = time.perf_counter()
     tool = toolchain.check_toolchain()
     text = source()
     check_interface(text, config)
     verilog = text.encode()
+    memory = board_memory(config, platform)
     (work / "hwgen_accel.v").write_bytes(verilog)
-    (work / f"{TOP}.sv").write_text(render_top(config))
-    (work / f"{TOP}.vlt").write_text(render_vlt(config))
+    for name, body in memory.files.items():
+        (work / name).write_text(body)
+    (work / f"{TOP}.sv").write_text(render_top(config, dram=memory.template_context()))
+    (work / f"{TOP}.vlt").write_text(render_vlt(config, dram=platform.is_dram))
     log = work / "build.log"
     # The control file first: file-scoped lint controls apply to files read after it.
-    sources = [work / f"{TOP}.vlt", work / "hwgen_accel.v", work / f"{TOP}.sv"]
+    sources = [work / f"{TOP}.vlt", work / "hwgen_accel.v",
+               *(work / name for name in memory.files), work / f"{TOP}.sv"]
     try:
         toolchain.VerilatorBuilder(tool, MAKE_ARGS).build(
             sources=sources, hdl_toplevel=TOP, build_args=list(VERILATOR_ARGS),
@@ -257,12 +269,13 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
 
 
 def _build(config: VariantConfig, directory: Path, digest: str,
-           source: Callable[[], str]) -> dict:
+           source: Callable[[], str], platform: PlatformConfig) -> dict:
     """Build in a temporary folder and swap it in over ``directory`` (:mod:`hwgen.atomic`;
     a killed build's temporary folder is removed by the next)."""
     root = directory.parent
     with replacing(directory) as work, toolchain.terminate_interrupts():
-        marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log")
+        marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log",
+                       platform)
     with contextlib.suppress(FileNotFoundError):
         (root / f"{directory.name}.failed.log").unlink()
     return marker
@@ -270,7 +283,8 @@ def _build(config: VariantConfig, directory: Path, digest: str,
 
 def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callable[[], str],
             *, verilog_sha: str | None = None, failed: tuple[str, str] | None = None,
-            missing: str | None = None) -> BuildInfo:
+            missing: str | None = None,
+            platform: PlatformConfig = IDEAL) -> BuildInfo:
     """The build in ``directory``: found whole, or (re)built under the lock.
 
     ``failed`` is ``(binary sha256, why)`` of a build whose simulator would not start: it is
@@ -287,21 +301,21 @@ def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callabl
     if failed is None:
         marker, _ = marker_problem(directory, config, digest, verilog_sha)
         if marker is not None:
-            return _info(config, directory, digest, marker, True, began, source)
+            return _info(config, directory, digest, marker, True, began, source, platform)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with locked(directory.parent / f"{directory.name}.lock"):
         # Another process may have built (or rebuilt) it meanwhile.
         marker, why = marker_problem(directory, config, digest, verilog_sha)
         if marker is not None:
             if failed is None or marker["executable"]["sha256"] != failed[0]:
-                return _info(config, directory, digest, marker, True, began, source)
+                return _info(config, directory, digest, marker, True, began, source, platform)
             why = failed[1]
         why = why or missing
         if why is not None:
             print(f"hwgen: rebuilding the simulation of variant {config.key()} in {directory}: "
                   f"{why}", file=sys.stderr, flush=True)
-        marker = _build(config, directory, digest, source)
-    return _info(config, directory, digest, marker, False, began, source)
+        marker = _build(config, directory, digest, source, platform)
+    return _info(config, directory, digest, marker, False, began, source, platform)
 
 
 def _generated(verilog: VerilogSource, config: VariantConfig) -> str:
@@ -314,12 +328,28 @@ def _generated(verilog: VerilogSource, config: VariantConfig) -> str:
 # -- the API -------------------------------------------------------------------------------
 
 
+def _on(digest: str, platform: PlatformConfig) -> str:
+    """A build digest extended by the platform's memory (unchanged for the ideal memory)."""
+    extra = memory_digest(platform)
+    if not extra:
+        return digest
+    return hashlib.sha256(f"{digest} {extra}".encode()).hexdigest()[:16]
+
+
+def _name(config: VariantConfig, platform: PlatformConfig, digest: str) -> str:
+    """A build folder's name: the variant's key, the platform's unless ideal, the digest."""
+    if platform.is_dram:
+        return f"{config.key()}-{platform.key()}-{digest}"
+    return f"{config.key()}-{digest}"
+
+
 def build_variant(
     config: VariantConfig,
     *,
     verilog: VerilogSource | None = None,
     sources: Iterable[Path] | None = None,
     root: Path | None = None,
+    platform: PlatformConfig | None = None,
 ) -> BuildInfo:
     """Build the simulation of ``config``, or find the build already made (healing it).
 
@@ -334,6 +364,9 @@ def build_variant(
         Files whose content decides the Verilog (see :func:`source_digest`).
     root : Path, optional
         The cache root; :func:`default_root` by default.
+    platform : PlatformConfig, optional
+        The memory behind the accelerator; the ideal memory by default. A DRAM platform adds
+        LiteDRAM's controller and model (:mod:`sim.memory`) to the build.
 
     Returns
     -------
@@ -347,17 +380,22 @@ def build_variant(
     BuildError
         If generating the Verilog or building it failed.
     """
-    digest = source_digest(verilog, sources)
+    platform = PlatformConfig() if platform is None else platform
+    if platform.is_dram:
+        board_memory(config, platform)  # refuse a variant that does not fit, before building
+    digest = _on(source_digest(verilog, sources), platform)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_generated, verilog or _accelerator_verilog, config)
-    return _ensure(config, root / f"{config.key()}-{digest}", digest, source)
+    return _ensure(config, root / _name(config, platform, digest), digest, source,
+                   platform=platform)
 
 
 def _folder_verilog(variant: variant_folder.VariantFolder) -> str:
     return variant.verilog_text()
 
 
-def build_folder(path: str | os.PathLike, *, root: Path | None = None) -> BuildInfo:
+def build_folder(path: str | os.PathLike, *, root: Path | None = None,
+                 platform: PlatformConfig | None = None) -> BuildInfo:
     """Build the simulation of a variant folder's own ``hwgen_accel.v``, after checking it
     against its descriptor (:func:`hwgen.gateware.folder.open_variant`).
 
@@ -375,19 +413,23 @@ def build_folder(path: str | os.PathLike, *, root: Path | None = None) -> BuildI
     """
     variant = variant_folder.open_variant(path)
     config, sha = variant.config, variant.verilog_sha256
+    platform = variant.platform if platform is None else platform
+    if platform.is_dram:
+        board_memory(config, platform)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_folder_verilog, variant)
-    digest = source_digest()
-    default = root / f"{config.key()}-{digest}"
+    digest = _on(source_digest(), platform)
+    default = root / _name(config, platform, digest)
     marker, _ = marker_problem(default, config, digest)
     if marker is not None and marker["verilog_sha256"] == sha:
-        return _ensure(config, default, digest, source, verilog_sha=sha)
+        return _ensure(config, default, digest, source, verilog_sha=sha, platform=platform)
     if marker is None:
         made = hashlib.sha256(_accelerator_verilog(config).encode()).hexdigest()
         if made == sha:  # verified, not assumed: the default build will hold these bytes
-            return _ensure(config, default, digest, source, verilog_sha=sha)
-    digest = folder_digest(sha)
-    return _ensure(config, root / f"{config.key()}-{digest}", digest, source, verilog_sha=sha)
+            return _ensure(config, default, digest, source, verilog_sha=sha, platform=platform)
+    digest = _on(folder_digest(sha), platform)
+    return _ensure(config, root / _name(config, platform, digest), digest, source,
+                   verilog_sha=sha, platform=platform)
 
 
 def verified(build: BuildInfo) -> BuildInfo:
@@ -407,7 +449,8 @@ def verified(build: BuildInfo) -> BuildInfo:
                              f"({why or 'it is gone'}), and this BuildInfo cannot remake it")
         return build
     return _ensure(build.config, build.directory, build.digest, build.source,
-                   verilog_sha=build.verilog_sha256 or None, missing="its folder was removed")
+                   verilog_sha=build.verilog_sha256 or None, missing="its folder was removed",
+                   platform=build.platform)
 
 
 def rebuilt(build: BuildInfo, why: str) -> BuildInfo:
@@ -425,4 +468,4 @@ def rebuilt(build: BuildInfo, why: str) -> BuildInfo:
                          f"this BuildInfo cannot remake it")
     return _ensure(build.config, build.directory, build.digest, build.source,
                    verilog_sha=build.verilog_sha256 or None,
-                   failed=(build.executable_sha256, why))
+                   failed=(build.executable_sha256, why), platform=build.platform)

@@ -39,6 +39,7 @@ import numpy as np
 
 from hwgen.config import VariantConfig
 from hwgen.perf import COUNTERS
+from sim.memory import board_memory
 from sim import build as sim_build
 from sim import toolchain
 from sim.tb import jobfile
@@ -414,6 +415,7 @@ def run_programs(
         build = _usable(build)  # damaged or removed since it was made: rebuilt once
     folder = _run_folder(build, jobs[0].name)
     header = {
+        "memory": board_memory(config, build.platform).testbench_header(),
         "port_bytes": config.port_bytes,
         "clock_period_ns": sim_build.CLOCK_PERIOD_NS,
         "counters": list(COUNTERS),

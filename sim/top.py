@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -38,18 +39,25 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_top(config: VariantConfig, *, standalone: bool = False) -> str:
+def render_top(config: VariantConfig, *, standalone: bool = False,
+               dram: dict[str, Any] | None = None) -> str:
     """The Verilog of ``hwgen_tb_top`` for ``config``.
 
     Parameters
     ----------
     standalone : bool
         False for the cocotb build; True for a ``verilator --binary`` top that loads memory
-        and program with ``$readmemh`` and ends with ``$finish`` on done.
+        and program with ``$readmemh`` and ends with ``$finish`` on done (ideal memory only).
+    dram : dict, optional
+        A DRAM platform's :meth:`sim.memory.BoardMemory.template_context`; the ideal memory
+        when None.
     """
+    if dram is not None and standalone:
+        raise ValueError("a standalone build runs on the ideal memory only")
     return _environment().get_template("sim_top.sv.j2").render(
         key=config.key(),
         standalone=standalone,
+        dram=dram,
         addr_bits=config.mem_addr_bits,
         port_bits=config.port_bits,
         mem_words=config.mem_words,
@@ -61,16 +69,17 @@ def render_top(config: VariantConfig, *, standalone: bool = False) -> str:
     )
 
 
-def render_vlt(config: VariantConfig) -> str:
+def render_vlt(config: VariantConfig, *, dram: bool = False) -> str:
     """The Verilator control file making public only what the testbench touches."""
-    return _environment().get_template("sim_top.vlt.j2").render(key=config.key())
+    return _environment().get_template("sim_top.vlt.j2").render(key=config.key(), dram=dram)
 
 
 def expected_ports(config: VariantConfig) -> set[str]:
     """The Verilog ports of ``hwgen_accel`` the simulation top connects."""
     mem = [f"mem__{path}" for path in (
         "rd_addr__valid", "rd_addr__ready", "rd_addr__payload", "rd_data__valid",
-        "rd_data__payload", "wr__valid", "wr__ready", "wr__payload")]
+        "rd_data__payload", "wr__valid", "wr__ready", "wr__payload", "idle", "refresh",
+        "activates")]
     return {"clk", "rst", "start", "done", *mem, *(f"perf__{n}" for n in COUNTERS)}
 
 

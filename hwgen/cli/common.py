@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.platform import PlatformConfig
 
 #: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
 #: import before it must (tests/test_cli.py checks the two agree).
@@ -91,6 +92,24 @@ def config_from_args(args: argparse.Namespace) -> VariantConfig:
     if args.epilogue is not None:
         fields["epilogue"] = args.epilogue
     return VariantConfig(**fields)
+
+
+def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
+    """The platform of ``hwgen generate``: ``--memory``/``--refresh``/``--dram-module``, else
+    the one recorded in a ``--config`` descriptor, else the ideal memory."""
+    given = {name: getattr(args, name, None) for name in ("memory", "refresh", "module")}
+    if args.config and not any(v is not None for v in given.values()):
+        try:
+            data = json.loads(Path(args.config).read_text())
+        except (OSError, json.JSONDecodeError):
+            data = None  # config_from_args names the problem
+        if isinstance(data, dict) and isinstance(data.get("platform"), dict):
+            return PlatformConfig.from_dict(data["platform"])
+    fields = {name: value for name, value in given.items() if value is not None}
+    if fields and "memory" not in fields:
+        raise ValueError("--refresh and --dram-module describe a DRAM: add --memory sdr or "
+                         "--memory ddr3")
+    return PlatformConfig(**fields)
 
 
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hwgen.cli.common import config_from_args, stage_list
+from hwgen.cli.common import config_from_args, platform_from_args, stage_list
 from hwgen.config import EPILOGUE_STAGES
+from hwgen.platform import MEMORIES, REFRESH
 
 HELP = "generate a variant: Verilog, descriptor, ISA doc"
 
@@ -27,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
                    help="add the window unit: depthwise convolutions and pools in hardware "
                         "(needs --port-bytes == --rows == --cols)")
+    p.add_argument("--memory", choices=MEMORIES,
+                   help="the board's memory: ideal (fixed latency, the default), or a LiteDRAM "
+                        "controller with sdr or ddr3 DRAM (needs --port-bytes of at least the "
+                        "controller's word: 16 for ddr3)")
+    p.add_argument("--refresh", choices=REFRESH,
+                   help="DRAM refresh: normal, or hot (DDR3 above 85 C: twice as often)")
+    p.add_argument("--dram-module", dest="module",
+                   help="the DRAM part, a LiteDRAM module class (default MT41K128M16 for ddr3, "
+                        "IS42S16160 for sdr)")
     p.add_argument("-o", "--output", required=True, help="output folder")
 
 
@@ -34,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from hwgen.gateware.emit import generate
 
     config = config_from_args(args)
-    descriptor = generate(config, Path(args.output))
+    platform = platform_from_args(args)
+    descriptor = generate(config, Path(args.output), platform)
+    memory = "" if not platform.is_dram else (
+        f", on {platform.memory} {platform.module} ({platform.refresh} refresh, platform "
+        f"{platform.key()})")
     print(f"variant {descriptor['key']}: {config.rows}x{config.cols}, epilogue "
-          f"{','.join(config.epilogue) or 'none'} -> {args.output} "
+          f"{','.join(config.epilogue) or 'none'}{memory} -> {args.output} "
           f"(Verilog in {descriptor['generate_seconds']:.2f} s)")
     return 0

@@ -123,9 +123,24 @@ class Accelerator(wiring.Component):
             # what a counted WAIT compares with its `left`: commands queued or unfinished
             seq.loads_left.eq(load_q.level + dma.unfinished),
             seq.jobs_left.eq(job_q.level + cu.feeding),
-            done.eq(seq.halted & dma_idle & compute_idle),
+            # and the memory system: a halted program's stores are in memory
+            done.eq(seq.halted & dma_idle & compute_idle & self.mem.idle),
             self.done.eq(done),
         ]
+
+        # Read latency: each accepted request's time stamp waits in a FIFO (reads return in
+        # order) until its data arrives. 16 bits of time: a read takes far fewer cycles.
+        stamp_bits = len(counters.events.read_latency_sum)
+        now = Signal(stamp_bits)
+        m.d.sync += now.eq(now + 1)
+        m.submodules.read_stamps = stamps = fifo.SyncFIFO(width=stamp_bits,
+                                                          depth=c.read_credits)
+        rd = self.mem.rd_addr
+        latency = Signal(stamp_bits)
+        m.d.comb += [stamps.w_en.eq(rd.valid & rd.ready), stamps.w_data.eq(now),
+                     stamps.r_en.eq(self.mem.rd_data.valid),
+                     latency.eq(Mux(self.mem.rd_data.valid, now - stamps.r_data, 0))]
+        outstanding = stamps.level != 0
 
         ev = counters.events
         m.d.comb += [
@@ -137,6 +152,13 @@ class Accelerator(wiring.Component):
             ev.bytes_read.eq(dma.read_beat),
             ev.bytes_written.eq(self.mem.wr.valid & self.mem.wr.ready),
             ev.instret.eq(seq.retire),
+            ev.read_wait.eq(outstanding & ~self.mem.rd_data.valid),
+            ev.mem_refused.eq((rd.valid & ~rd.ready) | (self.mem.wr.valid & ~self.mem.wr.ready)),
+            ev.read_latency_sum.eq(latency),
+            ev.read_latency_max.eq(latency),
+            counters.max_valid.read_latency_max.eq(self.mem.rd_data.valid),
+            ev.refresh_stall.eq(self.mem.refresh),
+            ev.row_activates.eq(self.mem.activates),
         ]
         wiring.connect(m, counters.perf, wiring.flipped(self.perf))
         return m

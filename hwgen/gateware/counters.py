@@ -8,21 +8,26 @@ from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.ports import counters_signature
-from hwgen.perf import COUNTERS
+from hwgen.perf import COUNTERS, MAX_INPUTS, VALUE_INPUTS
 
 
 class PerfCounters(wiring.Component):
     """Counts events while the program runs (from ``start`` until ``done``).
 
     Inputs are one-cycle event flags; ``bytes_read``/``bytes_written`` count memory beats and
-    add ``port_bytes`` each. The counters hold their values after ``done`` until reset.
+    add ``port_bytes`` each; the counters of :data:`hwgen.perf.VALUE_INPUTS` add the value
+    given each cycle, those of :data:`hwgen.perf.MAX_INPUTS` keep the largest value given
+    while their ``valid`` flag is set (``max_valid``). The counters hold their values after
+    ``done`` until reset.
     """
 
     def __init__(self, config: VariantConfig):
         self._config = config
         super().__init__({
             "running": In(1),
-            "events": In(wiring.Signature({name: Out(1) for name in COUNTERS})),
+            "events": In(wiring.Signature({
+                name: Out(VALUE_INPUTS.get(name, MAX_INPUTS.get(name, 1))) for name in COUNTERS})),
+            "max_valid": In(wiring.Signature({name: Out(1) for name in MAX_INPUTS})),
             "perf": Out(counters_signature()),
         })
 
@@ -31,7 +36,15 @@ class PerfCounters(wiring.Component):
         for name in COUNTERS:
             step = self._config.port_bytes if name.startswith("bytes_") else 1
             counter = getattr(self.perf, name)
-            with m.If(self.running & getattr(self.events, name)):
-                m.d.sync += counter.eq(counter + step)
+            event = getattr(self.events, name)
+            if name in MAX_INPUTS:
+                with m.If(self.running & getattr(self.max_valid, name) & (event > counter)):
+                    m.d.sync += counter.eq(event)
+            elif name in VALUE_INPUTS:
+                with m.If(self.running):
+                    m.d.sync += counter.eq(counter + event)
+            else:
+                with m.If(self.running & event):
+                    m.d.sync += counter.eq(counter + step)
         return m
 

@@ -12,9 +12,14 @@ queues, one for the stage that routes words and one for the stage that writes ro
 :class:`StoreUnit` packs epilogue rows into words on the write channel.
 
 All widths are powers of two (checked by :class:`~hwgen.config.VariantConfig`), so every
-conversion is a whole ratio. The read channel has no back-pressure: the load engine issues
-at most one request every ``word/row`` cycles when a word holds several rows, exactly the
-rate at which the gearbox can empty it.
+conversion is a whole ratio. The read channel has no back-pressure and its latency may vary
+(a DRAM controller delivers words late, then several back to back): words land in a read
+buffer of :attr:`~hwgen.config.VariantConfig.read_credits` entries, and a request needs a
+free entry (a credit: requested-and-unused words stay below the depth). The word stage takes
+a word when no gearbox is still cutting the one before into rows; an arriving word it can
+take at once passes the buffer by, so a fixed-latency memory sees no added cycle. The load
+engine still issues at most one request every ``word/row`` cycles when a word holds several
+rows, the rate at which a gearbox can empty it.
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ class Gearbox(wiring.Component):
             "o_valid": Out(1), "o_data": Out(row_bytes * 8),
             "busy": Out(1),
         })
+
+    @property
+    def splits(self) -> bool:
+        """A word holds several rows: the gearbox needs ``words_per_issue`` cycles a word."""
+        return self.word_bytes > self.row_bytes
 
     @property
     def words_per_issue(self) -> int:
@@ -155,6 +165,9 @@ class LoadEngine(wiring.Component):
                                                            depth=CONTEXTS)
         m.submodules.row_contexts = ofifo = fifo.SyncFIFO(width=ctx_layout.size,
                                                           depth=CONTEXTS)
+        # Words that arrived while the word stage could not take them (module docstring).
+        m.submodules.read_buffer = rbuf = fifo.SyncFIFO(width=c.port_bits,
+                                                        depth=c.read_credits)
 
         # -- request side ----------------------------------------------------------------
         cmd = Signal(load_cmd_layout(c))
@@ -195,7 +208,10 @@ class LoadEngine(wiring.Component):
                             m.d.comb += ctx.rows.eq(words // (width // c.port_bytes))
                         else:
                             m.d.comb += ctx.rows.eq(words * (c.port_bytes // width))
-        m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0)),
+        # A credit: the words requested and not yet received, plus those waiting in the read
+        # buffer, stay below its depth, so whatever arrives has room.
+        credit = (pending + rbuf.level) < c.read_credits
+        m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0) & credit),
                      self.rd_addr.payload.eq(word_addr)]
         with m.If(wait != 0):
             m.d.sync += wait.eq(wait - 1)
@@ -221,12 +237,26 @@ class LoadEngine(wiring.Component):
         with m.Elif(~requested & self.rd_valid):
             m.d.sync += pending.eq(pending - 1)
 
-        # -- word stage: each word to its context's gearbox, or its window row -------------
+        # -- read buffer: the word stage takes a word when no gearbox is still cutting one ---
         m.d.comb += self.read_beat.eq(self.rd_valid)
+        cutting = 0
+        for box in boxes.values():
+            if box.splits:
+                cutting = cutting | box.busy
+        word_valid = Signal()
+        word_data = Signal(c.port_bits)
+        m.d.comb += [word_valid.eq(~cutting & (rbuf.r_rdy | self.rd_valid)),
+                     word_data.eq(Mux(rbuf.r_rdy, rbuf.r_data, self.rd_data)),
+                     rbuf.r_en.eq(~cutting),
+                     # an arriving word waits unless it goes straight to the word stage
+                     rbuf.w_en.eq(self.rd_valid & (cutting | rbuf.r_rdy)),
+                     rbuf.w_data.eq(self.rd_data)]
+
+        # -- word stage: each word to its context's gearbox, or its window row -------------
         wctx = Signal(ctx_layout)
         wleft = Signal(32)  # words of wctx still to come; 0: the next word starts the next
         cur = data.View(ctx_layout, Mux(wleft == 0, ififo.r_data, wctx.as_value()))
-        with m.If(self.rd_valid):
+        with m.If(word_valid):
             with m.If(wleft == 0):
                 m.d.comb += ififo.r_en.eq(1)
                 m.d.sync += [wctx.eq(ififo.r_data), wleft.eq(cur.words - 1)]
@@ -237,8 +267,8 @@ class LoadEngine(wiring.Component):
             for dst, w in widths.items():
                 if w == width:
                     chosen = chosen | (cur.dst == dst)
-            m.d.comb += [box.i_valid.eq(self.rd_valid & chosen & ~cur.win),
-                         box.i_data.eq(self.rd_data)]
+            m.d.comb += [box.i_valid.eq(word_valid & chosen & ~cur.win),
+                         box.i_data.eq(word_data)]
 
         # A window load's row: its words collected, then each lane's byte picked (or the
         # fill), ready one cycle after the row's last word, like a gearbox row.
@@ -248,11 +278,11 @@ class LoadEngine(wiring.Component):
         got = Signal(2)  # words of the window row received so far
         if c.window_loads:
             held = [Signal(c.port_bits, name=f"win_word{i}") for i in range(2)]
-            row_bytes = Cat(held[0], held[1], self.rd_data)  # the last word arrives now
+            row_bytes = Cat(held[0], held[1], word_data)  # the last word arrives now
             m.d.sync += win_valid.eq(0)
-            with m.If(self.rd_valid & cur.win):
+            with m.If(word_valid & cur.win):
                 with m.If(got == cur.len - 1):
-                    strings = {1: Cat(self.rd_data), 2: Cat(held[0], self.rd_data),
+                    strings = {1: Cat(word_data), 2: Cat(held[0], word_data),
                                3: row_bytes}
                     lanes = []
                     for r in range(c.rows):
@@ -266,8 +296,8 @@ class LoadEngine(wiring.Component):
                     m.d.sync += [win_valid.eq(1), win_row.eq(Cat(*lanes)), got.eq(0),
                                  win_lanes.eq(Mux(cur.keep, cur.mask, ~0))]
                 with m.Else():
-                    m.d.sync += [held[0].eq(Mux(got == 0, self.rd_data, held[0])),
-                                 held[1].eq(Mux(got == 1, self.rd_data, held[1])),
+                    m.d.sync += [held[0].eq(Mux(got == 0, word_data, held[0])),
+                                 held[1].eq(Mux(got == 1, word_data, held[1])),
                                  got.eq(got + 1)]
 
         # -- row stage: each finished row to its context's scratchpad row ---------------
@@ -315,7 +345,7 @@ class LoadEngine(wiring.Component):
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
         working = (issuing | ififo.r_rdy | ofifo.r_rdy | (wleft != 0) | (rleft != 0)
-                   | (pending != 0) | gear_busy | win_valid | (got != 0))
+                   | (pending != 0) | rbuf.r_rdy | gear_busy | win_valid | (got != 0))
         lingering = Signal()
         m.d.sync += lingering.eq(working)
         m.d.comb += self.busy.eq(working | lingering)

@@ -13,6 +13,7 @@ from hwgen.gateware import folder
 from hwgen.gateware.accelerator import Accelerator
 from hwgen.gateware.sources import gateware_digest
 from hwgen.isa import isa_markdown
+from hwgen.platform import PlatformConfig
 
 TOP_NAME = "hwgen_accel"
 
@@ -21,8 +22,11 @@ def accelerator_verilog(config: VariantConfig) -> str:
     return verilog.convert(Accelerator(config), name=TOP_NAME, emit_src=False)
 
 
-def generate(config: VariantConfig, out_dir: Path) -> dict:
-    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically.
+def generate(config: VariantConfig, out_dir: Path,
+             platform: PlatformConfig | None = None) -> dict:
+    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically;
+    for a DRAM ``platform`` also the memory system (:data:`folder.MEMORY_FILES`: LiteDRAM's
+    Verilog and ``dram.json``, the adapter's Verilog), and the platform in the descriptor.
 
     The files are written into a temporary sibling folder that then replaces ``out_dir``
     (:func:`hwgen.gateware.folder.writing_folder`): an interrupted generate leaves the old
@@ -40,14 +44,25 @@ def generate(config: VariantConfig, out_dir: Path) -> dict:
         not a variant folder; nothing is written then.
     """
     config.check_chain_order()
+    platform = PlatformConfig() if platform is None else platform
+    memory_files: dict[str, str] = {}
+    if platform.is_dram:
+        from sim.memory import board_memory  # LiteDRAM, only for a DRAM platform
+
+        memory = board_memory(config, platform)  # refuses a variant that does not fit
+        memory_files = {**memory.files, "dram.json": json.dumps(memory.spec, indent=2) + "\n"}
     with folder.writing_folder(out_dir) as tmp:
         started = time.perf_counter()
         verilog_bytes = accelerator_verilog(config).encode()
         seconds = time.perf_counter() - started
         (tmp / folder.VERILOG).write_bytes(verilog_bytes)
         (tmp / folder.ISA_DOC).write_text(isa_markdown())
+        for name, text in memory_files.items():
+            (tmp / name).write_text(text)
         config.write_descriptor(
             tmp / folder.DESCRIPTOR,
+            platform=platform.to_dict(),
+            platform_key=platform.key(),
             top=TOP_NAME,
             verilog=folder.VERILOG,
             verilog_sha256=folder.sha256_of(verilog_bytes),

@@ -24,12 +24,16 @@ from typing import Any
 from hwgen.atomic import replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware.sources import gateware_digest
+from hwgen.platform import PlatformConfig
 
 DESCRIPTOR = "variant.json"
 VERILOG = "hwgen_accel.v"
 ISA_DOC = "isa.md"
+#: The memory system's files, in a folder generated for a DRAM platform: LiteDRAM's
+#: controller and model, its description, and the adapter joining it to the accelerator.
+MEMORY_FILES = ("hwgen_dram.v", "dram.json", "hwgen_mem_adapter.v")
 #: Every file ``hwgen generate`` writes into a variant folder.
-FILES = (DESCRIPTOR, VERILOG, ISA_DOC)
+FILES = (DESCRIPTOR, VERILOG, ISA_DOC, *MEMORY_FILES)
 
 
 def sha256_of(data: bytes) -> str:
@@ -53,6 +57,9 @@ class VariantFolder:
         The Verilog file the descriptor names.
     verilog_sha256 : str
         Its recorded (and checked) sha256.
+    platform : PlatformConfig
+        The board's memory the folder was generated for (the ideal memory when the
+        descriptor names none).
     """
 
     config: VariantConfig
@@ -60,6 +67,7 @@ class VariantFolder:
     descriptor: dict[str, Any]
     verilog: Path
     verilog_sha256: str
+    platform: PlatformConfig = PlatformConfig()
 
     def verilog_text(self) -> str:
         """The Verilog, checked again against the descriptor as it is read (the file may have
@@ -102,7 +110,26 @@ def open_variant(path: str | os.PathLike) -> VariantFolder:
     verilog = directory / name
     _check_sha(_read_verilog(verilog, directory), sha, verilog, directory)
     return VariantFolder(config=config, directory=directory, descriptor=data, verilog=verilog,
-                         verilog_sha256=sha)
+                         verilog_sha256=sha, platform=_platform(data, descriptor, directory))
+
+
+def _platform(data: dict[str, Any], descriptor: Path, directory: Path) -> PlatformConfig:
+    """The descriptor's platform, checked against its recorded key."""
+    recorded = data.get("platform")
+    if recorded is None:
+        return PlatformConfig()
+    try:
+        if not isinstance(recorded, dict):
+            raise ValueError("it is not an object")
+        platform = PlatformConfig.from_dict(recorded)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{descriptor} has an invalid platform ({exc}); regenerate it with "
+                         f"'{regenerate_hint(directory)}'") from None
+    if data.get("platform_key") != platform.key():
+        raise ValueError(f"{descriptor} records platform key {data.get('platform_key')!r} but "
+                         f"its platform hashes to {platform.key()} (edited or corrupted); "
+                         f"regenerate it with '{regenerate_hint(directory)}'")
+    return platform
 
 
 def read_variant(path: str | os.PathLike) -> VariantConfig:

@@ -6,10 +6,16 @@ testbench and the memory model know them in advance:
 ``mem__rd_addr__{valid,ready,payload}``
     Read requests: a word address. The memory accepts one a cycle when ``ready``.
 ``mem__rd_data__{valid,payload}``
-    Read data, in request order, ``config.port_latency`` cycles after the request was
-    accepted. There is no ``ready``: the DMA only requests what it can absorb.
+    Read data, in request order, whenever the memory delivers it (exactly
+    ``config.port_latency`` cycles after the request on the ideal memory). There is no
+    ``ready``: the DMA only requests what its read buffer can hold (its credits).
 ``mem__wr__{valid,ready,payload}``
     Writes. The payload packs ``addr`` in its low ``mem_addr_bits`` bits, ``data`` above.
+``mem__idle``, ``mem__refresh``, ``mem__activates``
+    From the memory system: ``idle`` (no write waiting, no read outstanding: ``done`` waits
+    for it, so that a halted program's stores are in memory), ``refresh`` (the DRAM
+    refresher holds the controller) and ``activates`` (DRAM row activations this cycle),
+    for the counters. The ideal memory ties them to 1, 0 and 0.
 ``perf__<name>``
     One free-running counter of :data:`hwgen.perf.COUNTER_BITS` bits per name in
     :data:`hwgen.perf.COUNTERS`.
@@ -21,7 +27,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
-from hwgen.perf import COUNTER_BITS, COUNTERS
+from hwgen.perf import COUNTER_BITS, COUNTERS, VALUE_INPUTS
+
+#: Width of ``mem__activates`` (row activations a cycle: up to 4 DFI phases on DDR3).
+ACTIVATE_BITS = VALUE_INPUTS["row_activates"]
 
 
 def write_layout(config: VariantConfig) -> data.StructLayout:
@@ -36,6 +45,9 @@ def mem_port_signature(config: VariantConfig) -> wiring.Signature:
         # valid + payload and no ready: a stream that cannot be refused.
         "rd_data": In(wiring.Signature({"valid": Out(1), "payload": Out(config.port_bits)})),
         "wr": Out(stream.Signature(write_layout(config))),
+        "idle": In(1),
+        "refresh": In(1),
+        "activates": In(ACTIVATE_BITS),
     })
 
 

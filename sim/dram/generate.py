@@ -44,7 +44,9 @@ SPEC_FORMAT = 1
 
 #: Role -> Verilog port name of the top. Inputs then outputs; ``sys_clk`` and ``sys_rst``
 #: (active high) are Migen's clock domain ports. ``refresh`` is high while the refresher
-#: holds the controller (from its request until the refresh command is done).
+#: holds the controller (from its request until the refresh command is done); ``activates``
+#: counts the row activations in the cycle (ACT commands on the DFI: ``cs_n``, ``ras_n`` low,
+#: ``cas_n``, ``we_n`` high), over the PHY's phases.
 PORT_SIGNALS: dict[str, str] = {
     "clk": "sys_clk",
     "rst": "sys_rst",
@@ -61,7 +63,10 @@ PORT_SIGNALS: dict[str, str] = {
     "rdata_ready": "port_rdata_ready",
     "rdata_data": "port_rdata_data",
     "refresh": "refresh_active",
+    "activates": "row_activates",
 }
+#: Width of ``row_activates``: ACT commands in one system cycle (one per DFI phase at most).
+ACTIVATE_BITS = 4
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,9 @@ def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
     sig = {role: Signal(width, name=PORT_SIGNALS[role]) for role, width in (
         ("cmd_valid", 1), ("cmd_ready", 1), ("cmd_we", 1), ("cmd_last", 1), ("cmd_addr", aw),
         ("wdata_valid", 1), ("wdata_ready", 1), ("wdata_data", dw), ("wdata_we", dw // 8),
-        ("rdata_valid", 1), ("rdata_ready", 1), ("rdata_data", dw), ("refresh", 1))}
+        ("rdata_valid", 1), ("rdata_ready", 1), ("rdata_data", dw), ("refresh", 1),
+        ("activates", ACTIVATE_BITS))}
+    acts = [~p.cs_n[0] & ~p.ras_n & p.cas_n & p.we_n for p in ctrl.dfi.phases]
     top.comb += [
         port.cmd.valid.eq(sig["cmd_valid"]), sig["cmd_ready"].eq(port.cmd.ready),
         port.cmd.we.eq(sig["cmd_we"]), port.cmd.addr.eq(sig["cmd_addr"]),
@@ -134,6 +141,7 @@ def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
         sig["rdata_valid"].eq(port.rdata.valid), port.rdata.ready.eq(sig["rdata_ready"]),
         sig["rdata_data"].eq(port.rdata.data),
         sig["refresh"].eq(ctrl.refresher.cmd.valid),
+        sig["activates"].eq(sum(acts[1:], acts[0])),
     ]
     geom = module.geom_settings
     align = ctrl.interface.address_align  # log2 of DRAM columns per controller word

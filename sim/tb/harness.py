@@ -25,7 +25,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 
-from sim.tb import jobfile
+from sim.tb import dram_image, jobfile
 
 POISON = jobfile.POISON
 
@@ -39,7 +39,12 @@ class _Handles:
             self.rst = dut.rst
             self.start = dut.start
             self.done = dut.done
-            self.ext_mem = dut.ext_mem
+            self.dram = header.get("memory", {}).get("kind") == "dram"
+            self.layout = header.get("memory")
+            if self.dram:
+                self.dump_bank = dut.dump_bank
+            else:
+                self.ext_mem = dut.ext_mem
             self.load_mem, self.dump_mem = dut.load_mem, dut.dump_mem
             self.dump_lo, self.dump_hi = dut.dump_lo, dut.dump_hi
             self.imem = dut.accel.seq.imem
@@ -48,8 +53,8 @@ class _Handles:
             # Only what rtl_templates/sim_top.vlt.j2 makes public is visible through VPI.
             raise RuntimeError(
                 f"a testbench handle is missing ({exc}); the build's .vlt file makes public "
-                f"hwgen_tb_top's rst, start, done, clk, perf__*, ext_mem, load_mem, "
-                f"dump_mem, dump_lo, dump_hi and accel.seq.imem"
+                f"hwgen_tb_top's rst, start, done, clk, perf__*, ext_mem (dump_bank on a "
+                f"DRAM), load_mem, dump_mem, dump_lo, dump_hi and accel.seq.imem"
             ) from exc
 
 
@@ -73,6 +78,10 @@ async def _pulse(signal: Any) -> None:
 async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int,
                 folder: Path) -> None:
     """Write memory and program; the design is in reset, so this takes no simulated cycle."""
+    if h.dram:
+        await _load_dram(h, job, port_bytes, folder)
+        await _write_program(h, job, previous_program)
+        return
     parts = []
     for addr, words in job.clear:
         parts.append(f"@{addr:x}\n" + _hex_lines(np.zeros(words * port_bytes, np.uint8),
@@ -84,14 +93,55 @@ async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_pro
     if parts:
         (folder / jobfile.LOAD_HEX).write_text("\n".join(parts) + "\n")
         await _pulse(h.load_mem)
+    await _write_program(h, job, previous_program)
+
+
+async def _write_program(h: _Handles, job: jobfile.JobSpec, previous_program: int) -> None:
     program = [int(w) for w in job.program]
     # Zero the tail of the previous program so a stale word can never be fetched.
     for i, word in enumerate(program + [0] * max(0, previous_program - len(program))):
         h.imem[i].value = word
 
 
+async def _load_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
+                     folder: Path) -> None:
+    """The same segments as :func:`_load`, scattered into one file per bank."""
+    segments = [(addr, np.zeros(words * port_bytes, np.uint8)) for addr, words in job.clear]
+    segments += [(addr, np.full(size, POISON, np.uint8)) for addr, size in job.reads.values()]
+    segments += list(job.writes)
+    if not segments:
+        return
+    for bank, text in enumerate(dram_image.bank_files(segments, port_bytes, h.layout)):
+        (folder / f"{jobfile.LOAD_HEX}.b{bank}").write_text(text)
+    await _pulse(h.load_mem)
+
+
+async def _read_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
+                     folder: Path) -> dict[str, np.ndarray]:
+    outputs = {}
+    cb = h.layout["controller_bytes"]
+    for name, (addr, size) in job.reads.items():
+        words = size // port_bytes
+        dumps = {}
+        for bank, (lo, hi) in dram_image.bank_ranges(addr, words, h.layout).items():
+            h.dump_bank.value = bank
+            h.dump_lo.value, h.dump_hi.value = lo, hi
+            await _pulse(h.dump_mem)
+            lines = [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
+                     if not line.startswith(("//", "@"))]
+            if len(lines) != hi - lo + 1:
+                raise RuntimeError(f"$writememh wrote {len(lines)} words of bank {bank} for "
+                                   f"region {name!r}, not {hi - lo + 1}")
+            raw = np.frombuffer(bytes.fromhex("".join(lines)), np.uint8).reshape(-1, cb)
+            dumps[bank] = (lo, raw[:, ::-1])
+        outputs[name] = dram_image.gather(addr, words, h.layout, dumps)
+    return outputs
+
+
 async def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
                 folder: Path) -> dict[str, np.ndarray]:
+    if h.dram:
+        return await _read_dram(h, job, port_bytes, folder)
     outputs = {}
     for name, (addr, size) in job.reads.items():
         words = size // port_bytes
