@@ -220,3 +220,18 @@ def test_to_dict_gives_the_total_and_the_breakdown_to_three_digits():
     d = EnergyEstimate((("mac_int8", 1234.5678), ("dram_read", 0.000123456))).to_dict()
     assert d == {"energy_nj": 1230.0,
                  "energy_breakdown_nj": {"mac_int8": 1230.0, "dram_read": 0.000123}}
+
+
+def test_the_documented_table_is_the_code_table():
+    from pathlib import Path
+    doc = (Path(__file__).parents[2] / "docs" / "energy.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[2:5]
+    tables = [pj_table(V8, p) for p in (DDR3, SDR, IDEAL)]
+    assert set(rows) == set(tables[0])
+    for name, documented in rows.items():
+        for cell, table in zip(documented, tables, strict=True):
+            assert (cell == "-" and name not in table) or F(cell) == table[name], (name, cell)
