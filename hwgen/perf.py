@@ -35,3 +35,23 @@ COUNTERS = (
 VALUE_INPUTS: dict[str, int] = {"read_latency_sum": 16, "row_activates": 4}
 #: Counters that keep the largest value given (of :data:`VALUE_INPUTS`'s width).
 MAX_INPUTS: dict[str, int] = {"read_latency_max": 16}
+
+
+def memory_summary(counters: dict[str, int], port_bytes: int) -> dict[str, int | float]:
+    """The memory system's counters of one run, as ``hwgen gemm --json`` and ``hwgen run
+    --json`` print them: each memory counter, and ``read_latency_mean`` (cycles a read took
+    on average; 0 with no read).
+
+    Parameters
+    ----------
+    counters : dict of str to int
+        Every counter of :data:`COUNTERS`.
+    port_bytes : int
+        The variant's memory word, to count reads from ``bytes_read``.
+    """
+    reads = counters["bytes_read"] // port_bytes
+    names = ("read_wait", "mem_refused", "read_latency_sum", "read_latency_max",
+             "refresh_stall", "row_activates")
+    out: dict[str, int | float] = {name: counters[name] for name in names}
+    out["read_latency_mean"] = round(counters["read_latency_sum"] / reads, 2) if reads else 0
+    return out

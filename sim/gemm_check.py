@@ -20,6 +20,9 @@ from fusion.kernels.tiling import Tiling
 from fusion.runtime.edge_cases import plant
 from fusion.runtime.invariants import check_counters, timing_floor
 from hwgen.config import VariantConfig
+from hwgen.energy import estimate
+from hwgen.perf import memory_summary
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
 from sim.build import BuildInfo
 from sim.run import Job, MemoryImage, RunResult, run_programs
@@ -100,6 +103,13 @@ class GemmReport:
     got: np.ndarray = field(repr=False, compare=False)
     #: Counter invariants the run broke (:func:`fusion.runtime.invariants.check_counters`).
     violations: tuple[str, ...] = ()
+    #: The variant, and the memory it ran on (for the memory counters and the energy).
+    config: VariantConfig | None = field(default=None, repr=False, compare=False)
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
+
+    @property
+    def port_bytes(self) -> int:
+        return self.config.port_bytes if self.config is not None else 1
 
     @property
     def cycles(self) -> int:
@@ -128,6 +138,9 @@ class GemmReport:
             "instret": c["instret"], "program_words": self.program_words,
             "mismatches": self.mismatches, "first_mismatch": self.first_mismatch,
             "counter_violations": list(self.violations),
+            "platform": self.platform.to_dict(),
+            "memory": memory_summary(c, self.port_bytes),
+            **(estimate(c, self.config, self.platform).to_dict() if self.config else {}),
             "wall_seconds": round(self.wall_seconds, 4),
             "sim_cycles_per_s": round(self.cycles / self.wall_seconds) if self.wall_seconds else 0,
         }
@@ -226,7 +239,8 @@ def ideal_cycles(config: VariantConfig, M: int, K: int, N: int) -> int:  # noqa:
 
 
 def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: RunResult,
-           expected: np.ndarray | None = None) -> GemmReport:
+           expected: np.ndarray | None = None,
+           platform: PlatformConfig | None = None) -> GemmReport:
     """Compare a run with the reference (or with ``expected``, for tests that must fail), and
     check its counters against the program (:func:`fusion.runtime.invariants.check_counters`):
     the report is ok only when both hold."""
@@ -249,7 +263,7 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
         first_mismatch=first, counters=result.counters, ideal_cycles=ideal,
         bytes_loaded=kernel.bytes_loaded, wall_seconds=result.wall_seconds,
         program_words=len(kernel.program), variant=config.key(), got=got,
-        violations=violations)
+        violations=violations, config=config, platform=platform or PlatformConfig())
 
 
 def run_gemms(config: VariantConfig, cases: Sequence[GemmCase], *,
@@ -264,7 +278,9 @@ def run_gemms(config: VariantConfig, cases: Sequence[GemmCase], *,
                      f"{'fused' if c.fused else 'unfused'}")
             for c, k in zip(cases, kernels, strict=True)]
     results = run_programs(config, jobs, build=build)
-    return [report(config, c, k, r) for c, k, r in zip(cases, kernels, results, strict=True)]
+    platform = build.platform if build is not None else None
+    return [report(config, c, k, r, platform=platform)
+            for c, k, r in zip(cases, kernels, results, strict=True)]
 
 
 def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803

@@ -39,9 +39,9 @@ import numpy as np
 
 from hwgen.config import VariantConfig
 from hwgen.perf import COUNTERS
-from sim.memory import board_memory
 from sim import build as sim_build
 from sim import toolchain
+from sim.memory import board_memory
 from sim.tb import jobfile
 from sim.tb.jobfile import POISON
 

@@ -53,6 +53,9 @@ from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
 from fusion.runtime.invariants import check_runs, timing_floor
 from fusion.runtime.shadow_inputs import directed_inputs
+from hwgen.energy import EnergyEstimate, estimate
+from hwgen.energy import total as total_energy
+from hwgen.perf import memory_summary
 
 
 class ShadowMismatch(RuntimeError):
@@ -102,6 +105,10 @@ class KernelRun:
     describe: str
     macs: int = 0
     ideal_cycles: int = 0
+    #: The memory counters (:func:`hwgen.perf.memory_summary`) and the energy estimate
+    #: (:func:`hwgen.energy.estimate`) of the kernel's run.
+    memory: dict[str, int | float] = field(default_factory=dict)
+    energy: EnergyEstimate | None = None
 
     @property
     def utilization(self) -> float:
@@ -109,10 +116,12 @@ class KernelRun:
         return self.ideal_cycles / self.cycles if self.cycles else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        energy = self.energy.to_dict() if self.energy is not None else {}
         return {"name": self.name, "ops": self.ops, "cycles": self.cycles,
                 "predicted_cycles": round(self.predicted_cycles), "describe": self.describe,
                 "macs": self.macs, "ideal_cycles": self.ideal_cycles,
-                "utilization": round(self.utilization, 4), "counters": self.counters}
+                "utilization": round(self.utilization, 4), "counters": self.counters,
+                "memory": self.memory, **energy}
 
 
 @dataclass
@@ -206,6 +215,11 @@ class RunReport:
         :attr:`fusion.compiler.plan.CompiledModel.host_ops`)."""
         return [h for h in self.host if h.role == "compute"]
 
+    @property
+    def energy(self) -> EnergyEstimate:
+        """The kernels' energy estimates summed (:func:`hwgen.energy.total`)."""
+        return total_energy(k.energy for k in self.kernels if k.energy is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, "total_cycles": self.total_cycles,
                 "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
@@ -217,6 +231,9 @@ class RunReport:
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "host_written_bytes": self.host_written_bytes,
                 "kernels": [k.to_dict() for k in self.kernels],
+                "memory_stall_cycles": sum(k.counters.get("stall_memory", 0)
+                                           for k in self.kernels),
+                **self.energy.to_dict(),
                 "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
                 "host_ops": len(self.host_ops),
                 "host_seconds": round(self.host_seconds, 6),
@@ -407,7 +424,9 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                 runs.append(KernelRun(step.name, list(spec.nodes),
                                       int(result.counters["cycles"]), step.predicted_cycles,
                                       dict(result.counters), spec.describe(), macs,
-                                      -(-macs // (config.rows * config.cols))))
+                                      -(-macs // (config.rows * config.cols)),
+                                      memory_summary(result.counters, config.port_bytes),
+                                      estimate(result.counters, config, build.platform)))
     outputs = {name: env[name] for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
