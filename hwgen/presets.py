@@ -29,3 +29,8 @@ SMALL = VariantConfig(rows=4, cols=8, port_bytes=8, epilogue=ALL_STAGES, spad_a_
 
 #: A tall array with a 16-byte port: one memory word holds two bias rows.
 WIDE = VariantConfig(rows=8, cols=2, port_bytes=16, epilogue=ALL_STAGES)
+
+#: The variant the DRAM tests build on each platform: a 4x4 array with a 16-byte port (the
+#: DDR3 controller's word; :func:`sim.memory.board_memory` refuses a narrower one) and a
+#: 21-bit word address (what SDR's 32 MB hold in 16-byte words).
+DRAM_TEST = VariantConfig(rows=4, cols=4, port_bytes=16, epilogue=ALL_STAGES, mem_addr_bits=21)

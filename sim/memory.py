@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.metadata
 import inspect
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,13 @@ class BoardMemory:
         """What ``sim_top.sv.j2`` needs of a DRAM (None: the ideal memory)."""
         return self.layout
 
+    def folder_files(self) -> dict[str, str]:
+        """What a variant folder for this platform holds of the memory system: the Verilog
+        files and ``dram.json`` (none for the ideal memory)."""
+        if self.spec is None:
+            return {}
+        return {**self.files, "dram.json": json.dumps(self.spec, indent=2) + "\n"}
+
     def testbench_header(self) -> dict[str, Any]:
         """What the testbench needs to fill and read memory (``jobs.json``'s ``memory``)."""
         if self.layout is None:
@@ -86,7 +94,7 @@ def board_memory(config: VariantConfig, platform: PlatformConfig) -> BoardMemory
     ValueError
         If the variant does not fit the platform: a memory word narrower than the DRAM
         controller's (LiteDRAM's up-converter would cost about 7 cycles a word), or a word
-        address wider than the DRAM.
+        address wider than the DRAM's.
     """
     if not platform.is_dram:
         return BoardMemory(config, platform)
@@ -97,12 +105,18 @@ def board_memory(config: VariantConfig, platform: PlatformConfig) -> BoardMemory
     ctrl_bits = probe.spec["controller_data_width"]
     if config.port_bits < ctrl_bits:
         raise ValueError(
-            f"a {config.port_bytes}-byte memory word is narrower than the {platform.memory} "
+            f"a memory word of {config.port_bytes} bytes is narrower than the {platform.memory} "
             f"controller's {ctrl_bits // 8}-byte word, and LiteDRAM's converter takes about 7 "
             f"cycles a word; generate the variant with --port-bytes {ctrl_bits // 8} or more")
     dram = probe if config.port_bits == ctrl_bits else generate(platform,
                                                                 data_width=config.port_bits)
     spec = dram.spec
+    if config.mem_addr_bits > spec["address_width"]:
+        raise ValueError(
+            f"the variant's {config.mem_addr_bits}-bit word address does not fit the "
+            f"{platform.memory} DRAM's {spec['address_width']}-bit port address ({spec['words']} "
+            f"words of {config.port_bytes} bytes); use --mem-addr-bits {spec['address_width']} "
+            f"or less")
     ratio = config.port_bits // ctrl_bits
     geometry = spec["geometry"]
     words_per_row = geometry["words_per_row"] * ratio  # in controller words

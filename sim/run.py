@@ -34,6 +34,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from hwgen.perf import COUNTERS
 from sim import build as sim_build
 from sim import toolchain
 from sim.memory import board_memory
+
+if TYPE_CHECKING:
+    from sim.board import Board
 from sim.tb import jobfile
 from sim.tb.jobfile import POISON
 
@@ -365,7 +369,7 @@ def run_programs(
     config: VariantConfig,
     jobs: Sequence[Job],
     *,
-    build: sim_build.BuildInfo | None = None,
+    build: sim_build.BuildInfo | Board | None = None,
 ) -> list[RunResult]:
     """Run several programs in one simulator launch, resetting the design between them.
 
@@ -375,9 +379,10 @@ def run_programs(
         The variant; it is built first if needed (:func:`sim.build.build_variant`).
     jobs : sequence of Job
         The programs, run in order.
-    build : BuildInfo, optional
+    build : BuildInfo or sim.board.Board, optional
         A build to use instead of the variant's default one (tests pass a small design; the
-        CLI passes :func:`sim.build.build_folder` of a variant folder). It is checked against
+        CLI passes :func:`sim.build.build_folder` of a variant folder), or a board whose
+        build for this launch is asked for (:meth:`sim.board.Board.launch`). It is checked against
         its marker first (:func:`sim.build.verified`), and a simulator that dies without
         writing results is rebuilt once (:func:`sim.build.rebuilt`), each with a one-line
         notice on stderr.
@@ -405,6 +410,11 @@ def run_programs(
         raise ValueError("run_programs needs at least one job")
     for job in jobs:
         _check_job(config, job)
+    if build is not None and hasattr(build, "launch"):  # a sim.board.Board
+        if build.config != config:
+            raise ValueError(f"the board runs variant {build.config.key()}, not "
+                             f"{config.key()}")
+        build = build.launch()
     if build is None:
         build = sim_build.build_variant(config)
     elif build.config != config:

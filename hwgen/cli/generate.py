@@ -45,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     platform = platform_from_args(args)
-    descriptor = generate(config, Path(args.output), platform)
+    memory_files = {}
+    if platform.is_dram:
+        from sim.memory import board_memory  # LiteDRAM, only for a DRAM platform
+
+        memory_files = board_memory(config, platform).folder_files()  # refuses a misfit
+    descriptor = generate(config, Path(args.output), platform, memory_files)
     memory = "" if not platform.is_dram else (
         f", on {platform.memory} {platform.module} ({platform.refresh} refresh, platform "
         f"{platform.key()})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -23,10 +24,13 @@ def accelerator_verilog(config: VariantConfig) -> str:
 
 
 def generate(config: VariantConfig, out_dir: Path,
-             platform: PlatformConfig | None = None) -> dict:
-    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically;
-    for a DRAM ``platform`` also the memory system (:data:`folder.MEMORY_FILES`: LiteDRAM's
-    Verilog and ``dram.json``, the adapter's Verilog), and the platform in the descriptor.
+             platform: PlatformConfig | None = None,
+             memory_files: Mapping[str, str] | None = None) -> dict:
+    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically,
+    with the platform in the descriptor; for a DRAM ``platform`` also its memory system,
+    ``memory_files`` (:data:`folder.MEMORY_FILES`: LiteDRAM's Verilog and ``dram.json``, the
+    adapter's Verilog; :meth:`sim.memory.BoardMemory.folder_files` makes them: the gateware
+    does not import the simulation side).
 
     The files are written into a temporary sibling folder that then replaces ``out_dir``
     (:func:`hwgen.gateware.folder.writing_folder`): an interrupted generate leaves the old
@@ -45,12 +49,10 @@ def generate(config: VariantConfig, out_dir: Path,
     """
     config.check_chain_order()
     platform = PlatformConfig() if platform is None else platform
-    memory_files: dict[str, str] = {}
-    if platform.is_dram:
-        from sim.memory import board_memory  # LiteDRAM, only for a DRAM platform
-
-        memory = board_memory(config, platform)  # refuses a variant that does not fit
-        memory_files = {**memory.files, "dram.json": json.dumps(memory.spec, indent=2) + "\n"}
+    memory_files = dict(memory_files or {})
+    if platform.is_dram and set(memory_files) != set(folder.MEMORY_FILES):
+        raise ValueError(f"a {platform.memory} variant folder needs its memory system's files "
+                         f"{', '.join(folder.MEMORY_FILES)}, not {sorted(memory_files)}")
     with folder.writing_folder(out_dir) as tmp:
         started = time.perf_counter()
         verilog_bytes = accelerator_verilog(config).encode()
