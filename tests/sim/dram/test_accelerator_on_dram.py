@@ -47,8 +47,8 @@ CASES = [
     GemmCase(M=37, K=53, N=29, stages=("bias", "requant"), seed=2),
     GemmCase(M=24, K=64, N=40, stages=("bias", "requant", "relu"), fused=False, seed=3),
     GemmCase(M=64, K=48, N=8, stages=(), seed=4, tiling=Tiling(tm=2, tn=1, order="nm")),
-    GemmCase(M=9, K=256, N=20, stages=("bias", "requant", "relu"), seed=5,
-             tiling=Tiling(stream=3)),
+    GemmCase(M=3, K=256, N=20, stages=("bias", "requant", "relu"), seed=5,
+             tiling=Tiling(stream=4)),
 ]
 
 
@@ -115,11 +115,13 @@ def _load_program(count: int, length: int, stride: int) -> list[int]:
     """)
 
 
-@pytest.mark.parametrize("name", ["ddr3", "sdr"])
-def test_a_row_conflicting_load_takes_longer_than_a_sequential_one(name, ideal):
+@pytest.mark.parametrize(("name", "slower"), [("ddr3", 3.0), ("sdr", 1.2)])
+def test_a_row_conflicting_load_takes_longer_than_a_sequential_one(name, slower, ideal):
     """64 words to one bank, each in a new row, against the same 64 words' bytes read in
     order: on DRAM each new row is an activation (and a precharge), on the ideal memory the
-    address does not matter."""
+    address does not matter. DDR3 reads a 16-byte word a cycle from an open row, so a row
+    change costs several times a read; SDR moves a 16-byte word as eight 16-bit reads
+    anyway, so the same conflicts add less (figures in docs/memory.md)."""
     from sim.build import build_variant
 
     platform = PLATFORMS[name]
@@ -134,7 +136,7 @@ def test_a_row_conflicting_load_takes_longer_than_a_sequential_one(name, ideal):
     assert seq.counters["bytes_read"] == conflict.counters["bytes_read"] == 16 * words
     assert conflict.counters["row_activates"] >= words
     assert seq.counters["row_activates"] <= 2
-    assert conflict.cycles > 3 * seq.cycles, (seq.cycles, conflict.cycles)
+    assert conflict.cycles > slower * seq.cycles, (seq.cycles, conflict.cycles)
     flat_seq, flat_conflict = run_programs(DRAM_TEST, jobs, build=ideal)
     assert flat_seq.cycles == flat_conflict.cycles
 
