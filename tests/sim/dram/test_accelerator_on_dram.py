@@ -162,3 +162,25 @@ def test_a_board_switches_to_hot_refresh_between_launches_unannounced():
     assert warm[0].cycles > cold[0].cycles
     with pytest.raises(ValueError, match="0 or more"):
         board.switch_after(-1, hot)
+
+
+REAL_MODELS = ("resnet8_qdq", "ds_cnn_qdq", "mobilenet_v1_025_qdq", "fc_autoencoder_qdq",
+               "lenet5_qdq")
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_real_models_are_bit_exact_on_dram(name, dram):
+    """The MLPerf Tiny models and LeNet: every kernel shadow-checked against the reference
+    executor on the DRAM (run_compiled stops at the first difference), the output equal to
+    the executor's."""
+    from examples.real_check import REAL
+    from fusion.frontend.load import load_model
+
+    compiled = compile_model(load_model(REAL / f"{name}.onnx"), DRAM_TEST,
+                             cache=KernelCache(disk=False))
+    with np.load(REAL / f"{name}.npz", allow_pickle=False) as data:
+        x = data["x"]
+    report = run_compiled(compiled, {"x": x}, build=dram)
+    np.testing.assert_array_equal(report.outputs["y"],
+                                  executor.run(compiled.graph, {"x": x})["y"])
+    assert sum(k.counters["row_activates"] for k in report.kernels) > 0
