@@ -12,7 +12,9 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
    (:data:`GEMMS`, and :data:`STREAMED` with its B streamed) and ``hwgen run`` on every
    bundled example (``examples/*.onnx``); on the second, ``hwgen run`` of the bundled
    examples that convolve and pool (:data:`WINDOW_MODELS`: window convolutions, depthwise
-   convolutions, max and global pools on the unit, K-major stores). The baseline runs both.
+   convolutions, max and global pools on the unit, K-major stores); on the third, a 4x4 on
+   LiteDRAM DDR3, ``hwgen gemm`` on :data:`GEMMS` and ``hwgen run`` of :data:`DRAM_MODELS`
+   (the read buffer and the DRAM adapter). The baseline runs all three.
 
 A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
 error (a failed build or generate counts as caught, and the table says so; so does a crash,
@@ -47,12 +49,17 @@ _STAGES = ("--epilogue", "bias,requant,relu,clamp,residual")
 VARIANTS = {
     "base": ("--rows", "4", "--cols", "4", *_STAGES),
     "window": ("--rows", "4", "--cols", "4", "--port-bytes", "4", *_STAGES, "--window-unit"),
+    "ddr3": ("--rows", "4", "--cols", "4", "--port-bytes", "16", "--mem-addr-bits", "21",
+             *_STAGES, "--memory", "ddr3"),
 }
 #: The bundled models the window variant runs (random inputs, every kernel shadow-checked):
 #: qdq_cnn (a max pool and an unpadded depthwise convolution on the unit, window loads) and
 #: DS-CNN (padded depthwise convolutions, their outputs stored K-major through the transposer,
 #: a global pool's sum).
 WINDOW_MODELS = ("examples/qdq_cnn.onnx", "examples/real/ds_cnn_qdq.onnx")
+#: The bundled models the DDR3 variant runs: a whole model's loads and stores through the
+#: adapter, each kernel reading what the one before stored.
+DRAM_MODELS = ("examples/qdq_cnn.onnx", "examples/qdq_mlp_residual.onnx")
 #: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
 #: and a long K with K chunking.
 GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
@@ -117,6 +124,12 @@ def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
     if variant == "window":
         return [(f"run {Path(model).stem} (window)", ["run", model, "--variant", "variant"])
                 for model in WINDOW_MODELS]
+    if variant == "ddr3":
+        return [(f"gemm {m}x{k}x{n} (ddr3)", ["gemm", "--variant", "variant", "--m", str(m),
+                                                 "--k", str(k), "--n", str(n)])
+                for m, k, n in GEMMS] + [
+                (f"run {Path(model).stem} (ddr3)", ["run", model, "--variant", "variant"])
+                for model in DRAM_MODELS]
     out = []
     for m, k, n in GEMMS:
         out.append((f"gemm {m}x{k}x{n}", ["gemm", "--variant", "variant", "--m", str(m),

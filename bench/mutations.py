@@ -29,8 +29,9 @@ class Mutation:
         What the fault does.
     variant : str
         Which variant of :data:`bench.mutate.VARIANTS` the mutant is built as and checked
-        on: ``"base"``, or ``"window"`` for the parts only a variant whose A row is one
-        memory word has (window loads, the window unit).
+        on: ``"base"``, ``"window"`` for the parts only a variant whose A row is one
+        memory word has (window loads, the window unit), or ``"ddr3"`` for the parts that
+        only a memory with variable latency exercises (the read buffer, the DRAM adapter).
     """
 
     name: str
@@ -143,4 +144,21 @@ MUTATIONS: tuple[Mutation, ...] = (
              "& (iy >= 0) & (iy <= g.hin)",
              "the row below the input is read from the scratchpad instead of padded",
              variant="window"),
+    Mutation("read-buffer-no-gate", "hwgen/gateware/dma.py",
+             "m.d.comb += [word_valid.eq(~cutting & (rbuf.r_rdy | self.rd_valid)),",
+             "m.d.comb += [word_valid.eq(rbuf.r_rdy | self.rd_valid),",
+             "the word stage takes a word while a gearbox still cuts the one before (a DRAM's "
+             "burst of late words overruns it; the ideal memory never bursts)",
+             variant="ddr3"),
+    Mutation("write-data-early", "hwgen/gateware/native.py",
+             "wfifo.r_en.eq(self.wdata_ready),",
+             "wfifo.r_en.eq(self.cmd_valid & self.cmd_ready & self.cmd_we),",
+             "the adapter drops a write's data when the command is accepted, not when the "
+             "controller takes it",
+             variant="ddr3"),
+    Mutation("idle-before-settle", "hwgen/gateware/native.py",
+             "& (settle == SETTLE_CYCLES) & ~wr.valid)",
+             "& ~wr.valid)",
+             "done does not wait for the last write data to reach the DRAM",
+             variant="ddr3"),
 )
