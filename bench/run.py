@@ -87,9 +87,9 @@ def main() -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
-    from bench import models, real_models
+    from bench import dram_model, models, real_models
 
-    return models.main() or real_models.main()
+    return models.main() or real_models.main() or dram_model.main([])
 
 
 if __name__ == "__main__":
