@@ -88,9 +88,10 @@ def main() -> int:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
-    from bench import models, platforms, real_models
+    from bench import dram_model, models, platforms, real_models
 
-    return models.main() or real_models.main() or platforms.main([])
+    return (models.main() or real_models.main() or platforms.main([])
+            or dram_model.main([]))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,68 @@ CLOCK_RANGE: dict[str, tuple[int, int]] = {
 }
 
 
+@dataclass(frozen=True)
+class PortFigures:
+    """What one LiteDRAM native port does, as characterized (``sim.dram.characterize``,
+    ``docs/memory.md``): the constants of the analytical model's memory terms
+    (:mod:`fusion.cost.memory`). Measured with the controller's normal refresh, on streams
+    of one pattern each; cycles are controller (= accelerator) cycles per port word.
+
+    Attributes
+    ----------
+    sequential : float
+        Cycles a read of consecutive words (the next word of the stream).
+    bank_stride : float
+        Cycles a read that changes bank every time: the bank lock of one port (the next bank
+        is served once the previous bank's data is back).
+    row_conflict : float
+        Cycles a read to a new row of the same bank every time (precharge, activate, CAS).
+    write : float
+        Cycles a write of consecutive words.
+    read_latency : float
+        Mean cycles from a sequential read's command accepted to its data.
+    refresh_hold : int
+        Cycles one refresh holds the controller (measured; tRFC plus the precharge-all).
+    refresh_interval : int
+        tREFI in cycles at normal refresh (``hot`` divides it by
+        :attr:`PlatformConfig.refresh_divisor`).
+    words_per_row : int
+        Port words in one DRAM row of one bank (the column bits of the port-word address).
+    banks : int
+        Banks; the bank bits sit just above the column bits (LiteDRAM's ``ROW_BANK_COL``).
+    """
+
+    sequential: float
+    bank_stride: float
+    row_conflict: float
+    write: float
+    read_latency: float
+    refresh_hold: int
+    refresh_interval: int
+    words_per_row: int
+    banks: int
+
+
+#: The characterized ports, by (memory, module, speedgrade, port bits): the normal-refresh
+#: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
+#: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock. The SDR port of 128
+#: bits goes through LiteDRAM's down-converter (eight 16-bit DRAM words a port word).
+PORT_FIGURES: dict[tuple[str, str, str | None, int], PortFigures] = {
+    ("ddr3", "MT41K128M16", "800", 128): PortFigures(
+        sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
+        read_latency=17.3, refresh_hold=22, refresh_interval=782, words_per_row=128,
+        banks=8),
+    ("ddr3", "MT41K128M16", "1600", 128): PortFigures(
+        sequential=1.124, bank_stride=12.22, row_conflict=8.46, write=1.143,
+        read_latency=17.5, refresh_hold=38, refresh_interval=782, words_per_row=128,
+        banks=8),
+    ("sdr", "IS42S16160", None, 128): PortFigures(
+        sequential=9.127, bank_stride=16.21, row_conflict=12.25, write=9.206,
+        read_latency=16.7, refresh_hold=12, refresh_interval=782, words_per_row=64,
+        banks=4),
+}
+
+
 def ddr3_rate_mts(clock_hz: int) -> float:
     """The DDR3 data rate (MT/s) at controller clock ``clock_hz``: 1:4 PHY, two transfers a
     DRAM clock."""
@@ -156,6 +218,27 @@ class PlatformConfig:
     def refresh_divisor(self) -> int:
         """What the module's tREFI is divided by: 2 when hot, else 1."""
         return 2 if self.refresh == "hot" else 1
+
+    def port_figures(self, port_bytes: int) -> PortFigures | None:
+        """The characterized figures of this memory's port at ``port_bytes``
+        (:data:`PORT_FIGURES`); None for the ideal memory.
+
+        Raises
+        ------
+        ValueError
+            A DRAM platform, clock or port width that was not characterized.
+        """
+        if not self.is_dram:
+            return None
+        key = (self.memory, self.module, self.speedgrade, port_bytes * 8)
+        if self.clock_hz != 100_000_000 or key not in PORT_FIGURES:
+            known = ", ".join(f"{m} {mod} {g or ''} {b}-bit" for m, mod, g, b in PORT_FIGURES)
+            raise ValueError(
+                f"no characterized port figures for {self.memory} {self.module} "
+                f"{self.speedgrade or ''} with {port_bytes}-byte words at {self.clock_hz} Hz "
+                f"(known, at 100 MHz: {known}); measure it with python -m sim.dram.characterize "
+                f"and add it to hwgen.platform.PORT_FIGURES")
+        return PORT_FIGURES[key]
 
     # -- identity ---------------------------------------------------------------------------
 

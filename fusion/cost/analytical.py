@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusion.cost.machine import Machine
+from fusion.cost.memory import MemoryModel
 from fusion.cost.model import CostModel, Features
 from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
@@ -44,6 +45,7 @@ from fusion.kernels.gemm.stream import stream_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
 from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams, output_dtype
 from hwgen.timing import window_columns
 
@@ -84,7 +86,8 @@ def _load(m: Machine, c: VariantConfig, load: dict[str, Any], setup: int) -> Non
     """One LOAD of a context (``count`` segments of ``len`` words into ``dst``'s rows), after
     ``setup`` register instructions."""
     m.load(load["count"] * load["len"] * c.port_bytes,
-           load_row_bytes(c, Dst[load["dst"].upper()]), setup=setup)
+           load_row_bytes(c, Dst[load["dst"].upper()]), setup=setup,
+           pattern=(load["count"], load["len"], load.get("stride", load["len"])))
 
 
 def _grid(m: Machine, g: dict[str, Any], job: Callable[[], None]) -> None:
@@ -273,13 +276,19 @@ def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_
     chunk(False)
 
 
-def estimate(f: Features) -> Estimate:
+def _machine(config: VariantConfig, platform: PlatformConfig | None) -> Machine:
+    """The machine of ``config`` on ``platform``'s memory (the ideal memory if None)."""
+    return Machine(config, MemoryModel.for_platform(platform, config.port_bytes))
+
+
+def estimate(f: Features, platform: PlatformConfig | None = None) -> Estimate:
     """Walk a GEMM kernel's program through :class:`Machine`; see the module docstring.
 
-    ``f`` is the GEMM's features (:class:`fusion.kernels.gemm.features.GemmFeatures`).
+    ``f`` is the GEMM's features (:class:`fusion.kernels.gemm.features.GemmFeatures`);
+    ``platform`` the memory behind the port (:mod:`fusion.cost.memory`; ideal if None).
     """
     dims = f.dims
-    m = Machine(f.config)
+    m = _machine(f.config, platform)
     final_lanes = output_dtype(f.stages).itemsize
     if f.fused or not f.stages:
         _gemm(m, dims, f, f.stages, final_lanes)
@@ -305,17 +314,19 @@ def _dt(dtype: str) -> str:
 
 
 def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str],  # noqa: N803
-                  params: EpilogueParams, src_dtype: str, out_dtype: str) -> int:
+                  params: EpilogueParams, src_dtype: str, out_dtype: str,
+                  platform: PlatformConfig | None = None) -> int:
     """Cycles of a standalone pass kernel (``fusion.kernels.epipass.kind.compiled_pass``)."""
-    m = Machine(config)
+    m = _machine(config, platform)
     _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
     m.wait(load=True, feed=True, epi=True)
     return m.seq + 1
 
 
-def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  # noqa: N803
+def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int,  # noqa: N803
+                 platform: PlatformConfig | None = None) -> int:
     """Cycles of an element-wise max kernel: ``n_inputs - 1`` chained residual-max passes."""
-    m = Machine(config)
+    m = _machine(config, platform)
     dims = GemmDims(config, M, 1, N)
     params = EpilogueParams(residual_op="max")
     for _ in range(n_inputs - 1):
@@ -324,13 +335,14 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int) -> int:  
     return m.seq + 1
 
 
-def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
+def estimate_program(config: VariantConfig, instrs: Sequence[Any],
+                     platform: PlatformConfig | None = None) -> int:
     """Cycles of a program, by running its instructions one by one through
     :class:`Machine` (registers and loops interpreted, every timing rule the machine's): for
     kernels whose programs are not a fixed nest of phases (the window convolution, whose
     rows differ by their padding). Exact where each instruction's rule is; linear in the
     instructions retired."""
-    m = Machine(config)
+    m = _machine(config, platform)
     geom: dict[str, int] = {}  # the last WCFG
     regs = [0] * NUM_REGS
     pc, mask = 0, (1 << REG_BITS) - 1
@@ -346,7 +358,8 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
             m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4), left=get("left"))
         elif op is Op.LOAD:
             m.load(get("count") * get("len") * config.port_bytes,
-                   load_row_bytes(config, get("dst")))
+                   load_row_bytes(config, get("dst")),
+                   pattern=(get("count"), get("len"), regs[get("stride")]))
         elif op is Op.LOADW:
             words = window_words(config.rows, get("shift"), get("step"))
             m.load(get("count") * words * config.port_bytes, config.rows, row_words=words)
@@ -378,13 +391,24 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any]) -> int:
 class AnalyticalModel(CostModel):
     """Cycles from the hardware description, nothing fitted: each kind's features walk its
     program's phases (:meth:`fusion.cost.model.Features.analytical_cycles`, which calls
-    :func:`estimate`, :func:`estimate_pass` or :func:`estimate_max`)."""
+    :func:`estimate`, :func:`estimate_pass` or :func:`estimate_max`).
+
+    Parameters
+    ----------
+    platform : PlatformConfig, optional
+        The memory behind the port: the ideal memory by default (exact), or a DRAM
+        platform, priced to first order (:mod:`fusion.cost.memory`).
+    """
 
     name = "analytical"
+    platform: PlatformConfig | None = None
+
+    def __init__(self, platform: PlatformConfig | None = None) -> None:
+        self.platform = platform
 
     def predict(self, features: Features) -> float:
-        return float(features.analytical_cycles())
+        return float(features.analytical_cycles(self.platform))
 
     def explain(self, features: Features) -> Estimate:
         """A GEMM's prediction with its parts."""
-        return estimate(features)
+        return estimate(features, self.platform)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fusion.cost.memory import MemoryModel
 from hwgen.config import VariantConfig
 from hwgen.isa import MAX_LEFT
 from hwgen.stages import epilogue_latency
@@ -84,8 +85,10 @@ class Machine:
              "idle", "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
 
-    def __init__(self, config: VariantConfig) -> None:
+    def __init__(self, config: VariantConfig, memory: MemoryModel | None = None) -> None:
         c = config
+        self.memory = memory  # a DRAM port (fusion.cost.memory); None: the ideal memory
+        self.latency = memory.read_latency if memory is not None else c.port_latency
         self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
         self.L = array_latency(c)
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
@@ -166,8 +169,12 @@ class Machine:
     # -- the store unit ----------------------------------------------------------------------
 
     def store_cycles(self, lane_bytes: int) -> int:
-        """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``."""
-        return max(1, self.C * lane_bytes // self.W)
+        """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``; on a
+        DRAM port no fewer than the port takes to write them (rounded)."""
+        s = max(1, self.C * lane_bytes // self.W)
+        if self.memory is None:
+            return s
+        return max(s, round(self.memory.store_cycles(self.C * lane_bytes / self.W)))
 
     def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False) -> int:
         """Rows offered to the epilogue one a cycle from ``first``; returns the cycle after
@@ -238,11 +245,14 @@ class Machine:
         """A job stops counting for a counted WAIT FEED at ``cycle``."""
         self.jobs_fed = (self.jobs_fed + [cycle])[-MAX_LEFT - 1:]
 
-    def load(self, nbytes: int, row_bytes: int, setup: int = 0, row_words: int = 0) -> None:
+    def load(self, nbytes: int, row_bytes: int, setup: int = 0, row_words: int = 0,
+             pattern: tuple[int, int, int] | None = None) -> None:
         """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
         register instructions. A word a cycle, or a row a cycle when a word holds several
         (the gearbox rate), then the port latency. ``row_words``: a window load's words a
-        row (its row is written once they are all in)."""
+        row (its row is written once they are all in). On a DRAM port (``memory``) each
+        request waits as :meth:`fusion.cost.memory.MemoryModel.load_cycles` prices the
+        ``pattern`` (``count``, ``len``, ``stride`` in words; one run of words if None)."""
         self.instrs(setup)
         retire = self.seq  # the load queue holds QUEUE_DEPTH commands
         if len(self.loads_taken) == QUEUE_DEPTH:
@@ -254,20 +264,27 @@ class Machine:
         if len(self.rows_started) == CONTEXTS:
             take = max(take, self.rows_started[0] + 1)
         # its first request: the cycle after, and no sooner than the load before's interval
-        start = max(take + 1, self.dma_issue)
         gap = max(1, self.W // row_bytes)  # the issue interval
         issue = -(-nbytes // min(self.W, row_bytes))
         words = -(-nbytes // self.W)
-        self.dma_take = start + gap * (words - 1)  # its last request
+        if self.memory is None:
+            start = max(take + 1, self.dma_issue)
+            self.dma_take = start + gap * (words - 1)  # its last request
+        else:
+            count, length, stride = pattern or (1, words, words)
+            first, rest = self.memory.load_cycles(count, length, stride, gap)
+            start = max(take + 1, self.dma_issue - gap + first)
+            self.dma_take = start + rest
+            issue = rest + gap
         self.dma_issue = self.dma_take + gap
         first_row = row_words or max(1, row_bytes // self.W)
-        self.rows_started = (self.rows_started + [start + self.c.port_latency
+        self.rows_started = (self.rows_started + [start + self.latency
                                                   + first_row - 1 + 1])[-CONTEXTS:]
         # a full queue has room again the cycle after the engine took (the buffered FIFO
         # refills its output register from its memory that cycle, and the memory's level
         # drops the next)
         self.loads_taken = (self.loads_taken + [take + 1])[-QUEUE_DEPTH:]
-        end = start + issue + self.c.port_latency + LOAD_TAIL
+        end = start + issue + self.latency + LOAD_TAIL
         self.loads_done = (self.loads_done + [end - 1])[-MAX_LEFT - 1:]
         self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once
         self.dma = max(self.dma, end)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 
 
 class Features(abc.ABC):
@@ -46,9 +47,10 @@ class Features(abc.ABC):
         regret)."""
 
     @abc.abstractmethod
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """The ``cycles`` counter as the hardware description predicts it: the kind's walk of
-        its program's phases through :class:`fusion.cost.machine.Machine`."""
+        its program's phases through :class:`fusion.cost.machine.Machine`, on ``platform``'s
+        memory (the ideal memory if None; a DRAM one priced by :mod:`fusion.cost.memory`)."""
 
     @abc.abstractmethod
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.conv.program import conv_regions, program
 from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
 
 
@@ -35,11 +36,11 @@ class ConvFeatures(Features):
         p = self.params
         return p.M * p.K * p.Cout
 
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """The program (built at a dummy placement: addresses do not change its timing) run
         instruction by instruction through the machine model
         (:func:`fusion.cost.analytical.estimate_program`)."""
-        return _cycles(self.config, self.params)
+        return _cycles(self.config, self.params, platform)
 
     def to_dict(self) -> dict[str, Any]:
         p = dataclasses.asdict(self.params)  # the epilogue params too, as a dict
@@ -57,6 +58,7 @@ class ConvFeatures(Features):
 
 
 @functools.lru_cache(maxsize=256)
-def _cycles(config: VariantConfig, params: ConvParams) -> int:
+def _cycles(config: VariantConfig, params: ConvParams,
+            platform: PlatformConfig | None = None) -> int:
     regions = place(config, conv_regions(config, params))
-    return estimate_program(config, program(config, params, regions).instrs)
+    return estimate_program(config, program(config, params, regions).instrs, platform)

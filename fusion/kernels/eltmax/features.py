@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from fusion.cost.analytical import estimate_max
 from fusion.cost.model import Features
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,9 +27,9 @@ class MaxFeatures(Features):
     def problem(self) -> tuple:
         return (self.M, self.N, self.n_inputs)
 
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate_max`: ``n_inputs - 1`` chained passes."""
-        return estimate_max(self.config, self.M, self.N, self.n_inputs)
+        return estimate_max(self.config, self.M, self.N, self.n_inputs, platform)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from fusion.cost.analytical import estimate_pass
 from fusion.cost.model import Features
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
 
 
@@ -42,11 +43,11 @@ class PassFeatures(Features):
     def problem(self) -> tuple:
         return (self.M, self.N, self.stages, self.src_dtype, self.out_dtype)
 
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``."""
         return estimate_pass(self.config, self.M, self.N, stages=self.stages,
                              params=self.epilogue, src_dtype=self.src_dtype,
-                             out_dtype=self.out_dtype)
+                             out_dtype=self.out_dtype, platform=platform)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),

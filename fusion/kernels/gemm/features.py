@@ -22,6 +22,7 @@ from fusion.kernels.gemm.build import dt_name
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams, check_stages, output_dtype
 
 #: Version of :meth:`GemmFeatures.to_dict`'s layout.
@@ -174,9 +175,9 @@ class GemmFeatures(Features):
         """What the kernel computes (shape and stages), whatever the way (fused, tiling)."""
         return (self.M, self.K, self.N, self.stages)
 
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate`: the walk of ``gemm.j2``'s phases."""
-        return estimate(self).cycles
+        return estimate(self, platform).cycles
 
     # -- JSON ------------------------------------------------------------------------------
 

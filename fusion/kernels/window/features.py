@@ -13,6 +13,7 @@ from fusion.kernels.layout import place
 from fusion.kernels.window.params import WindowParams
 from fusion.kernels.window.program import program, window_regions
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
 
 
@@ -35,11 +36,11 @@ class WindowFeatures(Features):
         p = self.params
         return p.M * p.taps * p.C
 
-    def analytical_cycles(self) -> int:
+    def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """The program (built at a dummy placement: addresses do not change its timing) run
         instruction by instruction through the machine model
         (:func:`fusion.cost.analytical.estimate_program`)."""
-        return _cycles(self.config, self.params)
+        return _cycles(self.config, self.params, platform)
 
     def to_dict(self) -> dict[str, Any]:
         p = dataclasses.asdict(self.params)
@@ -56,6 +57,7 @@ class WindowFeatures(Features):
 
 
 @functools.lru_cache(maxsize=256)
-def _cycles(config: VariantConfig, params: WindowParams) -> int:
+def _cycles(config: VariantConfig, params: WindowParams,
+            platform: PlatformConfig | None = None) -> int:
     regions = place(config, window_regions(config, params))
-    return estimate_program(config, program(config, params, regions).instrs)
+    return estimate_program(config, program(config, params, regions).instrs, platform)

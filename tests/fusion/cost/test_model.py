@@ -24,7 +24,7 @@ class Fixed(Features):
     def problem(self):
         return ()
 
-    def analytical_cycles(self):
+    def analytical_cycles(self, platform=None):
         return self.cycles
 
     def to_dict(self):

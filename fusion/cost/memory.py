@@ -1,0 +1,137 @@
+"""A first-order model of a DRAM port, for the analytical model's loads (issue 12, item 5).
+
+On the ideal memory a LOAD requests a word every ``gap`` cycles (the load engine's gearbox
+rate) and its data comes ``port_latency`` cycles later. Behind a LiteDRAM controller
+(:mod:`hwgen.platform`, ``docs/memory.md``) three things change, and this module prices each
+from the port's characterized figures (:class:`hwgen.platform.PortFigures`), nothing fitted to
+kernels:
+
+- **row-buffer locality**: each word of a LOAD's ``count`` segments of ``len`` words at
+  ``stride`` is classified against the word before it: the next address or the same DRAM row
+  (``sequential``), another bank (``bank_stride``: one port waits for the previous bank's
+  data, the bank lock), or another row of the same bank (``row_conflict``). A word then takes
+  the larger of the engine's ``gap`` and its class's cycles. The first word of a LOAD is
+  priced as a bank change: the load before it read another operand's region.
+- **latency**: the mean sequential read latency replaces ``port_latency``.
+- **refresh, as a rate**: the port is held ``refresh_hold`` cycles every tREFI (halved when
+  hot), so the memory's cycles stretch by ``1 / (1 - share)``. The characterized figures
+  were measured with the normal refresh running; its share is taken out of them first.
+
+The DRAM row a word falls in is counted from address 0 (the walk does not know where the
+regions are placed); a LOAD's own pattern, not its alignment, decides its cost. Left out
+(the gap a learned model must close): stores sharing the port with loads (read-write
+turnaround), latency growing with queued row misses, requests refused while credits run out,
+and the alignment of the regions.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from hwgen.platform import PlatformConfig, PortFigures
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """The per-word costs of one platform's port at one port width.
+
+    Parameters
+    ----------
+    figures : PortFigures
+        The port as characterized (normal refresh).
+    refresh_divisor : int
+        What tREFI is divided by (2 when hot).
+    """
+
+    figures: PortFigures
+    refresh_divisor: int = 1
+
+    @classmethod
+    def for_platform(cls, platform: PlatformConfig | None,
+                     port_bytes: int) -> MemoryModel | None:
+        """The model of ``platform``'s port at ``port_bytes``; None for the ideal memory (or
+        no platform), whose timing the machine already has exactly.
+
+        Raises
+        ------
+        ValueError
+            A DRAM port that was not characterized (:meth:`PlatformConfig.port_figures`).
+        """
+        if platform is None or not platform.is_dram:
+            return None
+        return cls(platform.port_figures(port_bytes), platform.refresh_divisor)
+
+    # -- the costs -----------------------------------------------------------------------
+
+    @property
+    def _measured_share(self) -> float:
+        f = self.figures
+        return f.refresh_hold / f.refresh_interval
+
+    @property
+    def refresh_share(self) -> float:
+        """Fraction of cycles refresh holds the controller on this platform."""
+        f = self.figures
+        return f.refresh_hold * self.refresh_divisor / f.refresh_interval
+
+    def _clean(self, measured: float) -> float:
+        """A characterized figure with its normal refresh taken out."""
+        return measured * (1 - self._measured_share)
+
+    @property
+    def read_latency(self) -> int:
+        """Cycles from a read accepted to its data (the sequential mean, rounded up)."""
+        return -(-int(self.figures.read_latency * 1000) // 1000)
+
+    def word_costs(self) -> tuple[float, float, float]:
+        """Cycles a read of each class takes with no refresh: sequential, bank change, row
+        conflict."""
+        f = self.figures
+        return self._clean(f.sequential), self._clean(f.bank_stride), self._clean(f.row_conflict)
+
+    def load_cycles(self, count: int, length: int, stride: int, gap: int) -> tuple[int, int]:
+        """``(first, rest)``: cycles before a LOAD's first request (after the previous load's
+        last), and from its first request to its last, for ``count`` segments of ``length``
+        words ``stride`` apart requested at most one every ``gap`` cycles."""
+        return _load_cycles(self, count, length, stride, gap)
+
+    def store_cycles(self, words: float) -> float:
+        """Cycles the port takes to write ``words`` consecutive words (refresh included)."""
+        return words * self._clean(self.figures.write) / (1 - self.refresh_share)
+
+
+def classify(count: int, length: int, stride: int, words_per_row: int,
+             banks: int) -> tuple[int, int, int]:
+    """How many of a LOAD's words after its first are sequential, change bank, or hit
+    another row of the same bank, for ``count`` segments of ``length`` words ``stride``
+    apart from address 0 (``ROW_BANK_COL``: a DRAM page of ``words_per_row`` words, pages
+    dealt to the banks in turn)."""
+    seq = bank = row = 0
+    prev = None  # the previous word's address
+    for s in range(count):
+        start = s * stride
+        if prev is not None:
+            if start == prev + 1 or start // words_per_row == prev // words_per_row:
+                seq += 1
+            elif (start // words_per_row) % banks != (prev // words_per_row) % banks:
+                bank += 1
+            else:
+                row += 1
+        # inside a segment every word is the next address
+        seq += length - 1
+        prev = start + length - 1
+    return seq, bank, row
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_cycles(model: MemoryModel, count: int, length: int, stride: int,
+                 gap: int) -> tuple[int, int]:
+    f = model.figures
+    seq, bank, row = classify(count, length, stride, f.words_per_row, f.banks)
+    t_seq, t_bank, t_row = model.word_costs()
+    stretch = 1 / (1 - model.refresh_share)
+    rest = (seq * max(gap, t_seq * stretch) + bank * max(gap, t_bank * stretch)
+            + row * max(gap, t_row * stretch))
+    first = max(gap, t_bank * stretch)
+    return round(first), round(rest)
