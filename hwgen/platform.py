@@ -196,6 +196,14 @@ class PlatformConfig:
 
     # -- derived: computed here once, read everywhere else -------------------------------
 
+    def describe(self) -> str:
+        """One phrase for reports: ``"the ideal memory"``, ``"ddr3 MT41K128M16-800, hot
+        refresh"``."""
+        if not self.is_dram:
+            return "the ideal memory"
+        grade = f"-{self.speedgrade}" if self.speedgrade else ""
+        return f"{self.memory} {self.module}{grade}, {self.refresh} refresh"
+
     @property
     def is_dram(self) -> bool:
         """True for a LiteDRAM memory (``sdr``, ``ddr3``)."""

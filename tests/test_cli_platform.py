@@ -60,3 +60,15 @@ def test_an_edited_platform_is_refused(tmp_path):
     (out / "variant.json").write_text(json.dumps(descriptor))
     with pytest.raises(ValueError, match="records platform key"):
         open_variant(out)
+
+
+def test_compile_prices_on_the_folders_memory(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["generate", *DDR3, "--memory", "ddr3", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["compile", "examples/qdq_mlp_residual.onnx", "--variant", str(out), "-o",
+                 str(tmp_path / "plan"), "--explain", "--cache", str(tmp_path / "cache")]) == 0
+    assert ("candidates priced by the analytical model on ddr3 MT41K128M16-800, normal "
+            "refresh") in capsys.readouterr().out
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["platform"]["memory"] == "ddr3"

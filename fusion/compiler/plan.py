@@ -33,6 +33,7 @@ from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.program import Kernel
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 
 #: The ``format`` tag of ``plan.json``.
 PLAN_TAG = "hwgen-plan"
@@ -127,6 +128,10 @@ class CompiledModel:
     batch: int = 1
     #: What the compiler was allowed to use (:mod:`fusion.compiler.options`).
     options: CompileOptions = DEFAULT
+    #: The board memory the candidates were priced on (the variant folder's).
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
+    #: The name of the model that priced them (:attr:`fusion.cost.model.CostModel.name`).
+    priced_by: str = "analytical"
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -167,7 +172,9 @@ class CompiledModel:
         return sum(s.predicted_seconds for s in self.host)
 
     def explain(self) -> str:
-        lines = engine.explain_lines(self.decisions)
+        lines = [f"candidates priced by the {self.priced_by} model on "
+                 f"{self.platform.describe()}"]
+        lines += engine.explain_lines(self.decisions)
         for k in self.kernels:
             if k.note:
                 lines.append(f"kernel {k.name}: {k.note}")
@@ -206,7 +213,7 @@ class CompiledModel:
         return {"format": PLAN_TAG, "version": PLAN_FORMAT, "model": self.graph.name,
                 "signature": self.graph.signature(), "variant": self.config.key(),
                 "fusion": self.fusion, "batch": self.batch,
-                "options": self.options.to_dict(),
+                "options": self.options.to_dict(), "platform": self.platform.to_dict(),
                 "predicted_cycles": round(self.predicted_cycles),
                 "host_ops": len(self.host_ops),
                 "predicted_host_seconds": self.predicted_host_seconds,
@@ -257,7 +264,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
                   optimized: bool = False, host_fallback: bool = True,
                   host_model: HostCostModel | None = None, batch: int = 1,
-                  options: CompileOptions = DEFAULT) -> CompiledModel:
+                  options: CompileOptions = DEFAULT,
+                  platform: PlatformConfig | None = None) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -285,6 +293,9 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         :func:`fusion.frontend.load.load_model` sets the shapes).
     options : CompileOptions
         The techniques the compiler may use (all by default; :mod:`fusion.compiler.options`).
+    platform : PlatformConfig, optional
+        The board memory the default model prices on (the ideal memory by default): on a
+        DRAM, tilings and loop orders differ in row locality (:mod:`fusion.cost.memory`).
 
     Raises
     ------
@@ -299,7 +310,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     g = graph if optimized else optimize(graph, legalize=True)
     if config.window_unit and options.window_unit:  # the target's own form of global pools
         g = global_pool_window.for_variant(g)
-    model = model or AnalyticalModel()
+    platform = PlatformConfig() if platform is None else platform
+    model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()
     found, host = chains(g)
     fallback = [n for n in host if host_role(n) == "compute"]
@@ -338,12 +350,13 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
             continue
         spec, option, decision = chosen[step.name]
         steps.append(_build(config, spec, option, decision, memory.placements[spec.name],
-                            cache))
+                            cache, platform))
     stats = {}
     if cache is not None:
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
-    return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options)
+    return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
+                         platform, model.name)
 
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
@@ -361,7 +374,7 @@ def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
            decision: engine.ChainDecision, placement: dict[str, int],
-           cache: KernelCache | None) -> KernelStep:
+           cache: KernelCache | None, platform: PlatformConfig) -> KernelStep:
     """Build the program; when it is too long for the instruction memory, try the next
     variants (tilings) of the chain's first kernel. Any other error is a bug and propagates."""
     alternatives = [option] + [o for o in decision.variants if o is not option
@@ -372,8 +385,9 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
         if getattr(spec.params, "kmajor_out", False):
             # the store layout was chosen after pricing: add what the corner turn costs
             alt_spec = with_kmajor(alt.spec)
-            cycles += (alt_spec.kind.features(config, alt_spec.params).analytical_cycles()
-                       - alt.spec.kind.features(config, alt.spec.params).analytical_cycles())
+            cycles += (alt_spec.kind.features(config, alt_spec.params).analytical_cycles(platform)
+                       - alt.spec.kind.features(config, alt.spec.params).analytical_cycles(
+                           platform))
         try:
             compiled = alt_spec.compile(config, placement, cache)
         except ProgramTooLong as exc:

@@ -197,9 +197,10 @@ def compile_args(args: argparse.Namespace):
     """Load the model and the variant, and compile (through the kernel cache)."""
     from fusion.compiler.plan import compile_model
     from fusion.kernels.cache import KernelCache
-    from hwgen.gateware.folder import read_variant
+    from hwgen.gateware.folder import open_variant
 
-    config = read_variant(args.variant)
+    variant = open_variant(args.variant)  # its platform prices the candidates
+    config = variant.config
     graph, batch = load_args(args)
     check_batch_fits(graph, config, batch)
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
@@ -210,7 +211,8 @@ def compile_args(args: argparse.Namespace):
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
-                         batch=batch, **({"options": args.without} if args.without else {}))
+                         batch=batch, platform=variant.platform,
+                         **({"options": args.without} if args.without else {}))
 
 
 def check_batch_fits(graph, config: VariantConfig, batch: int) -> None:
