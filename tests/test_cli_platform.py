@@ -2,6 +2,7 @@
 platform, and the refusals (one line, exit 2)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,8 @@ def test_compile_prices_on_the_folders_memory(tmp_path, capsys):
     out = tmp_path / "v"
     assert main(["generate", *DDR3, "--memory", "ddr3", "-o", str(out)]) == 0
     capsys.readouterr()
-    assert main(["compile", "examples/qdq_mlp_residual.onnx", "--variant", str(out), "-o",
+    model = Path(__file__).resolve().parents[1] / "examples" / "qdq_mlp_residual.onnx"
+    assert main(["compile", str(model), "--variant", str(out), "-o",
                  str(tmp_path / "plan"), "--explain", "--cache", str(tmp_path / "cache")]) == 0
     assert ("candidates priced by the analytical model on ddr3 MT41K128M16-800, normal "
             "refresh") in capsys.readouterr().out
