@@ -127,7 +127,10 @@ def test_the_engine_moves_an_op_to_a_host_priced_cheaper():
     (step,) = compiled.host_ops
     assert (step.name, step.reason) == ("pool", CHEAPER)
     assert "engine for pool: accelerator" in compiled.explain()
-    assert compiled.explain().splitlines()[1].startswith("  * pool [host]")
+    # after the line naming the pricing model, the chain's header, then its chosen option
+    lines = compiled.explain().splitlines()
+    assert lines[0].startswith("candidates priced by") and lines[1] == "chain pool: pool (maxpool)"
+    assert lines[2].startswith("  * pool [host]")
 
 
 def test_an_op_the_variant_refuses_runs_on_the_host_unless_told_not_to():
