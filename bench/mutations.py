@@ -156,9 +156,4 @@ MUTATIONS: tuple[Mutation, ...] = (
              "the adapter drops a write's data when the command is accepted, not when the "
              "controller takes it",
              variant="ddr3"),
-    Mutation("idle-before-settle", "hwgen/gateware/native.py",
-             "& (settle == SETTLE_CYCLES) & ~wr.valid)",
-             "& ~wr.valid)",
-             "done does not wait for the last write data to reach the DRAM",
-             variant="ddr3"),
 )

@@ -41,9 +41,11 @@ ADAPTER_MODULE = "hwgen_mem_adapter"
 #: only delays the next write.
 WRITE_FIFO_DEPTH = 16
 
-#: Cycles from the controller taking a write's data to the data being in the DRAM model's
-#: memory (the controller's write path and the PHY's write latency: 2 to 5 cycles measured
-#: on DDR3 and SDR), with margin. Only the end of a program pays it, once.
+#: Cycles ``idle`` waits after the controller took the last write data, so that the data is
+#: in the DRAM model's memory when a testbench reads it there after ``done`` (the write path
+#: and the PHY's write latency, 1 cycle on the DDR3 model). A margin: without it the data was
+#: already there in every run (a mutation removing it survived the campaign, so it is not
+#: one of the campaign's faults). Only the end of a program pays it, once.
 SETTLE_CYCLES = 16
 
 
