@@ -19,14 +19,13 @@ measured and predicted cycles).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
+from bench.output import write_results
 from fusion.cost.analytical import AnalyticalModel
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.layout import GemmDims
@@ -138,10 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<9} {r['mape']:>7.2f} {r['median_ape']:>8.2f} {r['max_ape']:>7.2f} "
               f"{r['mean_signed']:>8.2f} {r['ideal_model']['mape']:>18.2f} "
               f"{r['wall_seconds']:>6.1f}", flush=True)
-    out = Path("build/bench_dram_model.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results("bench_dram_model.json", results)
     return 0
 
 

@@ -7,7 +7,6 @@ runs it after the GEMM figures. Every kernel run is shadow-checked bit for bit.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.output import write_results
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
 from fusion.ir.synthetic import mlp
@@ -80,10 +80,7 @@ def main() -> int:
     print(f"Analytical model over {len(kernels)} kernels: MAPE {100 * err.mean():.2f}%, worst "
           f"{100 * err.max():.2f}% ({worst['model']} {worst['name']}: {worst['cycles']} "
           f"measured, {worst['predicted_cycles']} predicted)")
-    out = Path("build/bench_models.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results("bench_models.json", results)
     return 0
 
 

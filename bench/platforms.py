@@ -16,14 +16,13 @@ Run: ``python -m bench.platforms [--models NAME,...]``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
 
+from bench.output import write_results
 from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
@@ -123,10 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         for entry in results["platforms"].values():
             entry["sim_speed_vs_ideal"] = round(
                 entry["gemm_256"]["sim_cycles_per_s"] / ideal["gemm_256"]["sim_cycles_per_s"], 3)
-    out = Path("build/bench_platforms.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results("bench_platforms.json", results)
     return 1 if failed else 0
 
 

@@ -30,7 +30,6 @@ and host-written bytes.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from bench.output import write_results
 from examples.build_real_models import sample_input
 from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
 from fusion.compiler.options import DEFAULT, CompileOptions
@@ -139,11 +139,8 @@ def main() -> int:
                   f"{row['utilization']:>5.2f} {row['layout_host_steps']:>10} "
                   f"{row['host_written_bytes']:>10,}", flush=True)
     rows_out = rows + [r for r in ablation if r["options"] != "all"]
-    out = Path("build/bench_real_models.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"variant": VARIANT.to_dict(), "runs": rows,
-                               "ablation": ablation}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results("bench_real_models.json",
+                  {"variant": VARIANT.to_dict(), "runs": rows, "ablation": ablation})
     # MobileNet's two near-half logits are onnxruntime's float32 rounding (tests/fusion/
     # test_real_models.py); every other model must be within the bound.
     bad = [r["model"] for r in rows_out if not r["within_bound"]

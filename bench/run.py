@@ -7,11 +7,10 @@ checked bit for bit; the benchmark fails if any is wrong.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 
+from bench.output import write_results
 from bench.sim_speed import measure
 from hwgen.config import VariantConfig
 from hwgen.gateware.emit import accelerator_verilog
@@ -84,10 +83,7 @@ def main() -> int:
     print(f"  fused bias+requant+relu / plain cycles {results['fused_over_plain_cycles']} "
           f"(target <= 1.05)")
     print(f"  M=N=256, K=64: unfused/fused cycles {results['unfused_over_fused_cycles_k64']}")
-    out = Path("build/bench.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results("bench.json", results)
     from bench import dram_model, models, platforms, real_models
 
     return (models.main() or real_models.main() or platforms.main([])
