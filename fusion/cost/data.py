@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fusion.cost.model import CostModel, Features
+from hwgen.platform import PlatformConfig
 
 #: Format tag and version of a calibration row.
 ROW_FORMAT = "hwgen-calibration"
@@ -26,12 +27,31 @@ ROW_VERSION = 1
 
 @dataclass(frozen=True)
 class Row:
-    """One measured kernel."""
+    """One measured kernel.
+
+    Attributes
+    ----------
+    features : Features
+        The kernel on its variant (the kind's features).
+    counters : dict of str to int
+        Every counter the run reported.
+    ok : bool
+        The run's output equalled the reference (a mismatch is recorded, never learned from).
+    extra : dict, optional
+        Anything else recorded (seed, wall times, tool versions).
+    platform : PlatformConfig
+        The board memory it ran on.
+    workload : str
+        What the kernel came from (a calibration sweep's name, a model's): cross-validation
+        keeps one workload's kernels on one side of a split.
+    """
 
     features: Features
     counters: dict[str, int]
     ok: bool = True
     extra: dict[str, Any] | None = None
+    platform: PlatformConfig = field(default_factory=PlatformConfig)
+    workload: str = ""
 
     @property
     def cycles(self) -> int:
@@ -40,6 +60,7 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         return {"format": ROW_FORMAT, "version": ROW_VERSION,
                 "variant": self.features.config.key(), "features": self.features.to_dict(),
+                "platform": self.platform.to_dict(), "workload": self.workload,
                 "counters": dict(self.counters), "ok": self.ok, **(self.extra or {})}
 
     @classmethod
@@ -48,14 +69,16 @@ class Row:
             raise ValueError(f"not a version {ROW_VERSION} calibration row "
                              f"(format {data.get('format')!r}, version {data.get('version')!r})")
         extra = {k: v for k, v in data.items() if k not in
-                 {"format", "version", "variant", "features", "counters", "ok"}}
+                 {"format", "version", "variant", "features", "counters", "ok", "platform",
+                  "workload"}}
         # the kinds' registry reads each kind's features; imported here, not at the top, so
         # that the kinds (which use fusion.cost.analytical) can import this package
         from fusion.kernels.kinds import features_from_dict
 
+        platform = PlatformConfig.from_dict(data.get("platform") or {})
         return cls(features_from_dict(data["features"]),
                    {k: int(v) for k, v in data["counters"].items()}, bool(data.get("ok", True)),
-                   extra or None)
+                   extra or None, platform, str(data.get("workload", "")))
 
 
 def write_rows(path: Path | str, rows: Iterable[Row], *, append: bool = True) -> int:
