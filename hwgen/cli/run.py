@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"both ends, rounding ties) each kernel also runs on, beside the "
                         f"model's own values, each shadow-checked (default "
                         f"{DEFAULT_SHADOW_INPUTS}; 0 for none)")
+    p.add_argument("--db", metavar="FILE",
+                   help="a profile database (SQLite; created if new) that every kernel run is "
+                        "appended to (what 'hwgen calibrate' measures, from real workloads)")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -112,8 +115,9 @@ def run(args: argparse.Namespace) -> int:
         if not folder.is_dir():  # found now, not after minutes of simulation
             raise ValueError(f"cannot write --output {path}: no folder {folder}; create it "
                              f"first")
+    build = build_folder(args.variant)
     try:
-        report = run_compiled(compiled, inputs, build=build_folder(args.variant),
+        report = run_compiled(compiled, inputs, build=build,
                               shadow_inputs=(DEFAULT_SHADOW_INPUTS if args.shadow_inputs is None
                                              else args.shadow_inputs), seed=args.seed)
     except ShadowMismatch as exc:
@@ -123,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for name, path in outputs.items():
         np.save(path, report.outputs[name], allow_pickle=False)
+    if args.db:
+        _record(args.db, compiled, report, build.platform, args.seed)
     if args.json:
         print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
                           "model": graph.name, "variant": compiled.config.key(),
@@ -155,3 +161,14 @@ def run(args: argparse.Namespace) -> int:
           f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
           f"{report.roofline_fraction:.2f} of it reached")
     return 0
+
+
+def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:
+    """Append the run's kernels to the profile database (source ``runtime``)."""
+    from fusion.cost.profiles import ProfileDB
+    from fusion.runtime.run import kernel_rows
+
+    rows = kernel_rows(compiled, report, platform, workload=f"model {compiled.graph.name}",
+                       extra={"seed": seed_value})
+    with ProfileDB(db_path) as db:
+        db.add(rows, source="runtime", seed=seed_value)

@@ -1,0 +1,91 @@
+"""``hwgen calibrate``: measure kernels of every kind on variant folders into a profile
+database (:mod:`sim.sweep`), on a local process pool or a Dask cluster, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hwgen.cli.common import count, positive_int, seed
+
+HELP = "measure a sweep of kernels on Verilator into a profile database"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", action="append", required=True, metavar="DIR",
+                   help="a variant folder (its platform with it); give several to sweep each")
+    p.add_argument("--samples", type=count, default=100,
+                   help="GEMMs per variant (default 100); the bundled example models' kernels "
+                        "are added unless --no-models")
+    p.add_argument("--jobs", type=positive_int, default=1,
+                   help="local worker processes (default 1)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="a Dask scheduler (e.g. tcp://host:8786) to run the sweep on instead "
+                        "of local processes")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the sweep (default 0)")
+    p.add_argument("--db", required=True, help="the profile database (SQLite; created if new)")
+    p.add_argument("--no-models", dest="models", action="store_false",
+                   help="GEMMs only, no whole-model kernels")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+
+
+def _executor(args: argparse.Namespace):
+    if args.scheduler:
+        try:
+            from distributed import Client
+        except ImportError as exc:
+            raise ValueError(f"--scheduler needs dask[distributed] ({exc}); run 'make setup'") \
+                from None
+        try:
+            client = Client(args.scheduler, timeout="10s")
+        except OSError as exc:
+            raise ValueError(f"cannot reach the Dask scheduler at {args.scheduler} ({exc}); "
+                             f"start one (dask scheduler) or leave out --scheduler") from None
+        return client.get_executor(), client.close
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=args.jobs)
+    return pool, pool.shutdown
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusion.cost.profiles import ProfileDB
+
+    from hwgen.gateware.folder import open_variant
+    from sim.sweep import SOURCE, plan_tasks, run_sweep
+
+    for folder in args.variant:
+        open_variant(folder)  # every folder checked before any work
+    with ProfileDB(args.db) as db:
+        tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
+                                    ProfileDB.run_key, models=args.models)
+
+        def sink(rows) -> int:
+            added = 0
+            for seed_value in sorted({r.extra["seed"] for r in rows}):
+                added += db.add([r for r in rows if r.extra["seed"] == seed_value],
+                                source=SOURCE, seed=seed_value)
+            return added
+
+        executor, close = _executor(args) if tasks else (None, lambda: None)
+        try:
+            result = run_sweep(tasks, sink, executor=executor,
+                               progress=not args.quiet and sys.stderr.isatty())
+        finally:
+            close()
+    result.skipped = skipped
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"calibrate: {result.runs} runs in {result.tasks} launches, {result.added} new in "
+              f"{args.db}, {skipped} already there; {result.seconds:.1f} s "
+              f"({result.runs_per_minute:.0f} runs/min)")
+        for line in result.failed:
+            print(f"  failed: {line}", file=sys.stderr)
+        if result.mismatched:
+            print(f"  {result.mismatched} run(s) differed from the reference (recorded, "
+                  f"never learned from)", file=sys.stderr)
+    # a run that failed or differed is a result that is wrong: status 1
+    return 1 if result.failed or result.mismatched else 0

@@ -1,0 +1,324 @@
+"""The calibration sweep of ``hwgen calibrate``: kernels of every kind, on variant folders of
+every platform, run on Verilator by any ``concurrent.futures`` executor, into a profile
+database, resumably.
+
+What is swept, on each variant folder (its platform comes with it):
+
+- **GEMMs** (:func:`gemm_specs`): shapes log-uniform from 1 to 512 on each axis (odd sizes
+  included), each stage set of the variant's chain fused and unfused, and the tilings the
+  engine chooses between (the tiler's default, one-tile super tiles, single buffering, K
+  chunking, the other loop order, B streamed in chunks for a single row block);
+- **whole models' kernels** (:func:`model_specs`): the bundled example models
+  (``examples/*.onnx``: convolutions through window loads, max pools, depthwise
+  convolutions, residual passes, MLPs) on random inputs, fused and unfused. The MLPerf Tiny
+  models (``examples/real``) are never swept: they are the held-out workloads.
+
+A sweep is cut into tasks (:class:`Task`): a variant folder and a few dozen GEMMs, or one
+model, each one simulator launch. Tasks go to an executor (a local process pool by default,
+a Dask cluster's ``client.get_executor()`` with ``--scheduler``); each worker builds (once,
+under the build cache's lock) and runs in its own run folder, and returns rows as JSON. The
+parent writes them to the database (:class:`fusion.cost.profiles.ProfileDB`) as they come
+and shows a progress bar (runs done, runs a minute, ETA). A run already in the database (its
+run key: the kernel, platform, seed and source) is not run again, so an interrupted sweep
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fusion.cost.data import Row
+from fusion.kernels.codegen import ProgramTooLong
+from fusion.kernels.gemm.features import GemmFeatures
+from fusion.kernels.protocol import KernelRefused
+from fusion.kernels.tiling import Tiling
+from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
+
+#: The source recorded for the sweep's runs (the runtime's are ``"runtime"``).
+SOURCE = "calibrate"
+#: GEMMs a task runs in one simulator launch.
+GEMMS_PER_TASK = 24
+#: Largest GEMM dimension of the sweep (log-uniform from 1).
+MAX_DIM = 512
+#: The bundled models whose kernels the sweep runs (the MLPerf Tiny ones are held out).
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _tilings() -> list[Tiling | None]:
+    """The tilings a GEMM is swept with (those that do not fit a shape are refused there)."""
+    out: list[Tiling | None] = [None, Tiling(tm=1, tn=1), Tiling(tm=2, tn=2, double_buffer=False),
+                                Tiling(tm=1, tn=1, kt=16), Tiling(tm=2, tn=4, order="nm")]
+    out += [Tiling(stream=q) for q in (2, 4)]  # refused where it does not fit
+    return out
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One swept GEMM, small enough to send to a worker (the kernel is built there)."""
+
+    M: int
+    K: int
+    N: int
+    stages: tuple[str, ...]
+    fused: bool
+    tiling: Tiling | None
+    seed: int
+
+    def case(self):
+        from sim.gemm_check import GemmCase
+
+        return GemmCase(self.M, self.K, self.N, stages=self.stages, fused=self.fused,
+                        tiling=self.tiling, seed=self.seed)
+
+    @property
+    def workload(self) -> str:
+        """The GEMM problem: cross-validation keeps its tilings and fusions together."""
+        return f"gemm {self.M}x{self.K}x{self.N} {','.join(self.stages) or 'none'}"
+
+
+def _log_uniform(rng: random.Random) -> int:
+    return max(1, min(MAX_DIM, round(math.exp(rng.uniform(0.0, math.log(MAX_DIM))))))
+
+
+def gemm_specs(config: VariantConfig, samples: int,
+               seed: int) -> list[tuple[GemmSpec, GemmFeatures]]:
+    """``samples`` GEMMs that build on ``config``, with their features (module docstring).
+
+    Drawn with ``seed``; a draw the variant refuses (a tiling or pass that does not fit, a
+    program too long for the instruction memory) is skipped, as in :mod:`sim.calibrate`.
+    """
+    rng = random.Random(seed)
+    chain = config.epilogue
+    stage_sets = [s for s in ((), ("bias", "requant", "relu"), ("bias", "requant"),
+                              ("requant", "residual"), chain) if set(s) <= set(chain)]
+    out: list[tuple[GemmSpec, GemmFeatures]] = []
+    tries = 0
+    while len(out) < samples and tries < 50 * samples:
+        tries += 1
+        m, k, n = (_log_uniform(rng) for _ in range(3))
+        stages = rng.choice(stage_sets)
+        fused = True if not stages else rng.random() < 0.7
+        tiling = rng.choice(_tilings())
+        spec = GemmSpec(m, k, n, tuple(stages), fused, tiling, seed * 1_000_003 + tries)
+        try:
+            kernel = spec.case().kernel(config)
+        except (KernelRefused, ProgramTooLong, ValueError):
+            continue  # refused as illegal, too long, or too big for the variant's memory
+        out.append((spec, GemmFeatures.from_kernel(kernel)))
+    return out
+
+
+def model_specs() -> list[tuple[str, bool]]:
+    """The whole-model runs of a sweep: each bundled example, fused and unfused."""
+    return [(str(p), fused) for p in sorted(EXAMPLES.glob("*.onnx")) for fused in (True, False)]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One simulator launch of a sweep: GEMMs on a variant folder, or one model's kernels.
+
+    Attributes
+    ----------
+    variant : str
+        The variant folder (its platform with it).
+    gemms : tuple of GemmSpec
+        The GEMMs to run (a GEMM task).
+    model : str
+        An ONNX model whose kernels to run (a model task), ``""`` otherwise.
+    fused : bool
+        The model compiled with fusion (a model task).
+    seed : int
+        The model's random inputs.
+    """
+
+    variant: str
+    gemms: tuple[GemmSpec, ...] = ()
+    model: str = ""
+    fused: bool = True
+    seed: int = 0
+
+    @property
+    def runs(self) -> int:
+        """Kernels the task runs (a model task's are known once it is compiled: counted 1)."""
+        return len(self.gemms) or 1
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+
+    from sim import toolchain
+
+    out = {dist: importlib.metadata.version(dist) for dist in ("numpy", "scikit-learn",
+                                                               "amaranth", "cocotb")}
+    try:
+        out["verilator"] = toolchain.check_toolchain().version_text
+    except Exception as exc:  # the run itself will say what is missing
+        out["verilator"] = f"unknown ({type(exc).__name__})"
+    return out
+
+
+def run_task(task: Task) -> list[dict[str, Any]]:
+    """Run ``task`` (in a worker: builds the folder's simulation if needed) and return its rows
+    as :meth:`fusion.cost.data.Row.to_dict` dicts (JSON travels to any executor)."""
+    from hwgen.gateware.folder import open_variant
+    from sim.build import build_folder
+
+    variant = open_variant(task.variant)
+    config, platform = variant.config, variant.platform
+    build = build_folder(task.variant)
+    versions = _versions()
+    rows: list[Row] = []
+    if task.gemms:
+        from sim.gemm_check import run_gemms
+
+        cases = [g.case() for g in task.gemms]
+        reports = run_gemms(config, cases, build=build)
+        for spec, case, report in zip(task.gemms, cases, reports, strict=True):
+            rows.append(Row(GemmFeatures.from_kernel(case.kernel(config)), dict(report.counters),
+                            report.ok, {"seed": spec.seed, "versions": versions,
+                                        "sim_seconds": round(report.wall_seconds, 4)},
+                            platform, spec.workload))
+    else:
+        rows = _model_rows(task, config, platform, build, versions)
+    return [r.to_dict() for r in rows]
+
+
+def _model_rows(task: Task, config: VariantConfig, platform: PlatformConfig, build,
+                versions: dict[str, str]) -> list[Row]:
+    from fusion.compiler.plan import compile_model
+    from fusion.frontend import import_onnx
+    from fusion.kernels.cache import KernelCache
+    from fusion.runtime.run import kernel_rows, random_inputs, run_compiled
+
+    compiled = compile_model(import_onnx(task.model), config, cache=KernelCache(disk=False),
+                             fusion=task.fused, platform=platform)
+    report = run_compiled(compiled, random_inputs(compiled.graph, task.seed), build=build)
+    return kernel_rows(compiled, report, platform, workload=f"model {Path(task.model).stem}",
+                       extra={"seed": task.seed, "versions": versions, "fused": task.fused})
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did."""
+
+    tasks: int = 0
+    runs: int = 0
+    added: int = 0
+    skipped: int = 0
+    #: Runs whose output differed from the reference (recorded with ``ok`` false).
+    mismatched: int = 0
+    failed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def runs_per_minute(self) -> float:
+        return 60.0 * self.runs / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tasks": self.tasks, "runs": self.runs, "added": self.added,
+                "skipped": self.skipped, "mismatched": self.mismatched, "failed": self.failed,
+                "seconds": round(self.seconds, 1),
+                "runs_per_minute": round(self.runs_per_minute, 1)}
+
+
+def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
+               run_key: Callable[[Row, str, int], str], *, models: bool = True
+               ) -> tuple[list[Task], int]:
+    """The tasks of a sweep over ``folders``, leaving out every run whose key is in ``done``
+    (what the database holds); and how many runs were left out."""
+    from hwgen.gateware.folder import open_variant
+
+    tasks: list[Task] = []
+    skipped = 0
+    for folder in folders:
+        variant = open_variant(folder)
+        config, platform = variant.config, variant.platform
+        todo = []
+        for spec, features in gemm_specs(config, samples, seed):
+            if run_key(Row(features, {}, platform=platform), SOURCE, spec.seed) in done:
+                skipped += 1
+            else:
+                todo.append(spec)
+        for i in range(0, len(todo), GEMMS_PER_TASK):
+            tasks.append(Task(str(folder), tuple(todo[i:i + GEMMS_PER_TASK])))
+        if models:
+            for model, fused in model_specs():
+                keys = [run_key(Row(f, {}, platform=platform), SOURCE, seed)
+                        for f in _model_features(model, fused, config, platform)]
+                if keys and all(k in done for k in keys):
+                    skipped += len(keys)
+                    continue
+                tasks.append(Task(str(folder), model=model, fused=fused, seed=seed))
+    return tasks, skipped
+
+
+def _model_features(model: str, fused: bool, config: VariantConfig,
+                    platform: PlatformConfig) -> list[Any]:
+    """The features of a model's kernels as the sweep compiles them (for the run keys)."""
+    from fusion.compiler.plan import compile_model
+    from fusion.frontend import import_onnx
+    from fusion.kernels.cache import KernelCache
+
+    compiled = compile_model(import_onnx(model), config, cache=KernelCache(disk=False),
+                             fusion=fused, platform=platform)
+    return [k.spec.kind.features(config, k.spec.params) for k in compiled.kernels]
+
+
+def run_sweep(tasks: Iterable[Task], sink: Callable[[list[Row]], int], *,
+              executor: Executor | None = None, progress: bool = True) -> SweepResult:
+    """Run ``tasks`` (on ``executor``, else here, one after another), handing each task's
+    rows to ``sink`` (which stores them and returns how many were new) as it finishes.
+
+    A task that fails is named in the result (and its error), never silently dropped; the
+    others go on.
+    """
+    from tqdm import tqdm
+
+    tasks = list(tasks)
+    result = SweepResult(tasks=len(tasks))
+    began = time.perf_counter()
+    bar = tqdm(total=sum(t.runs for t in tasks), unit="run", disable=not progress,
+               dynamic_ncols=True)
+
+    def take(task: Task, dicts: list[dict[str, Any]]) -> None:
+        rows = [Row.from_dict(d) for d in dicts]
+        result.runs += len(rows)
+        result.mismatched += sum(not r.ok for r in rows)
+        result.added += sink(rows)
+        bar.update(task.runs)
+        minutes = (time.perf_counter() - began) / 60
+        bar.set_postfix(runs_per_min=f"{result.runs / minutes:.0f}" if minutes else "-")
+
+    try:
+        if executor is None:
+            for task in tasks:
+                try:
+                    take(task, run_task(task))
+                except Exception as exc:  # noqa: BLE001 -- recorded and reported, not lost
+                    result.failed.append(f"{_label(task)}: {type(exc).__name__}: {exc}")
+        else:
+            futures = {executor.submit(run_task, task): task for task in tasks}
+            for future in as_completed(futures):
+                task = futures[future]
+                try:
+                    take(task, future.result())
+                except Exception as exc:  # noqa: BLE001
+                    result.failed.append(f"{_label(task)}: {type(exc).__name__}: {exc}")
+    finally:
+        bar.close()
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _label(task: Task) -> str:
+    what = (f"{len(task.gemms)} GEMMs" if task.gemms
+            else f"{Path(task.model).stem} {'fused' if task.fused else 'unfused'}")
+    return f"{task.variant}: {what}"
