@@ -64,6 +64,8 @@ class Option:
     cycles: float | None
     refused: Refusal | None = None
     host_seconds: float | None = None
+    #: Which model priced it (:meth:`fusion.cost.model.CostModel.source`).
+    priced_by: str = ""
 
     @property
     def on_host(self) -> bool:
@@ -128,17 +130,20 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
         known = memo[key]
         if isinstance(known, Refusal):
             return [Option(None, None, known)]
-        return [Option(base.with_params(p), cycles) for p, cycles in known]
+        return [Option(base.with_params(p), cycles, priced_by=by) for p, cycles, by in known]
     refusal = kind.legality(config, base.params)
     if refusal is not None:
         if memo is not None:
             memo[key] = refusal
         return [Option(None, None, refusal)]
-    options = [Option(base.with_params(p), float(model.predict(kind.features(config, p))))
-               for p in kind.variants(config, base.params)]
+    options = []
+    for p in kind.variants(config, base.params):
+        features = kind.features(config, p)
+        options.append(Option(base.with_params(p), float(model.predict(features)),
+                              priced_by=model.source(features)))
     options.sort(key=lambda o: o.cycles)
     if memo is not None:
-        memo[key] = [(o.spec.params, o.cycles) for o in options]
+        memo[key] = [(o.spec.params, o.cycles, o.priced_by) for o in options]
     return options
 
 
@@ -278,7 +283,7 @@ def explain_lines(decisions: list[ChainDecision]) -> list[str]:
                        "tied with the chosen one, which the tiler ranks first"
                        if o.cycles == top else f"lost: +{o.cycles - top:,.0f}")
                 lines.append(f"    {first.kind.variant_label(o.spec.params)}: "
-                             f"{o.cycles:,.0f} cycles  {tag}")
+                             f"{o.cycles:,.0f} cycles ({o.priced_by})  {tag}")
             lines += [f"    {note}" for note in first.kind.explain_notes(first.params)]
     return lines
 

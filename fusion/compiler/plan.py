@@ -130,8 +130,8 @@ class CompiledModel:
     options: CompileOptions = DEFAULT
     #: The board memory the candidates were priced on (the variant folder's).
     platform: PlatformConfig = field(default_factory=PlatformConfig)
-    #: The name of the model that priced them (:attr:`fusion.cost.model.CostModel.name`).
-    priced_by: str = "analytical"
+    #: The model that priced them, in words (:meth:`fusion.cost.model.CostModel.describe`).
+    priced_by: str = "the analytical model"
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -172,8 +172,7 @@ class CompiledModel:
         return sum(s.predicted_seconds for s in self.host)
 
     def explain(self) -> str:
-        lines = [f"candidates priced by the {self.priced_by} model on "
-                 f"{self.platform.describe()}"]
+        lines = [f"candidates priced by {self.priced_by} on {self.platform.describe()}"]
         lines += engine.explain_lines(self.decisions)
         for k in self.kernels:
             if k.note:
@@ -356,7 +355,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
-                         platform, model.name)
+                         platform, model.describe())
 
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:

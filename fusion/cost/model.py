@@ -72,6 +72,15 @@ class CostModel(abc.ABC):
     def predict(self, features: Features) -> float:
         """Predicted ``cycles`` counter (start to done) of the kernel."""
 
+    def describe(self) -> str:
+        """The model in words, for ``--explain``: ``"the analytical model"``."""
+        return f"the {self.name} model"
+
+    def source(self, features: Features) -> str:
+        """Which model priced ``features`` (a tiered model answers per kernel; ``--explain``
+        shows it): :attr:`name` for a single model."""
+        return self.name
+
     def predict_many(self, features: Sequence[Features]) -> np.ndarray:
         """:meth:`predict` of each, as a float array (models may batch this)."""
         return np.array([self.predict(f) for f in features], dtype=float)
