@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -152,6 +153,12 @@ def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = Fa
                         "window_unit (depthwise convolutions on the window unit)")
     p.add_argument("--cache", help="kernel cache folder (default $HWGEN_KERNEL_CACHE or "
                                    "build/kernel_cache)")
+    p.add_argument("--profiles", metavar="DB",
+                   help="a profile database: a kernel measured there on this variant and "
+                        "platform is priced by its measured cycles before any model")
+    p.add_argument("--cost-model", dest="cost_model", metavar="DIR",
+                   help="a learned cost model written by 'hwgen train' (default: the "
+                        "analytical model)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -209,10 +216,38 @@ def compile_args(args: argparse.Namespace):
                          f"the kernel cache")
     cache = KernelCache(args.cache) if args.cache else KernelCache()
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
-    return compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
-                         min_gain=min_gain, host_fallback=not args.no_host_fallback,
-                         batch=batch, platform=variant.platform,
-                         **({"options": args.without} if args.without else {}))
+    model = cost_model(args, variant.platform)
+    compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
+                             min_gain=min_gain, host_fallback=not args.no_host_fallback,
+                             batch=batch, platform=variant.platform, model=model,
+                             **({"options": args.without} if args.without else {}))
+    if getattr(args, "profiles", None) or getattr(args, "cost_model", None):
+        counts = ", ".join(f"{n} by {tier}" for tier, n in sorted(model.counts.items()))
+        print(f"hwgen: candidates priced by {model.describe()} ({counts})", file=sys.stderr)
+    return compiled
+
+
+def cost_model(args: argparse.Namespace, platform):
+    """The model ``--profiles`` and ``--cost-model`` ask for, on ``platform``: measured
+    profiles first (when given), then the learned model (when given) or the analytical one."""
+    from fusion.cost import AnalyticalModel
+    from fusion.cost.tiered import TieredModel
+
+    model = AnalyticalModel(platform)
+    if getattr(args, "cost_model", None):
+        from fusion.cost.learned import LearnedModel
+
+        model = LearnedModel.load(args.cost_model).on(platform)
+    measured = None
+    if getattr(args, "profiles", None):
+        from fusion.cost.profiles import ProfileDB
+
+        if not Path(args.profiles).is_file():
+            raise ValueError(f"no profile database at {args.profiles}; make one with "
+                             f"'hwgen calibrate --db {args.profiles}' or 'hwgen run --db'")
+        db = ProfileDB(args.profiles)
+        measured = lambda features: db.measured(features, platform)  # noqa: E731
+    return TieredModel(model, measured)
 
 
 def check_batch_fits(graph, config: VariantConfig, batch: int) -> None:
