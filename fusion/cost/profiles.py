@@ -112,7 +112,9 @@ class ProfileDB:
         tables = self._tables()
         if "meta" in tables:
             self._check_meta()
-        elif tables or not create:
+            c.execute("PRAGMA journal_mode = WAL")  # already so: what this module writes
+            return
+        if tables or not create:
             raise self._foreign()
         c.execute("PRAGMA journal_mode = WAL")
         with self._write():
