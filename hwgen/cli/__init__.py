@@ -11,12 +11,12 @@ import argparse
 import sys
 from typing import NoReturn
 
-from hwgen.cli import calibrate, compile, doctor, gemm, generate, inspect, run
+from hwgen.cli import calibrate, compile, doctor, gemm, generate, inspect, profile, run
 
 #: The commands, in the order ``hwgen --help`` lists them. Each module owns its options
 #: (``add_arguments``), its one-line ``HELP`` and its ``run(args) -> exit status``.
 COMMANDS = {"doctor": doctor, "generate": generate, "gemm": gemm, "inspect": inspect,
-            "compile": compile, "run": run, "calibrate": calibrate}
+            "compile": compile, "run": run, "calibrate": calibrate, "profile": profile}
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,0 +1,315 @@
+"""The profile database (fusion/cost/profiles.py): schema, round trips, resume, concurrent
+writers, the measured-profile lookup, refusals, JSONL interchange and ``hwgen profile``.
+
+No simulator: rows are made from real kinds' features with made-up counters.
+"""
+
+import json
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from fusion.cost.data import Row, read_rows
+from fusion.cost.profile_records import SCHEMA_VERSION, kernel_key
+from fusion.cost.profiles import ProfileDB
+from fusion.kernels.eltmax.features import MaxFeatures
+from fusion.kernels.epipass.features import PassFeatures
+from fusion.kernels.gemm.features import GemmFeatures
+from hwgen.cli import main
+from hwgen.energy import estimate
+from hwgen.perf import COUNTERS
+from hwgen.platform import PlatformConfig
+from hwgen.presets import DRAM_TEST, SMALL
+from hwgen.reference import EpilogueParams
+
+IDEAL = PlatformConfig()
+DDR3 = PlatformConfig(memory="ddr3")
+
+
+def counters(cycles: int) -> dict[str, int]:
+    """Every counter, plausible enough for the energy estimate."""
+    c = dict.fromkeys(COUNTERS, 0)
+    c.update(cycles=cycles, array_busy=cycles // 2, bytes_read=64 * cycles // 10,
+             bytes_written=16 * cycles // 10, instret=12)
+    return c
+
+
+def gemm_row(m: int, cycles: int, *, seed: int | None = None, ok: bool = True,
+             platform: PlatformConfig = IDEAL, config=SMALL, workload: str = "sweep") -> Row:
+    f = GemmFeatures.for_gemm(config, m, 16, 8, stages=("bias",))
+    return Row(f, counters(cycles), ok, None if seed is None else {"seed": seed,
+                                                                  "sim_seconds": 0.25},
+               platform, workload)
+
+
+def max_row(n: int, cycles: int) -> Row:
+    return Row(MaxFeatures(config=SMALL, M=8, N=n, n_inputs=2), counters(cycles), True,
+               {"seed": n}, IDEAL, "maxes")
+
+
+def pass_row(m: int, cycles: int) -> Row:
+    f = PassFeatures(config=SMALL, M=m, N=16, stages=("requant", "clamp"),
+                     epilogue=EpilogueParams(mult=1 << 22, shift=30, zp=-5, clamp_lo=-60,
+                                             clamp_hi=90),
+                     src_dtype="int32", out_dtype="int8")
+    return Row(f, counters(cycles), True, {"seed": m}, IDEAL, "passes")
+
+
+def mixed_rows() -> list[Row]:
+    return [gemm_row(8, 300, seed=1), gemm_row(12, 410, seed=2, ok=False),
+            gemm_row(8, 900, seed=1, platform=DDR3, config=DRAM_TEST), max_row(16, 80),
+            pass_row(4, 60)]
+
+
+def test_schema_and_derived_columns(tmp_path):
+    path = tmp_path / "p.db"
+    with ProfileDB(path) as db:
+        assert db.add(mixed_rows(), source="calibrate") == 5
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    assert meta == {"format": "hwgen-profiles", "schema_version": str(SCHEMA_VERSION)}
+    columns = {r[1] for r in con.execute("PRAGMA table_info(runs)")}
+    assert {"id", "run_key", "kernel_key", "kind", "variant_key", "platform_key", "workload",
+            "source", "seed", "ok", "cycles", "energy_nj", "analytical_cycles",
+            "features_json", "variant_json", "platform_json", "counters_json",
+            "versions_json", "extra_json", "created"} <= columns
+    indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"runs_kernel", "runs_variant", "runs_platform", "runs_kind"} <= indexes
+    ddr3 = mixed_rows()[2]
+    kind, variant, platform, seed, cycles, energy, analytical, versions, created = con.execute(
+        "SELECT kind, variant_key, platform_key, seed, cycles, energy_nj, analytical_cycles, "
+        "versions_json, created FROM runs WHERE cycles = 900").fetchone()
+    assert (kind, variant, platform, seed, cycles) == ("gemm", DRAM_TEST.key(), DDR3.key(), 1,
+                                                       900)
+    assert energy == pytest.approx(estimate(ddr3.counters, DRAM_TEST, DDR3).total_nj)
+    assert analytical == ddr3.features.analytical_cycles(DDR3)
+    assert {"gateware", "python", "numpy", "sklearn"} <= set(json.loads(versions))
+    assert created.endswith("+00:00")
+    kinds = dict(con.execute("SELECT kind, COUNT(*) FROM runs GROUP BY kind"))
+    assert kinds == {"gemm": 3, "max": 1, "pass": 1}
+    con.close()
+
+
+def test_rows_round_trip_and_filters(tmp_path):
+    rows = mixed_rows()
+    with ProfileDB(tmp_path / "p.db") as db:
+        db.add(rows, source="calibrate")
+        assert db.rows(ok_only=False) == rows
+        assert db.rows() == [r for r in rows if r.ok]
+        assert db.rows(kind="max") == [rows[3]]
+        assert db.rows(kind="pass") == [rows[4]]
+        assert db.rows(platform_key=DDR3.key()) == [rows[2]]
+        assert db.rows(variant_key=SMALL.key(), workload="sweep") == [rows[0]]
+        assert db.rows(workload="nothing") == []
+
+
+def test_add_again_is_a_no_op_so_a_sweep_resumes(tmp_path):
+    rows = mixed_rows()
+    with ProfileDB(tmp_path / "p.db") as db:
+        assert db.add(rows[:2], source="calibrate") == 2
+        # interrupted: the resumed sweep skips what is stored, by key
+        done = db.run_keys()
+        assert done == {ProfileDB.run_key(r, "calibrate") for r in rows[:2]}
+        todo = [r for r in rows if ProfileDB.run_key(r, "calibrate") not in done]
+        assert todo == rows[2:]
+        assert db.add(rows, source="calibrate") == 3  # the stored two are ignored
+        assert len(db) == 5
+        assert db.add(rows, source="calibrate") == 0
+        # the same kernel under another seed or source is another run
+        assert db.add(rows[:1], source="calibrate", seed=99) == 1
+        assert db.add(rows[:1], source="runtime") == 1
+        assert len(db) == 7
+
+
+def _append(path: str, first: int, count: int, start) -> None:
+    """A writer process: ``count`` distinct runs, one transaction each."""
+    start.wait()
+    with ProfileDB(path) as db:
+        for m in range(first, first + count):
+            assert db.add([gemm_row(m, 100 + m, seed=m)], source="calibrate") == 1
+
+
+def test_two_processes_appending_at_once_lose_nothing(tmp_path):
+    path = str(tmp_path / "p.db")
+    ProfileDB(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    n = 60
+    writers = [ctx.Process(target=_append, args=(path, 1 + i * n, n, start)) for i in range(2)]
+    for w in writers:
+        w.start()
+    start.set()
+    for w in writers:
+        w.join(120)
+    assert [w.exitcode for w in writers] == [0, 0]
+    with ProfileDB(path) as db:
+        assert len(db) == 2 * n
+        assert sorted(r.features.M for r in db.rows()) == list(range(1, 2 * n + 1))
+
+
+def test_measured_is_the_median_of_ok_runs_of_the_identical_kernel(tmp_path):
+    with ProfileDB(tmp_path / "p.db") as db:
+        f = gemm_row(8, 0).features
+        assert db.measured(f, IDEAL) is None
+        db.add([gemm_row(8, c, seed=s) for s, c in enumerate((300, 100, 200))],
+               source="calibrate")
+        db.add([gemm_row(8, 5000, seed=7, ok=False)], source="calibrate")  # never counted
+        db.add([gemm_row(9, 1, seed=1)], source="calibrate")  # another kernel
+        assert db.measured(f, IDEAL) == 200.0
+        db.add([gemm_row(8, 250, seed=1)], source="runtime")  # the runtime's runs count
+        assert db.measured(f, IDEAL) == 225.0
+        assert db.measured(f, DDR3) is None  # never ran there
+        other_tiling = GemmFeatures.for_gemm(SMALL, 8, 16, 8, stages=())
+        assert kernel_key(other_tiling) != kernel_key(f)
+        assert db.measured(other_tiling, IDEAL) is None
+
+
+def test_refuses_what_is_not_a_profile_database(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not SQLite\n" * 10)
+    with pytest.raises(ValueError, match=r"notes.txt is not a SQLite file, so not a profile "
+                                         r"database; give a profile database or a new file"):
+        ProfileDB(text)
+    assert text.read_text().startswith("hello")
+
+    foreign = tmp_path / "other.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE things (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match=r"other.db is a SQLite database but not an hwgen "
+                                         r"profile database"):
+        ProfileDB(foreign)
+    con = sqlite3.connect(foreign)  # left as it was
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert {r[0] for r in con.execute("SELECT name FROM sqlite_master")} == {"things"}
+    con.close()
+
+    with pytest.raises(ValueError, match=r"is not a file"):
+        ProfileDB(tmp_path)
+    with pytest.raises(ValueError, match=r"no profile database at .*missing.db"):
+        ProfileDB(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_refuses_another_schema_version(tmp_path):
+    path = tmp_path / "p.db"
+    ProfileDB(path).close()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match=r"schema version '99'; this hwgen reads version 1: "
+                                         r"export it to JSONL"):
+        ProfileDB(path)
+
+
+def test_refuses_bad_arguments(tmp_path):
+    with ProfileDB(tmp_path / "p.db") as db:
+        with pytest.raises(ValueError, match=r"source must be one of calibrate, runtime, "
+                                             r"not 'bench'"):
+            db.add([gemm_row(8, 1)], source="bench")
+        with pytest.raises(ValueError, match=r"seed must be an integer or None, not '3'"):
+            db.add([gemm_row(8, 1)], source="runtime", seed="3")
+        with pytest.raises(ValueError, match=r"stores fusion.cost.Row objects, not dict"):
+            db.add([{"cycles": 3}], source="runtime")
+        with pytest.raises(ValueError, match=r"mape must be a finite percentage"):
+            db.record_error("learned", SMALL.key(), IDEAL.key(), 10, float("nan"))
+        assert len(db) == 0  # a refused batch writes nothing
+
+
+def test_damaged_fields_are_refused_when_read_back(tmp_path):
+    path = tmp_path / "p.db"
+    with ProfileDB(path) as db:
+        db.add([gemm_row(8, 1, seed=1)], source="calibrate")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE runs SET counters_json = '[1, 2]'")
+    con.commit()
+    con.close()
+    with ProfileDB(path) as db, pytest.raises(ValueError, match=r"run 1 has a malformed "
+                                                                r"counters field"):
+        db.rows()
+
+
+def test_summary_counts_and_latest_model_errors(tmp_path):
+    with ProfileDB(tmp_path / "p.db") as db:
+        db.add(mixed_rows(), source="calibrate")
+        db.add([gemm_row(8, 310, seed=5)], source="runtime")
+        db.record_error("learned", SMALL.key(), IDEAL.key(), 40, 3.5)
+        db.record_error("learned", SMALL.key(), IDEAL.key(), 50, 1.25)  # the later one wins
+        db.record_error("analytical", SMALL.key(), IDEAL.key(), 50, 0.1)
+        s = db.summary()
+    assert (s["runs"], s["ok"], s["schema_version"]) == (6, 5, SCHEMA_VERSION)
+    by_variant = {v["variant_key"]: (v["array"], v["runs"], v["ok"]) for v in s["by_variant"]}
+    assert by_variant == {SMALL.key(): ("4x8", 5, 4), DRAM_TEST.key(): ("4x4", 1, 1)}
+    by_platform = {p["platform_key"]: (p["platform"], p["runs"]) for p in s["by_platform"]}
+    assert by_platform == {IDEAL.key(): ("the ideal memory", 5),
+                           DDR3.key(): (DDR3.describe(), 1)}
+    assert {k["kind"]: k["runs"] for k in s["by_kind"]} == {"gemm": 4, "max": 1, "pass": 1}
+    assert {x["source"]: x["runs"] for x in s["by_source"]} == {"calibrate": 5, "runtime": 1}
+    assert [(e["model"], e["n"], e["mape"]) for e in s["model_errors"]] == [
+        ("analytical", 50, 0.1), ("learned", 50, 1.25)]
+
+
+def test_jsonl_export_import_round_trip(tmp_path):
+    rows = mixed_rows()
+    with ProfileDB(tmp_path / "a.db") as a:
+        a.add(rows[:3], source="calibrate")
+        a.add(rows[3:], source="runtime", seed=42)
+        assert a.export_jsonl(tmp_path / "out.jsonl") == 5
+        keys, summary_a = a.run_keys(), a.summary()
+        created = a._conn.execute("SELECT created FROM runs ORDER BY id").fetchall()
+    # plain calibration tools read the export too (the database's fields sit in extra)
+    assert [r.features for r in read_rows(tmp_path / "out.jsonl")] == [r.features for r in rows]
+    with ProfileDB(tmp_path / "b.db") as b:
+        assert b.import_jsonl(tmp_path / "out.jsonl") == 5
+        assert b.import_jsonl(tmp_path / "out.jsonl") == 0  # idempotent like add
+        assert b.rows(ok_only=False) == rows
+        assert b.run_keys() == keys  # source and seed survived
+        assert b._conn.execute("SELECT created FROM runs ORDER BY id").fetchall() == created
+        assert {k: v for k, v in b.summary().items() if k != "path"} == {
+            k: v for k, v in summary_a.items() if k != "path"}
+
+
+def test_import_names_a_bad_line(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(gemm_row(8, 1).to_dict()) + "\n[1]\n")
+    with ProfileDB(tmp_path / "p.db") as db:
+        with pytest.raises(ValueError, match=r"in.jsonl:2: not a calibration row"):
+            db.import_jsonl(path)
+        assert len(db) == 0  # one transaction: nothing of a bad file is kept
+
+
+def test_cli_summary_json_and_export(tmp_path, capsys):
+    path = tmp_path / "p.db"
+    with ProfileDB(path) as db:
+        db.add(mixed_rows(), source="calibrate")
+        db.record_error("learned", SMALL.key(), IDEAL.key(), 12, 2.5)
+    assert main(["profile", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "5 runs, 4 ok" in out
+    assert "by kind:" in out and "pass" in out and "max" in out
+    assert DDR3.describe() in out
+    assert "learned" in out and "2.5" in out
+    export = tmp_path / "x.jsonl"
+    assert main(["profile", str(path), "--json", "--export", str(export)]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["runs"] == 5 and summary["model_errors"][0]["mape"] == 2.5
+    assert f"exported 5 runs to {export}" in captured.err
+    assert len(export.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing.db", "no profile database at "),
+    (lambda d: (d / "t.txt").write_text("not sqlite") and d / "t.txt",
+     "t.txt is not a SQLite file"),
+    (lambda d: d, "is not a file"),
+])
+def test_cli_errors_exit_2_with_one_line(tmp_path, capsys, make, message):
+    assert main(["profile", str(make(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hwgen: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
