@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -169,7 +170,12 @@ def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:
 
     from fusion.runtime.run import kernel_rows
 
-    rows = kernel_rows(compiled, report, platform, workload=f"model {compiled.graph.name}",
-                       extra={"seed": seed_value})
     with ProfileDB(db_path) as db:
-        db.add(rows, source="runtime", seed=seed_value)
+        # a run counter as each row's seed: the same kernel run again is a new run (its key
+        # is the kernel, platform, seed and source), never dropped as a repeat
+        first = len(db)
+        rows = kernel_rows(compiled, report, platform, workload=f"model {compiled.graph.name}",
+                           extra={"input_seed": seed_value})
+        rows = [dataclasses.replace(r, extra={**r.extra, "seed": first + i})
+                for i, r in enumerate(rows)]
+        db.add(rows, source="runtime")
