@@ -52,6 +52,9 @@ class KernelStep:
     compiled: Kernel
     predicted_cycles: float
     note: str = ""
+    #: Which model priced it (:meth:`fusion.cost.model.CostModel.source`; "" when read back
+    #: from a plan folder).
+    priced_by: str = ""
 
     @property
     def name(self) -> str:
@@ -396,7 +399,7 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
             continue
         if alt is not option:
             note += "built with the next-best variant"
-        return KernelStep(alt_spec, compiled, cycles, note)
+        return KernelStep(alt_spec, compiled, cycles, note, alt.priced_by)
     raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")

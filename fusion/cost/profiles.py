@@ -278,15 +278,28 @@ class ProfileDB:
         """The keys of every stored run (:meth:`run_key`): what a resumed sweep skips."""
         return {key for (key,) in self._conn.execute("SELECT run_key FROM runs")}
 
-    def measured(self, features: Features, platform: PlatformConfig) -> float | None:
+    def measured(self, features: Features, platform: PlatformConfig, *,
+                 since: int = 0) -> float | None:
         """The measured cycles of an identical kernel on ``platform``: the median over its
         successful runs (any source), or None if it never ran there. The fusion engine
-        consults this before any prediction."""
+        consults this before any prediction.
+
+        Parameters
+        ----------
+        since : int
+            Only runs stored with an id above this (:meth:`last_id` at some moment): after
+            the hardware drifted, the runs from before no longer describe it.
+        """
         cycles = [c for (c,) in self._conn.execute(
             "SELECT cycles FROM runs WHERE kernel_key = ? AND variant_key = ? AND "
-            "platform_key = ? AND ok = 1 AND cycles IS NOT NULL",
-            (kernel_key(features), features.config.key(), platform.key()))]
+            "platform_key = ? AND ok = 1 AND cycles IS NOT NULL AND id > ?",
+            (kernel_key(features), features.config.key(), platform.key(), int(since)))]
         return float(statistics.median(cycles)) if cycles else None
+
+    def last_id(self) -> int:
+        """The id of the newest run stored (0 for none): a mark for :meth:`measured`'s
+        ``since``."""
+        return self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
 
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]

@@ -1,0 +1,99 @@
+"""The feedback loop under drift: a workload on DDR3 whose board turns hot mid-run, unannounced.
+
+MLPerf Tiny models run in turn on the 8x8 variant of :mod:`bench.platforms` on a
+:class:`sim.board.Board` that starts on DDR3 at normal refresh and switches to the
+hot-refresh build after ``--switch-after`` simulator launches. The runtime
+(:class:`fusion.runtime.online.OnlineLoop`) compiles each run with its current model
+(profiles measured since its last refit, then the analytical model), records every kernel in
+a profile database, and refits when the rolling error of the profile-priced kernels crosses
+the threshold (the profiles went stale: the hardware changed). Printed: per run, the model,
+the mean error of its kernels, which tier priced them, the profile mark, and where the board
+switched and the loop refitted. Writes ``build/bench_drift.json``.
+
+Run: ``python -m bench.drift [--passes N] [--switch-after N] [--threshold F] [--window N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.output import write_results
+from bench.platforms import VARIANT
+from examples.real_check import REAL
+from fusion.compiler.plan import compile_model
+from fusion.cost import AnalyticalModel
+from fusion.cost.profiles import ProfileDB
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from fusion.runtime.drift import DriftMonitor
+from fusion.runtime.online import OnlineLoop
+from fusion.runtime.run import run_compiled
+from hwgen.platform import PlatformConfig
+from sim.board import Board
+
+MODELS = ("ds_cnn_qdq", "fc_autoencoder_qdq", "lenet5_qdq")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--passes", type=int, default=6, help="passes over the models (default 6)")
+    p.add_argument("--switch-after", dest="switch_after", type=int, default=9,
+                   help="simulator launches before the board turns hot (default 9)")
+    p.add_argument("--threshold", type=float, default=0.01,
+                   help="rolling relative error that calls for a refit (default 0.01)")
+    p.add_argument("--window", type=int, default=8, help="kernel runs in the rolling window")
+    args = p.parse_args(argv)
+    normal = PlatformConfig(memory="ddr3")
+    hot = PlatformConfig(memory="ddr3", refresh="hot")
+    board = Board(VARIANT, normal)
+    board.switch_after(args.switch_after, hot)
+    graphs = {name: load_model(REAL / f"{name}.onnx") for name in MODELS}
+    inputs = {}
+    for name in MODELS:
+        with np.load(REAL / f"{name}.npz", allow_pickle=False) as data:
+            inputs[name] = {"x": data["x"]}
+    timeline = []
+    with tempfile.TemporaryDirectory() as tmp, ProfileDB(Path(tmp) / "profiles.db") as db:
+        loop = OnlineLoop(db, normal, AnalyticalModel(normal),
+                          DriftMonitor(threshold=args.threshold, window=args.window))
+        for run in range(args.passes * len(MODELS)):
+            name = MODELS[run % len(MODELS)]
+            model = loop.model()
+            compiled = compile_model(graphs[name], VARIANT, cache=KernelCache(disk=False),
+                                     platform=normal, model=model)
+            report = run_compiled(compiled, inputs[name], build=board)
+            errors = [abs(k.predicted_cycles - k.cycles) / k.cycles for k in report.kernels]
+            tiers = {k.name: k.priced_by for k in compiled.kernels}
+            profiled = [abs(k.predicted_cycles - k.cycles) / k.cycles for k in report.kernels
+                        if tiers[k.name] == "measured"]
+            refit = loop.record(compiled, report)
+            board_platform = "hot" if board.platform == hot else "normal"
+            row = {"run": run, "model": name, "board": board_platform,
+                   "priced": dict(model.counts), "cycles": report.total_cycles,
+                   "mean_error": round(float(np.mean(errors)), 4),
+                   "profiled_kernels": len(profiled),
+                   "profiled_error": round(float(np.mean(profiled)), 4) if profiled else None,
+                   "profile_rolling_error": round(loop.monitor.rolling_error(
+                       VARIANT.key(), normal.key()), 4),
+                   "profile_mark": loop.since, "refit": refit}
+            timeline.append(row)
+            print(f"run {run:2d} {name:<20} board {board_platform:<6} cycles "
+                  f"{report.total_cycles:>8,} mean error {100 * row['mean_error']:5.2f}% "
+                  f"(profiled {len(profiled)}: "
+                  f"{'-' if not profiled else f'{100 * np.mean(profiled):.2f}%'}) "
+                  f"priced {row['priced']} profile mark {loop.since}"
+                  f"{'  REFIT' if refit else ''}", flush=True)
+    write_results("bench_drift.json", {"variant": VARIANT.to_dict(),
+                                       "switch_after_launches": args.switch_after,
+                                       "threshold": args.threshold, "window": args.window,
+                                       "board_history": board.history, "timeline": timeline})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
