@@ -87,9 +87,12 @@ def calibrate_variant(config: VariantConfig, samples: int = 100, seed: int = 0) 
     wall = time.perf_counter() - began
     rows = []
     for (case, features), report in zip(picked, reports, strict=True):
+        # one workload per GEMM shape: grouped splits keep a shape's tilings and stage sets
+        # (near-duplicates) on one side
         rows.append(Row(features, dict(report.counters), report.ok,
                         {"seed": case.seed, "sim_seconds": round(report.wall_seconds, 4),
-                         "launch_seconds": round(wall, 2)}))
+                         "launch_seconds": round(wall, 2)},
+                        platform=report.platform, workload=f"gemm{case.M}x{case.K}x{case.N}"))
     return rows
 
 
