@@ -8,11 +8,20 @@ by. This package never imports ``sim``: calibration writes rows, cost models rea
 """
 
 from fusion.cost.analytical import AnalyticalModel, Estimate, estimate
-from fusion.cost.data import Evaluation, Row, evaluate, mape, read_rows, spearman, write_rows
+from fusion.cost.data import (
+                              Evaluation,
+                              Row,
+                              evaluate,
+                              mape,
+                              read_rows,
+                              regrets,
+                              spearman,
+                              write_rows,
+)
 from fusion.cost.machine import Machine
 from fusion.cost.model import CostModel, Features
 
 __all__ = [
     "AnalyticalModel", "CostModel", "Estimate", "Evaluation", "Features", "Machine", "Row",
-    "estimate", "evaluate", "mape", "read_rows", "spearman", "write_rows",
+    "estimate", "evaluate", "mape", "read_rows", "regrets", "spearman", "write_rows",
 ]

@@ -149,10 +149,10 @@ class Evaluation:
     """How well a model's predictions match measured cycles.
 
     ``regret`` is what choosing by the model costs: over each group of rows that solve the
-    same problem (kind, variant and :attr:`fusion.cost.model.Features.problem`: shape,
-    stages) in different ways (fused or not, tilings), how much slower the kernel with the
-    least predicted cycles measured than the fastest one, in percent, averaged over the
-    groups with a choice (NaN when none has).
+    same problem (kind, variant, platform and :attr:`fusion.cost.model.Features.problem`:
+    shape, stages; see :func:`regrets`) in different ways (fused or not, tilings), how much
+    slower the kernel with the least predicted cycles measured than the fastest one, in
+    percent, averaged over the groups with a choice (NaN when none has).
     """
 
     model: str
@@ -168,16 +168,28 @@ class Evaluation:
                 f"regret {self.regret:.3f}%")
 
 
-def _regret(rows: Sequence[Row], predicted: np.ndarray) -> float:
+def regrets(rows: Sequence[Row], predicted: Sequence[float]) -> np.ndarray:
+    """Selection regret of each choice ``predicted`` makes among ``rows``, in percent.
+
+    Rows are grouped by what they compute (kind, variant, platform and
+    :attr:`fusion.cost.model.Features.problem`); in each group of more than one, the regret
+    is how much slower the row with the least predicted cycles measured than the fastest
+    row. Empty when no group has a choice.
+    """
     groups: dict[tuple, list[tuple[float, int]]] = {}
     for row, p in zip(rows, predicted, strict=True):
         f = row.features
-        groups.setdefault((f.kind, f.config.key(), f.problem), []).append((p, row.cycles))
+        groups.setdefault((f.kind, f.config.key(), row.platform.key(), f.problem),
+                          []).append((float(p), row.cycles))
     # a tie in the predictions goes to the first row: a model that cannot tell kernels
     # apart gets no credit for the order they happened to be measured in
-    regrets = [min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1
-               for g in groups.values() if len(g) > 1]
-    return float(np.mean(regrets) * 100.0) if regrets else math.nan
+    return np.array([(min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1) * 100.0
+                     for g in groups.values() if len(g) > 1], dtype=float)
+
+
+def _regret(rows: Sequence[Row], predicted: np.ndarray) -> float:
+    r = regrets(rows, predicted)
+    return float(r.mean()) if len(r) else math.nan
 
 
 def evaluate(model: CostModel, rows: Sequence[Row]) -> Evaluation:
