@@ -1,0 +1,137 @@
+"""Judging cost models on held-out workloads: the split, the metrics, the side-by-side report.
+
+Rows are split by :attr:`fusion.cost.data.Row.workload`, never row by row: one shape's
+tilings and stage sets are near-duplicates, and a model that saw one of them would be judged
+on what it memorized. :func:`heldout_report` fits the learned model on the training side and
+scores it, the analytical model and SCALE-Sim's formula on the held-out side (``hwgen
+train`` prints it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fusion.cost.data import Row, mape, regrets, spearman
+from fusion.cost.learned import GRID, LearnedModel, Spec, energy_nj
+from fusion.cost.scalesim import ScaleSimModel
+
+#: Share of the workloads held out when none are named.
+TEST_FRACTION = 0.25
+
+
+def split_by_workload(rows: Sequence[Row], test_workloads: Sequence[str] | None = None, *,
+                      fraction: float = TEST_FRACTION, seed: int = 0,
+                      ) -> tuple[list[Row], list[Row]]:
+    """Training and test rows, each workload wholly on one side.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+    test_workloads : sequence of str, optional
+        The workloads to hold out; by default ``fraction`` of them (at least one), drawn
+        with ``seed`` from the sorted names.
+    fraction : float
+        Share of the workloads held out when none are named.
+    seed : int
+
+    Raises
+    ------
+    ValueError
+        A named workload no row has, or too few workloads to leave two for training (the
+        learned model's cross-validation folds by workload) and one for testing.
+    """
+    names = sorted({r.workload for r in rows})
+    if test_workloads is None:
+        if len(names) < 3:
+            raise ValueError(
+                f"holding out by workload needs rows of at least 3 workloads, not "
+                f"{len(names)} ({', '.join(map(repr, names)) or 'no rows'}); calibrate more "
+                f"kernel shapes (each row's workload names its group)")
+        shuffled = names[:]
+        random.Random(seed).shuffle(shuffled)
+        held = set(shuffled[:min(len(names) - 2, max(1, round(fraction * len(names))))])
+    else:
+        held = set(test_workloads)
+        if not held:
+            raise ValueError("no test workloads named; name at least one, or none for the "
+                             "default split")
+        unknown = sorted(held - set(names))
+        if unknown:
+            raise ValueError(f"no rows of workload(s) {', '.join(unknown)}; the workloads are "
+                             f"{', '.join(names)}")
+        if len(set(names) - held) < 2:
+            raise ValueError(f"holding out {', '.join(sorted(held))} leaves "
+                             f"{len(set(names) - held)} training workload(s); the learned "
+                             f"model needs 2 to cross-validate: hold out fewer")
+    return ([r for r in rows if r.workload not in held], [r for r in rows if r.workload in held])
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def scores(rows: Sequence[Row], predicted: Sequence[float]) -> dict[str, Any]:
+    """MAPE (percent), Spearman's rho, and selection regret (percent: mean and worst over
+    the problems with a choice, :func:`fusion.cost.data.regrets`) of ``predicted`` cycles;
+    None where undefined (no problem with a choice, constant predictions)."""
+    measured = [r.cycles for r in rows]
+    r = regrets(rows, predicted)
+    return {"n": len(rows), "mape": mape(predicted, measured),
+            "spearman": _finite(spearman(predicted, measured)),
+            "regret_mean": float(r.mean()) if len(r) else None,
+            "regret_max": float(r.max()) if len(r) else None, "choices": len(r)}
+
+
+def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = None, *,
+                   seed: int = 0, grid: Sequence[Spec] = GRID,
+                   ) -> tuple[LearnedModel, dict[str, Any]]:
+    """Fit the learned model on the training workloads and score it, the analytical model
+    and SCALE-Sim's formula on the held-out ones.
+
+    Each row is priced on its own platform. SCALE-Sim's formula covers GEMM-like kinds only
+    (:func:`fusion.cost.scalesim.gemm_shape`); its entry is scored on those rows, counted in
+    its ``n``.
+
+    Returns
+    -------
+    LearnedModel
+        The model fitted on the training rows.
+    dict
+        ``n_train``, ``n_test``, and per model ``mape``, ``spearman``, ``regret_mean``,
+        ``regret_max`` (with ``n`` and ``choices``); ``energy`` (the energy head's MAPE),
+        ``test_workloads`` and the ``chosen`` specs.
+
+    Raises
+    ------
+    ValueError
+        As :func:`split_by_workload`; or no successful row on either side.
+    """
+    ok = [r for r in rows if r.ok]
+    if not ok:
+        raise ValueError("no successful calibration rows (every run mismatched, or none); "
+                         "re-run the calibration")
+    train, test = split_by_workload(ok, test_workloads, seed=seed)
+    model = LearnedModel.fit(train, seed=seed, grid=grid)
+    cycles, energy = model.predict_rows(test)
+    analytical = [r.features.analytical_cycles(r.platform) for r in test]
+    scalesim = ScaleSimModel()
+    covered = [r for r in test if scalesim.covers(r.features)]
+    report: dict[str, Any] = {
+        "n_train": len(train), "n_test": len(test),
+        "learned": scores(test, cycles),
+        "analytical": scores(test, analytical),
+        "scalesim": (scores(covered, scalesim.predict_many([r.features for r in covered]))
+                     if covered else {"n": 0, "mape": None, "spearman": None,
+                                      "regret_mean": None, "regret_max": None, "choices": 0}),
+        "energy": {"n": len(test),
+                   "mape": mape(energy, np.array([energy_nj(r) for r in test]))},
+        "test_workloads": sorted({r.workload for r in test}),
+        "platforms": sorted({r.platform.describe() for r in test}),
+        "chosen": {"cycles": model.cycles_spec.to_dict(), "energy": model.energy_spec.to_dict()},
+    }
+    return model, report

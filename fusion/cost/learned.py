@@ -1,0 +1,549 @@
+"""The learned cost model: scikit-learn regressors fitted to calibration rows.
+
+A kernel becomes a vector of numbers (:func:`featurize`): its kind, the numeric fields of its
+features (shapes, tiling, fused, stages, program words and bytes when the kernel was built),
+the variant's numbers, the platform's memory, its log work, and the analytical estimate on
+that platform with its log, so that a regressor can learn what the analytical model misses
+rather than the whole cost. Two heads are fitted on the same vectors: one predicts the
+``cycles`` counter, the other the energy :func:`hwgen.energy.estimate` gives from the counters.
+
+Each head's regressor (a random forest or histogram gradient boosting), its hyperparameters
+and its target (``log`` cycles, or the ``residual`` log of measured over analytical) are
+chosen from :data:`GRID` by grouped cross-validation: the folds split by
+:attr:`fusion.cost.data.Row.workload`, so near-duplicates (one shape's tilings) are never on
+both sides of a fold.
+
+A model is saved without pickle (:meth:`LearnedModel.save`): the training rows as JSONL, the
+chosen specs, the seed, the scikit-learn version, a SHA-256 of the rows and a few recorded
+predictions. :meth:`LearnedModel.load` refits from them (deterministic with the seed) and
+refuses a model whose refit does not reproduce the recorded predictions.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusion.cost.data import Row
+from fusion.cost.model import CostModel, Features
+from hwgen.energy import estimate as energy_estimate
+from hwgen.platform import PlatformConfig
+
+#: Format tag and version of a saved model's ``model.json``.
+MODEL_FORMAT = "hwgen-learned"
+MODEL_VERSION = 1
+
+#: What a head's regressor fits: ``log`` of the quantity, or the ``residual`` log of the
+#: quantity over its analytical estimate (the regressor learns the analytical model's error;
+#: see :func:`analytical`).
+TARGETS: tuple[str, ...] = ("log", "residual")
+
+#: Relative difference a reloaded model's predictions may have from the recorded ones.
+PROBE_TOLERANCE = 1e-9
+
+#: Rows whose predictions :meth:`LearnedModel.save` records, at most.
+PROBES = 8
+
+#: Fields of the features' JSON that are not numbers of the kernel (the variant goes in
+#: whole through ``config``).
+_SKIP = frozenset({"kind", "variant", "version", "config"})
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One candidate of the grid: a regressor, its hyperparameters and a target.
+
+    Parameters
+    ----------
+    regressor : {"forest", "boosting", "constant"}
+        scikit-learn's ``RandomForestRegressor``, ``HistGradientBoostingRegressor``, or
+        ``DummyRegressor`` (a constant: on the ``residual`` target, the analytical estimate
+        as it is, or scaled by the median ratio; cross-validation keeps it when the trees do
+        not beat it).
+    params : dict
+        Keyword arguments of the regressor (JSON types; the seed is added when built).
+    target : {"log", "residual"}
+        See :data:`TARGETS`.
+    """
+
+    regressor: str
+    params: dict[str, Any] = field(hash=False)
+    target: str = "residual"
+
+    def __post_init__(self) -> None:
+        if self.regressor not in _REGRESSORS:
+            raise ValueError(f"regressor must be one of {', '.join(_REGRESSORS)}, not "
+                             f"{self.regressor!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}, not "
+                             f"{self.target!r}")
+
+    def build(self, seed: int) -> Any:
+        """The unfitted regressor, seeded."""
+        return _REGRESSORS[self.regressor](seed, **self.params)
+
+    def describe(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.regressor}({params}) on {self.target} target"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"regressor": self.regressor, "params": dict(self.params),
+                "target": self.target}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Spec:
+        return cls(str(data["regressor"]), dict(data["params"]), str(data["target"]))
+
+
+def _forest(seed: int, **kw: Any) -> Any:
+    from sklearn.ensemble import RandomForestRegressor
+
+    return RandomForestRegressor(n_jobs=1, random_state=seed, **kw)
+
+
+def _boosting(seed: int, **kw: Any) -> Any:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    return HistGradientBoostingRegressor(early_stopping=False, random_state=seed, **kw)
+
+
+def _constant(seed: int, **kw: Any) -> Any:
+    from sklearn.dummy import DummyRegressor
+
+    return DummyRegressor(**kw)
+
+
+_REGRESSORS = {"forest": _forest, "boosting": _boosting, "constant": _constant}
+
+#: The candidates cross-validation chooses from: small, since calibrations are hundreds to
+#: thousands of rows and a tree ensemble's defaults are already sound there. The constants
+#: come first, so that a tree ensemble has to do better than the analytical estimate (as it
+#: is, or scaled) to be chosen, not merely as well: on the ideal memory the estimate is
+#: within a few cycles and the trees only add noise to it.
+GRID: tuple[Spec, ...] = (
+    Spec("constant", {"strategy": "constant", "constant": 0.0}, "residual"),
+    Spec("constant", {"strategy": "median"}, "residual"),
+    *(Spec(regressor, params, target)
+      for target in TARGETS
+      for regressor, params in (
+          [("forest", {"n_estimators": 60, "min_samples_leaf": leaf, "max_features": 1.0})
+           for leaf in (1, 3)]
+          + [("boosting", {"max_iter": 200, "learning_rate": lr, "min_samples_leaf": leaf,
+                           "max_leaf_nodes": 15})
+             for lr, leaf in ((0.1, 3), (0.1, 10), (0.05, 3))])))
+
+
+# -- features -----------------------------------------------------------------------------
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
+    """Numbers of a JSON value under dotted names; a string becomes a ``name=value`` one-hot,
+    a list of strings one per item and its length, a list of numbers its items."""
+    if value is None:
+        return  # unknown (a kernel not built has no program size): missing, NaN
+    if isinstance(value, bool | int | float):
+        out[prefix] = float(value)
+    elif isinstance(value, str):
+        out[f"{prefix}={value}"] = 1.0
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list | tuple):
+        out[f"{prefix}#len"] = float(len(value))
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                out[f"{prefix}={v}"] = 1.0
+            else:
+                _flatten(f"{prefix}[{i}]", v, out)
+
+
+def _work(features: Features) -> float | None:
+    """Multiply-accumulates of the kernel, or elements for kinds without any (passes, max)."""
+    macs = getattr(features, "macs", None)
+    if macs is not None:
+        return float(macs)
+    m, n = getattr(features, "M", None), getattr(features, "N", None)
+    return float(m * n) if m is not None and n is not None else None
+
+
+def analytical(features: Features, platform: PlatformConfig) -> tuple[float, float | None]:
+    """The analytical cycles of a kernel on a platform, and its analytical energy in nJ when
+    the kind's walk gives the counters energy needs (GEMM: the slices through the array and
+    the bytes moved; DRAM row activations are not modelled, so counted as none).
+
+    The energy is the base the energy head's residual target is taken against (the cycles
+    where it is None): energy is a sum over events, which trees learn poorly from cycles."""
+    if features.kind != "gemm":
+        return float(features.analytical_cycles(platform)), None
+    from fusion.cost.analytical import estimate
+
+    e = estimate(features, platform)
+    counters = {"cycles": e.cycles, "array_busy": e.k_slices, "bytes_read": e.bytes_loaded,
+                "bytes_written": e.bytes_stored}
+    return float(e.cycles), float(energy_estimate(counters, features.config, platform).total_nj)
+
+
+def featurize(features: Features, platform: PlatformConfig,
+              base: tuple[float, float | None] | None = None) -> dict[str, float]:
+    """The numbers a learned model sees for a kernel on a platform, by name.
+
+    Parameters
+    ----------
+    features : Features
+        The kernel (any kind).
+    platform : PlatformConfig
+        The memory it runs on.
+    base : tuple, optional
+        :func:`analytical` of the kernel, when already known.
+
+    Returns
+    -------
+    dict of str to float
+        Names are stable across kernels; a name a kernel lacks is missing (NaN) in a matrix.
+    """
+    out: dict[str, float] = {f"kind={features.kind}": 1.0}
+    _flatten("", {k: v for k, v in features.to_dict().items() if k not in _SKIP}, out)
+    _flatten("config", features.config.to_dict(), out)
+    out[f"memory={platform.memory}"] = 1.0
+    out["refresh_hot"] = float(platform.refresh == "hot")
+    out["clock_mhz"] = platform.clock_hz / 1e6
+    if platform.module:
+        out[f"module={platform.module}"] = 1.0
+    work = _work(features)
+    if work:
+        out["log_work"] = math.log(work)
+    cycles, energy = base if base is not None else analytical(features, platform)
+    out["analytical"] = cycles
+    out["log_analytical"] = math.log(cycles)
+    if energy:
+        out["log_analytical_energy"] = math.log(energy)
+    return out
+
+
+def energy_nj(row: Row) -> float:
+    """The energy target of a row: :func:`hwgen.energy.estimate` from its counters."""
+    return float(energy_estimate(row.counters, row.features.config, row.platform).total_nj)
+
+
+# -- one head: a regressor of one quantity ---------------------------------------------------
+
+
+@dataclass
+class _Head:
+    """A fitted regressor of one quantity (``"cycles"`` or ``"energy"``) over given columns."""
+
+    quantity: str
+    spec: Spec
+    columns: list[str]
+    regressor: Any
+
+    @classmethod
+    def fit(cls, quantity: str, spec: Spec, columns: list[str], x: np.ndarray, y: np.ndarray,
+            base: np.ndarray, seed: int) -> _Head:
+        reg = spec.build(seed)
+        with _one_thread():
+            reg.fit(x, _to_target(spec.target, y, base))
+        return cls(quantity, spec, columns, reg)
+
+    def predict(self, x: np.ndarray, base: np.ndarray) -> np.ndarray:
+        with _one_thread():
+            return _from_target(self.spec.target, self.regressor.predict(x), base)
+
+
+def _to_target(target: str, y: np.ndarray, base: np.ndarray) -> np.ndarray:
+    return np.log(y) - (np.log(base) if target == "residual" else 0.0)
+
+
+def _from_target(target: str, t: np.ndarray, base: np.ndarray) -> np.ndarray:
+    # base * exp(t), not exp(log base + t): a zero residual gives the base to the last bit
+    return base * np.exp(t) if target == "residual" else np.exp(t)
+
+
+def _matrix(vectors: Sequence[dict[str, float]], columns: Sequence[str]) -> np.ndarray:
+    return np.array([[v.get(c, np.nan) for c in columns] for v in vectors], dtype=float)
+
+
+def _one_thread() -> Any:
+    """Fits and predictions on one OpenMP thread: the data are small, and on a machine whose
+    cores are busy (simulations) spinning OpenMP threads make a fit ten times slower; one
+    thread also sums in the same order everywhere."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
+
+
+def _folds(groups: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Grouped folds (up to five): one workload's rows are all in one fold's test side."""
+    from sklearn.model_selection import GroupKFold
+
+    n = len(set(groups))
+    if n < 2:
+        raise ValueError(f"cross-validation needs rows of at least 2 workloads, not {n}; "
+                         f"calibrate more kernel shapes (each row's workload names its group)")
+    idx = np.zeros(len(groups))
+    return list(GroupKFold(n_splits=min(5, n)).split(idx, groups=list(groups)))
+
+
+def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray,
+            folds: list[tuple[np.ndarray, np.ndarray]], seed: int) -> tuple[Spec, list[dict]]:
+    """The spec with the least out-of-fold MAPE (the first of equals), and every score."""
+    scores = []
+    for spec in grid:
+        oof = np.empty(len(y))
+        for train, test in folds:
+            head = _Head.fit("", spec, [], x[train], y[train], base[train], seed)
+            oof[test] = head.predict(x[test], base[test])
+        scores.append({**spec.to_dict(),
+                       "cv_mape": float(np.mean(np.abs(oof - y) / y) * 100.0)})
+    best = min(range(len(grid)), key=lambda i: scores[i]["cv_mape"])
+    return grid[best], scores
+
+
+def _training_rows(rows: Sequence[Row]) -> list[Row]:
+    rows = [r for r in rows if r.ok]
+    if not rows:
+        raise ValueError("no successful calibration rows to learn from; record some with "
+                         "sim.calibrate (rows whose output mismatched are never learned from)")
+    return rows
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+class LearnedModel(CostModel):
+    """Cycles (and energy) predicted by regressors fitted to calibration rows.
+
+    Make one with :meth:`fit` (choosing by cross-validation) or :meth:`load`. A model is
+    bound to one platform for :meth:`predict` (the interface's predict takes only features):
+    the ideal memory by default, another through :meth:`on`.
+
+    Attributes
+    ----------
+    rows : list of Row
+        The rows it was fitted to (``ok`` ones only).
+    seed : int
+        The regressors' seed.
+    platform : PlatformConfig
+        The memory :meth:`predict` prices kernels on.
+    cv : dict
+        Cross-validation scores of each head's candidates (empty after :meth:`load`).
+    """
+
+    name = "learned"
+
+    def __init__(self, rows: Sequence[Row], cycles: Spec, energy: Spec, *, seed: int = 0,
+                 platform: PlatformConfig | None = None,
+                 cv: dict[str, list[dict]] | None = None) -> None:
+        self.rows = _training_rows(rows)
+        self.seed = seed
+        self.platform = platform if platform is not None else PlatformConfig()
+        self.cv = cv or {}
+        vectors, bases = _row_vectors(self.rows)
+        columns = sorted({c for v in vectors for c in v})
+        x = _matrix(vectors, columns)
+        self._cycles = _Head.fit("cycles", cycles, columns, x, _cycles(self.rows),
+                                 bases["cycles"], seed)
+        self._energy = _Head.fit("energy", energy, columns, x, _energies(self.rows),
+                                 bases["energy"], seed)
+
+    @classmethod
+    def fit(cls, rows: Sequence[Row], *, seed: int = 0,
+            grid: Sequence[Spec] = GRID) -> LearnedModel:
+        """Choose each head's spec from ``grid`` by grouped cross-validation, then fit both
+        heads to all of ``rows``.
+
+        Parameters
+        ----------
+        rows : sequence of Row
+            Calibration rows (those not ``ok`` are left out), of at least two workloads.
+        seed : int
+            Seed of every regressor: the same rows and seed give the same model.
+        grid : sequence of Spec
+            The candidates (:data:`GRID` by default).
+
+        Raises
+        ------
+        ValueError
+            No usable rows, or fewer than two workloads to fold by.
+        """
+        rows = _training_rows(rows)
+        if not grid:
+            raise ValueError("the grid of candidates is empty; pass at least one Spec")
+        vectors, bases = _row_vectors(rows)
+        columns = sorted({c for v in vectors for c in v})
+        x = _matrix(vectors, columns)
+        folds = _folds([r.workload for r in rows])
+        cycles, cv_cycles = _choose(grid, x, _cycles(rows), bases["cycles"], folds, seed)
+        energy, cv_energy = _choose(grid, x, _energies(rows), bases["energy"], folds, seed)
+        return cls(rows, cycles, energy, seed=seed,
+                   cv={"cycles": cv_cycles, "energy": cv_energy})
+
+    @property
+    def cycles_spec(self) -> Spec:
+        """The cycles head's regressor, hyperparameters and target."""
+        return self._cycles.spec
+
+    @property
+    def energy_spec(self) -> Spec:
+        """The energy head's regressor, hyperparameters and target."""
+        return self._energy.spec
+
+    def on(self, platform: PlatformConfig) -> LearnedModel:
+        """The same fitted model, pricing kernels on ``platform``'s memory."""
+        bound = copy.copy(self)
+        bound.platform = platform
+        return bound
+
+    # -- prediction -------------------------------------------------------------------------
+
+    def _predict(self, head: _Head, features: Sequence[Features],
+                 platforms: Sequence[PlatformConfig]) -> np.ndarray:
+        if not features:
+            return np.zeros(0)
+        vectors, bases = _vectors(features, platforms)
+        return head.predict(_matrix(vectors, head.columns), bases[head.quantity])
+
+    def predict(self, features: Features) -> float:
+        return float(self.predict_many([features])[0])
+
+    def predict_many(self, features: Sequence[Features]) -> np.ndarray:
+        return self._predict(self._cycles, features, [self.platform] * len(features))
+
+    def predict_energy(self, features: Features) -> float:
+        """Predicted energy in nJ (what :func:`hwgen.energy.estimate` would give from the
+        run's counters)."""
+        return float(self.predict_energy_many([features])[0])
+
+    def predict_energy_many(self, features: Sequence[Features]) -> np.ndarray:
+        """:meth:`predict_energy` of each, as a float array."""
+        return self._predict(self._energy, features, [self.platform] * len(features))
+
+    def predict_rows(self, rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted cycles and energy of each row's kernel on the row's own platform."""
+        features, platforms = [r.features for r in rows], [r.platform for r in rows]
+        return (self._predict(self._cycles, features, platforms),
+                self._predict(self._energy, features, platforms))
+
+    # -- persistence (no pickle: the data and the specs, refitted on load) ------------------
+
+    def save(self, directory: Path | str) -> Path:
+        """Write ``rows.jsonl`` and ``model.json`` to ``directory`` (made if missing).
+
+        ``model.json`` holds the chosen specs, the seed, the scikit-learn version, the
+        SHA-256 of ``rows.jsonl``, the bound platform, the cross-validation scores and the
+        predictions of a few rows (the probes :meth:`load` checks).
+
+        Returns
+        -------
+        Path
+            The ``model.json`` written.
+        """
+        import sklearn
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        data = _rows_bytes(self.rows)
+        (directory / "rows.jsonl").write_bytes(data)
+        index = _probe_index(len(self.rows))
+        cycles, energy = self.predict_rows([self.rows[i] for i in index])
+        meta = {
+            "format": MODEL_FORMAT, "version": MODEL_VERSION,
+            "sklearn": sklearn.__version__, "seed": self.seed,
+            "rows_sha256": hashlib.sha256(data).hexdigest(), "n_rows": len(self.rows),
+            "platform": self.platform.to_dict(),
+            "cycles": self.cycles_spec.to_dict(), "energy": self.energy_spec.to_dict(),
+            "probes": [{"row": i, "cycles": float(c), "energy_nj": float(e)}
+                       for i, c, e in zip(index, cycles, energy, strict=True)],
+            "cv": self.cv,
+        }
+        path = directory / "model.json"
+        path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: Path | str) -> LearnedModel:
+        """Refit a model :meth:`save` wrote, and check it predicts what it did then.
+
+        Raises
+        ------
+        ValueError
+            A missing or malformed file, rows changed since they were saved, or a refit
+            whose predictions differ from the recorded ones (another scikit-learn version).
+        """
+        import sklearn
+
+        from fusion.cost.data import read_rows
+
+        directory = Path(directory)
+        meta_path, rows_path = directory / "model.json", directory / "rows.jsonl"
+        for p in (meta_path, rows_path):
+            if not p.is_file():
+                raise ValueError(f"{p} is missing: {directory} is not a saved learned model; "
+                                 f"train one with hwgen train DB -o {directory}")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{meta_path} is not JSON ({exc}); retrain with hwgen train") \
+                from None
+        if meta.get("format") != MODEL_FORMAT or meta.get("version") != MODEL_VERSION:
+            raise ValueError(f"{meta_path} is not a version {MODEL_VERSION} learned model "
+                             f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
+                             f"; retrain with hwgen train")
+        digest = hashlib.sha256(rows_path.read_bytes()).hexdigest()
+        if digest != meta["rows_sha256"]:
+            raise ValueError(f"{rows_path} changed since the model was saved (SHA-256 "
+                             f"{digest[:12]}..., recorded {meta['rows_sha256'][:12]}...); "
+                             f"retrain with hwgen train")
+        model = cls(read_rows(rows_path), Spec.from_dict(meta["cycles"]),
+                    Spec.from_dict(meta["energy"]), seed=int(meta["seed"]),
+                    platform=PlatformConfig.from_dict(meta["platform"]), cv=meta.get("cv"))
+        probes = meta["probes"]
+        cycles, energy = model.predict_rows([model.rows[p["row"]] for p in probes])
+        for p, c, e in zip(probes, cycles, energy, strict=True):
+            for what, got in (("cycles", c), ("energy_nj", e)):
+                want = p[what]
+                if abs(got - want) > PROBE_TOLERANCE * abs(want):
+                    raise ValueError(
+                        f"{directory}: the refitted model predicts {got!r} {what} for row "
+                        f"{p['row']}, the saved one {want!r} (saved with scikit-learn "
+                        f"{meta['sklearn']}, this is {sklearn.__version__}); install "
+                        f"scikit-learn=={meta['sklearn']} or retrain with hwgen train")
+        return model
+
+
+def _vectors(features: Sequence[Features], platforms: Sequence[PlatformConfig],
+             ) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
+    """Feature vectors, and each head's residual base (see :func:`analytical`)."""
+    bases = [analytical(f, p) for f, p in zip(features, platforms, strict=True)]
+    vectors = [featurize(f, p, b) for f, p, b in zip(features, platforms, bases, strict=True)]
+    return vectors, {"cycles": np.array([c for c, _ in bases], float),
+                     "energy": np.array([e or c for c, e in bases], float)}
+
+
+def _cycles(rows: Sequence[Row]) -> np.ndarray:
+    return np.array([r.cycles for r in rows], float)
+
+
+def _energies(rows: Sequence[Row]) -> np.ndarray:
+    return np.array([energy_nj(r) for r in rows], float)
+
+
+def _rows_bytes(rows: Sequence[Row]) -> bytes:
+    return "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in rows).encode()
+
+
+def _probe_index(n: int) -> list[int]:
+    """Up to :data:`PROBES` row indices spread over ``n`` rows."""
+    return sorted({round(i * (n - 1) / max(PROBES - 1, 1)) for i in range(min(PROBES, n))})
+
+
+def _row_vectors(rows: Sequence[Row]) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
+    return _vectors([r.features for r in rows], [r.platform for r in rows])
