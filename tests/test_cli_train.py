@@ -1,0 +1,85 @@
+"""``hwgen train``: held-out metrics of three models from recorded rows, and one-line errors."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fusion.cost.learned import LearnedModel
+from hwgen.cli import main
+
+DATA = Path(__file__).resolve().parent / "data" / "calibration_small.jsonl"
+METRICS = {"mape", "spearman", "regret_mean", "regret_max"}
+
+
+def test_json_report_has_the_three_models_and_the_model_is_written(capsys, tmp_path):
+    out = tmp_path / "model"
+    assert main(["train", str(DATA), "-o", str(out), "--json", "--seed", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"n_train", "n_test", "learned", "analytical", "scalesim"} <= set(report)
+    assert report["n_train"] + report["n_test"] == 120 and report["n_test"] > 0
+    for name in ("learned", "analytical", "scalesim"):
+        assert METRICS <= set(report[name]), name
+        assert all(isinstance(report[name][k], float) for k in METRICS), name
+    assert report["scalesim"]["n"] == report["n_test"]  # every recorded kernel is a GEMM
+    assert report["scalesim"]["mape"] > report["analytical"]["mape"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "rows.jsonl"]
+    model = LearnedModel.load(out)
+    assert len(model.rows) == report["n_train"]
+    held = set(report["test_workloads"])
+    assert not {r.workload for r in model.rows} & held
+
+
+def test_text_report_and_named_test_workloads(capsys, tmp_path):
+    assert main(["train", str(DATA), "-o", str(tmp_path / "m"),
+                 "--test-workloads", "gemm64x64x64,gemm33x64x17"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trained on ")
+    assert "held-out workload(s): gemm33x64x17, gemm64x64x64 (the ideal memory)" in out
+    for name in ("learned", "analytical", "scalesim"):
+        assert f"\n{name} " in out
+    assert f"model written to {tmp_path / 'm'}" in out
+
+
+def one_line_error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hwgen: error: ")
+    return err
+
+
+def test_bad_inputs_are_one_line_errors(capsys, tmp_path, monkeypatch):
+    out = str(tmp_path / "m")
+    err = one_line_error(capsys, ["train", str(tmp_path / "none.jsonl"), "-o", out])
+    assert "does not exist" in err
+    (tmp_path / "empty.jsonl").write_text("")
+    assert "holds no calibration rows" in one_line_error(
+        capsys, ["train", str(tmp_path / "empty.jsonl"), "-o", out])
+    lines = [line for line in DATA.read_text().splitlines()
+             if '"workload": "gemm64x64x64"' in line or '"workload": "gemm8x8x256"' in line]
+    (tmp_path / "two.jsonl").write_text("\n".join(lines) + "\n")
+    assert "at least 3 workloads, not 2" in one_line_error(
+        capsys, ["train", str(tmp_path / "two.jsonl"), "-o", out])
+    assert "no rows of workload(s) nope" in one_line_error(
+        capsys, ["train", str(DATA), "-o", out, "--test-workloads", "nope"])
+    (tmp_path / "bad.jsonl").write_text("{}\n")
+    assert "bad.jsonl:1: not a calibration row" in one_line_error(
+        capsys, ["train", str(tmp_path / "bad.jsonl"), "-o", out])
+    (tmp_path / "p.db").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "fusion.cost.profiles", None)  # the module is absent
+    assert "cannot read profile databases" in one_line_error(
+        capsys, ["train", str(tmp_path / "p.db"), "-o", out])
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("argv", [["train"], ["train", str(DATA)]])
+def test_missing_arguments_are_usage_errors(capsys, argv):
+    assert one_line_error_exit(capsys, argv)
+
+
+def one_line_error_exit(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return "hwgen: error:" in capsys.readouterr().err
