@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from fusion.cost.data import Row, mape, regrets, spearman
-from fusion.cost.learned import GRID, LearnedModel, Spec, energy_nj
+from fusion.cost.learned import GRID, LearnedModel, Spec
 from fusion.cost.scalesim import ScaleSimModel
+from fusion.cost.vectors import energy_nj
 
 #: Share of the workloads held out when none are named.
 TEST_FRACTION = 0.25

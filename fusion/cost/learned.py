@@ -1,17 +1,16 @@
 """The learned cost model: scikit-learn regressors fitted to calibration rows.
 
-A kernel becomes a vector of numbers (:func:`featurize`): its kind, the numeric fields of its
-features (shapes, tiling, fused, stages, program words and bytes when the kernel was built),
-the variant's numbers, the platform's memory, its log work, and the analytical estimate on
-that platform with its log, so that a regressor can learn what the analytical model misses
-rather than the whole cost. Two heads are fitted on the same vectors: one predicts the
-``cycles`` counter, the other the energy :func:`hwgen.energy.estimate` gives from the counters.
+A kernel becomes a vector of named numbers (:func:`fusion.cost.vectors.featurize`: its kind
+and shapes, tiling, variant, platform, and the analytical estimate on that platform, so that
+a regressor can learn what the analytical model misses rather than the whole cost). Two
+heads are fitted on the same vectors: one predicts the ``cycles`` counter, the other the
+energy :func:`hwgen.energy.estimate` gives from the counters.
 
-Each head's regressor (a random forest or histogram gradient boosting), its hyperparameters
-and its target (``log`` cycles, or the ``residual`` log of measured over analytical) are
-chosen from :data:`GRID` by grouped cross-validation: the folds split by
-:attr:`fusion.cost.data.Row.workload`, so near-duplicates (one shape's tilings) are never on
-both sides of a fold.
+Each head's regressor (a random forest, histogram gradient boosting, or a constant: the
+analytical estimate as it is or scaled), its hyperparameters and its target (``log`` of the
+quantity, or the ``residual`` log of measured over analytical) are chosen from :data:`GRID`
+by grouped cross-validation: the folds split by :attr:`fusion.cost.data.Row.workload`, so
+near-duplicates (one shape's tilings) are never on both sides of a fold.
 
 A model is saved without pickle (:meth:`LearnedModel.save`): the training rows as JSONL, the
 chosen specs, the seed, the scikit-learn version, a SHA-256 of the rows and a few recorded
@@ -24,7 +23,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +32,7 @@ import numpy as np
 
 from fusion.cost.data import Row
 from fusion.cost.model import CostModel, Features
-from hwgen.energy import estimate as energy_estimate
+from fusion.cost.vectors import energy_nj, matrix, row_vectors, vectors
 from hwgen.platform import PlatformConfig
 
 #: Format tag and version of a saved model's ``model.json``.
@@ -43,7 +41,7 @@ MODEL_VERSION = 1
 
 #: What a head's regressor fits: ``log`` of the quantity, or the ``residual`` log of the
 #: quantity over its analytical estimate (the regressor learns the analytical model's error;
-#: see :func:`analytical`).
+#: see :func:`fusion.cost.vectors.analytical`).
 TARGETS: tuple[str, ...] = ("log", "residual")
 
 #: Relative difference a reloaded model's predictions may have from the recorded ones.
@@ -51,10 +49,6 @@ PROBE_TOLERANCE = 1e-9
 
 #: Rows whose predictions :meth:`LearnedModel.save` records, at most.
 PROBES = 8
-
-#: Fields of the features' JSON that are not numbers of the kernel (the variant goes in
-#: whole through ``config``).
-_SKIP = frozenset({"kind", "variant", "version", "config"})
 
 
 @dataclass(frozen=True)
@@ -141,98 +135,6 @@ GRID: tuple[Spec, ...] = (
              for lr, leaf in ((0.1, 3), (0.1, 10), (0.05, 3))])))
 
 
-# -- features -----------------------------------------------------------------------------
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
-    """Numbers of a JSON value under dotted names; a string becomes a ``name=value`` one-hot,
-    a list of strings one per item and its length, a list of numbers its items."""
-    if value is None:
-        return  # unknown (a kernel not built has no program size): missing, NaN
-    if isinstance(value, bool | int | float):
-        out[prefix] = float(value)
-    elif isinstance(value, str):
-        out[f"{prefix}={value}"] = 1.0
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, list | tuple):
-        out[f"{prefix}#len"] = float(len(value))
-        for i, v in enumerate(value):
-            if isinstance(v, str):
-                out[f"{prefix}={v}"] = 1.0
-            else:
-                _flatten(f"{prefix}[{i}]", v, out)
-
-
-def _work(features: Features) -> float | None:
-    """Multiply-accumulates of the kernel, or elements for kinds without any (passes, max)."""
-    macs = getattr(features, "macs", None)
-    if macs is not None:
-        return float(macs)
-    m, n = getattr(features, "M", None), getattr(features, "N", None)
-    return float(m * n) if m is not None and n is not None else None
-
-
-def analytical(features: Features, platform: PlatformConfig) -> tuple[float, float | None]:
-    """The analytical cycles of a kernel on a platform, and its analytical energy in nJ when
-    the kind's walk gives the counters energy needs (GEMM: the slices through the array and
-    the bytes moved; DRAM row activations are not modelled, so counted as none).
-
-    The energy is the base the energy head's residual target is taken against (the cycles
-    where it is None): energy is a sum over events, which trees learn poorly from cycles."""
-    if features.kind != "gemm":
-        return float(features.analytical_cycles(platform)), None
-    from fusion.cost.analytical import estimate
-
-    e = estimate(features, platform)
-    counters = {"cycles": e.cycles, "array_busy": e.k_slices, "bytes_read": e.bytes_loaded,
-                "bytes_written": e.bytes_stored}
-    return float(e.cycles), float(energy_estimate(counters, features.config, platform).total_nj)
-
-
-def featurize(features: Features, platform: PlatformConfig,
-              base: tuple[float, float | None] | None = None) -> dict[str, float]:
-    """The numbers a learned model sees for a kernel on a platform, by name.
-
-    Parameters
-    ----------
-    features : Features
-        The kernel (any kind).
-    platform : PlatformConfig
-        The memory it runs on.
-    base : tuple, optional
-        :func:`analytical` of the kernel, when already known.
-
-    Returns
-    -------
-    dict of str to float
-        Names are stable across kernels; a name a kernel lacks is missing (NaN) in a matrix.
-    """
-    out: dict[str, float] = {f"kind={features.kind}": 1.0}
-    _flatten("", {k: v for k, v in features.to_dict().items() if k not in _SKIP}, out)
-    _flatten("config", features.config.to_dict(), out)
-    out[f"memory={platform.memory}"] = 1.0
-    out["refresh_hot"] = float(platform.refresh == "hot")
-    out["clock_mhz"] = platform.clock_hz / 1e6
-    if platform.module:
-        out[f"module={platform.module}"] = 1.0
-    work = _work(features)
-    if work:
-        out["log_work"] = math.log(work)
-    cycles, energy = base if base is not None else analytical(features, platform)
-    out["analytical"] = cycles
-    out["log_analytical"] = math.log(cycles)
-    if energy:
-        out["log_analytical_energy"] = math.log(energy)
-    return out
-
-
-def energy_nj(row: Row) -> float:
-    """The energy target of a row: :func:`hwgen.energy.estimate` from its counters."""
-    return float(energy_estimate(row.counters, row.features.config, row.platform).total_nj)
-
-
 # -- one head: a regressor of one quantity ---------------------------------------------------
 
 
@@ -265,10 +167,6 @@ def _to_target(target: str, y: np.ndarray, base: np.ndarray) -> np.ndarray:
 def _from_target(target: str, t: np.ndarray, base: np.ndarray) -> np.ndarray:
     # base * exp(t), not exp(log base + t): a zero residual gives the base to the last bit
     return base * np.exp(t) if target == "residual" else np.exp(t)
-
-
-def _matrix(vectors: Sequence[dict[str, float]], columns: Sequence[str]) -> np.ndarray:
-    return np.array([[v.get(c, np.nan) for c in columns] for v in vectors], dtype=float)
 
 
 def _one_thread() -> Any:
@@ -346,9 +244,9 @@ class LearnedModel(CostModel):
         self.seed = seed
         self.platform = platform if platform is not None else PlatformConfig()
         self.cv = cv or {}
-        vectors, bases = _row_vectors(self.rows)
-        columns = sorted({c for v in vectors for c in v})
-        x = _matrix(vectors, columns)
+        vecs, bases = row_vectors(self.rows)
+        columns = sorted({c for v in vecs for c in v})
+        x = matrix(vecs, columns)
         self._cycles = _Head.fit("cycles", cycles, columns, x, _cycles(self.rows),
                                  bases["cycles"], seed)
         self._energy = _Head.fit("energy", energy, columns, x, _energies(self.rows),
@@ -377,9 +275,9 @@ class LearnedModel(CostModel):
         rows = _training_rows(rows)
         if not grid:
             raise ValueError("the grid of candidates is empty; pass at least one Spec")
-        vectors, bases = _row_vectors(rows)
-        columns = sorted({c for v in vectors for c in v})
-        x = _matrix(vectors, columns)
+        vecs, bases = row_vectors(rows)
+        columns = sorted({c for v in vecs for c in v})
+        x = matrix(vecs, columns)
         folds = _folds([r.workload for r in rows])
         cycles, cv_cycles = _choose(grid, x, _cycles(rows), bases["cycles"], folds, seed)
         energy, cv_energy = _choose(grid, x, _energies(rows), bases["energy"], folds, seed)
@@ -408,8 +306,8 @@ class LearnedModel(CostModel):
                  platforms: Sequence[PlatformConfig]) -> np.ndarray:
         if not features:
             return np.zeros(0)
-        vectors, bases = _vectors(features, platforms)
-        return head.predict(_matrix(vectors, head.columns), bases[head.quantity])
+        vecs, bases = vectors(features, platforms)
+        return head.predict(matrix(vecs, head.columns), bases[head.quantity])
 
     def predict(self, features: Features) -> float:
         return float(self.predict_many([features])[0])
@@ -519,15 +417,6 @@ class LearnedModel(CostModel):
         return model
 
 
-def _vectors(features: Sequence[Features], platforms: Sequence[PlatformConfig],
-             ) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
-    """Feature vectors, and each head's residual base (see :func:`analytical`)."""
-    bases = [analytical(f, p) for f, p in zip(features, platforms, strict=True)]
-    vectors = [featurize(f, p, b) for f, p, b in zip(features, platforms, bases, strict=True)]
-    return vectors, {"cycles": np.array([c for c, _ in bases], float),
-                     "energy": np.array([e or c for c, e in bases], float)}
-
-
 def _cycles(rows: Sequence[Row]) -> np.ndarray:
     return np.array([r.cycles for r in rows], float)
 
@@ -543,7 +432,3 @@ def _rows_bytes(rows: Sequence[Row]) -> bytes:
 def _probe_index(n: int) -> list[int]:
     """Up to :data:`PROBES` row indices spread over ``n`` rows."""
     return sorted({round(i * (n - 1) / max(PROBES - 1, 1)) for i in range(min(PROBES, n))})
-
-
-def _row_vectors(rows: Sequence[Row]) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
-    return _vectors([r.features for r in rows], [r.platform for r in rows])

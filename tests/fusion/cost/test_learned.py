@@ -14,15 +14,9 @@ import pytest
 
 from fusion.cost.data import mape, read_rows
 from fusion.cost.heldout import heldout_report, split_by_workload
-from fusion.cost.learned import (
-    GRID,
-    LearnedModel,
-    Spec,
-    _folds,
-    energy_nj,
-    featurize,
-)
+from fusion.cost.learned import GRID, LearnedModel, Spec, _folds
 from fusion.cost.scalesim import ScaleSimModel, scalesim_cycles
+from fusion.cost.vectors import energy_nj, featurize
 from fusion.kernels.epipass.features import PassFeatures
 from fusion.kernels.gemm.features import GemmFeatures
 from hwgen.platform import PlatformConfig

@@ -1,0 +1,134 @@
+"""What a learned cost model sees of a kernel: a vector of named numbers.
+
+:func:`featurize` turns a kernel's features on a platform into numbers by name: its kind, the
+numeric fields of its features' JSON (shapes, tiling, fused, stages, program words and bytes
+when the kernel was built), the variant's numbers, the platform's memory, its log work, and
+the analytical estimate with its log (so that a regressor learns what the analytical model
+misses). :func:`matrix` lines vectors up in columns; a name a kernel lacks is NaN there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fusion.cost.data import Row
+from fusion.cost.model import Features
+from hwgen.energy import estimate as energy_estimate
+from hwgen.platform import PlatformConfig
+
+#: Fields of the features' JSON that are not numbers of the kernel (the variant goes in
+#: whole through ``config``).
+_SKIP = frozenset({"kind", "variant", "version", "config"})
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
+    """Numbers of a JSON value under dotted names; a string becomes a ``name=value`` one-hot,
+    a list of strings one per item and its length, a list of numbers its items."""
+    if value is None:
+        return  # unknown (a kernel not built has no program size): missing, NaN
+    if isinstance(value, bool | int | float):
+        out[prefix] = float(value)
+    elif isinstance(value, str):
+        out[f"{prefix}={value}"] = 1.0
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list | tuple):
+        out[f"{prefix}#len"] = float(len(value))
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                out[f"{prefix}={v}"] = 1.0
+            else:
+                _flatten(f"{prefix}[{i}]", v, out)
+
+
+def _work(features: Features) -> float | None:
+    """Multiply-accumulates of the kernel, or elements for kinds without any (passes, max)."""
+    macs = getattr(features, "macs", None)
+    if macs is not None:
+        return float(macs)
+    m, n = getattr(features, "M", None), getattr(features, "N", None)
+    return float(m * n) if m is not None and n is not None else None
+
+
+def analytical(features: Features, platform: PlatformConfig) -> tuple[float, float | None]:
+    """The analytical cycles of a kernel on a platform, and its analytical energy in nJ when
+    the kind's walk gives the counters energy needs (GEMM: the slices through the array and
+    the bytes moved; DRAM row activations are not modelled, so counted as none).
+
+    The energy is the base the energy head's residual target is taken against (the cycles
+    where it is None): energy is a sum over events, which trees learn poorly from cycles."""
+    if features.kind != "gemm":
+        return float(features.analytical_cycles(platform)), None
+    from fusion.cost.analytical import estimate
+
+    e = estimate(features, platform)
+    counters = {"cycles": e.cycles, "array_busy": e.k_slices, "bytes_read": e.bytes_loaded,
+                "bytes_written": e.bytes_stored}
+    return float(e.cycles), float(energy_estimate(counters, features.config, platform).total_nj)
+
+
+def featurize(features: Features, platform: PlatformConfig,
+              base: tuple[float, float | None] | None = None) -> dict[str, float]:
+    """The numbers a learned model sees for a kernel on a platform, by name.
+
+    Parameters
+    ----------
+    features : Features
+        The kernel (any kind).
+    platform : PlatformConfig
+        The memory it runs on.
+    base : tuple, optional
+        :func:`analytical` of the kernel, when already known.
+
+    Returns
+    -------
+    dict of str to float
+        Names are stable across kernels; a name a kernel lacks is missing (NaN) in a matrix.
+    """
+    out: dict[str, float] = {f"kind={features.kind}": 1.0}
+    _flatten("", {k: v for k, v in features.to_dict().items() if k not in _SKIP}, out)
+    _flatten("config", features.config.to_dict(), out)
+    out[f"memory={platform.memory}"] = 1.0
+    out["refresh_hot"] = float(platform.refresh == "hot")
+    out["clock_mhz"] = platform.clock_hz / 1e6
+    if platform.module:
+        out[f"module={platform.module}"] = 1.0
+    work = _work(features)
+    if work:
+        out["log_work"] = math.log(work)
+    cycles, energy = base if base is not None else analytical(features, platform)
+    out["analytical"] = cycles
+    out["log_analytical"] = math.log(cycles)
+    if energy:
+        out["log_analytical_energy"] = math.log(energy)
+    return out
+
+
+def energy_nj(row: Row) -> float:
+    """The energy target of a row: :func:`hwgen.energy.estimate` from its counters."""
+    return float(energy_estimate(row.counters, row.features.config, row.platform).total_nj)
+
+
+def matrix(vectors: Sequence[dict[str, float]], columns: Sequence[str]) -> np.ndarray:
+    """``vectors`` as rows of a float matrix over ``columns`` (NaN where a name is absent)."""
+    return np.array([[v.get(c, np.nan) for c in columns] for v in vectors], dtype=float)
+
+
+def vectors(features: Sequence[Features], platforms: Sequence[PlatformConfig],
+            ) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
+    """Each kernel's :func:`featurize` on its platform, and the residual bases of the
+    cycles and energy heads (:func:`analytical`: its energy where known, else its cycles)."""
+    bases = [analytical(f, p) for f, p in zip(features, platforms, strict=True)]
+    out = [featurize(f, p, b) for f, p, b in zip(features, platforms, bases, strict=True)]
+    return out, {"cycles": np.array([c for c, _ in bases], float),
+                 "energy": np.array([e or c for c, e in bases], float)}
+
+
+def row_vectors(rows: Sequence[Row]) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:
+    """:func:`vectors` of rows, each on its own platform."""
+    return vectors([r.features for r in rows], [r.platform for r in rows])
