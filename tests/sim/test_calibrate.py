@@ -11,6 +11,7 @@ rule, each of which costs 10% or more on the kernels it affects.
 import pytest
 
 from fusion.cost import AnalyticalModel, evaluate, read_rows
+from hwgen.platform import PlatformConfig
 from sim.calibrate import calibrate, compare
 
 pytestmark = pytest.mark.slow
@@ -26,6 +27,9 @@ def test_calibration_rows_and_the_analytical_model(v4x4, tmp_path):
         assert r.counters["bytes_read"] == r.features.bytes_loaded
         assert r.counters["bytes_written"] == r.features.bytes_stored
         assert r.counters["array_busy"] == r.features.k_slices
+        # one workload per shape, so that held-out splits keep a shape's runs together
+        assert r.workload == f"gemm{r.features.M}x{r.features.K}x{r.features.N}"
+        assert r.platform == PlatformConfig()
     ev = evaluate(AnalyticalModel(), rows)
     assert ev == result.evaluation == result.per_variant[v4x4.key()]
     worst_row, worst_prediction = compare(rows)[0]
