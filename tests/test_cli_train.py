@@ -83,3 +83,18 @@ def one_line_error_exit(capsys, argv):
         main(argv)
     assert exc.value.code == 2
     return "hwgen: error:" in capsys.readouterr().err
+
+
+def test_a_profile_database_trains_like_its_rows(capsys, tmp_path):
+    from fusion.cost.profiles import ProfileDB
+
+    db = ProfileDB(tmp_path / "p.sqlite")
+    assert db.import_jsonl(DATA) == 120
+    db.close()
+    assert main(["train", str(tmp_path / "p.sqlite"), "-o", str(tmp_path / "a"), "--json"]) == 0
+    from_db = json.loads(capsys.readouterr().out)
+    assert main(["train", str(DATA), "-o", str(tmp_path / "b"), "--json"]) == 0
+    from_jsonl = json.loads(capsys.readouterr().out)
+    assert from_db["n_train"] == from_jsonl["n_train"] == 95
+    assert from_db["test_workloads"] == from_jsonl["test_workloads"]
+    assert from_db["learned"]["mape"] == pytest.approx(from_jsonl["learned"]["mape"])
