@@ -196,7 +196,8 @@ def _model_rows(task: Task, config: VariantConfig, platform: PlatformConfig, bui
     from fusion.compiler.plan import compile_model
     from fusion.frontend import import_onnx
     from fusion.kernels.cache import KernelCache
-    from fusion.runtime.run import kernel_rows, random_inputs, run_compiled
+    from fusion.runtime.online import kernel_rows
+    from fusion.runtime.run import random_inputs, run_compiled
 
     compiled = compile_model(import_onnx(task.model), config, cache=KernelCache(disk=False),
                              fusion=task.fused, platform=platform)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fusion.cost.data import Row
 from fusion.cost.model import CostModel
@@ -31,6 +32,21 @@ from fusion.cost.profiles import ProfileDB
 from fusion.cost.tiered import MEASURED, TieredModel
 from fusion.runtime.drift import DriftMonitor
 from hwgen.platform import PlatformConfig
+
+
+def kernel_rows(compiled, report, platform: PlatformConfig, *,
+                workload: str, extra: dict[str, Any] | None = None) -> list[Row]:
+    """The measured kernels of a run as profile rows (:class:`fusion.cost.data.Row`): each
+    kernel's features on the variant, its counters, the platform it ran on, ``workload`` (the
+    model's name) and ``extra`` (seed, versions) with the kernel's name. A row exists only for
+    a kernel checked equal to the reference (a run stops at the first that is not)."""
+    specs = {k.name: k.spec for k in compiled.kernels}
+    rows = []
+    for run in report.kernels:
+        spec = specs[run.name]
+        rows.append(Row(spec.kind.features(compiled.config, spec.params), dict(run.counters),
+                        True, {**(extra or {}), "kernel": run.name}, platform, workload))
+    return rows
 
 
 @dataclass
@@ -90,8 +106,6 @@ class OnlineLoop:
         bool
             True if this run's errors triggered a refit.
         """
-        from fusion.runtime.run import kernel_rows
-
         first = len(self.db)
         rows = kernel_rows(compiled, report, self.platform,
                            workload=f"model {compiled.graph.name}")

@@ -48,7 +48,6 @@ from typing import Any
 import numpy as np
 
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
-from fusion.cost.data import Row
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
@@ -57,7 +56,6 @@ from fusion.runtime.shadow_inputs import directed_inputs
 from hwgen.energy import EnergyEstimate, estimate
 from hwgen.energy import total as total_energy
 from hwgen.perf import memory_summary
-from hwgen.platform import PlatformConfig
 
 
 class ShadowMismatch(RuntimeError):
@@ -242,21 +240,6 @@ class RunReport:
                 "sim_seconds": round(self.sim_seconds, 3),
                 "simulated_cycles": self.simulated_cycles,
                 "wall_seconds": round(self.wall_seconds, 3)}
-
-
-def kernel_rows(compiled: CompiledModel, report: RunReport, platform: PlatformConfig, *,
-                workload: str, extra: dict[str, Any] | None = None) -> list[Row]:
-    """The measured kernels of a run as profile rows (:class:`fusion.cost.data.Row`): each
-    kernel's features on the variant, its counters, the platform it ran on, ``workload`` (the
-    model's name) and ``extra`` (seed, versions) with the kernel's name. A row exists only for
-    a kernel checked equal to the reference (a run stops at the first that is not)."""
-    specs = {k.name: k.spec for k in compiled.kernels}
-    rows = []
-    for run in report.kernels:
-        spec = specs[run.name]
-        rows.append(Row(spec.kind.features(compiled.config, spec.params), dict(run.counters),
-                        True, {**(extra or {}), "kernel": run.name}, platform, workload))
-    return rows
 
 
 def kernel_macs(graph: Graph, nodes: list[str]) -> int:

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:
     """Append the run's kernels to the profile database (source ``runtime``)."""
     from fusion.cost.profiles import ProfileDB
-    from fusion.runtime.run import kernel_rows
+    from fusion.runtime.online import kernel_rows
 
     with ProfileDB(db_path) as db:
         # a run counter as each row's seed: the same kernel run again is a new run (its key

@@ -5,8 +5,8 @@ repeated) sweep resumes without running anything twice."""
 import json
 
 import pytest
-from fusion.cost.profiles import ProfileDB
 
+from fusion.cost.profiles import ProfileDB
 from hwgen.cli import main
 
 pytestmark = pytest.mark.slow
