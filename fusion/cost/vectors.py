@@ -4,7 +4,8 @@
 numeric fields of its features' JSON (shapes, tiling, fused, stages, program words and bytes
 when the kernel was built), the variant's numbers, the platform's memory, its log work, and
 the analytical estimate with its log (so that a regressor learns what the analytical model
-misses). :func:`matrix` lines vectors up in columns; a name a kernel lacks is NaN there.
+misses). :func:`matrix` lines vectors up in columns; a name a kernel lacks is :data:`MISSING`
+there.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
     """Numbers of a JSON value under dotted names; a string becomes a ``name=value`` one-hot,
     a list of strings one per item and its length, a list of numbers its items."""
     if value is None:
-        return  # unknown (a kernel not built has no program size): missing, NaN
+        return  # unknown (a kernel not built has no program size): missing
     if isinstance(value, bool | int | float):
         out[prefix] = float(value)
     elif isinstance(value, str):
@@ -88,7 +89,7 @@ def featurize(features: Features, platform: PlatformConfig,
     Returns
     -------
     dict of str to float
-        Names are stable across kernels; a name a kernel lacks is missing (NaN) in a matrix.
+        Names are stable across kernels; a name a kernel lacks is missing in a matrix.
     """
     out: dict[str, float] = {f"kind={features.kind}": 1.0}
     _flatten("", {k: v for k, v in features.to_dict().items() if k not in _SKIP}, out)
@@ -114,9 +115,19 @@ def energy_nj(row: Row) -> float:
     return float(energy_estimate(row.counters, row.features.config, row.platform).total_nj)
 
 
+#: A name a kernel lacks, in a matrix: below every real value (all are counts, sizes, flags
+#: and logs of those, 0 or more). Not NaN: a column with no value in a cross-validation
+#: fold's training rows (a kind only some workloads have) made scikit-learn's histogram
+#: boosting fail to bin it ("window shape cannot be larger than input array shape").
+MISSING = -1.0
+
+
 def matrix(vectors: Sequence[dict[str, float]], columns: Sequence[str]) -> np.ndarray:
-    """``vectors`` as rows of a float matrix over ``columns`` (NaN where a name is absent)."""
-    return np.array([[v.get(c, np.nan) for c in columns] for v in vectors], dtype=float)
+    """``vectors`` as rows of a float matrix over ``columns`` (:data:`MISSING` where a name is
+    absent)."""
+    out = np.array([[v.get(c, MISSING) for c in columns] for v in vectors], dtype=float)
+    out[np.isnan(out)] = MISSING
+    return out
 
 
 def vectors(features: Sequence[Features], platforms: Sequence[PlatformConfig],
