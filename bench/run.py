@@ -84,10 +84,10 @@ def main() -> int:
           f"(target <= 1.05)")
     print(f"  M=N=256, K=64: unfused/fused cycles {results['unfused_over_fused_cycles_k64']}")
     write_results("bench.json", results)
-    from bench import dram_model, models, platforms, real_models
+    from bench import dram_model, drift, models, platforms, real_models
 
     return (models.main() or real_models.main() or platforms.main([])
-            or dram_model.main([]))
+            or dram_model.main([]) or drift.main([]))
 
 
 if __name__ == "__main__":
