@@ -211,6 +211,16 @@ def kill_all(seen: dict[int, str]) -> None:
             pass
 
 
+def _as_from_a_terminal() -> None:
+    """In the child, before exec: SIGINT at its default and unblocked, as a shell leaves it.
+    A child inherits an ignored or blocked SIGINT, and the test runner's worker is not a
+    terminal: in full CI runs (pytest-xdist, after thousands of other tests) the command
+    ignored the signal three tries in a row (exit 0, nothing on stderr), while the test
+    passed on its own every time."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_ctrl_c_during_a_build_of_hwgen_gemm_leaves_nothing_behind(tmp_path):
     from hwgen.gateware.emit import generate
 
@@ -227,7 +237,8 @@ def test_ctrl_c_during_a_build_of_hwgen_gemm_leaves_nothing_behind(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "hwgen.cli", "gemm", "--variant", str(variant),
              "--m", "2", "--k", "2", "--n", "2"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_as_from_a_terminal)
         seen = {}
         try:
             seen = wait_for_compilers(proc)
@@ -238,7 +249,9 @@ def test_ctrl_c_during_a_build_of_hwgen_gemm_leaves_nothing_behind(tmp_path):
             kill_all(seen)
         if not (proc.returncode == 0 and err == ""):  # finished before the signal came
             break
-    assert proc.returncode == 130, err
+    # the runner's own signal state, should a run ever ignore the signal again
+    assert proc.returncode == 130, (err, signal.getsignal(signal.SIGINT),
+                                    signal.pthread_sigmask(signal.SIG_BLOCK, []))
     assert err == "hwgen: interrupted\n"
     time.sleep(0.5)
     assert alive(seen) == {}
