@@ -108,6 +108,8 @@ class BuildInfo:
         The sha256 of the simulator binary when it was built.
     platform : PlatformConfig
         The memory system behind the accelerator (the ideal memory by default).
+    memory : dict
+        What the testbench needs of that memory (its bank layout on a DRAM).
     source : callable, optional
         Gives the Verilog again, for :func:`rebuilt`; None for a build made elsewhere.
     """
@@ -122,6 +124,8 @@ class BuildInfo:
     verilog_sha256: str = ""
     executable_sha256: str = ""
     platform: PlatformConfig = field(default_factory=PlatformConfig)
+    #: What the testbench needs of the memory (recorded in the marker when built).
+    memory: dict = field(default_factory=lambda: {"kind": "ideal"})
     source: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -216,6 +220,7 @@ def locked(path: Path) -> Iterator[None]:
 def _info(config, directory, digest, marker, cached, began, source, platform) -> BuildInfo:
     return BuildInfo(
         platform=platform,
+        memory=marker["memory"],
         config=config,
         directory=directory,
         digest=digest,
@@ -237,10 +242,10 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
     """Build into the empty folder ``work``; return its marker (written last)."""
     began = time.perf_counter()
     tool = toolchain.check_toolchain()
+    memory = board_memory(config, platform)  # refuses a variant the platform cannot hold
     text = source()
     check_interface(text, config)
     verilog = text.encode()
-    memory = board_memory(config, platform)
     (work / "hwgen_accel.v").write_bytes(verilog)
     for name, body in memory.files.items():
         (work / name).write_text(body)
@@ -265,7 +270,8 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise BuildError(f"Verilator build of variant {config.key()} {failure}; the full "
                          f"log is {keep_log}:\n{tail}")
-    return write_marker(work, config, digest, verilog, tool, time.perf_counter() - began)
+    return write_marker(work, config, digest, verilog, tool, time.perf_counter() - began,
+                        memory.testbench_header())
 
 
 def _build(config: VariantConfig, directory: Path, digest: str,
@@ -381,8 +387,6 @@ def build_variant(
         If generating the Verilog or building it failed.
     """
     platform = PlatformConfig() if platform is None else platform
-    if platform.is_dram:
-        board_memory(config, platform)  # refuse a variant that does not fit, before building
     digest = _on(source_digest(verilog, sources), platform)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_generated, verilog or _accelerator_verilog, config)
@@ -414,8 +418,6 @@ def build_folder(path: str | os.PathLike, *, root: Path | None = None,
     variant = variant_folder.open_variant(path)
     config, sha = variant.config, variant.verilog_sha256
     platform = variant.platform if platform is None else platform
-    if platform.is_dram:
-        board_memory(config, platform)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_folder_verilog, variant)
     digest = _on(source_digest(), platform)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from hwgen.config import VariantConfig
 from sim import toolchain
@@ -19,7 +20,7 @@ from sim.top import TOP
 
 #: Bumped when the layout of a build folder or its marker changes, so old builds are not
 #: reused. 2: the marker records the Verilog's and the binary's sha256 and the tool versions.
-BUILD_FORMAT = 2
+BUILD_FORMAT = 3
 
 MARKER = "build.json"
 
@@ -57,7 +58,9 @@ def marker_problem(directory: Path, config: VariantConfig, digest: str,
     sha, exe = marker.get("verilog_sha256"), marker.get("executable")
     if not (isinstance(sha, str) and isinstance(exe, dict) and isinstance(exe.get("size"), int)
             and isinstance(exe.get("sha256"), str) and isinstance(marker.get("verilator"), str)
-            and isinstance(marker.get("build_seconds"), int | float)):
+            and isinstance(marker.get("build_seconds"), int | float)
+            and isinstance(marker.get("memory"), dict)
+            and marker["memory"].get("kind") in ("ideal", "dram")):
         return None, f"its {MARKER} lacks entries"
     if verilog_sha is not None and sha != verilog_sha:
         return None, "it was built from other Verilog"
@@ -78,8 +81,12 @@ def marker_problem(directory: Path, config: VariantConfig, digest: str,
 
 
 def write_marker(work: Path, config: VariantConfig, digest: str, verilog: bytes,
-                 tool: toolchain.Verilator, build_seconds: float) -> dict:
-    """Write the marker of the finished build in ``work`` (its binary is ``obj/TOP``)."""
+                 tool: toolchain.Verilator, build_seconds: float,
+                 memory: dict[str, Any]) -> dict:
+    """Write the marker of the finished build in ``work`` (its binary is ``obj/TOP``);
+    ``memory`` is what the testbench needs of its memory
+    (:meth:`sim.memory.BoardMemory.testbench_header`), recorded so that a run does not
+    generate the DRAM again to learn it."""
     binary = work / "obj" / TOP
     marker = {
         "format": BUILD_FORMAT,
@@ -93,6 +100,7 @@ def write_marker(work: Path, config: VariantConfig, digest: str, verilog: bytes,
         "runtime": toolchain.runtime_versions(),
         "executable": {"size": binary.stat().st_size, "sha256": sha256_file(binary)},
         "build_seconds": build_seconds,
+        "memory": memory,
     }
     (work / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return marker

@@ -42,7 +42,6 @@ from hwgen.config import VariantConfig
 from hwgen.perf import COUNTERS
 from sim import build as sim_build
 from sim import toolchain
-from sim.memory import board_memory
 
 if TYPE_CHECKING:
     from sim.board import Board
@@ -425,7 +424,7 @@ def run_programs(
         build = _usable(build)  # damaged or removed since it was made: rebuilt once
     folder = _run_folder(build, jobs[0].name)
     header = {
-        "memory": board_memory(config, build.platform).testbench_header(),
+        "memory": build.memory,
         "port_bytes": config.port_bytes,
         "clock_period_ns": sim_build.CLOCK_PERIOD_NS,
         "counters": list(COUNTERS),

@@ -49,6 +49,20 @@ def kernel_rows(compiled, report, platform: PlatformConfig, *,
     return rows
 
 
+def record_runtime(db: ProfileDB, compiled, report, platform: PlatformConfig, *,
+                   extra: dict[str, Any] | None = None) -> list[Row]:
+    """Append a run's kernels to ``db`` as runtime profiles and return the rows. Each row's
+    seed is a run counter (the database's size before), so the same kernel run again is a
+    new run, never dropped as a repeat (a run's key is its kernel, platform, seed, source)."""
+    first = len(db)
+    rows = kernel_rows(compiled, report, platform, workload=f"model {compiled.graph.name}",
+                       extra=extra)
+    rows = [dataclasses.replace(r, extra={**r.extra, "seed": first + i})
+            for i, r in enumerate(rows)]
+    db.add(rows, source="runtime")
+    return rows
+
+
 @dataclass
 class OnlineLoop:
     """Record, watch, refit.
@@ -106,13 +120,7 @@ class OnlineLoop:
         bool
             True if this run's errors triggered a refit.
         """
-        first = len(self.db)
-        rows = kernel_rows(compiled, report, self.platform,
-                           workload=f"model {compiled.graph.name}")
-        # a run counter as the seed: a kernel run again is a new run, never a repeat
-        rows = [dataclasses.replace(r, extra={**r.extra, "seed": first + i})
-                for i, r in enumerate(rows)]
-        self.db.add(rows, source="runtime")
+        rows = record_runtime(self.db, compiled, report, self.platform)
         last = self.db.last_id()
         variant_key, platform_key = compiled.config.key(), self.platform.key()
         tiers = {k.name: k.priced_by for k in compiled.kernels}

@@ -52,7 +52,6 @@ def _executor(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from fusion.cost.profiles import ProfileDB
-
     from hwgen.gateware.folder import open_variant
     from sim.sweep import SOURCE, plan_tasks, run_sweep
 
@@ -63,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
                                     ProfileDB.run_key, models=args.models)
 
         def sink(rows) -> int:
-            added = 0
-            for seed_value in sorted({r.extra["seed"] for r in rows}):
-                added += db.add([r for r in rows if r.extra["seed"] == seed_value],
-                                source=SOURCE, seed=seed_value)
-            return added
+            return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]
 
         executor, close = _executor(args) if tasks else (None, lambda: None)
         try:

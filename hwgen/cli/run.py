@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -167,14 +166,7 @@ def run(args: argparse.Namespace) -> int:
 def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:
     """Append the run's kernels to the profile database (source ``runtime``)."""
     from fusion.cost.profiles import ProfileDB
-    from fusion.runtime.online import kernel_rows
+    from fusion.runtime.online import record_runtime
 
     with ProfileDB(db_path) as db:
-        # a run counter as each row's seed: the same kernel run again is a new run (its key
-        # is the kernel, platform, seed and source), never dropped as a repeat
-        first = len(db)
-        rows = kernel_rows(compiled, report, platform, workload=f"model {compiled.graph.name}",
-                           extra={"input_seed": seed_value})
-        rows = [dataclasses.replace(r, extra={**r.extra, "seed": first + i})
-                for i, r in enumerate(rows)]
-        db.add(rows, source="runtime")
+        record_runtime(db, compiled, report, platform, extra={"input_seed": seed_value})
