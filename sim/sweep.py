@@ -10,8 +10,10 @@ What is swept, on each variant folder (its platform comes with it):
   chunking, the other loop order, B streamed in chunks for a single row block);
 - **whole models' kernels** (:func:`model_specs`): the bundled example models
   (``examples/*.onnx``: convolutions through window loads, max pools, depthwise
-  convolutions, residual passes, MLPs) on random inputs, fused and unfused. The MLPerf Tiny
-  models (``examples/real``) are never swept: they are the held-out workloads.
+  convolutions, residual passes, MLPs) and random networks (:mod:`sim.synthetic`: CNNs and
+  MLPs of log-uniform shapes, so that passes, pools and convolutions of every size are
+  measured, not only the examples' few) on random inputs, fused and unfused. The MLPerf
+  Tiny models (``examples/real``) are never swept: they are the held-out workloads.
 
 A sweep is cut into tasks (:class:`Task`): a variant folder and a few dozen GEMMs, or one
 model, each one simulator launch. Tasks go to an executor (a local process pool by default,
@@ -116,9 +118,18 @@ def gemm_specs(config: VariantConfig, samples: int,
     return out
 
 
-def model_specs() -> list[tuple[str, bool]]:
-    """The whole-model runs of a sweep: each bundled example, fused and unfused."""
-    return [(str(p), fused) for p in sorted(EXAMPLES.glob("*.onnx")) for fused in (True, False)]
+def model_specs(networks: int = 0, seed: int = 0) -> list[tuple[str, int, bool]]:
+    """The whole-model runs of a sweep, as ``(model, network, fused)``: each bundled example
+    (``network`` -1), then ``networks`` random networks (:func:`network_seed`; ``model``
+    empty), each fused and unfused."""
+    models = [(str(p), -1) for p in sorted(EXAMPLES.glob("*.onnx"))]
+    models += [("", network_seed(seed, i)) for i in range(networks)]
+    return [(m, n, fused) for m, n in models for fused in (True, False)]
+
+
+def network_seed(seed: int, index: int) -> int:
+    """The seed of a sweep's ``index``-th random network (:func:`sim.synthetic.network`)."""
+    return seed * 10_007 + index
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,9 @@ class Task:
         The GEMMs to run (a GEMM task).
     model : str
         An ONNX model whose kernels to run (a model task), ``""`` otherwise.
+    network : int
+        The seed of a random network (:mod:`sim.synthetic`) whose kernels to run (a model
+        task), -1 otherwise.
     fused : bool
         The model compiled with fusion (a model task).
     seed : int
@@ -142,8 +156,14 @@ class Task:
     variant: str
     gemms: tuple[GemmSpec, ...] = ()
     model: str = ""
+    network: int = -1
     fused: bool = True
     seed: int = 0
+
+    @property
+    def workload(self) -> str:
+        """A model task's workload name (its rows' group in cross-validation)."""
+        return f"network {self.network}" if self.network >= 0 else f"model {Path(self.model).stem}"
 
     @property
     def runs(self) -> int:
@@ -193,17 +213,26 @@ def run_task(task: Task) -> list[dict[str, Any]]:
 
 def _model_rows(task: Task, config: VariantConfig, platform: PlatformConfig, build,
                 versions: dict[str, str]) -> list[Row]:
-    from fusion.compiler.plan import compile_model
-    from fusion.frontend import import_onnx
-    from fusion.kernels.cache import KernelCache
     from fusion.runtime.online import kernel_rows
     from fusion.runtime.run import random_inputs, run_compiled
 
-    compiled = compile_model(import_onnx(task.model), config, cache=KernelCache(disk=False),
-                             fusion=task.fused, platform=platform)
+    compiled = _compile(task.model, task.network, task.fused, config, platform)
     report = run_compiled(compiled, random_inputs(compiled.graph, task.seed), build=build)
-    return kernel_rows(compiled, report, platform, workload=f"model {Path(task.model).stem}",
+    return kernel_rows(compiled, report, platform, workload=task.workload,
                        extra={"seed": task.seed, "versions": versions, "fused": task.fused})
+
+
+def _compile(model: str, network: int, fused: bool, config: VariantConfig,
+             platform: PlatformConfig):
+    """A model task's model (a file, or the random network of seed ``network``), compiled."""
+    from fusion.compiler.plan import compile_model
+    from fusion.frontend import import_onnx
+    from fusion.kernels.cache import KernelCache
+    from sim.synthetic import network as random_network
+
+    source = random_network(network) if network >= 0 else model
+    return compile_model(import_onnx(source), config, cache=KernelCache(disk=False),
+                         fusion=fused, platform=platform)
 
 
 @dataclass
@@ -231,10 +260,11 @@ class SweepResult:
 
 
 def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
-               run_key: Callable[[Row, str, int], str], *, models: bool = True
-               ) -> tuple[list[Task], int]:
+               run_key: Callable[[Row, str, int], str], *, models: bool = True,
+               networks: int = 0) -> tuple[list[Task], int]:
     """The tasks of a sweep over ``folders``, leaving out every run whose key is in ``done``
-    (what the database holds); and how many runs were left out."""
+    (what the database holds); and how many runs were left out. ``models``: the bundled
+    examples' kernels too; ``networks``: that many random networks' kernels too."""
     from hwgen.gateware.folder import open_variant
 
     tasks: list[Task] = []
@@ -250,27 +280,18 @@ def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
                 todo.append(spec)
         for i in range(0, len(todo), GEMMS_PER_TASK):
             tasks.append(Task(str(folder), tuple(todo[i:i + GEMMS_PER_TASK])))
-        if models:
-            for model, fused in model_specs():
-                keys = [run_key(Row(f, {}, platform=platform), SOURCE, seed)
-                        for f in _model_features(model, fused, config, platform)]
-                if keys and all(k in done for k in keys):
-                    skipped += len(keys)
-                    continue
-                tasks.append(Task(str(folder), model=model, fused=fused, seed=seed))
+        for model, network, fused in model_specs(networks, seed):
+            if network < 0 and not models:
+                continue
+            compiled = _compile(model, network, fused, config, platform)
+            keys = [run_key(Row(k.spec.kind.features(config, k.spec.params), {},
+                                platform=platform), SOURCE, seed) for k in compiled.kernels]
+            if keys and all(k in done for k in keys):
+                skipped += len(keys)
+                continue
+            tasks.append(Task(str(folder), model=model, network=network, fused=fused,
+                              seed=seed))
     return tasks, skipped
-
-
-def _model_features(model: str, fused: bool, config: VariantConfig,
-                    platform: PlatformConfig) -> list[Any]:
-    """The features of a model's kernels as the sweep compiles them (for the run keys)."""
-    from fusion.compiler.plan import compile_model
-    from fusion.frontend import import_onnx
-    from fusion.kernels.cache import KernelCache
-
-    compiled = compile_model(import_onnx(model), config, cache=KernelCache(disk=False),
-                             fusion=fused, platform=platform)
-    return [k.spec.kind.features(config, k.spec.params) for k in compiled.kernels]
 
 
 def run_sweep(tasks: Iterable[Task], sink: Callable[[list[Row]], int], *,
@@ -321,5 +342,5 @@ def run_sweep(tasks: Iterable[Task], sink: Callable[[list[Row]], int], *,
 
 def _label(task: Task) -> str:
     what = (f"{len(task.gemms)} GEMMs" if task.gemms
-            else f"{Path(task.model).stem} {'fused' if task.fused else 'unfused'}")
+            else f"{task.workload} {'fused' if task.fused else 'unfused'}")
     return f"{task.variant}: {what}"

@@ -31,6 +31,7 @@ three cycles a pass over.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -276,9 +277,37 @@ def _pass(m: Machine, dims: GemmDims, stages: tuple[str, ...], src_dt: str, out_
     chunk(False)
 
 
+#: The machines made while :func:`walk_totals` records (None: not recording).
+_RECORDING: contextvars.ContextVar[list[Machine] | None] = contextvars.ContextVar(
+    "hwgen_analytical_recording", default=None)
+
+
 def _machine(config: VariantConfig, platform: PlatformConfig | None) -> Machine:
     """The machine of ``config`` on ``platform``'s memory (the ideal memory if None)."""
-    return Machine(config, MemoryModel.for_platform(platform, config.port_bytes))
+    m = Machine(config, MemoryModel.for_platform(platform, config.port_bytes))
+    recording = _RECORDING.get()
+    if recording is not None:
+        recording.append(m)
+    return m
+
+
+def walk_totals(f: Features, platform: PlatformConfig | None = None,
+                ) -> tuple[int, dict[str, int] | None]:
+    """A kernel's analytical cycles (``f.analytical_cycles``) and its walk's totals
+    (:attr:`Machine.TOTALS`: bytes moved, LOADs, drains, DRAM words by class), for any kind.
+
+    The totals are None when the kind's walk did not run here (kinds that cache their
+    cycles by program: the convolution and window kernels, after their first estimate).
+    """
+    machines: list[Machine] = []
+    token = _RECORDING.set(machines)
+    try:
+        cycles = f.analytical_cycles(platform)
+    finally:
+        _RECORDING.reset(token)
+    if len(machines) != 1:
+        return cycles, None
+    return cycles, {name: getattr(machines[0], name) for name in Machine.TOTALS}
 
 
 def estimate(f: Features, platform: PlatformConfig | None = None) -> Estimate:

@@ -88,6 +88,19 @@ def scores(rows: Sequence[Row], predicted: Sequence[float]) -> dict[str, Any]:
             "regret_max": float(r.max()) if len(r) else None, "choices": len(r)}
 
 
+def _by_platform(test: Sequence[Row], cycles: np.ndarray, analytical: Sequence[float],
+                 energy: np.ndarray) -> dict[str, dict[str, Any]]:
+    out = {}
+    for platform in sorted({r.platform for r in test}, key=lambda p: p.describe()):
+        index = [i for i, r in enumerate(test) if r.platform == platform]
+        rows = [test[i] for i in index]
+        out[platform.describe()] = {
+            "learned": scores(rows, [cycles[i] for i in index]),
+            "analytical": scores(rows, [analytical[i] for i in index]),
+            "energy_mape": mape(energy[index], np.array([energy_nj(r) for r in rows]))}
+    return out
+
+
 def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = None, *,
                    seed: int = 0, grid: Sequence[Spec] = GRID,
                    ) -> tuple[LearnedModel, dict[str, Any]]:
@@ -105,7 +118,9 @@ def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = N
     dict
         ``n_train``, ``n_test``, and per model ``mape``, ``spearman``, ``regret_mean``,
         ``regret_max`` (with ``n`` and ``choices``); ``energy`` (the energy head's MAPE),
-        ``test_workloads`` and the ``chosen`` specs.
+        ``by_platform`` (the learned and analytical scores and the energy MAPE on each
+        platform's rows, by :meth:`~hwgen.platform.PlatformConfig.describe`),
+        ``test_workloads`` and the ``chosen`` specs (by memory).
 
     Raises
     ------
@@ -131,8 +146,11 @@ def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = N
                                       "regret_mean": None, "regret_max": None, "choices": 0}),
         "energy": {"n": len(test),
                    "mape": mape(energy, np.array([energy_nj(r) for r in test]))},
+        "by_platform": _by_platform(test, cycles, analytical, energy),
         "test_workloads": sorted({r.workload for r in test}),
         "platforms": sorted({r.platform.describe() for r in test}),
-        "chosen": {"cycles": model.cycles_spec.to_dict(), "energy": model.energy_spec.to_dict()},
+        "chosen": {q: {m: sp.to_dict() for m, sp in specs.items()}
+                   for q, specs in (("cycles", model.cycles_spec),
+                                    ("energy", model.energy_spec))},
     }
     return model, report

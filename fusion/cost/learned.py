@@ -37,7 +37,7 @@ from hwgen.platform import PlatformConfig
 
 #: Format tag and version of a saved model's ``model.json``.
 MODEL_FORMAT = "hwgen-learned"
-MODEL_VERSION = 1
+MODEL_VERSION = 2  # 2: heads per memory
 
 #: What a head's regressor fits: ``log`` of the quantity, or the ``residual`` log of the
 #: quantity over its analytical estimate (the regressor learns the analytical model's error;
@@ -205,6 +205,22 @@ def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray
     return grid[best], scores
 
 
+def _by_memory(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r.platform.memory, []).append(r)
+    return out
+
+
+def _spec_of(spec: Spec | dict[str, Spec], memory: str) -> Spec:
+    if isinstance(spec, Spec):
+        return spec
+    if memory not in spec:
+        raise ValueError(f"no spec for the {memory} memory's rows (specs for "
+                         f"{', '.join(sorted(spec))})")
+    return spec[memory]
+
+
 def _training_rows(rows: Sequence[Row]) -> list[Row]:
     rows = [r for r in rows if r.ok]
     if not rows:
@@ -219,49 +235,70 @@ def _training_rows(rows: Sequence[Row]) -> list[Row]:
 class LearnedModel(CostModel):
     """Cycles (and energy) predicted by regressors fitted to calibration rows.
 
+    Each memory (``ideal``, ``sdr``, ``ddr3``: :attr:`hwgen.platform.PlatformConfig.memory`)
+    has its own pair of heads, fitted to its own rows and chosen by its own cross-validation:
+    on the ideal memory the analytical estimate is exact and the constant wins there, while
+    on a DRAM the trees learn what the first-order memory model misses; one regressor over
+    both would trade the one's exactness for the other's residual. A platform whose memory
+    has no rows is refused (:meth:`covers`), never priced by another memory's heads.
+
     Make one with :meth:`fit` (choosing by cross-validation) or :meth:`load`. A model is
     bound to one platform for :meth:`predict` (the interface's predict takes only features):
     the ideal memory by default, another through :meth:`on`.
+
+    Parameters
+    ----------
+    rows : sequence of Row
+        Calibration rows (those not ``ok`` are left out).
+    cycles, energy : Spec or dict of str to Spec
+        Each head's spec: one for every memory, or one per memory of the rows.
+    seed : int
+        The regressors' seed.
+    platform : PlatformConfig, optional
+        The memory :meth:`predict` prices kernels on (the ideal memory by default).
+    cv : dict, optional
+        Cross-validation scores, by memory then head (kept for the record).
 
     Attributes
     ----------
     rows : list of Row
         The rows it was fitted to (``ok`` ones only).
-    seed : int
-        The regressors' seed.
-    platform : PlatformConfig
-        The memory :meth:`predict` prices kernels on.
-    cv : dict
-        Cross-validation scores of each head's candidates (empty after :meth:`load`).
+    memories : tuple of str
+        The memories it has heads for.
     """
 
     name = "learned"
 
-    def __init__(self, rows: Sequence[Row], cycles: Spec, energy: Spec, *, seed: int = 0,
+    def __init__(self, rows: Sequence[Row], cycles: Spec | dict[str, Spec],
+                 energy: Spec | dict[str, Spec], *, seed: int = 0,
                  platform: PlatformConfig | None = None,
-                 cv: dict[str, list[dict]] | None = None) -> None:
+                 cv: dict[str, dict[str, list[dict]]] | None = None) -> None:
         self.rows = _training_rows(rows)
         self.seed = seed
         self.platform = platform if platform is not None else PlatformConfig()
         self.cv = cv or {}
-        vecs, bases = row_vectors(self.rows)
-        columns = sorted({c for v in vecs for c in v})
-        x = matrix(vecs, columns)
-        self._cycles = _Head.fit("cycles", cycles, columns, x, _cycles(self.rows),
-                                 bases["cycles"], seed)
-        self._energy = _Head.fit("energy", energy, columns, x, _energies(self.rows),
-                                 bases["energy"], seed)
+        self._heads: dict[str, dict[str, _Head]] = {}
+        for memory, group in _by_memory(self.rows).items():
+            vecs, bases = row_vectors(group)
+            columns = sorted({c for v in vecs for c in v})
+            x = matrix(vecs, columns)
+            specs = {"cycles": _spec_of(cycles, memory), "energy": _spec_of(energy, memory)}
+            targets = {"cycles": _cycles(group), "energy": _energies(group)}
+            self._heads[memory] = {q: _Head.fit(q, specs[q], columns, x, targets[q], bases[q],
+                                                seed) for q in ("cycles", "energy")}
+        self.memories = tuple(sorted(self._heads))
 
     @classmethod
     def fit(cls, rows: Sequence[Row], *, seed: int = 0,
             grid: Sequence[Spec] = GRID) -> LearnedModel:
-        """Choose each head's spec from ``grid`` by grouped cross-validation, then fit both
-        heads to all of ``rows``.
+        """Choose each memory's heads' specs from ``grid`` by cross-validation grouped by
+        workload, then fit them to all of that memory's rows.
 
         Parameters
         ----------
         rows : sequence of Row
-            Calibration rows (those not ``ok`` are left out), of at least two workloads.
+            Calibration rows (those not ``ok`` are left out), of at least two workloads on
+            each memory.
         seed : int
             Seed of every regressor: the same rows and seed give the same model.
         grid : sequence of Spec
@@ -270,50 +307,78 @@ class LearnedModel(CostModel):
         Raises
         ------
         ValueError
-            No usable rows, or fewer than two workloads to fold by.
+            No usable rows, or fewer than two workloads on a memory to fold by.
         """
         rows = _training_rows(rows)
         if not grid:
             raise ValueError("the grid of candidates is empty; pass at least one Spec")
-        vecs, bases = row_vectors(rows)
-        columns = sorted({c for v in vecs for c in v})
-        x = matrix(vecs, columns)
-        folds = _folds([r.workload for r in rows])
-        cycles, cv_cycles = _choose(grid, x, _cycles(rows), bases["cycles"], folds, seed)
-        energy, cv_energy = _choose(grid, x, _energies(rows), bases["energy"], folds, seed)
-        return cls(rows, cycles, energy, seed=seed,
-                   cv={"cycles": cv_cycles, "energy": cv_energy})
+        chosen: dict[str, dict[str, Spec]] = {"cycles": {}, "energy": {}}
+        cv: dict[str, dict[str, list[dict]]] = {}
+        for memory, group in _by_memory(rows).items():
+            vecs, bases = row_vectors(group)
+            x = matrix(vecs, sorted({c for v in vecs for c in v}))
+            try:
+                folds = _folds([r.workload for r in group])
+            except ValueError as exc:
+                raise ValueError(f"on the {memory} memory: {exc}") from None
+            cv[memory] = {}
+            for quantity, y in (("cycles", _cycles(group)), ("energy", _energies(group))):
+                chosen[quantity][memory], cv[memory][quantity] = _choose(
+                    grid, x, y, bases[quantity], folds, seed)
+        return cls(rows, chosen["cycles"], chosen["energy"], seed=seed, cv=cv)
 
     @property
-    def cycles_spec(self) -> Spec:
-        """The cycles head's regressor, hyperparameters and target."""
-        return self._cycles.spec
+    def cycles_spec(self) -> dict[str, Spec]:
+        """The cycles heads' regressor, hyperparameters and target, by memory."""
+        return {m: h["cycles"].spec for m, h in self._heads.items()}
 
     @property
-    def energy_spec(self) -> Spec:
-        """The energy head's regressor, hyperparameters and target."""
-        return self._energy.spec
+    def energy_spec(self) -> dict[str, Spec]:
+        """The energy heads' regressor, hyperparameters and target, by memory."""
+        return {m: h["energy"].spec for m, h in self._heads.items()}
+
+    def covers(self, platform: PlatformConfig) -> bool:
+        """Whether the model was trained on rows of ``platform``'s memory."""
+        return platform.memory in self._heads
 
     def on(self, platform: PlatformConfig) -> LearnedModel:
-        """The same fitted model, pricing kernels on ``platform``'s memory."""
+        """The same fitted model, pricing kernels on ``platform``'s memory.
+
+        Raises
+        ------
+        ValueError
+            The model has no rows of that memory (:meth:`covers`).
+        """
+        self._check(platform)
         bound = copy.copy(self)
         bound.platform = platform
         return bound
 
+    def _check(self, platform: PlatformConfig) -> None:
+        if not self.covers(platform):
+            raise ValueError(
+                f"the learned model was trained on the {', '.join(self.memories)} memory, "
+                f"not {platform.memory}; calibrate on a variant folder of that memory "
+                f"(hwgen calibrate --variant DIR) and retrain with hwgen train")
+
     # -- prediction -------------------------------------------------------------------------
 
-    def _predict(self, head: _Head, features: Sequence[Features],
+    def _predict(self, quantity: str, features: Sequence[Features],
                  platforms: Sequence[PlatformConfig]) -> np.ndarray:
-        if not features:
-            return np.zeros(0)
-        vecs, bases = vectors(features, platforms)
-        return head.predict(matrix(vecs, head.columns), bases[head.quantity])
+        out = np.zeros(len(features))
+        for memory in sorted({p.memory for p in platforms}):
+            index = [i for i, p in enumerate(platforms) if p.memory == memory]
+            self._check(platforms[index[0]])
+            head = self._heads[memory][quantity]
+            vecs, bases = vectors([features[i] for i in index], [platforms[i] for i in index])
+            out[index] = head.predict(matrix(vecs, head.columns), bases[quantity])
+        return out
 
     def predict(self, features: Features) -> float:
         return float(self.predict_many([features])[0])
 
     def predict_many(self, features: Sequence[Features]) -> np.ndarray:
-        return self._predict(self._cycles, features, [self.platform] * len(features))
+        return self._predict("cycles", features, [self.platform] * len(features))
 
     def predict_energy(self, features: Features) -> float:
         """Predicted energy in nJ (what :func:`hwgen.energy.estimate` would give from the
@@ -322,13 +387,13 @@ class LearnedModel(CostModel):
 
     def predict_energy_many(self, features: Sequence[Features]) -> np.ndarray:
         """:meth:`predict_energy` of each, as a float array."""
-        return self._predict(self._energy, features, [self.platform] * len(features))
+        return self._predict("energy", features, [self.platform] * len(features))
 
     def predict_rows(self, rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
         """Predicted cycles and energy of each row's kernel on the row's own platform."""
         features, platforms = [r.features for r in rows], [r.platform for r in rows]
-        return (self._predict(self._cycles, features, platforms),
-                self._predict(self._energy, features, platforms))
+        return (self._predict("cycles", features, platforms),
+                self._predict("energy", features, platforms))
 
     # -- persistence (no pickle: the data and the specs, refitted on load) ------------------
 
@@ -357,7 +422,8 @@ class LearnedModel(CostModel):
             "sklearn": sklearn.__version__, "seed": self.seed,
             "rows_sha256": hashlib.sha256(data).hexdigest(), "n_rows": len(self.rows),
             "platform": self.platform.to_dict(),
-            "cycles": self.cycles_spec.to_dict(), "energy": self.energy_spec.to_dict(),
+            "cycles": {m: sp.to_dict() for m, sp in self.cycles_spec.items()},
+            "energy": {m: sp.to_dict() for m, sp in self.energy_spec.items()},
             "probes": [{"row": i, "cycles": float(c), "energy_nj": float(e)}
                        for i, c, e in zip(index, cycles, energy, strict=True)],
             "cv": self.cv,
@@ -400,8 +466,9 @@ class LearnedModel(CostModel):
             raise ValueError(f"{rows_path} changed since the model was saved (SHA-256 "
                              f"{digest[:12]}..., recorded {meta['rows_sha256'][:12]}...); "
                              f"retrain with hwgen train")
-        model = cls(read_rows(rows_path), Spec.from_dict(meta["cycles"]),
-                    Spec.from_dict(meta["energy"]), seed=int(meta["seed"]),
+        specs = {q: {m: Spec.from_dict(d) for m, d in meta[q].items()}
+                 for q in ("cycles", "energy")}
+        model = cls(read_rows(rows_path), specs["cycles"], specs["energy"], seed=int(meta["seed"]),
                     platform=PlatformConfig.from_dict(meta["platform"]), cv=meta.get("cv"))
         probes = meta["probes"]
         cycles, energy = model.predict_rows([model.rows[p["row"]] for p in probes])

@@ -83,7 +83,8 @@ class Machine:
     #: The times the machine keeps (cycles), and the totals it accumulates.
     TIMES = ("seq", "dma", "dma_take", "dma_issue", "feed_end", "clear", "pass_free", "store",
              "idle", "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
-    TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret")
+    TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret", "loads",
+              "drains", "words_seq", "words_bank", "words_row")
 
     def __init__(self, config: VariantConfig, memory: MemoryModel | None = None) -> None:
         c = config
@@ -117,6 +118,11 @@ class Machine:
         self.jobs_fed: list[int] = []
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
+        # the traffic, for a learned model to weigh what this model does not (docs of
+        # fusion.cost.memory): LOADs, row streams to the store (tiles and passes drained),
+        # and on a DRAM port the words requested by class (sequential, bank change, row
+        # conflict: MemoryModel.load_classes)
+        self.loads = self.drains = self.words_seq = self.words_bank = self.words_row = 0
 
     # -- repetition --------------------------------------------------------------------------
 
@@ -200,6 +206,7 @@ class Machine:
         self.store = st_last + s
         self.idle = max(self.idle, st_last + s + 1)
         self.bytes_stored += rows * self.C * lane_bytes
+        self.drains += 1
         return enter_last + 1
 
     def _job(self) -> int:
@@ -273,6 +280,10 @@ class Machine:
         else:
             count, length, stride = pattern or (1, words, words)
             first, rest = self.memory.load_cycles(count, length, stride, gap)
+            seq, bank, row = self.memory.load_classes(count, length, stride)
+            self.words_seq += seq
+            self.words_bank += bank + 1  # the first word, priced as a bank change
+            self.words_row += row
             start = max(take + 1, self.dma_issue - gap + first)
             self.dma_take = start + rest
             issue = rest + gap
@@ -289,6 +300,7 @@ class Machine:
         self.load_busy += max(0, end - max(start, self.dma))  # busy time, overlaps once
         self.dma = max(self.dma, end)
         self.bytes_loaded += nbytes
+        self.loads += 1
         self.instrs(1)
 
     def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False) -> None:

@@ -96,6 +96,11 @@ class MemoryModel:
         words ``stride`` apart requested at most one every ``gap`` cycles."""
         return _load_cycles(self, count, length, stride, gap)
 
+    def load_classes(self, count: int, length: int, stride: int) -> tuple[int, int, int]:
+        """:func:`classify` of a LOAD's words after its first, on this port's rows and
+        banks."""
+        return _classes(count, length, stride, self.figures.words_per_row, self.figures.banks)
+
     def store_cycles(self, words: float) -> float:
         """Cycles the port takes to write ``words`` consecutive words (refresh included)."""
         return words * self._clean(self.figures.write) / (1 - self.refresh_share)
@@ -124,11 +129,14 @@ def classify(count: int, length: int, stride: int, words_per_row: int,
     return seq, bank, row
 
 
+_classes = functools.lru_cache(maxsize=4096)(classify)
+
+
 @functools.lru_cache(maxsize=4096)
 def _load_cycles(model: MemoryModel, count: int, length: int, stride: int,
                  gap: int) -> tuple[int, int]:
     f = model.figures
-    seq, bank, row = classify(count, length, stride, f.words_per_row, f.banks)
+    seq, bank, row = _classes(count, length, stride, f.words_per_row, f.banks)
     t_seq, t_bank, t_row = model.word_costs()
     stretch = 1 / (1 - model.refresh_share)
     rest = (seq * max(gap, t_seq * stretch) + bank * max(gap, t_bank * stretch)

@@ -4,7 +4,9 @@
 numeric fields of its features' JSON (shapes, tiling, fused, stages, program words and bytes
 when the kernel was built), the variant's numbers, the platform's memory, its log work, and
 the analytical estimate with its log (so that a regressor learns what the analytical model
-misses). :func:`matrix` lines vectors up in columns; a name a kernel lacks is :data:`MISSING`
+misses), and the traffic of the analytical walk (LOADs, drains, bytes moved, DRAM words by
+row-buffer class, and their shares: what the first-order memory model prices only in
+part). :func:`matrix` lines vectors up in columns; a name a kernel lacks is :data:`MISSING`
 there.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,21 +58,51 @@ def _work(features: Features) -> float | None:
     return float(m * n) if m is not None and n is not None else None
 
 
-def analytical(features: Features, platform: PlatformConfig) -> tuple[float, float | None]:
-    """The analytical cycles of a kernel on a platform, and its analytical energy in nJ when
-    the kind's walk gives the counters energy needs (GEMM: the slices through the array and
-    the bytes moved; DRAM row activations are not modelled, so counted as none).
+class Base(NamedTuple):
+    """What the analytical model says of a kernel on a platform (:func:`analytical`)."""
+
+    cycles: float
+    #: Energy in nJ from the walk's counts (None: the walk's totals are unknown).
+    energy: float | None
+    #: The walk's totals (:func:`fusion.cost.analytical.walk_totals`; None: unknown).
+    traffic: dict[str, int] | None
+
+
+def analytical(features: Features, platform: PlatformConfig) -> Base:
+    """The analytical cycles of a kernel on a platform, its walk's traffic, and the energy
+    :func:`hwgen.energy.estimate` gives from the walk's counts (the slices through the array,
+    :attr:`~fusion.kernels.gemm.features.GemmFeatures.k_slices`, for kinds that use it; the
+    bytes moved; DRAM row activations are not modelled, so counted as none).
 
     The energy is the base the energy head's residual target is taken against (the cycles
     where it is None): energy is a sum over events, which trees learn poorly from cycles."""
-    if features.kind != "gemm":
-        return float(features.analytical_cycles(platform)), None
-    from fusion.cost.analytical import estimate
+    from fusion.cost.analytical import walk_totals
 
-    e = estimate(features, platform)
-    counters = {"cycles": e.cycles, "array_busy": e.k_slices, "bytes_read": e.bytes_loaded,
-                "bytes_written": e.bytes_stored}
-    return float(e.cycles), float(energy_estimate(counters, features.config, platform).total_nj)
+    cycles, traffic = walk_totals(features, platform)
+    if traffic is None:
+        return Base(float(cycles), None, None)
+    counters = {"cycles": cycles, "array_busy": getattr(features, "k_slices", 0),
+                "bytes_read": traffic["bytes_loaded"], "bytes_written": traffic["bytes_stored"]}
+    energy = float(energy_estimate(counters, features.config, platform).total_nj)
+    return Base(float(cycles), energy, traffic)
+
+
+def _traffic(cycles: float, t: dict[str, int], port_bytes: int, out: dict[str, float]) -> None:
+    """The walk's traffic, and the shares a tree cannot form from counts: the per-word
+    classes of the DRAM reads, and cycles per word moved."""
+    for name, value in t.items():
+        out[f"traffic.{name}"] = float(value)
+    words = t["words_seq"] + t["words_bank"] + t["words_row"]
+    moved = (t["bytes_loaded"] + t["bytes_stored"]) / port_bytes
+    if words:
+        out["traffic.bank_share"] = t["words_bank"] / words
+        out["traffic.row_share"] = t["words_row"] / words
+    if t["loads"]:
+        out["traffic.words_per_load"] = t["bytes_loaded"] / port_bytes / t["loads"]
+    if t["bytes_loaded"]:
+        out["traffic.store_share"] = t["bytes_stored"] / (t["bytes_loaded"] + t["bytes_stored"])
+    if moved:
+        out["traffic.cycles_per_word"] = cycles / moved
 
 
 def featurize(features: Features, platform: PlatformConfig,
@@ -83,7 +115,7 @@ def featurize(features: Features, platform: PlatformConfig,
         The kernel (any kind).
     platform : PlatformConfig
         The memory it runs on.
-    base : tuple, optional
+    base : Base, optional
         :func:`analytical` of the kernel, when already known.
 
     Returns
@@ -102,11 +134,13 @@ def featurize(features: Features, platform: PlatformConfig,
     work = _work(features)
     if work:
         out["log_work"] = math.log(work)
-    cycles, energy = base if base is not None else analytical(features, platform)
+    cycles, energy, traffic = base if base is not None else analytical(features, platform)
     out["analytical"] = cycles
     out["log_analytical"] = math.log(cycles)
     if energy:
         out["log_analytical_energy"] = math.log(energy)
+    if traffic is not None:
+        _traffic(cycles, traffic, features.config.port_bytes, out)
     return out
 
 
@@ -136,8 +170,8 @@ def vectors(features: Sequence[Features], platforms: Sequence[PlatformConfig],
     cycles and energy heads (:func:`analytical`: its energy where known, else its cycles)."""
     bases = [analytical(f, p) for f, p in zip(features, platforms, strict=True)]
     out = [featurize(f, p, b) for f, p, b in zip(features, platforms, bases, strict=True)]
-    return out, {"cycles": np.array([c for c, _ in bases], float),
-                 "energy": np.array([e or c for c, e in bases], float)}
+    return out, {"cycles": np.array([b.cycles for b in bases], float),
+                 "energy": np.array([b.energy or b.cycles for b in bases], float)}
 
 
 def row_vectors(rows: Sequence[Row]) -> tuple[list[dict[str, float]], dict[str, np.ndarray]]:

@@ -18,6 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=count, default=100,
                    help="GEMMs per variant (default 100); the bundled example models' kernels "
                         "are added unless --no-models")
+    p.add_argument("--networks", type=count, default=None, metavar="N",
+                   help="random networks (sim/synthetic.py) whose kernels to add per variant, "
+                        "fused and unfused: passes, pools and convolutions of many shapes "
+                        "(default: one per 8 samples)")
     p.add_argument("--jobs", type=positive_int, default=1,
                    help="local worker processes (default 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
@@ -26,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed, default=0, help="seed of the sweep (default 0)")
     p.add_argument("--db", required=True, help="the profile database (SQLite; created if new)")
     p.add_argument("--no-models", dest="models", action="store_false",
-                   help="GEMMs only, no whole-model kernels")
+                   help="no whole-model kernels: GEMMs only (and --networks if given)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
@@ -50,6 +54,12 @@ def _executor(args: argparse.Namespace):
     return pool, pool.shutdown
 
 
+def _networks(args: argparse.Namespace) -> int:
+    if args.networks is None:
+        return args.samples // 8 if args.models else 0
+    return args.networks
+
+
 def run(args: argparse.Namespace) -> int:
     from fusion.cost.profiles import ProfileDB
     from hwgen.gateware.folder import open_variant
@@ -59,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         open_variant(folder)  # every folder checked before any work
     with ProfileDB(args.db) as db:
         tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
-                                    ProfileDB.run_key, models=args.models)
+                                    ProfileDB.run_key, models=args.models,
+                                    networks=_networks(args))
 
         def sink(rows) -> int:
             return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]

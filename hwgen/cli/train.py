@@ -74,8 +74,17 @@ def render(report: dict[str, Any], output: Path) -> str:
     chosen = report["chosen"]
     lines.append(f"energy: learned MAPE {report['energy']['mape']:.3f}% against the counters' "
                  f"estimate")
-    lines.append(f"chosen by grouped cross-validation: cycles {_describe(chosen['cycles'])}; "
-                 f"energy {_describe(chosen['energy'])}")
+    for platform, by in report["by_platform"].items():
+        lines.append(f"  {platform} ({by['learned']['n']} kernels): MAPE learned "
+                     f"{_cell(by['learned']['mape'], '.2f')}%, analytical "
+                     f"{_cell(by['analytical']['mape'], '.2f')}%; regret learned "
+                     f"{_cell(by['learned']['regret_mean'], '.2f')}% (worst "
+                     f"{_cell(by['learned']['regret_max'], '.2f')}%); energy "
+                     f"{_cell(by['energy_mape'], '.2f')}%")
+    for memory in sorted(chosen["cycles"]):
+        lines.append(f"chosen on {memory} by grouped cross-validation: cycles "
+                     f"{_describe(chosen['cycles'][memory])}; energy "
+                     f"{_describe(chosen['energy'][memory])}")
     lines.append(f"model written to {output}")
     return "\n".join(lines)
 
