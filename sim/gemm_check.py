@@ -37,10 +37,16 @@ class Problem:
     bias: np.ndarray | None
     residual: np.ndarray | None
     params: EpilogueParams
+    #: Per-channel requantize multipliers and shifts (``params.per_channel``), else None.
+    mult: np.ndarray | None = None
+    shift: np.ndarray | None = None
 
     @property
     def operands(self) -> dict[str, np.ndarray | None]:
-        return {"a": self.a, "b": self.b, "bias": self.bias, "residual": self.residual}
+        out = {"a": self.a, "b": self.b, "bias": self.bias, "residual": self.residual}
+        if self.params.per_channel:
+            out |= {"mult": self.mult, "shift": self.shift}
+        return out
 
 
 def random_problem(M: int, K: int, N: int, stages: Sequence[str], seed: int) -> Problem:  # noqa: N803

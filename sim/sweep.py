@@ -27,6 +27,7 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fusion.cost.data import Row
 from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.gemm.features import GemmFeatures
@@ -43,6 +46,7 @@ from fusion.kernels.protocol import KernelRefused
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
+from hwgen.reference import EpilogueParams
 
 #: The source recorded for the sweep's runs (the runtime's are ``"runtime"``).
 SOURCE = "calibrate"
@@ -73,17 +77,36 @@ class GemmSpec:
     fused: bool
     tiling: Tiling | None
     seed: int
+    #: The workload the run belongs to (default: its GEMM problem).
+    group: str = ""
+    kgroup: int = 0
+    kmajor_out: bool = False
+    #: The epilogue's parameters (a model's layer: per-channel requantization, its residual
+    #: op); None: drawn with the operands.
+    epilogue: EpilogueParams | None = field(default=None, compare=False)
 
-    def case(self):
-        from sim.gemm_check import GemmCase
+    def case(self, config: VariantConfig):
+        """The :class:`sim.gemm_check.GemmCase` (a grouped GEMM's B zero off its blocks)."""
+        from sim.gemm_check import GemmCase, grouped_problem, random_problem
 
+        problem = (grouped_problem(config, self.M, self.K, self.N, self.kgroup, self.stages,
+                                   self.seed) if self.kgroup else None)
+        if self.epilogue is not None:
+            problem = problem or random_problem(self.M, self.K, self.N, self.stages, self.seed)
+            # the layer's parameters; per channel, the drawn scale on every channel
+            mult, shift = problem.params.mult, problem.params.shift
+            problem = dataclasses.replace(
+                problem, params=self.epilogue, mult=np.full(self.N, mult, np.int32),
+                shift=np.full(self.N, shift, np.int32))
         return GemmCase(self.M, self.K, self.N, stages=self.stages, fused=self.fused,
-                        tiling=self.tiling, seed=self.seed)
+                        tiling=self.tiling, seed=self.seed, problem=problem,
+                        kgroup=self.kgroup, kmajor_out=self.kmajor_out)
 
     @property
     def workload(self) -> str:
-        """The GEMM problem: cross-validation keeps its tilings and fusions together."""
-        return f"gemm {self.M}x{self.K}x{self.N} {','.join(self.stages) or 'none'}"
+        """The GEMM problem (cross-validation keeps its tilings and fusions together), or
+        the model it was drawn from (:func:`candidate_specs`)."""
+        return self.group or f"gemm {self.M}x{self.K}x{self.N} {','.join(self.stages) or 'none'}"
 
 
 def _log_uniform(rng: random.Random) -> int:
@@ -111,11 +134,43 @@ def gemm_specs(config: VariantConfig, samples: int,
         tiling = rng.choice(_tilings())
         spec = GemmSpec(m, k, n, tuple(stages), fused, tiling, seed * 1_000_003 + tries)
         try:
-            kernel = spec.case().kernel(config)
+            kernel = spec.case(config).kernel(config)
         except (KernelRefused, ProgramTooLong, ValueError):
             continue  # refused as illegal, too long, or too big for the variant's memory
         out.append((spec, GemmFeatures.from_kernel(kernel)))
     return out
+
+
+def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
+                    seed: int) -> list[tuple[GemmSpec, GemmFeatures]]:
+    """Every candidate the engine prices for each GEMM kernel of ``model`` (its
+    :meth:`~fusion.kernels.gemm.kind.GemmKind.variants`: the tiler's best tilings, the best
+    of each loop order, streamed B), fused and unfused, as GEMMs of the model's workload:
+    what selection regret is measured on (how much slower the predicted-best candidate of a
+    kernel is than its measured-best). Each keeps its layer's epilogue parameters (a GEMM
+    that computes the same; only the operands are random, seeded). Their workload is the
+    model's as ``hwgen run --db`` records it (``model`` and the graph's name)."""
+    from fusion.kernels.gemm.params import GemmParams
+
+    compiled = _compile(model, -1, True, config, platform)
+    out: dict[tuple, tuple[GemmSpec, GemmFeatures]] = {}
+    for i, k in enumerate(compiled.kernels):
+        p = k.spec.params
+        if not isinstance(p, GemmParams):
+            continue
+        for fused in (True, False) if p.stages else (True,):
+            base = dataclasses.replace(p, tiling=None, fused=fused)
+            for v in k.spec.kind.variants(config, base):
+                spec = GemmSpec(v.M, v.K, v.N, tuple(v.stages), v.fused, v.tiling,
+                                seed * 1_000_003 + i, f"model {compiled.graph.name}", v.kgroup,
+                                v.kmajor_out, v.epilogue)
+                try:
+                    features = GemmFeatures.from_kernel(spec.case(config).kernel(config))
+                except (KernelRefused, ProgramTooLong, ValueError):
+                    continue
+                out.setdefault((spec.M, spec.K, spec.N, spec.stages, spec.fused, spec.tiling,
+                                spec.kgroup, spec.kmajor_out), (spec, features))
+    return list(out.values())
 
 
 def model_specs(networks: int = 0, seed: int = 0) -> list[tuple[str, int, bool]]:
@@ -199,7 +254,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     if task.gemms:
         from sim.gemm_check import run_gemms
 
-        cases = [g.case() for g in task.gemms]
+        cases = [g.case(config) for g in task.gemms]
         reports = run_gemms(config, cases, build=build)
         for spec, case, report in zip(task.gemms, cases, reports, strict=True):
             rows.append(Row(GemmFeatures.from_kernel(case.kernel(config)), dict(report.counters),
@@ -261,10 +316,11 @@ class SweepResult:
 
 def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
                run_key: Callable[[Row, str, int], str], *, models: bool = True,
-               networks: int = 0) -> tuple[list[Task], int]:
+               networks: int = 0, candidates_of: Sequence[str] = ()) -> tuple[list[Task], int]:
     """The tasks of a sweep over ``folders``, leaving out every run whose key is in ``done``
     (what the database holds); and how many runs were left out. ``models``: the bundled
-    examples' kernels too; ``networks``: that many random networks' kernels too."""
+    examples' kernels too; ``networks``: that many random networks' kernels too;
+    ``candidates_of``: every candidate of these models' GEMMs too (:func:`candidate_specs`)."""
     from hwgen.gateware.folder import open_variant
 
     tasks: list[Task] = []
@@ -273,7 +329,10 @@ def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
         variant = open_variant(folder)
         config, platform = variant.config, variant.platform
         todo = []
-        for spec, features in gemm_specs(config, samples, seed):
+        drawn = gemm_specs(config, samples, seed)
+        for model in candidates_of:
+            drawn += candidate_specs(model, config, platform, seed)
+        for spec, features in drawn:
             if run_key(Row(features, {}, platform=platform), SOURCE, spec.seed) in done:
                 skipped += 1
             else:

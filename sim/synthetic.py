@@ -42,6 +42,7 @@ class _Builder:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.shapes: dict[str, tuple[int, ...]] = {}
+        self.scales: dict[str, float] = {}  # of each dequantized activation
         self.n = 0
 
     def name(self, what: str) -> str:
@@ -72,7 +73,9 @@ class _Builder:
         s = self.const(f"{name}_scale", np.float32(scale))
         z = self.const(f"{name}_zp", np.array(zp, dtype))
         q = self.node("QuantizeLinear", [x, s, z], self.shapes[x])
-        return self.node("DequantizeLinear", [q, s, z], self.shapes[x])
+        out = self.node("DequantizeLinear", [q, s, z], self.shapes[x])
+        self.scales[out] = float(np.float32(scale))
+        return out
 
     def weights(self, shape: tuple[int, ...], fan_in: int,
                 transposed: bool = False) -> tuple[str, np.ndarray]:
@@ -98,7 +101,7 @@ class _Builder:
                self.const(f"{name}_zp", np.zeros(scale.shape, np.int32))]
         return self.node("DequantizeLinear", ins, scale.shape, axis=0)
 
-    # -- layers: each takes and returns a dequantized activation at ACT_SCALE --------------
+    # -- layers: each takes and returns a dequantized activation (its scale in ``scales``) --
 
     def conv(self, x: str, filters: int, kernel: int, stride: int,
              depthwise: bool = False, relu: bool = True) -> str:
@@ -108,7 +111,7 @@ class _Builder:
         pad = kernel // 2
         oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
         wq, ws = self.weights((filters, cin, kernel, kernel), cin * kernel * kernel)
-        y = self.node("Conv", [x, wq, self.bias(ws * ACT_SCALE)], (n, filters, oh, ow),
+        y = self.node("Conv", [x, wq, self.bias(ws * self.scales[x])], (n, filters, oh, ow),
                       kernel_shape=[kernel, kernel], strides=[stride, stride],
                       pads=[pad] * 4, group=c if depthwise else 1)
         if relu:
@@ -119,7 +122,7 @@ class _Builder:
         rows, k = self.shapes[x]
         gemm = self.rng.random() < 0.5
         wq, ws = self.weights((units, k), k, transposed=not gemm)
-        b = self.bias(ws * ACT_SCALE)
+        b = self.bias(ws * self.scales[x])
         if gemm:
             y = self.node("Gemm", [x, wq, b], (rows, units), transB=1)
         else:
@@ -130,21 +133,27 @@ class _Builder:
         return self.qdq(y, ACT_SCALE, relu)
 
     def add(self, a: str, b: str) -> str:
-        return self.qdq(self.node("Add", [a, b], self.shapes[a]), 2 * ACT_SCALE)
+        # a calibrated sum's scale: not a power-of-two multiple of the operands' (that would
+        # put half the sums on a rounding tie, where a float reference is a coin toss)
+        return self.qdq(self.node("Add", [a, b], self.shapes[a]), ADD_SCALE * self.scales[a])
 
     def max_pool(self, x: str) -> str:
         n, c, h, w = self.shapes[x]
         y = self.node("MaxPool", [x], (n, c, h // 2, w // 2), kernel_shape=[2, 2],
                       strides=[2, 2])
-        return self.qdq(y, ACT_SCALE)
+        return self.qdq(y, self.scales[x])  # the input's scale, as quantizers keep it
 
     def flatten(self, x: str) -> str:
-        return self.node("Flatten", [x], (self.shapes[x][0], int(np.prod(self.shapes[x][1:]))))
+        y = self.node("Flatten", [x], (self.shapes[x][0], int(np.prod(self.shapes[x][1:]))))
+        self.scales[y] = self.scales[x]
+        return y
 
 
 #: The activations' scale: values of spread about one (He initialization keeps them there)
 #: in int8 with room for four standard deviations.
 ACT_SCALE = 4.0 / 127
+#: A residual sum's scale over its operands' (about the spread of a sum of two).
+ADD_SCALE = 1.37
 
 
 def _cnn(b: _Builder) -> tuple[str, str]:

@@ -168,23 +168,47 @@ class Evaluation:
                 f"regret {self.regret:.3f}%")
 
 
+#: The fields of a kernel's features known only once it is built (a sweep builds its kernels;
+#: the engine prices candidates before it builds them, and the runtime records a kernel's
+#: features from its parameters): no model may use them, and a kernel is the same candidate
+#: with or without them.
+BUILT_FIELDS = frozenset({"program_words", "bytes_loaded", "bytes_stored"})
+
+#: The fields of a kernel's features that are the engine's choice for one computation (fusion,
+#: tiling, loop order, buffering, streaming; and the passes' types, which follow from
+#: fusion). Kernels that differ only in these are candidates of one choice; any other
+#: difference (shape, stages, quantization, layout) is another computation.
+STRATEGY_FIELDS = frozenset({"fused", "tiling", "pass_dtypes"})
+
+
 def regrets(rows: Sequence[Row], predicted: Sequence[float]) -> np.ndarray:
     """Selection regret of each choice ``predicted`` makes among ``rows``, in percent.
 
-    Rows are grouped by what they compute (kind, variant, platform and
-    :attr:`fusion.cost.model.Features.problem`); in each group of more than one, the regret
-    is how much slower the row with the least predicted cycles measured than the fastest
-    row. Empty when no group has a choice.
+    Rows are grouped by what they compute on which hardware (their features but for
+    :data:`STRATEGY_FIELDS`, and the platform), and within a group by candidate (identical
+    features): a kernel measured several times (a model that runs one layer shape at several
+    places in memory) is one candidate, its measured cycles their mean. In each group of more
+    than one candidate, the regret is how much slower the candidate with the least predicted
+    cycles measured than the fastest candidate. Empty when no group has a choice (kinds
+    without strategies, such as passes, never have one).
     """
-    groups: dict[tuple, list[tuple[float, int]]] = {}
+    groups: dict[tuple, dict[str, list]] = {}
     for row, p in zip(rows, predicted, strict=True):
-        f = row.features
-        groups.setdefault((f.kind, f.config.key(), row.platform.key(), f.problem),
-                          []).append((float(p), row.cycles))
-    # a tie in the predictions goes to the first row: a model that cannot tell kernels
-    # apart gets no credit for the order they happened to be measured in
-    return np.array([(min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1) * 100.0
-                     for g in groups.values() if len(g) > 1], dtype=float)
+        d = {k: v for k, v in row.features.to_dict().items() if k not in BUILT_FIELDS}
+        computation = {k: v for k, v in d.items() if k not in STRATEGY_FIELDS}
+        candidates = groups.setdefault(
+            (row.platform.key(), json.dumps(computation, sort_keys=True)), {})
+        key = json.dumps(d, sort_keys=True)
+        candidates.setdefault(key, [float(p), []])[1].append(row.cycles)
+    out = []
+    for candidates in groups.values():
+        if len(candidates) < 2:
+            continue
+        g = [(p, float(np.mean(cycles))) for p, cycles in candidates.values()]
+        # a tie in the predictions goes to the first candidate: a model that cannot tell
+        # kernels apart gets no credit for the order they happened to be measured in
+        out.append((min(g, key=lambda pc: pc[0])[1] / min(c for _, c in g) - 1) * 100.0)
+    return np.array(out, dtype=float)
 
 
 def _regret(rows: Sequence[Row], predicted: np.ndarray) -> float:

@@ -47,6 +47,14 @@ TARGETS: tuple[str, ...] = ("log", "residual")
 #: Relative difference a reloaded model's predictions may have from the recorded ones.
 PROBE_TOLERANCE = 1e-9
 
+#: Percentage points of cross-validated MAPE a later (more complex) spec of the grid must
+#: gain to be chosen over an earlier one. On the ideal memory the analytical estimate is
+#: exact on nearly every kernel and a forest of its residuals gains a few hundredths of a
+#: point on the sweep's odd GEMMs, then adds as much error on kernels where the estimate is
+#: exact; a difference that small is no evidence (a DRAM refresh's phase alone moves a
+#: kernel by more).
+CV_TOLERANCE = 0.1
+
 #: Rows whose predictions :meth:`LearnedModel.save` records, at most.
 PROBES = 8
 
@@ -192,7 +200,8 @@ def _folds(groups: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray,
             folds: list[tuple[np.ndarray, np.ndarray]], seed: int) -> tuple[Spec, list[dict]]:
-    """The spec with the least out-of-fold MAPE (the first of equals), and every score."""
+    """The first spec of ``grid`` whose out-of-fold MAPE is within :data:`CV_TOLERANCE` of
+    the least (the grid lists the simplest first), and every score."""
     scores = []
     for spec in grid:
         oof = np.empty(len(y))
@@ -201,7 +210,8 @@ def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray
             oof[test] = head.predict(x[test], base[test])
         scores.append({**spec.to_dict(),
                        "cv_mape": float(np.mean(np.abs(oof - y) / y) * 100.0)})
-    best = min(range(len(grid)), key=lambda i: scores[i]["cv_mape"])
+    least = min(s["cv_mape"] for s in scores)
+    best = next(i for i, s in enumerate(scores) if s["cv_mape"] <= least + CV_TOLERANCE)
     return grid[best], scores
 
 

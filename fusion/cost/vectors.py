@@ -1,8 +1,8 @@
 """What a learned cost model sees of a kernel: a vector of named numbers.
 
 :func:`featurize` turns a kernel's features on a platform into numbers by name: its kind, the
-numeric fields of its features' JSON (shapes, tiling, fused, stages, program words and bytes
-when the kernel was built), the variant's numbers, the platform's memory, its log work, and
+numeric fields of its features' JSON (shapes, tiling, fused, stages; not what only a built
+kernel knows), the variant's numbers, the platform's memory, its log work, and
 the analytical estimate with its log (so that a regressor learns what the analytical model
 misses), and the traffic of the analytical walk (LOADs, drains, bytes moved, DRAM words by
 row-buffer class, and their shares: what the first-order memory model prices only in
@@ -18,14 +18,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fusion.cost.data import Row
+from fusion.cost.data import BUILT_FIELDS, Row
 from fusion.cost.model import Features
 from hwgen.energy import estimate as energy_estimate
 from hwgen.platform import PlatformConfig
 
 #: Fields of the features' JSON that are not numbers of the kernel (the variant goes in
-#: whole through ``config``).
-_SKIP = frozenset({"kind", "variant", "version", "config"})
+#: whole through ``config``), or that the engine does not know when it prices a candidate
+#: (:data:`fusion.cost.data.BUILT_FIELDS`: a model fitted to them would see them missing
+#: there; the analytical walk's traffic gives the bytes moved instead).
+_SKIP = frozenset({"kind", "variant", "version", "config"}) | BUILT_FIELDS
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from hwgen.cli.common import count, positive_int, seed
 
@@ -22,6 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random networks (sim/synthetic.py) whose kernels to add per variant, "
                         "fused and unfused: passes, pools and convolutions of many shapes "
                         "(default: one per 8 samples)")
+    p.add_argument("--candidates-of", dest="candidates_of", action="append", default=[],
+                   metavar="MODEL",
+                   help="also every candidate the engine prices for each GEMM of this ONNX "
+                        "model (tilings, loop orders, streamed B; fused and unfused), grouped "
+                        "as the model's workload: what selection regret is measured on")
     p.add_argument("--jobs", type=positive_int, default=1,
                    help="local worker processes (default 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
@@ -67,10 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
     for folder in args.variant:
         open_variant(folder)  # every folder checked before any work
+    for model in args.candidates_of:
+        if not Path(model).is_file():
+            raise ValueError(f"--candidates-of {model}: no such file; give an ONNX model")
     with ProfileDB(args.db) as db:
         tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
                                     ProfileDB.run_key, models=args.models,
-                                    networks=_networks(args))
+                                    networks=_networks(args),
+                                    candidates_of=args.candidates_of)
 
         def sink(rows) -> int:
             return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]

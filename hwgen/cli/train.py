@@ -79,7 +79,9 @@ def render(report: dict[str, Any], output: Path) -> str:
                      f"{_cell(by['learned']['mape'], '.2f')}%, analytical "
                      f"{_cell(by['analytical']['mape'], '.2f')}%; regret learned "
                      f"{_cell(by['learned']['regret_mean'], '.2f')}% (worst "
-                     f"{_cell(by['learned']['regret_max'], '.2f')}%); energy "
+                     f"{_cell(by['learned']['regret_max'], '.2f')}%), analytical "
+                     f"{_cell(by['analytical']['regret_mean'], '.2f')}% (worst "
+                     f"{_cell(by['analytical']['regret_max'], '.2f')}%); energy "
                      f"{_cell(by['energy_mape'], '.2f')}%")
     for memory in sorted(chosen["cycles"]):
         lines.append(f"chosen on {memory} by grouped cross-validation: cycles "

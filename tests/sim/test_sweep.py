@@ -2,7 +2,9 @@
 profile database, on a process pool and on a Dask ``LocalCluster``; an interrupted (or
 repeated) sweep resumes without running anything twice."""
 
+import collections
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from hwgen.cli import main
 
 pytestmark = pytest.mark.slow
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FOLDER = ["--rows", "4", "--cols", "4", "--port-bytes", "16", "--mem-addr-bits", "21",
           "--epilogue", "bias,requant,relu,clamp,residual"]
 
@@ -68,3 +71,33 @@ def test_the_example_models_kernels_are_swept_with_their_kinds(folders, tmp_path
     kinds = {r.features.kind for r in rows}
     assert {"gemm", "pass"} <= kinds and len(kinds) >= 3, kinds
     assert all(r.workload.startswith("model ") for r in rows)
+
+
+def test_random_networks_and_every_candidate_of_a_models_gemms_are_swept(folders, tmp_path,
+                                                                         capsys):
+    db = tmp_path / "more.db"
+    model = EXAMPLES / "qdq_mlp_residual.onnx"
+    result = _calibrate(capsys, "--variant", folders[1], "--samples", "0", "--no-models",
+                        "--networks", "1", "--candidates-of", str(model), "--db", str(db),
+                        "--jobs", "2")
+    with ProfileDB(db) as profiles:
+        rows = profiles.rows()
+    assert result["mismatched"] == 0 and result["failed"] == [] and all(r.ok for r in rows)
+    assert {r.platform.memory for r in rows} == {"ddr3"}
+    network = [r for r in rows if r.workload == "network 0"]
+    assert {r.features.kind for r in network} >= {"gemm", "pass"}
+    # the model's GEMMs, each with the candidates the engine prices: tilings, loop orders,
+    # fused and unfused
+    candidates = [r for r in rows if r.workload == "model qdq_mlp_residual"]
+    per_problem = collections.Counter(r.features.problem for r in candidates)
+    assert len(per_problem) >= 2 and min(per_problem.values()) >= 3
+    assert {r.features.fused for r in candidates} == {True, False}
+    assert len(rows) == len(network) + len(candidates)
+
+
+def test_calibrate_refuses_a_model_that_is_not_there(folders, tmp_path, capsys):
+    code = main(["calibrate", "--variant", folders[0], "--candidates-of",
+                 str(tmp_path / "missing.onnx"), "--db", str(tmp_path / "x.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and "missing.onnx: no such file" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.db").exists()

@@ -60,10 +60,14 @@ def test_evaluate_uses_only_successful_runs():
     ev = evaluate(Constant(), rows)
     assert (ev.n, ev.mape, ev.worst) == (2, pytest.approx(25.0), pytest.approx(50.0))
     assert "constant: 2 kernels, MAPE 25.00%" in ev.summary()
-    # both rows solve the same problem and the model cannot tell them apart: a tie goes to
-    # the first row, here the faster one; swapped, the choice costs 2x
-    assert ev.regret == pytest.approx(0.0)
-    assert evaluate(Constant(), rows[1::-1]).regret == pytest.approx(100.0)
+    # the same kernel measured twice is one candidate: no choice, so no regret
+    assert math.isnan(ev.regret)
+    # two candidates of one problem the model cannot tell apart: a tie goes to the first
+    # one, here the slower; swapped, the choice costs nothing
+    g = GemmFeatures.for_gemm(CFG, 8, 16, 8, tiling=Tiling(tm=1, tn=1, double_buffer=False))
+    choice = [Row(g, {"cycles": 200}), rows[0]]
+    assert evaluate(Constant(), choice).regret == pytest.approx(100.0)
+    assert evaluate(Constant(), choice[::-1]).regret == pytest.approx(0.0)
     with pytest.raises(ValueError, match="no successful calibration rows"):
         evaluate(Constant(), rows[2:])
 
@@ -81,4 +85,7 @@ def test_regret_is_the_cost_of_the_models_choice():
     other = GemmFeatures.for_gemm(CFG, 8, 16, 16)  # a problem with no choice: ignored
     rows = [Row(f1, {"cycles": 150}), Row(f2, {"cycles": 100}), Row(other, {"cycles": 9})]
     assert evaluate(ByTiling(), rows).regret == pytest.approx(50.0)  # picked tm=1: 1.5x
+    # a candidate measured more than once counts at its mean
+    again = rows + [Row(f1, {"cycles": 130}), Row(f2, {"cycles": 90}), Row(f2, {"cycles": 110})]
+    assert evaluate(ByTiling(), again).regret == pytest.approx(40.0)  # 140 against 100
     assert math.isnan(evaluate(ByTiling(), rows[2:]).regret)
