@@ -6,11 +6,16 @@ hot-refresh build after ``--switch-after`` simulator launches. The runtime
 (:class:`fusion.runtime.online.OnlineLoop`) compiles each run with its current model
 (profiles measured since its last refit, then the analytical model), records every kernel in
 a profile database, and refits when the rolling error of the profile-priced kernels crosses
-the threshold (the profiles went stale: the hardware changed). Printed: per run, the model,
-the mean error of its kernels, which tier priced them, the profile mark, and where the board
-switched and the loop refitted. Writes ``build/bench_drift.json``.
+the threshold (the profiles went stale: the hardware changed). With ``--learned DIR`` (a model
+``hwgen train`` or :mod:`bench.calibration` saved) the base model is that learned model, and
+each refit fits it again with the runs since the drift
+(:meth:`~fusion.cost.learned.LearnedModel.refitted`), so the kernels no profile prices
+recover too. Printed: per run, the model, the mean error of its kernels, which tier priced
+them, the error of the model-priced ones, the profile mark, and where the board switched and
+the loop refitted. Writes ``build/bench_drift.json``.
 
-Run: ``python -m bench.drift [--passes N] [--switch-after N] [--threshold F] [--window N]``.
+Run: ``python -m bench.drift [--passes N] [--switch-after N] [--threshold F] [--window N]
+[--learned DIR]``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.01,
                    help="rolling relative error that calls for a refit (default 0.01)")
     p.add_argument("--window", type=int, default=8, help="kernel runs in the rolling window")
+    p.add_argument("--learned", metavar="DIR",
+                   help="a saved learned model: the base model, refitted at each drift")
     args = p.parse_args(argv)
     normal = PlatformConfig(memory="ddr3")
     hot = PlatformConfig(memory="ddr3", refresh="hot")
@@ -59,8 +66,15 @@ def main(argv: list[str] | None = None) -> int:
             inputs[name] = {"x": data["x"]}
     timeline = []
     with tempfile.TemporaryDirectory() as tmp, ProfileDB(Path(tmp) / "profiles.db") as db:
-        loop = OnlineLoop(db, normal, AnalyticalModel(normal),
-                          DriftMonitor(threshold=args.threshold, window=args.window))
+        base, refit = AnalyticalModel(normal), None
+        if args.learned:
+            from fusion.cost.learned import LearnedModel
+
+            base = LearnedModel.load(args.learned).on(normal)
+            refit = base.refitted
+        loop = OnlineLoop(db, normal, base,
+                          DriftMonitor(threshold=args.threshold, window=args.window),
+                          refit=refit)
         for run in range(args.passes * len(MODELS)):
             name = MODELS[run % len(MODELS)]
             model = loop.model()
@@ -71,24 +85,32 @@ def main(argv: list[str] | None = None) -> int:
             tiers = {k.name: k.priced_by for k in compiled.kernels}
             profiled = [abs(k.predicted_cycles - k.cycles) / k.cycles for k in report.kernels
                         if tiers[k.name] == "measured"]
-            refit = loop.record(compiled, report)
+            modelled = [abs(k.predicted_cycles - k.cycles) / k.cycles for k in report.kernels
+                        if tiers[k.name] != "measured"]
+            refitted = loop.record(compiled, report)
             board_platform = "hot" if board.platform == hot else "normal"
             row = {"run": run, "model": name, "board": board_platform,
                    "priced": dict(model.counts), "cycles": report.total_cycles,
                    "mean_error": round(float(np.mean(errors)), 4),
                    "profiled_kernels": len(profiled),
                    "profiled_error": round(float(np.mean(profiled)), 4) if profiled else None,
+                   "model_priced_kernels": len(modelled),
+                   "model_priced_error": (round(float(np.mean(modelled)), 4) if modelled
+                                          else None),
+                   "base_model": loop.base.name,
                    "profile_rolling_error": round(loop.monitor.rolling_error(
                        VARIANT.key(), normal.key()), 4),
-                   "profile_mark": loop.since, "refit": refit}
+                   "profile_mark": loop.since, "refit": refitted}
             timeline.append(row)
             print(f"run {run:2d} {name:<20} board {board_platform:<6} cycles "
                   f"{report.total_cycles:>8,} mean error {100 * row['mean_error']:5.2f}% "
                   f"(profiled {len(profiled)}: "
-                  f"{'-' if not profiled else f'{100 * np.mean(profiled):.2f}%'}) "
+                  f"{'-' if not profiled else f'{100 * np.mean(profiled):.2f}%'}; "
+                  f"{loop.base.name} {len(modelled)}: "
+                  f"{'-' if not modelled else f'{100 * np.mean(modelled):.2f}%'}) "
                   f"priced {row['priced']} profile mark {loop.since}"
-                  f"{'  REFIT' if refit else ''}", flush=True)
-    write_results("bench_drift.json", {"variant": VARIANT.to_dict(),
+                  f"{'  REFIT' if refitted else ''}", flush=True)
+    write_results("bench_drift.json", {"variant": VARIANT.to_dict(), "learned": args.learned,
                                        "switch_after_launches": args.switch_after,
                                        "threshold": args.threshold, "window": args.window,
                                        "board_history": board.history, "timeline": timeline})

@@ -215,6 +215,10 @@ def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray
     return grid[best], scores
 
 
+def _kernel_key(row: Row) -> tuple:
+    return row.platform, json.dumps(row.features.to_dict(), sort_keys=True)
+
+
 def _by_memory(rows: Sequence[Row]) -> dict[str, list[Row]]:
     out: dict[str, list[Row]] = {}
     for r in rows:
@@ -346,6 +350,23 @@ class LearnedModel(CostModel):
     def energy_spec(self) -> dict[str, Spec]:
         """The energy heads' regressor, hyperparameters and target, by memory."""
         return {m: h["energy"].spec for m, h in self._heads.items()}
+
+    def refitted(self, rows: Sequence[Row]) -> LearnedModel:
+        """The same specs fitted again with ``rows`` (newer measurements, such as the
+        runtime's since the hardware drifted): each replaces the model's own rows of the
+        same kernel on the same platform, and the rest of the model's rows stay. Bound to
+        the same platform.
+
+        Raises
+        ------
+        ValueError
+            No successful row in ``rows``.
+        """
+        rows = _training_rows(rows)
+        newer = {_kernel_key(r) for r in rows}
+        kept = [r for r in self.rows if _kernel_key(r) not in newer]
+        return LearnedModel(kept + rows, self.cycles_spec, self.energy_spec, seed=self.seed,
+                            platform=self.platform)
 
     def covers(self, platform: PlatformConfig) -> bool:
         """Whether the model was trained on rows of ``platform``'s memory."""

@@ -245,7 +245,7 @@ class ProfileDB:
 
     def rows(self, *, variant_key: str | None = None, platform_key: str | None = None,
              kind: str | None = None, workload: str | None = None,
-             ok_only: bool = True) -> list[Row]:
+             ok_only: bool = True, since: int = 0) -> list[Row]:
         """The stored runs matching every filter given, in the order they were added.
 
         Parameters
@@ -255,6 +255,8 @@ class ProfileDB:
             this workload.
         ok_only : bool, optional
             Leave out runs whose output did not match the reference (the default).
+        since : int, optional
+            Only runs stored with an id above this (:meth:`last_id` at some moment).
 
         Returns
         -------
@@ -262,6 +264,8 @@ class ProfileDB:
         """
         where, args = self._where(variant_key=variant_key, platform_key=platform_key,
                                   kind=kind, workload=workload, ok_only=ok_only)
+        if since:
+            where, args = f"{where or ' WHERE 1'} AND id > ?", [*args, since]
         records = self._conn.execute(
             f"SELECT {_SELECT_ROW} FROM runs{where} ORDER BY id", args).fetchall()
         return [self._row(r) for r in records]

@@ -12,9 +12,12 @@ refits between this run and the next when one calls for it:
 - the kernels priced by a **measured profile**: their error means the hardware no longer
   runs them as it did (a profile of an identical kernel is exact on unchanged hardware).
   The profile mark moves to the first run of the drift: older profiles are no longer used;
-- the kernels priced by the **model**: their error is the model's. A ``refit`` callable
-  (the learned model's ``fit`` on the database's rows) rebuilds the base model; without one
-  the error is only logged (``model_errors``).
+- the kernels priced by the **model**: their error is the model's, logged
+  (``model_errors``).
+
+On either, a ``refit`` callable (the learned model refitted with the runs since the mark:
+:meth:`fusion.cost.learned.LearnedModel.refitted`) rebuilds the base model; without one only
+the profile mark moves.
 
 The runtime is never told that the hardware changed; it sees only its own error.
 """
@@ -78,9 +81,11 @@ class OnlineLoop:
     monitor : DriftMonitor
         The rolling error and its threshold.
     refit : callable, optional
-        ``rows -> CostModel``: rebuilds the base model from the database's rows measured
-        since the drift began (and what is older of other kernels); None keeps the base model
-        and refits only the profiles' mark.
+        ``rows -> CostModel``: rebuilds the base model from the database's rows of the
+        variant and platform measured since the profile mark (the drift's start, once one
+        was seen), when the profiles went stale or the model's own error crossed the
+        threshold (:meth:`fusion.cost.learned.LearnedModel.refitted` makes one); None keeps
+        the base model and moves only the profiles' mark.
     """
 
     db: ProfileDB
@@ -140,11 +145,13 @@ class OnlineLoop:
             self._log("measured", self.monitor, variant_key)
             self.monitor.refitted(variant_key, platform_key)
         if wrong:
-            if self.refit is not None:
-                self.base = self.refit(self.db.rows(variant_key=variant_key,
-                                                    platform_key=platform_key))
             self._log(self.base.name, self.model_monitor, variant_key)
             self.model_monitor.refitted(variant_key, platform_key)
+        if (stale or wrong) and self.refit is not None:
+            # the hardware changed (stale profiles) or the model is off: rebuild it from
+            # the runs since the drift mark (every run while no drift was seen)
+            self.base = self.refit(self.db.rows(variant_key=variant_key,
+                                                platform_key=platform_key, since=self.since))
         return stale or (wrong and self.refit is not None)
 
     def _log(self, model: str, monitor: DriftMonitor, variant_key: str) -> None:

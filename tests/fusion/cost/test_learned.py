@@ -255,3 +255,26 @@ def test_scalesim_formula_by_hand():
     assert not model.covers(p)
     with pytest.raises(ValueError, match="needs an M x K x N GEMM; a pass kernel has none"):
         model.predict(p)
+
+
+def test_refitted_replaces_the_rows_of_remeasured_kernels_and_keeps_the_rest(rows, ddr3_rows):
+    import dataclasses
+
+    model = LearnedModel(rows + ddr3_rows, GRID[1], GRID[1])  # the median ratio
+    drifted = [dataclasses.replace(r, counters={**r.counters, "cycles": round(r.cycles * 1.1)})
+               for r in ddr3_rows]
+    again = model.refitted(drifted)
+    assert len(again.rows) == len(model.rows) and again.platform == model.platform
+    ddr3 = [r.features for r in ddr3_rows]
+    ratio = again.on(ddr3_rows[0].platform).predict_many(ddr3) / model.on(
+        ddr3_rows[0].platform).predict_many(ddr3)
+    assert np.allclose(ratio, 1.1, rtol=0.01)
+    ideal = [r.features for r in rows]
+    assert np.array_equal(again.predict_many(ideal), model.predict_many(ideal))
+    # new measurements of some kernels: added where new, replacing where remeasured
+    some = model.refitted(drifted[:10])
+    assert len(some.rows) == len(model.rows)
+    assert sorted(r.cycles for r in some.rows if r.platform.memory == "ddr3") == sorted(
+        [r.cycles for r in drifted[:10]] + [r.cycles for r in ddr3_rows[10:]])
+    with pytest.raises(ValueError, match="no successful calibration rows"):
+        model.refitted([])

@@ -87,3 +87,23 @@ def test_a_refit_callable_rebuilds_the_model_from_the_database(tmp_path):
         compiled, refit_made = _step(loop, graph, 1.0, bias=1.07)
         assert refit_made and seen == [len(compiled.kernels)]
         assert db.summary()["model_errors"]
+
+
+def test_stale_profiles_refit_the_model_from_the_runs_since_the_drift(tmp_path):
+    graph = import_onnx(EXAMPLES / "qdq_mlp_residual.onnx")
+    seen = []
+
+    def refit(rows):
+        seen.append(sorted({r.cycles for r in rows}))
+        return AnalyticalModel(DDR3)
+
+    with ProfileDB(tmp_path / "p.db") as db:
+        loop = OnlineLoop(db, DDR3, AnalyticalModel(DDR3),
+                          DriftMonitor(threshold=0.01, window=2), refit=refit)
+        first, _ = _step(loop, graph, 1.0)
+        _step(loop, graph, 1.0)
+        assert not seen
+        third, refit_made = _step(loop, graph, 1.03)  # the board turns hot
+        assert refit_made and len(seen) == 1
+        # the model is rebuilt from the hot runs only: the cold ones describe gone hardware
+        assert seen[0] == sorted({r.cycles for r in _report(third, 1.03).kernels})
