@@ -98,3 +98,25 @@ def test_a_profile_database_trains_like_its_rows(capsys, tmp_path):
     assert from_db["n_train"] == from_jsonl["n_train"] == 95
     assert from_db["test_workloads"] == from_jsonl["test_workloads"]
     assert from_db["learned"]["mape"] == pytest.approx(from_jsonl["learned"]["mape"])
+
+
+def test_the_engine_prices_with_the_trained_model_on_a_memory_it_was_trained_on(capsys,
+                                                                             tmp_path):
+    """``--cost-model``: the learned model prices the candidates (``--explain`` says so);
+    a folder on a memory the model has no rows of is refused in one line, not priced by the
+    heads of another memory."""
+    model = tmp_path / "model"
+    assert main(["train", str(DATA), "-o", str(model), "--seed", "1"]) == 0
+    ideal, ddr3 = tmp_path / "ideal", tmp_path / "ddr3"
+    common = ["--rows", "4", "--cols", "4", "--port-bytes", "16", "--mem-addr-bits", "21"]
+    assert main(["generate", *common, "-o", str(ideal)]) == 0
+    assert main(["generate", *common, "--memory", "ddr3", "-o", str(ddr3)]) == 0
+    mlp = Path(__file__).resolve().parents[1] / "examples" / "qdq_mlp_residual.onnx"
+    capsys.readouterr()
+    assert main(["compile", str(mlp), "--variant", str(ideal), "--cost-model", str(model),
+                 "-o", str(tmp_path / "plan"), "--explain"]) == 0
+    captured = capsys.readouterr()
+    assert "(learned)" in captured.out + captured.err
+    err = one_line_error(capsys, ["compile", str(mlp), "--variant", str(ddr3), "--cost-model",
+                                  str(model), "-o", str(tmp_path / "plan2")])
+    assert "trained on the ideal memory, not ddr3" in err
