@@ -15,7 +15,7 @@ them, the error of the model-priced ones, the profile mark, and where the board 
 the loop refitted. Writes ``build/bench_drift.json``.
 
 Run: ``python -m bench.drift [--passes N] [--switch-after N] [--threshold F] [--window N]
-[--learned DIR]``.
+[--learned DIR] [--model-threshold F]``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.01,
                    help="rolling relative error that calls for a refit (default 0.01)")
     p.add_argument("--window", type=int, default=8, help="kernel runs in the rolling window")
+    p.add_argument("--model-threshold", dest="model_threshold", type=float, default=None,
+                   help="rolling error of the model-priced kernels that calls for a refit "
+                        "(default: --threshold); above the model's own held-out error, so "
+                        "that only a drift refits it")
     p.add_argument("--learned", metavar="DIR",
                    help="a saved learned model: the base model, refitted at each drift")
     args = p.parse_args(argv)
@@ -72,9 +76,13 @@ def main(argv: list[str] | None = None) -> int:
 
             base = LearnedModel.load(args.learned).on(normal)
             refit = base.refitted
+        model_threshold = args.threshold if args.model_threshold is None \
+            else args.model_threshold
         loop = OnlineLoop(db, normal, base,
                           DriftMonitor(threshold=args.threshold, window=args.window),
-                          refit=refit)
+                          refit=refit,
+                          model_monitor=DriftMonitor(threshold=model_threshold,
+                                                     window=args.window))
         for run in range(args.passes * len(MODELS)):
             name = MODELS[run % len(MODELS)]
             model = loop.model()
@@ -111,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"priced {row['priced']} profile mark {loop.since}"
                   f"{'  REFIT' if refitted else ''}", flush=True)
     write_results("bench_drift.json", {"variant": VARIANT.to_dict(), "learned": args.learned,
+                                       "model_threshold": model_threshold,
                                        "switch_after_launches": args.switch_after,
                                        "threshold": args.threshold, "window": args.window,
                                        "board_history": board.history, "timeline": timeline})

@@ -352,7 +352,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
             continue
         spec, option, decision = chosen[step.name]
         steps.append(_build(config, spec, option, decision, memory.placements[spec.name],
-                            cache, platform))
+                            cache, model))
     stats = {}
     if cache is not None:
         after = cache.stats.to_dict()
@@ -376,20 +376,20 @@ def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
            decision: engine.ChainDecision, placement: dict[str, int],
-           cache: KernelCache | None, platform: PlatformConfig) -> KernelStep:
+           cache: KernelCache | None, model: CostModel) -> KernelStep:
     """Build the program; when it is too long for the instruction memory, try the next
     variants (tilings) of the chain's first kernel. Any other error is a bug and propagates."""
     alternatives = [option] + [o for o in decision.variants if o is not option
                                and o.spec.nodes == spec.nodes]
     note, error = "", None
     for alt in alternatives:
-        alt_spec, cycles = alt.spec, alt.cycles
+        alt_spec, cycles, priced_by = alt.spec, alt.cycles, alt.priced_by
         if getattr(spec.params, "kmajor_out", False):
-            # the store layout was chosen after pricing: add what the corner turn costs
+            # the store layout was chosen after pricing: price the kernel that will run, with
+            # the same model (a measured profile is of that kernel, not of its row-major twin)
             alt_spec = with_kmajor(alt.spec)
-            cycles += (alt_spec.kind.features(config, alt_spec.params).analytical_cycles(platform)
-                       - alt.spec.kind.features(config, alt.spec.params).analytical_cycles(
-                           platform))
+            features = alt_spec.kind.features(config, alt_spec.params)
+            cycles, priced_by = model.predict(features), model.source(features)
         try:
             compiled = alt_spec.compile(config, placement, cache)
         except ProgramTooLong as exc:
@@ -399,7 +399,7 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
             continue
         if alt is not option:
             note += "built with the next-best variant"
-        return KernelStep(alt_spec, compiled, cycles, note, alt.priced_by)
+        return KernelStep(alt_spec, compiled, cycles, note, priced_by)
     raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")

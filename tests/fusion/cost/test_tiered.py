@@ -42,3 +42,26 @@ def test_explain_names_the_tier_of_each_candidate():
     assert f"{first.predicted_cycles - 10:,.0f} cycles (measured)" in text
     assert "cycles (analytical)" in text
     assert tiered.kernels[0].predicted_cycles == first.predicted_cycles - 10
+
+
+def test_a_kernel_stored_k_major_is_priced_as_it_runs():
+    """The store layout is chosen after pricing (a GEMM feeding GEMMs stores K-major): the
+    kernel that runs is priced again, by the same tiers, so its profile is found."""
+    graph = import_onnx(EXAMPLES / "real" / "fc_autoencoder_qdq.onnx")
+    plain = compile_model(graph, DRAM_TEST, cache=KernelCache(disk=False))
+    kmajor = [k for k in plain.kernels if getattr(k.spec.params, "kmajor_out", False)]
+    assert kmajor, "the autoencoder's GEMMs feed GEMMs"
+    # profiles of every kernel as it ran
+    ran = {k.spec.kind.features(DRAM_TEST, k.spec.params): 1000.0 + i
+           for i, k in enumerate(plain.kernels)}
+    again = compile_model(graph, DRAM_TEST, cache=KernelCache(disk=False),
+                          model=TieredModel(AnalyticalModel(), ran.get))
+    by_name = {k.name: k for k in again.kernels}
+    found = 0
+    for k in kmajor:
+        step = by_name[k.name]
+        features = step.spec.kind.features(DRAM_TEST, step.spec.params)
+        if features in ran:  # the same choice again
+            assert step.priced_by == MEASURED and step.predicted_cycles == ran[features]
+            found += 1
+    assert found
