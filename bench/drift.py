@@ -6,7 +6,8 @@ hot-refresh build after ``--switch-after`` simulator launches. The runtime
 (:class:`fusion.runtime.online.OnlineLoop`) compiles each run with its current model
 (profiles measured since its last refit, then the analytical model), records every kernel in
 a profile database, and refits when the rolling error of the profile-priced kernels crosses
-the threshold (the profiles went stale: the hardware changed). With ``--learned DIR`` (a model
+the threshold: the kernels run again at the same placement no longer take what they took (the
+hardware changed). With ``--learned DIR`` (a model
 ``hwgen train`` or :mod:`bench.calibration` saved) the base model is that learned model, and
 each refit fits it again with the runs since the drift
 (:meth:`~fusion.cost.learned.LearnedModel.refitted`), so the kernels no profile prices
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'-' if not profiled else f'{100 * np.mean(profiled):.2f}%'}; "
                   f"{loop.base.name} {len(modelled)}: "
                   f"{'-' if not modelled else f'{100 * np.mean(modelled):.2f}%'}) "
+                  f"repeats' rolling change {100 * row['profile_rolling_error']:.2f}% "
                   f"priced {row['priced']} profile mark {loop.since}"
                   f"{'  REFIT' if refitted else ''}", flush=True)
     write_results("bench_drift.json", {"variant": VARIANT.to_dict(), "learned": args.learned,

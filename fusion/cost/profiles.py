@@ -283,7 +283,7 @@ class ProfileDB:
         return {key for (key,) in self._conn.execute("SELECT run_key FROM runs")}
 
     def measured(self, features: Features, platform: PlatformConfig, *,
-                 since: int = 0) -> float | None:
+                 since: int = 0, placement: dict[str, int] | None = None) -> float | None:
         """The measured cycles of an identical kernel on ``platform``: the median over its
         successful runs (any source), or None if it never ran there. The fusion engine
         consults this before any prediction.
@@ -293,11 +293,18 @@ class ProfileDB:
         since : int
             Only runs stored with an id above this (:meth:`last_id` at some moment): after
             the hardware drifted, the runs from before no longer describe it.
+        placement : dict, optional
+            Only runs of the kernel at this placement (its regions' addresses, as the
+            runtime records them in ``extra["placement"]``). On a DRAM the same kernel at
+            another placement shares banks differently and takes up to a few percent more
+            or less; at the same placement it repeats to the cycle on unchanged hardware.
         """
-        cycles = [c for (c,) in self._conn.execute(
-            "SELECT cycles FROM runs WHERE kernel_key = ? AND variant_key = ? AND "
+        records = self._conn.execute(
+            "SELECT cycles, extra_json FROM runs WHERE kernel_key = ? AND variant_key = ? AND "
             "platform_key = ? AND ok = 1 AND cycles IS NOT NULL AND id > ?",
-            (kernel_key(features), features.config.key(), platform.key(), int(since)))]
+            (kernel_key(features), features.config.key(), platform.key(), int(since)))
+        cycles = [c for c, extra in records
+                  if placement is None or json.loads(extra).get("placement") == placement]
         return float(statistics.median(cycles)) if cycles else None
 
     def last_id(self) -> int:

@@ -5,13 +5,16 @@ refit when the hardware drifts, and price the next compile with the refitted mod
 model to price with: measured profiles of identical kernels (only those measured since the
 last refit's mark: older runs describe hardware that is gone), then the base model (the
 learned one when given, else the analytical one). After a run, :meth:`OnlineLoop.record`
-appends the run's kernels to the profile database (source ``runtime``), hands each kernel's
-predicted and measured cycles to two :class:`~fusion.runtime.drift.DriftMonitor`\ s, and
+appends the run's kernels to the profile database (source ``runtime``, with each kernel's
+placement), watches two rolling errors (:class:`~fusion.runtime.drift.DriftMonitor`), and
 refits between this run and the next when one calls for it:
 
-- the kernels priced by a **measured profile**: their error means the hardware no longer
-  runs them as it did (a profile of an identical kernel is exact on unchanged hardware).
-  The profile mark moves to the first run of the drift: older profiles are no longer used;
+- every kernel that **ran before at the same placement** (since the mark), against what it
+  measured then: on unchanged hardware it repeats to the cycle, so a change means the
+  hardware no longer runs it as it did. (Not against its profile's price: on a DRAM the same
+  kernel at another placement, when the plan around it changed, takes a few percent more or
+  less, which would look like drift.) The profile mark moves to the first run of the drift:
+  older profiles are no longer used;
 - the kernels priced by the **model**: their error is the model's, logged
   (``model_errors``).
 
@@ -42,13 +45,17 @@ def kernel_rows(compiled, report, platform: PlatformConfig, *,
     """The measured kernels of a run as profile rows (:class:`fusion.cost.data.Row`): each
     kernel's features on the variant, its counters, the platform it ran on, ``workload`` (the
     model's name) and ``extra`` (seed, versions) with the kernel's name. A row exists only for
-    a kernel checked equal to the reference (a run stops at the first that is not)."""
-    specs = {k.name: k.spec for k in compiled.kernels}
+    a kernel checked equal to the reference (a run stops at the first that is not). The
+    kernel's placement (its regions' addresses) goes in ``extra`` too: on a DRAM it changes the
+    cycles (:meth:`fusion.cost.profiles.ProfileDB.measured`)."""
+    steps = {k.name: k for k in compiled.kernels}
     rows = []
     for run in report.kernels:
-        spec = specs[run.name]
-        rows.append(Row(spec.kind.features(compiled.config, spec.params), dict(run.counters),
-                        True, {**(extra or {}), "kernel": run.name}, platform, workload))
+        step = steps[run.name]
+        rows.append(Row(step.spec.kind.features(compiled.config, step.spec.params),
+                        dict(run.counters), True,
+                        {**(extra or {}), "kernel": run.name,
+                         "placement": step.compiled.placement}, platform, workload))
     return rows
 
 
@@ -79,7 +86,7 @@ class OnlineLoop:
     base : CostModel
         Prices what no recent profile holds.
     monitor : DriftMonitor
-        The rolling error and its threshold.
+        The rolling change of kernels run again at the same placement, and its threshold.
     refit : callable, optional
         ``rows -> CostModel``: rebuilds the base model from the database's rows of the
         variant and platform measured since the profile mark (the drift's start, once one
@@ -125,17 +132,23 @@ class OnlineLoop:
         bool
             True if this run's errors triggered a refit.
         """
+        steps = {k.name: k for k in compiled.kernels}
+        # the same kernels at the same placements, as measured before this run (since the
+        # mark): on unchanged hardware they repeat to the cycle, so a change is drift
+        before = {k.name: self.db.measured(
+            steps[k.name].spec.kind.features(compiled.config, steps[k.name].spec.params),
+            self.platform, since=self.since, placement=steps[k.name].compiled.placement)
+            for k in report.kernels}
         rows = record_runtime(self.db, compiled, report, self.platform)
         last = self.db.last_id()
         variant_key, platform_key = compiled.config.key(), self.platform.key()
-        tiers = {k.name: k.priced_by for k in compiled.kernels}
         stale = wrong = False
         for i, k in enumerate(report.kernels):
-            if tiers.get(k.name) == MEASURED:
+            if before[k.name] is not None:
                 self._ids.append(last - len(rows) + 1 + i)
-                stale |= self.monitor.observe(variant_key, platform_key, k.predicted_cycles,
+                stale |= self.monitor.observe(variant_key, platform_key, before[k.name],
                                               k.cycles)
-            else:
+            if steps[k.name].priced_by != MEASURED:
                 wrong |= self.model_monitor.observe(variant_key, platform_key,
                                                     k.predicted_cycles, k.cycles)
         if stale:

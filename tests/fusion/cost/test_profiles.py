@@ -166,6 +166,22 @@ def test_measured_is_the_median_of_ok_runs_of_the_identical_kernel(tmp_path):
         assert db.measured(other_tiling, IDEAL) is None
 
 
+def test_measured_at_a_placement_counts_only_runs_there(tmp_path):
+    import dataclasses
+
+    here, there = {"a": 0, "b": 4096}, {"a": 64, "b": 4160}
+    with ProfileDB(tmp_path / "p.db") as db:
+        rows = [gemm_row(8, c, seed=s) for s, c in enumerate((100, 104, 130))]
+        rows = [dataclasses.replace(r, extra={**r.extra, "placement": p})
+                for r, p in zip(rows, (here, here, there), strict=True)]
+        db.add(rows, source="runtime")
+        f = rows[0].features
+        assert db.measured(f, IDEAL) == 104.0
+        assert db.measured(f, IDEAL, placement=here) == 102.0
+        assert db.measured(f, IDEAL, placement=there) == 130.0
+        assert db.measured(f, IDEAL, placement={"a": 0}) is None
+
+
 def test_refuses_what_is_not_a_profile_database(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("hello, this is not SQLite\n" * 10)
