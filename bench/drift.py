@@ -5,11 +5,10 @@ MLPerf Tiny models run in turn on the 8x8 variant of :mod:`bench.platforms` on a
 hot-refresh build after ``--switch-after`` simulator launches. The runtime
 (:class:`fusion.runtime.online.OnlineLoop`) compiles each run with its current model
 (profiles measured since its last refit, then the analytical model), records every kernel in
-a profile database, and refits when the rolling error of the profile-priced kernels crosses
-the threshold: the kernels run again at the same placement no longer take what they took (the
-hardware changed). With ``--learned DIR`` (a model
-``hwgen train`` or :mod:`bench.calibration` saved) the base model is that learned model, and
-each refit fits it again with the runs since the drift
+a profile database, and refits when the kernels it runs again at the same placement no longer
+take what they took (their rolling change crosses the threshold: the hardware changed). With
+``--learned DIR`` (a model ``hwgen train`` or :mod:`bench.calibration` saved) the base model
+is that learned model, and each refit fits it again with the runs since the drift
 (:meth:`~fusion.cost.learned.LearnedModel.refitted`), so the kernels no profile prices
 recover too. Printed: per run, the model, the mean error of its kernels, which tier priced
 them, the error of the model-priced ones, the profile mark, and where the board switched and
