@@ -90,7 +90,7 @@ def main() -> int:
     return (models.main() or real_models.main() or platforms.main([])
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
-                           "--model-threshold", "0.08"]))
+                           "--model-threshold", "0.08", "--passes", "10"]))
 
 
 if __name__ == "__main__":
