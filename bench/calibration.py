@@ -22,9 +22,8 @@ Writes ``build/bench_calibration.json``. Run: ``python -m bench.calibration [--s
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,6 @@ from pathlib import Path
 from bench.output import write_results
 from bench.platforms import MODELS, PLATFORMS, VARIANT
 from examples.real_check import REAL
-from hwgen.cli import main as hwgen
 
 ROOT = Path("build") / "calibration"
 #: The held-out workloads: each MLPerf Tiny model's graph name as ``hwgen run --db`` records it.
@@ -42,13 +40,14 @@ HELD_OUT = ("model resnet8", "model ds_cnn", "model mobilenet_v1_025", "model fc
 
 
 def _run(*argv: str) -> str:
-    """``hwgen`` with ``argv``; its stdout, or exit on a failure (with its stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = hwgen(list(argv))
-    if code != 0:
-        raise SystemExit(f"hwgen {' '.join(argv)} exited {code}: {err.getvalue().strip()}")
-    return out.getvalue()
+    """The ``hwgen`` command with ``argv``, as a user runs it; its stdout, or exit on a
+    failure (with its stderr)."""
+    hwgen = Path(sys.executable).with_name("hwgen")
+    done = subprocess.run([str(hwgen), *argv], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"hwgen {' '.join(argv)} exited {done.returncode}: "
+                         f"{done.stderr.strip()}")
+    return done.stdout
 
 
 def folders() -> dict[str, str]:
@@ -105,7 +104,8 @@ def held_out(variants: dict[str, str]) -> dict:
 
 
 def train_and_score() -> dict:
-    from fusion.cost.heldout import heldout_report
+    from fusion.cost.heldout import heldout_report, render
+    from fusion.cost.learned_store import save
     from fusion.cost.profiles import ProfileDB
 
     with ProfileDB(ROOT / "profiles.db") as a, ProfileDB(ROOT / "heldout.db") as b:
@@ -113,9 +113,7 @@ def train_and_score() -> dict:
     began = time.perf_counter()
     model, report = heldout_report(rows, HELD_OUT, seed=0)
     report["train_seconds"] = round(time.perf_counter() - began, 1)
-    model.save(ROOT / "model")
-    from hwgen.cli.train import render
-
+    save(model, ROOT / "model")
     print(render(report, ROOT / "model"), flush=True)
     return report
 

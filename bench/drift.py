@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, ProfileDB(Path(tmp) / "profiles.db") as db:
         base, refit = AnalyticalModel(normal), None
         if args.learned:
-            from fusion.cost.learned import LearnedModel
+            from fusion.cost.learned_store import load
 
-            base = LearnedModel.load(args.learned).on(normal)
+            base = load(args.learned).on(normal)
             refit = base.refitted
         model_threshold = args.threshold if args.model_threshold is None \
             else args.model_threshold

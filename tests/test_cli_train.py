@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion.cost.learned import LearnedModel
+from fusion.cost.learned_store import load
 from hwgen.cli import main
 
 DATA = Path(__file__).resolve().parent / "data" / "calibration_small.jsonl"
@@ -24,8 +24,8 @@ def test_json_report_has_the_three_models_and_the_model_is_written(capsys, tmp_p
         assert all(isinstance(report[name][k], float) for k in METRICS), name
     assert report["scalesim"]["n"] == report["n_test"]  # every recorded kernel is a GEMM
     assert report["scalesim"]["mape"] > report["analytical"]["mape"]
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "rows.jsonl"]
-    model = LearnedModel.load(out)
+    assert sorted(p.name for p in out.iterdir()) == ["heads.skops", "model.json", "rows.jsonl"]
+    model = load(out)
     assert len(model.rows) == report["n_train"]
     held = set(report["test_workloads"])
     assert not {r.workload for r in model.rows} & held

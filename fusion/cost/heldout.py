@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -154,3 +155,51 @@ def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = N
                                     ("energy", model.energy_spec))},
     }
     return model, report
+
+
+#: The models of the side-by-side table, in its order.
+MODELS = ("learned", "analytical", "scalesim")
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render(report: dict[str, Any], output: Path | str) -> str:
+    """:func:`heldout_report`'s report as ``hwgen train`` prints it: one line per model, then
+    per platform, the specs chosen, and where the model was written."""
+    lines = [f"trained on {report['n_train']} rows, tested on {report['n_test']} rows of "
+             f"{len(report['test_workloads'])} held-out workload(s): "
+             f"{', '.join(report['test_workloads'])} ({'; '.join(report['platforms'])})",
+             f"{'model':<11} {'n':>5} {'MAPE %':>9} {'Spearman':>9} {'regret %':>9} "
+             f"{'worst %':>8}"]
+    for name in MODELS:
+        s = report[name]
+        lines.append(f"{name:<11} {s['n']:>5} {_cell(s['mape'], '.3f'):>9} "
+                     f"{_cell(s['spearman'], '.4f'):>9} {_cell(s['regret_mean'], '.3f'):>9} "
+                     f"{_cell(s['regret_max'], '.3f'):>8}")
+    skipped = report["n_test"] - report["scalesim"]["n"]
+    if skipped:
+        lines.append(f"scalesim left out {skipped} kernel(s) without a GEMM shape")
+    chosen = report["chosen"]
+    lines.append(f"energy: learned MAPE {report['energy']['mape']:.3f}% against the counters' "
+                 f"estimate")
+    for platform, by in report["by_platform"].items():
+        lines.append(f"  {platform} ({by['learned']['n']} kernels): MAPE learned "
+                     f"{_cell(by['learned']['mape'], '.2f')}%, analytical "
+                     f"{_cell(by['analytical']['mape'], '.2f')}%; regret learned "
+                     f"{_cell(by['learned']['regret_mean'], '.2f')}% (worst "
+                     f"{_cell(by['learned']['regret_max'], '.2f')}%), analytical "
+                     f"{_cell(by['analytical']['regret_mean'], '.2f')}% (worst "
+                     f"{_cell(by['analytical']['regret_max'], '.2f')}%); energy "
+                     f"{_cell(by['energy_mape'], '.2f')}%")
+    for memory in sorted(chosen["cycles"]):
+        lines.append(f"chosen on {memory} by grouped cross-validation: cycles "
+                     f"{_describe(chosen['cycles'][memory])}; energy "
+                     f"{_describe(chosen['energy'][memory])}")
+    lines.append(f"model written to {output}")
+    return "\n".join(lines)
+
+
+def _describe(spec: dict[str, Any]) -> str:
+    return Spec.from_dict(spec).describe()

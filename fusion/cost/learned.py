@@ -12,20 +12,17 @@ quantity, or the ``residual`` log of measured over analytical) are chosen from :
 by grouped cross-validation: the folds split by :attr:`fusion.cost.data.Row.workload`, so
 near-duplicates (one shape's tilings) are never on both sides of a fold.
 
-A model is saved without pickle (:meth:`LearnedModel.save`): the training rows as JSONL, the
-chosen specs, the seed, the scikit-learn version, a SHA-256 of the rows and a few recorded
-predictions. :meth:`LearnedModel.load` refits from them (deterministic with the seed) and
-refuses a model whose refit does not reproduce the recorded predictions.
+A model is saved without pickle (:mod:`fusion.cost.learned_store`): the training rows, the
+chosen specs and a few recorded predictions, and the fitted regressors with ``skops`` (an
+allow-list of types) so that loading does not refit.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,17 +32,10 @@ from fusion.cost.model import CostModel, Features
 from fusion.cost.vectors import energy_nj, matrix, row_vectors, vectors
 from hwgen.platform import PlatformConfig
 
-#: Format tag and version of a saved model's ``model.json``.
-MODEL_FORMAT = "hwgen-learned"
-MODEL_VERSION = 2  # 2: heads per memory
-
 #: What a head's regressor fits: ``log`` of the quantity, or the ``residual`` log of the
 #: quantity over its analytical estimate (the regressor learns the analytical model's error;
 #: see :func:`fusion.cost.vectors.analytical`).
 TARGETS: tuple[str, ...] = ("log", "residual")
-
-#: Relative difference a reloaded model's predictions may have from the recorded ones.
-PROBE_TOLERANCE = 1e-9
 
 #: Percentage points of cross-validated MAPE a later (more complex) spec of the grid must
 #: gain to be chosen over an earlier one. On the ideal memory the analytical estimate is
@@ -54,9 +44,6 @@ PROBE_TOLERANCE = 1e-9
 #: exact; a difference that small is no evidence (a DRAM refresh's phase alone moves a
 #: kernel by more).
 CV_TOLERANCE = 0.1
-
-#: Rows whose predictions :meth:`LearnedModel.save` records, at most.
-PROBES = 8
 
 
 @dataclass(frozen=True)
@@ -147,7 +134,7 @@ GRID: tuple[Spec, ...] = (
 
 
 @dataclass
-class _Head:
+class Head:
     """A fitted regressor of one quantity (``"cycles"`` or ``"energy"``) over given columns."""
 
     quantity: str
@@ -157,7 +144,7 @@ class _Head:
 
     @classmethod
     def fit(cls, quantity: str, spec: Spec, columns: list[str], x: np.ndarray, y: np.ndarray,
-            base: np.ndarray, seed: int) -> _Head:
+            base: np.ndarray, seed: int) -> Head:
         reg = spec.build(seed)
         with _one_thread():
             reg.fit(x, _to_target(spec.target, y, base))
@@ -206,7 +193,7 @@ def _choose(grid: Sequence[Spec], x: np.ndarray, y: np.ndarray, base: np.ndarray
     for spec in grid:
         oof = np.empty(len(y))
         for train, test in folds:
-            head = _Head.fit("", spec, [], x[train], y[train], base[train], seed)
+            head = Head.fit("", spec, [], x[train], y[train], base[train], seed)
             oof[test] = head.predict(x[test], base[test])
         scores.append({**spec.to_dict(),
                        "cv_mape": float(np.mean(np.abs(oof - y) / y) * 100.0)})
@@ -256,7 +243,8 @@ class LearnedModel(CostModel):
     both would trade the one's exactness for the other's residual. A platform whose memory
     has no rows is refused (:meth:`covers`), never priced by another memory's heads.
 
-    Make one with :meth:`fit` (choosing by cross-validation) or :meth:`load`. A model is
+    Make one with :meth:`fit` (choosing by cross-validation) or
+    :func:`fusion.cost.learned_store.load`. A model is
     bound to one platform for :meth:`predict` (the interface's predict takes only features):
     the ideal memory by default, another through :meth:`on`.
 
@@ -291,14 +279,14 @@ class LearnedModel(CostModel):
         self.seed = seed
         self.platform = platform if platform is not None else PlatformConfig()
         self.cv = cv or {}
-        self._heads: dict[str, dict[str, _Head]] = {}
+        self._heads: dict[str, dict[str, Head]] = {}
         for memory, group in _by_memory(self.rows).items():
             vecs, bases = row_vectors(group)
             columns = sorted({c for v in vecs for c in v})
             x = matrix(vecs, columns)
             specs = {"cycles": _spec_of(cycles, memory), "energy": _spec_of(energy, memory)}
             targets = {"cycles": _cycles(group), "energy": _energies(group)}
-            self._heads[memory] = {q: _Head.fit(q, specs[q], columns, x, targets[q], bases[q],
+            self._heads[memory] = {q: Head.fit(q, specs[q], columns, x, targets[q], bases[q],
                                                 seed) for q in ("cycles", "energy")}
         self.memories = tuple(sorted(self._heads))
 
@@ -426,93 +414,24 @@ class LearnedModel(CostModel):
         return (self._predict("cycles", features, platforms),
                 self._predict("energy", features, platforms))
 
-    # -- persistence (no pickle: the data and the specs, refitted on load) ------------------
-
-    def save(self, directory: Path | str) -> Path:
-        """Write ``rows.jsonl`` and ``model.json`` to ``directory`` (made if missing).
-
-        ``model.json`` holds the chosen specs, the seed, the scikit-learn version, the
-        SHA-256 of ``rows.jsonl``, the bound platform, the cross-validation scores and the
-        predictions of a few rows (the probes :meth:`load` checks).
-
-        Returns
-        -------
-        Path
-            The ``model.json`` written.
-        """
-        import sklearn
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        data = _rows_bytes(self.rows)
-        (directory / "rows.jsonl").write_bytes(data)
-        index = _probe_index(len(self.rows))
-        cycles, energy = self.predict_rows([self.rows[i] for i in index])
-        meta = {
-            "format": MODEL_FORMAT, "version": MODEL_VERSION,
-            "sklearn": sklearn.__version__, "seed": self.seed,
-            "rows_sha256": hashlib.sha256(data).hexdigest(), "n_rows": len(self.rows),
-            "platform": self.platform.to_dict(),
-            "cycles": {m: sp.to_dict() for m, sp in self.cycles_spec.items()},
-            "energy": {m: sp.to_dict() for m, sp in self.energy_spec.items()},
-            "probes": [{"row": i, "cycles": float(c), "energy_nj": float(e)}
-                       for i, c, e in zip(index, cycles, energy, strict=True)],
-            "cv": self.cv,
-        }
-        path = directory / "model.json"
-        path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        return path
+    # -- persistence: fusion.cost.learned_store (save, load) ------------------------------
 
     @classmethod
-    def load(cls, directory: Path | str) -> LearnedModel:
-        """Refit a model :meth:`save` wrote, and check it predicts what it did then.
-
-        Raises
-        ------
-        ValueError
-            A missing or malformed file, rows changed since they were saved, or a refit
-            whose predictions differ from the recorded ones (another scikit-learn version).
-        """
-        import sklearn
-
-        from fusion.cost.data import read_rows
-
-        directory = Path(directory)
-        meta_path, rows_path = directory / "model.json", directory / "rows.jsonl"
-        for p in (meta_path, rows_path):
-            if not p.is_file():
-                raise ValueError(f"{p} is missing: {directory} is not a saved learned model; "
-                                 f"train one with hwgen train DB -o {directory}")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{meta_path} is not JSON ({exc}); retrain with hwgen train") \
-                from None
-        if meta.get("format") != MODEL_FORMAT or meta.get("version") != MODEL_VERSION:
-            raise ValueError(f"{meta_path} is not a version {MODEL_VERSION} learned model "
-                             f"(format {meta.get('format')!r}, version {meta.get('version')!r})"
-                             f"; retrain with hwgen train")
-        digest = hashlib.sha256(rows_path.read_bytes()).hexdigest()
-        if digest != meta["rows_sha256"]:
-            raise ValueError(f"{rows_path} changed since the model was saved (SHA-256 "
-                             f"{digest[:12]}..., recorded {meta['rows_sha256'][:12]}...); "
-                             f"retrain with hwgen train")
-        specs = {q: {m: Spec.from_dict(d) for m, d in meta[q].items()}
-                 for q in ("cycles", "energy")}
-        model = cls(read_rows(rows_path), specs["cycles"], specs["energy"], seed=int(meta["seed"]),
-                    platform=PlatformConfig.from_dict(meta["platform"]), cv=meta.get("cv"))
-        probes = meta["probes"]
-        cycles, energy = model.predict_rows([model.rows[p["row"]] for p in probes])
-        for p, c, e in zip(probes, cycles, energy, strict=True):
-            for what, got in (("cycles", c), ("energy_nj", e)):
-                want = p[what]
-                if abs(got - want) > PROBE_TOLERANCE * abs(want):
-                    raise ValueError(
-                        f"{directory}: the refitted model predicts {got!r} {what} for row "
-                        f"{p['row']}, the saved one {want!r} (saved with scikit-learn "
-                        f"{meta['sklearn']}, this is {sklearn.__version__}); install "
-                        f"scikit-learn=={meta['sklearn']} or retrain with hwgen train")
+    def from_fitted(cls, rows: Sequence[Row], heads: dict[str, dict[str, Head]], *,
+                    seed: int, platform: PlatformConfig, cv: dict | None = None,
+                    ) -> LearnedModel:
+        """A model of heads already fitted to ``rows`` (what a saved model holds)."""
+        model = cls.__new__(cls)
+        model.rows, model.seed, model.platform = _training_rows(rows), seed, platform
+        model.cv = cv or {}
+        model._heads = heads
+        model.memories = tuple(sorted(heads))
         return model
+
+    @property
+    def heads(self) -> dict[str, dict[str, Head]]:
+        """The fitted heads, by memory then quantity."""
+        return self._heads
 
 
 def _cycles(rows: Sequence[Row]) -> np.ndarray:
@@ -521,12 +440,3 @@ def _cycles(rows: Sequence[Row]) -> np.ndarray:
 
 def _energies(rows: Sequence[Row]) -> np.ndarray:
     return np.array([energy_nj(r) for r in rows], float)
-
-
-def _rows_bytes(rows: Sequence[Row]) -> bytes:
-    return "".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in rows).encode()
-
-
-def _probe_index(n: int) -> list[int]:
-    """Up to :data:`PROBES` row indices spread over ``n`` rows."""
-    return sorted({round(i * (n - 1) / max(PROBES - 1, 1)) for i in range(min(PROBES, n))})

@@ -235,9 +235,9 @@ def cost_model(args: argparse.Namespace, platform):
 
     model = AnalyticalModel(platform)
     if getattr(args, "cost_model", None):
-        from fusion.cost.learned import LearnedModel
+        from fusion.cost.learned_store import load
 
-        model = LearnedModel.load(args.cost_model).on(platform)
+        model = load(args.cost_model).on(platform)
     measured = None
     if getattr(args, "profiles", None):
         from fusion.cost.profiles import ProfileDB

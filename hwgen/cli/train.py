@@ -9,10 +9,6 @@ from typing import Any
 
 HELP = "fit the learned cost model to calibration rows; held-out metrics beside the baselines"
 
-#: The models of the side-by-side table, in its order.
-MODELS = ("learned", "analytical", "scalesim")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("db", help="calibration rows: a JSONL file (.jsonl) or a profile database")
     p.add_argument("-o", "--output", required=True, type=Path,
@@ -52,53 +48,9 @@ def read_db(path: Path) -> list[Any]:
     return rows
 
 
-def _cell(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def render(report: dict[str, Any], output: Path) -> str:
-    """The report as a table: one line per model."""
-    lines = [f"trained on {report['n_train']} rows, tested on {report['n_test']} rows of "
-             f"{len(report['test_workloads'])} held-out workload(s): "
-             f"{', '.join(report['test_workloads'])} ({'; '.join(report['platforms'])})",
-             f"{'model':<11} {'n':>5} {'MAPE %':>9} {'Spearman':>9} {'regret %':>9} "
-             f"{'worst %':>8}"]
-    for name in MODELS:
-        s = report[name]
-        lines.append(f"{name:<11} {s['n']:>5} {_cell(s['mape'], '.3f'):>9} "
-                     f"{_cell(s['spearman'], '.4f'):>9} {_cell(s['regret_mean'], '.3f'):>9} "
-                     f"{_cell(s['regret_max'], '.3f'):>8}")
-    skipped = report["n_test"] - report["scalesim"]["n"]
-    if skipped:
-        lines.append(f"scalesim left out {skipped} kernel(s) without a GEMM shape")
-    chosen = report["chosen"]
-    lines.append(f"energy: learned MAPE {report['energy']['mape']:.3f}% against the counters' "
-                 f"estimate")
-    for platform, by in report["by_platform"].items():
-        lines.append(f"  {platform} ({by['learned']['n']} kernels): MAPE learned "
-                     f"{_cell(by['learned']['mape'], '.2f')}%, analytical "
-                     f"{_cell(by['analytical']['mape'], '.2f')}%; regret learned "
-                     f"{_cell(by['learned']['regret_mean'], '.2f')}% (worst "
-                     f"{_cell(by['learned']['regret_max'], '.2f')}%), analytical "
-                     f"{_cell(by['analytical']['regret_mean'], '.2f')}% (worst "
-                     f"{_cell(by['analytical']['regret_max'], '.2f')}%); energy "
-                     f"{_cell(by['energy_mape'], '.2f')}%")
-    for memory in sorted(chosen["cycles"]):
-        lines.append(f"chosen on {memory} by grouped cross-validation: cycles "
-                     f"{_describe(chosen['cycles'][memory])}; energy "
-                     f"{_describe(chosen['energy'][memory])}")
-    lines.append(f"model written to {output}")
-    return "\n".join(lines)
-
-
-def _describe(spec: dict[str, Any]) -> str:
-    from fusion.cost.learned import Spec
-
-    return Spec.from_dict(spec).describe()
-
-
 def run(args: argparse.Namespace) -> int:
-    from fusion.cost.heldout import heldout_report
+    from fusion.cost.heldout import heldout_report, render
+    from fusion.cost.learned_store import save
 
     rows = read_db(Path(args.db))
     workloads = None
@@ -107,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     model, report = heldout_report(rows, workloads, seed=args.seed)
     # the model written is the one scored: the figures printed are the ones it earned (the
     # held-out workloads are not in its training rows)
-    model.save(args.output)
+    save(model, args.output)
     report["output"] = str(args.output)
     print(json.dumps(report) if args.json else render(report, args.output))
     return 0

@@ -14,7 +14,8 @@ import pytest
 
 from fusion.cost.data import mape, read_rows
 from fusion.cost.heldout import heldout_report, split_by_workload
-from fusion.cost.learned import GRID, LearnedModel, Spec, _folds
+from fusion.cost.learned import GRID, Head, LearnedModel, Spec, _folds
+from fusion.cost.learned_store import load, save
 from fusion.cost.scalesim import ScaleSimModel, scalesim_cycles
 from fusion.cost.vectors import energy_nj, featurize
 from fusion.kernels.epipass.features import PassFeatures
@@ -106,42 +107,82 @@ def test_cross_validation_chooses_the_same_specs_twice(rows):
     assert len(a.cv["ideal"]["cycles"]) == len(grid)
 
 
-def test_save_and_load_refit_without_pickle(rows, trees, tmp_path, monkeypatch):
-    trees.save(tmp_path / "m")
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.json", "rows.jsonl"]
+def test_save_and_load_without_pickle_read_the_fitted_heads(rows, trees, tmp_path,
+                                                             monkeypatch):
+    save(trees, tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
+        "heads.skops", "model.json", "rows.jsonl"]
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["cycles"] == {"ideal": FOREST.to_dict()} and meta["seed"] == 3
     assert meta["probes"]
 
     def refuse(*args, **kwargs):
-        raise AssertionError("a saved model must never be unpickled")
+        raise AssertionError("a saved model must never be unpickled, nor refitted here")
 
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
-    loaded = LearnedModel.load(tmp_path / "m")
+    monkeypatch.setattr(Head, "fit", refuse)  # the heads are read, not fitted again
+    loaded = load(tmp_path / "m")
     features = [r.features for r in rows]
     assert np.array_equal(loaded.predict_many(features), trees.predict_many(features))
     assert np.array_equal(loaded.predict_energy_many(features),
                           trees.predict_energy_many(features))
 
 
+def test_without_its_heads_or_from_another_scikit_learn_a_model_is_refitted(rows, trees,
+                                                                            tmp_path):
+    features = [r.features for r in rows]
+    d = tmp_path / "m"
+    save(trees, d)
+    (d / "heads.skops").unlink()
+    assert np.array_equal(load(d).predict_many(features),
+                          trees.predict_many(features))
+    save(trees, d)
+    meta = json.loads((d / "model.json").read_text())
+    meta["sklearn"] = "0.0"  # the heads are a cache of the fit: refit, and check the probes
+    (d / "model.json").write_text(json.dumps(meta))
+    assert np.array_equal(load(d).predict_many(features),
+                          trees.predict_many(features))
+
+
+def test_a_damaged_or_foreign_heads_file_is_refused(trees, tmp_path):
+    import fractions
+    import hashlib
+
+    import skops.io as sio
+
+    d = tmp_path / "m"
+    save(trees, d)
+    heads = d / "heads.skops"
+    heads.write_bytes(heads.read_bytes()[:-10])
+    with pytest.raises(ValueError, match="heads.skops changed since the model was saved"):
+        load(d)
+    # a file whose digest was recorded but whose types no learned model has
+    sio.dump({"ideal": {"cycles": fractions.Fraction(1, 3)}}, heads)
+    meta = json.loads((d / "model.json").read_text())
+    meta["heads_sha256"] = hashlib.sha256(heads.read_bytes()).hexdigest()
+    (d / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="holds types a learned model never has.*Fraction"):
+        load(d)
+
+
 def test_load_refuses_changed_rows_or_a_refit_that_predicts_otherwise(trees, tmp_path):
     d = tmp_path / "m"
-    trees.save(d)
+    save(trees, d)
     rows_file = d / "rows.jsonl"
     original = rows_file.read_text()
     rows_file.write_text(original.replace('"cycles": ', '"cycles": 1', 1))
     with pytest.raises(ValueError, match="rows.jsonl changed since the model was saved.*"
                                          "retrain with hwgen train"):
-        LearnedModel.load(d)
+        load(d)
     rows_file.write_text(original)
     meta = json.loads((d / "model.json").read_text())
     meta["probes"][0]["cycles"] *= 1 + 1e-6  # what another scikit-learn would do
     (d / "model.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="install scikit-learn==.* or retrain"):
-        LearnedModel.load(d)
+        load(d)
     with pytest.raises(ValueError, match="is missing.*hwgen train"):
-        LearnedModel.load(tmp_path / "nothing")
+        load(tmp_path / "nothing")
 
 
 def test_the_model_prices_on_the_platform_it_is_bound_to(rows, ddr3_rows):
