@@ -136,11 +136,12 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
         if memo is not None:
             memo[key] = refusal
         return [Option(None, None, refusal)]
-    options = []
-    for p in kind.variants(config, base.params):
-        features = kind.features(config, p)
-        options.append(Option(base.with_params(p), float(model.predict(features)),
-                              priced_by=model.source(features)))
+    variants = kind.variants(config, base.params)
+    features = [kind.features(config, p) for p in variants]
+    # one call for the segment's candidates: a learned model prices them as one batch
+    cycles = model.predict_many(features)
+    options = [Option(base.with_params(p), float(c), priced_by=model.source(f))
+               for p, f, c in zip(variants, features, cycles, strict=True)]
     options.sort(key=lambda o: o.cycles)
     if memo is not None:
         memo[key] = [(o.spec.params, o.cycles, o.priced_by) for o in options]

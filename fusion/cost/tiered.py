@@ -9,7 +9,9 @@ kernel on that platform (:meth:`fusion.cost.profiles.ProfileDB.measured`), then 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from fusion.cost.model import CostModel, Features
 
@@ -49,6 +51,18 @@ class TieredModel(CostModel):
         tier = MEASURED if value is not None else self.model.source(features)
         self.counts[tier] = self.counts.get(tier, 0) + 1
         return float(value) if value is not None else self.model.predict(features)
+
+    def predict_many(self, features: Sequence[Features]) -> np.ndarray:
+        """:meth:`predict` of each; what no profile holds goes to the model as one batch."""
+        measured = [self._lookup(f) for f in features]
+        rest = [f for f, v in zip(features, measured, strict=True) if v is None]
+        predicted = iter(self.model.predict_many(rest) if rest else ())
+        out = []
+        for f, v in zip(features, measured, strict=True):
+            tier = MEASURED if v is not None else self.model.source(f)
+            self.counts[tier] = self.counts.get(tier, 0) + 1
+            out.append(float(v) if v is not None else float(next(predicted)))
+        return np.array(out, dtype=float)
 
     def source(self, features: Features) -> str:
         return MEASURED if self._lookup(features) is not None else self.model.source(features)

@@ -25,6 +25,11 @@ def test_a_profile_of_the_identical_kernel_comes_first():
     assert model.describe() == ("measured profiles of identical kernels, then the analytical "
                                 "model")
     assert TieredModel(AnalyticalModel()).describe() == "the analytical model"
+    # in a batch, the same answers and counts; the rest go to the model in one call
+    batch = TieredModel(AnalyticalModel(), {f: 1234.0}.get)
+    assert list(batch.predict_many([f, other, f])) == [1234.0, AnalyticalModel().predict(other),
+                                                       1234.0]
+    assert batch.counts == {MEASURED: 2, "analytical": 1}
 
 
 def test_explain_names_the_tier_of_each_candidate():
