@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--networks", type=count, default=None, metavar="N",
                    help="random networks (sim/synthetic.py) whose kernels to add per variant, "
                         "fused and unfused: passes, pools and convolutions of many shapes "
-                        "(default: one per 8 samples)")
+                        "(default: one per 8 samples; none with --no-models)")
     p.add_argument("--candidates-of", dest="candidates_of", action="append", default=[],
                    metavar="MODEL",
                    help="also every candidate the engine prices for each GEMM of this ONNX "
