@@ -28,6 +28,7 @@ resumes where it stopped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -226,7 +227,10 @@ class Task:
         return len(self.gemms) or 1
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
+    """The tool versions a row records: asked once per worker process, not once per task
+    (``check_toolchain`` runs ``verilator --version``)."""
     import importlib.metadata
 
     from sim import toolchain
@@ -249,7 +253,7 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     variant = open_variant(task.variant)
     config, platform = variant.config, variant.platform
     build = build_folder(task.variant)
-    versions = _versions()
+    versions = dict(_versions())
     rows: list[Row] = []
     if task.gemms:
         from sim.gemm_check import run_gemms
