@@ -281,13 +281,8 @@ class LearnedModel(CostModel):
         self.cv = cv or {}
         self._heads: dict[str, dict[str, Head]] = {}
         for memory, group in _by_memory(self.rows).items():
-            vecs, bases = row_vectors(group)
-            columns = sorted({c for v in vecs for c in v})
-            x = matrix(vecs, columns)
             specs = {"cycles": _spec_of(cycles, memory), "energy": _spec_of(energy, memory)}
-            targets = {"cycles": _cycles(group), "energy": _energies(group)}
-            self._heads[memory] = {q: Head.fit(q, specs[q], columns, x, targets[q], bases[q],
-                                                seed) for q in ("cycles", "energy")}
+            self._heads[memory] = _fit_heads(group, *row_vectors(group), specs, seed)
         self.memories = tuple(sorted(self._heads))
 
     @classmethod
@@ -314,20 +309,21 @@ class LearnedModel(CostModel):
         rows = _training_rows(rows)
         if not grid:
             raise ValueError("the grid of candidates is empty; pass at least one Spec")
-        chosen: dict[str, dict[str, Spec]] = {"cycles": {}, "energy": {}}
+        heads: dict[str, dict[str, Head]] = {}
         cv: dict[str, dict[str, list[dict]]] = {}
         for memory, group in _by_memory(rows).items():
-            vecs, bases = row_vectors(group)
+            vecs, bases = row_vectors(group)  # featurized once: for the folds and the fit
             x = matrix(vecs, sorted({c for v in vecs for c in v}))
             try:
                 folds = _folds([r.workload for r in group])
             except ValueError as exc:
                 raise ValueError(f"on the {memory} memory: {exc}") from None
-            cv[memory] = {}
+            cv[memory], specs = {}, {}
             for quantity, y in (("cycles", _cycles(group)), ("energy", _energies(group))):
-                chosen[quantity][memory], cv[memory][quantity] = _choose(
+                specs[quantity], cv[memory][quantity] = _choose(
                     grid, x, y, bases[quantity], folds, seed)
-        return cls(rows, chosen["cycles"], chosen["energy"], seed=seed, cv=cv)
+            heads[memory] = _fit_heads(group, vecs, bases, specs, seed)
+        return cls.from_fitted(rows, heads, seed=seed, platform=PlatformConfig(), cv=cv)
 
     @property
     def cycles_spec(self) -> dict[str, Spec]:
@@ -382,22 +378,25 @@ class LearnedModel(CostModel):
 
     # -- prediction -------------------------------------------------------------------------
 
-    def _predict(self, quantity: str, features: Sequence[Features],
-                 platforms: Sequence[PlatformConfig]) -> np.ndarray:
-        out = np.zeros(len(features))
+    def _predict(self, quantities: Sequence[str], features: Sequence[Features],
+                 platforms: Sequence[PlatformConfig]) -> list[np.ndarray]:
+        """Each of ``quantities`` for every kernel; the kernels are featurized once (the
+        analytical walk) for all of them."""
+        out = [np.zeros(len(features)) for _ in quantities]
         for memory in sorted({p.memory for p in platforms}):
             index = [i for i, p in enumerate(platforms) if p.memory == memory]
             self._check(platforms[index[0]])
-            head = self._heads[memory][quantity]
             vecs, bases = vectors([features[i] for i in index], [platforms[i] for i in index])
-            out[index] = head.predict(matrix(vecs, head.columns), bases[quantity])
+            for values, quantity in zip(out, quantities, strict=True):
+                head = self._heads[memory][quantity]
+                values[index] = head.predict(matrix(vecs, head.columns), bases[quantity])
         return out
 
     def predict(self, features: Features) -> float:
         return float(self.predict_many([features])[0])
 
     def predict_many(self, features: Sequence[Features]) -> np.ndarray:
-        return self._predict("cycles", features, [self.platform] * len(features))
+        return self._predict(("cycles",), features, [self.platform] * len(features))[0]
 
     def predict_energy(self, features: Features) -> float:
         """Predicted energy in nJ (what :func:`hwgen.energy.estimate` would give from the
@@ -406,13 +405,13 @@ class LearnedModel(CostModel):
 
     def predict_energy_many(self, features: Sequence[Features]) -> np.ndarray:
         """:meth:`predict_energy` of each, as a float array."""
-        return self._predict("energy", features, [self.platform] * len(features))
+        return self._predict(("energy",), features, [self.platform] * len(features))[0]
 
     def predict_rows(self, rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
         """Predicted cycles and energy of each row's kernel on the row's own platform."""
         features, platforms = [r.features for r in rows], [r.platform for r in rows]
-        return (self._predict("cycles", features, platforms),
-                self._predict("energy", features, platforms))
+        cycles, energy = self._predict(("cycles", "energy"), features, platforms)
+        return cycles, energy
 
     # -- persistence: fusion.cost.learned_store (save, load) ------------------------------
 
@@ -432,6 +431,17 @@ class LearnedModel(CostModel):
     def heads(self) -> dict[str, dict[str, Head]]:
         """The fitted heads, by memory then quantity."""
         return self._heads
+
+
+def _fit_heads(group: Sequence[Row], vecs: list[dict[str, float]],
+               bases: dict[str, np.ndarray], specs: dict[str, Spec],
+               seed: int) -> dict[str, Head]:
+    """The cycles and energy heads of one memory's rows, from their feature vectors."""
+    columns = sorted({c for v in vecs for c in v})
+    x = matrix(vecs, columns)
+    targets = {"cycles": _cycles(group), "energy": _energies(group)}
+    return {q: Head.fit(q, specs[q], columns, x, targets[q], bases[q], seed)
+            for q in ("cycles", "energy")}
 
 
 def _cycles(rows: Sequence[Row]) -> np.ndarray:
