@@ -129,12 +129,15 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
 def add_model_arguments(p: argparse.ArgumentParser, *, model_optional: bool = False) -> None:
     """The options ``hwgen compile`` and ``hwgen run`` share: a model and a variant.
 
-    ``model_optional`` for ``hwgen run``, whose model may come from ``--plan`` instead. The
-    compile options default to None so that a command can tell one given from the default.
+    ``model_optional`` for ``hwgen run``, whose model may come from ``--plan`` instead, and
+    whose variants may come from a library (``--variants``: the command checks that one of
+    the two is given). The compile options default to None so that a command can tell one
+    given from the default.
     """
     p.add_argument("model", nargs="?" if model_optional else None,
                    help="an ONNX model (.onnx) or an hwgen JSON graph (.json)")
-    p.add_argument("--variant", required=True, help="a folder written by 'hwgen generate'")
+    p.add_argument("--variant", required=not model_optional,
+                   help="a folder written by 'hwgen generate'")
     add_input_arguments(p)
     p.add_argument("--no-fusion", dest="no_fusion", action="store_true",
                    help="every op its own kernel, through memory")

@@ -49,6 +49,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", metavar="FILE",
                    help="a profile database (SQLite; created if new) that every kernel run is "
                         "appended to (what 'hwgen calibrate' measures, from real workloads)")
+    p.add_argument("--variants", metavar="DIR",
+                   help="a variant library ('hwgen variants build'): run --workload on it, "
+                        "the reconfiguration manager choosing the variant of each model run "
+                        "and swapping when it pays (instead of MODEL and --variant)")
+    p.add_argument("--workload", metavar="FILE",
+                   help='with --variants: a JSON file {"phases": [{"model": "m.onnx", '
+                        '"input": "x.npy", "repeat": 3}, ...]}, paths relative to it; input '
+                        "may be an object of input name to file, or left out for random "
+                        "inputs")
+    p.add_argument("--policy", choices=("online", "offline"), default="online",
+                   help="with --variants: online (the work function algorithm: each run "
+                        "decided from its own predicted costs, no look-ahead) or offline "
+                        "(the optimal schedule of the whole workload's predictions)")
+    p.add_argument("--swap-cycles", dest="swap_cycles", type=count, metavar="N",
+                   help="with --variants: cycles of one swap instead of the descriptors' own "
+                        "reconfiguration cost (what-if)")
+    p.add_argument("--compare-unfused", dest="compare_unfused", action="store_true",
+                   help="with --variants: also run each model unfused once, for the report's "
+                        "fused-versus-unfused plot")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -87,6 +106,19 @@ def _check_input_shape(name: str, path: str, got: tuple[int, ...], want: tuple[i
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.variants is not None or args.workload is not None:
+        from hwgen.cli.run_workload import run_workload
+
+        return run_workload(args)
+    if args.variant is None:
+        raise ValueError("give --variant DIR (a folder written by 'hwgen generate'), or "
+                         "--variants DIR --workload FILE (a variant library)")
+    for flag, given in (("--policy", args.policy != "online"),
+                        ("--swap-cycles", args.swap_cycles is not None),
+                        ("--compare-unfused", args.compare_unfused)):
+        if given:
+            raise ValueError(f"{flag} is for a workload on a variant library; give "
+                             f"--variants DIR --workload FILE, or drop {flag}")
     import numpy as np
 
     from fusion.reference.executor import finite_inputs

@@ -1,0 +1,153 @@
+"""A variant library as the reconfiguration manager reads it (``hwgen variants build`` writes
+it: ``docs/variants.md``).
+
+Every variant folder is opened with :func:`hwgen.gateware.folder.open_variant`, which refuses
+one whose Verilog does not match the sha256 its descriptor records. The manager also needs
+what the library adds to each descriptor: the kernel kinds and epilogue stages the variant
+runs (``capabilities``) and what loading its bitstream costs (``reconfiguration``). The
+variants must share one board memory: a swap changes the FPGA's bitstream, not the board.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fusion.kernels.protocol import stage_refusal
+from hwgen.gateware.folder import VariantFolder, open_variant
+
+LIBRARY_FILE = "library.json"
+LIBRARY_FORMAT = "hwgen-variant-library"
+
+
+@dataclass(frozen=True)
+class LibraryVariant:
+    """One variant of a library: its name, its checked folder, what it can run, and the
+    cycles of loading it."""
+
+    name: str
+    folder: VariantFolder
+    kinds: tuple[str, ...]
+    stages: tuple[str, ...]
+    reconfig_cycles: int
+
+    @property
+    def config(self):
+        return self.folder.config
+
+    @property
+    def platform(self):
+        return self.folder.platform
+
+    def build(self):
+        """The variant's Verilator build (built once, then cached by its hash)."""
+        return _build(str(self.folder.directory))
+
+    def summary(self) -> dict[str, Any]:
+        """The variant for a run's report: shape, port, epilogue, resources, reconfiguration."""
+        c, d = self.config, self.folder.descriptor
+        synthesis = d.get("synthesis") or {}
+        resources = synthesis.get("resources")
+        return {"key": c.key(), "rows": c.rows, "cols": c.cols, "port_bytes": c.port_bytes,
+                "epilogue": list(c.epilogue), "window_unit": bool(c.window_unit),
+                "resources": resources, "part": synthesis.get("part"),
+                "fmax_mhz": synthesis.get("fmax_mhz"),
+                "reconfig_cycles": self.reconfig_cycles}
+
+
+@functools.cache
+def _build(directory: str):
+    from sim.build import build_folder
+
+    return build_folder(directory)
+
+
+def _fix(path: Path) -> str:
+    return f"rebuild the library with 'hwgen variants build -o {path} SPEC...'"
+
+
+def _variant(root: Path, entry: Any) -> LibraryVariant:
+    if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("folder"), str)
+            and Path(entry["folder"]).name == entry["folder"]):
+        raise ValueError(f"{root / LIBRARY_FILE} has a malformed variant entry {entry!r}; "
+                         f"{_fix(root)}")
+    folder = open_variant(root / entry["folder"])  # the Verilog's sha256 is checked here
+    d = folder.descriptor
+    caps, reconfig = d.get("capabilities"), d.get("reconfiguration")
+    if not (isinstance(caps, dict) and isinstance(caps.get("kinds"), list)
+            and isinstance(caps.get("stages"), list)):
+        raise ValueError(f"variant {folder.directory} has no capabilities in its descriptor; "
+                         f"{_fix(root)}")
+    if list(caps["stages"]) != list(folder.config.epilogue):
+        raise ValueError(f"variant {folder.directory}: its descriptor's capabilities list "
+                         f"stages {caps['stages']}, but its Verilog's epilogue is "
+                         f"{list(folder.config.epilogue)}; {_fix(root)}")
+    cycles = reconfig.get("cycles") if isinstance(reconfig, dict) else None
+    if not isinstance(cycles, int) or isinstance(cycles, bool) or cycles < 0:
+        raise ValueError(f"variant {folder.directory} has no reconfiguration cycles in its "
+                         f"descriptor; {_fix(root)}")
+    return LibraryVariant(entry["name"], folder, tuple(caps["kinds"]), tuple(caps["stages"]),
+                          cycles)
+
+
+def open_library(path: str | Path) -> list[LibraryVariant]:
+    """Read and check a library folder.
+
+    Raises
+    ------
+    ValueError
+        No ``library.json`` or a malformed one, a variant folder that fails its checks
+        (:func:`~hwgen.gateware.folder.open_variant`: a Verilog whose hash does not match),
+        a descriptor without capabilities or reconfiguration cost, two variants of one name,
+        or variants on different board memories; one line naming the fix.
+    """
+    root = Path(path)
+    index = root / LIBRARY_FILE
+    if not index.is_file():
+        raise ValueError(f"{root} is not a variant library (no {LIBRARY_FILE}); "
+                         f"{_fix(root)}")
+    try:
+        data = json.loads(index.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{index} is not JSON ({exc}); {_fix(root)}") from None
+    if not (isinstance(data, dict) and data.get("format") == LIBRARY_FORMAT
+            and isinstance(data.get("variants"), list) and data["variants"]):
+        raise ValueError(f"{index} is not a variant library of this hwgen (format "
+                         f"{LIBRARY_FORMAT!r} with a non-empty variants list); {_fix(root)}")
+    variants = [_variant(root, e) for e in data["variants"]]
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{index} names a variant twice ({', '.join(names)}); {_fix(root)}")
+    boards = {v.platform.key() for v in variants}
+    if len(boards) > 1:
+        raise ValueError(f"the variants of {root} are on {len(boards)} different board "
+                         f"memories; a library swaps bitstreams on one board: build it with "
+                         f"one --memory")
+    return variants
+
+
+def check_covers(variant: LibraryVariant, kind: str, stages: Sequence[str],
+                 kernel: str) -> None:
+    """Refuse a kernel placed on ``variant`` whose kind or epilogue stages its descriptor's
+    capabilities do not list.
+
+    Raises
+    ------
+    ValueError
+        Naming the kernel, the variant and what is missing.
+    """
+    why = None
+    if kind not in variant.kinds:
+        why = f"kernel kind {kind!r} is not among its capabilities ({', '.join(variant.kinds)})"
+    else:
+        refusal = stage_refusal(kind, stages, variant.stages)
+        why = str(refusal) if refusal is not None else None
+    if why:
+        raise ValueError(f"variant {variant.name} ({variant.folder.directory}) cannot run "
+                         f"kernel {kernel}: {why}; its descriptor does not describe what it "
+                         f"runs: rebuild it with 'hwgen variants build'")

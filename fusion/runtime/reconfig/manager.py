@@ -1,0 +1,333 @@
+"""The runtime reconfiguration manager: a workload on a library of variants, swapping the
+bitstream when it pays.
+
+:func:`run_workload` does, for a :class:`~fusion.runtime.reconfig.workload.Workload` and a
+library (:func:`fusion.runtime.reconfig.library.open_library`):
+
+1. **Prices** every model on every variant: each model is compiled for each variant (the
+   variant's platform and the cost model given), and a run's predicted cost is the sum of its
+   kernels' predicted cycles. A variant that cannot compile a model (a layer that does not
+   fit, an op with no kernel and no host fallback) cannot run it (``inf``). Every kernel a plan
+   puts on a variant must be one its descriptor's capabilities cover
+   (:func:`fusion.runtime.reconfig.library.check_covers`); otherwise the descriptor is refused.
+2. **Decides** the variant of each run: ``online`` (:class:`~fusion.runtime.reconfig.planner.
+   WorkFunction`, from each run's predicted costs as it comes, with no look-ahead) or
+   ``offline`` (:func:`~fusion.runtime.reconfig.planner.offline_plan` over the whole
+   workload's predictions).
+3. **Runs** each model run on the Verilator build of its variant (:func:`fusion.runtime.run.
+   run_compiled`: every kernel shadow-checked bit for bit against the reference), and adds the
+   swap's cycles where the variant changes. The first configuration is not a swap.
+4. **Measures the alternatives**: every (model, variant) pair the schedule did not run is run
+   once, so that ``static_cycles`` (each variant running everything it can) and
+   ``offline_optimal_cycles`` (the optimum over the *measured* cycles) are measured too. A
+   repeat of a model on a variant is the same program on the same values in a fresh
+   simulator, so it takes the cycles its first run took; the timeline's own repeats are run
+   again all the same, and the report says if one ever differed.
+
+Swaps happen between model runs, never inside one: a swap costs milliseconds (the
+bitstream), a kernel microseconds, so a swap between two kernels of one run could not pay for
+itself at any swap cost a real FPGA has (the benchmark shows the figures). Each run writes
+its inputs and weights into the board's memory (the platform every variant of the library
+shares) and reads its outputs back, so nothing a run needs is lost in a swap.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fusion.runtime.reconfig.library import LibraryVariant, check_covers
+from fusion.runtime.reconfig.planner import INF, WorkFunction, offline_plan, static_plan
+from fusion.runtime.reconfig.workload import Step, Workload
+
+#: The policies :func:`run_workload` knows.
+POLICIES = ("online", "offline")
+
+FORMAT = "hwgen-workload-run"
+VERSION = 1
+
+
+@dataclass
+class RunRecord:
+    """One model run of the timeline: where it ran, what it cost, its kernels."""
+
+    step: Step
+    variant: str
+    start_cycle: int
+    swap_cycles: int
+    cycles: int
+    predicted_cycles: float
+    kernels: list[dict[str, Any]]
+    outputs: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.step.phase, "repeat": self.step.repeat,
+                "model": self.step.model.stem, "variant": self.variant,
+                "start_cycle": self.start_cycle, "swap_cycles": self.swap_cycles,
+                "cycles": self.cycles, "predicted_cycles": round(self.predicted_cycles),
+                "kernels": self.kernels}
+
+
+@dataclass
+class WorkloadReport:
+    """What :func:`run_workload` measured (its JSON: :meth:`to_dict`)."""
+
+    policy: str
+    variants: list[LibraryVariant]
+    timeline: list[RunRecord]
+    swap_costs: list[int]
+    predicted: dict[str, dict[str, float]]  # model -> variant -> predicted cycles (inf: cannot)
+    measured: dict[str, dict[str, int | None]]  # model -> variant -> measured cycles
+    refused: dict[str, dict[str, str]]  # model -> variant -> why it cannot run it
+    fusion: dict[str, Any]
+    wall_seconds: float
+    repeat_mismatches: list[str]
+
+    @property
+    def kernel_cycles(self) -> int:
+        return sum(r.cycles for r in self.timeline)
+
+    @property
+    def swap_cycles(self) -> int:
+        return sum(r.swap_cycles for r in self.timeline)
+
+    @property
+    def swaps(self) -> int:
+        return sum(1 for r in self.timeline if r.swap_cycles)
+
+    @property
+    def total_cycles(self) -> int:
+        return self.kernel_cycles + self.swap_cycles
+
+    def _measured_table(self) -> list[list[float]]:
+        return [[INF if self.measured[r.step.model.stem][v.name] is None
+                 else float(self.measured[r.step.model.stem][v.name]) for v in self.variants]
+                for r in self.timeline]
+
+    def static_cycles(self) -> dict[str, int | None]:
+        """Each variant's total if it ran every run (None: it cannot run one of them)."""
+        table = self._measured_table()
+        out = {}
+        for i, v in enumerate(self.variants):
+            total = static_plan(table, self.swap_costs, i).total
+            out[v.name] = None if math.isinf(total) else int(total)
+        return out
+
+    def offline_optimal_cycles(self) -> int:
+        """The best schedule over the measured cycles, swaps included."""
+        return int(offline_plan(self._measured_table(), self.swap_costs).total)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "ok": True, "policy": self.policy,
+            "total_cycles": self.total_cycles, "kernel_cycles": self.kernel_cycles,
+            "swaps": self.swaps, "swap_cycles": self.swap_cycles,
+            "static_cycles": self.static_cycles(),
+            "offline_optimal_cycles": self.offline_optimal_cycles(),
+            "variants": {v.name: v.summary() for v in self.variants},
+            "predicted": {m: {v: (None if math.isinf(c) else round(c)) for v, c in row.items()}
+                          for m, row in self.predicted.items()},
+            "measured": self.measured,
+            "refused": self.refused,
+            "timeline": [r.to_dict() for r in self.timeline],
+            "fusion": self.fusion,
+            "repeat_mismatches": self.repeat_mismatches,
+            "wall_seconds": round(self.wall_seconds, 2),
+        }
+
+
+def _kernel_dict(k) -> dict[str, Any]:
+    """A kernel of :class:`fusion.runtime.run.KernelRun` for the report."""
+    return {"name": k.name, "ops": list(k.ops), "cycles": k.cycles,
+            "predicted_cycles": round(k.predicted_cycles), "macs": k.macs,
+            "ideal_cycles": k.ideal_cycles, "utilization": round(k.utilization, 4),
+            "bytes_read": int(k.counters.get("bytes_read", 0)),
+            "bytes_written": int(k.counters.get("bytes_written", 0))}
+
+
+def _inputs(step: Step, graph, seed: int) -> dict[str, np.ndarray]:
+    """The run's input values: its files (checked against the graph), or random ones."""
+    from fusion.runtime.run import random_inputs
+
+    values = random_inputs(graph, seed)
+    for name, path in step.inputs:
+        if not name:
+            if len(graph.inputs) != 1:
+                raise ValueError(f"{step.model.name} has inputs {', '.join(graph.inputs)}: "
+                                 f"name each in the workload's input object")
+            name = graph.inputs[0]
+        if name not in graph.inputs:
+            raise ValueError(f"{step.model.name} has no input {name!r} (its inputs: "
+                             f"{', '.join(graph.inputs)})")
+        try:
+            value = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read input {path}: {exc}") from None
+        want = tuple(graph.tensors[name].shape)
+        if tuple(value.shape) != want:
+            raise ValueError(f"input {path} has shape {tuple(value.shape)}, but {name!r} of "
+                             f"{step.model.name} has shape {want}")
+        values[name] = value
+    return values
+
+
+def price(workload: Workload, library: list[LibraryVariant],
+          compile_for: Callable[[Any, LibraryVariant, bool], Any],
+          ) -> tuple[dict, dict, dict, dict]:
+    """Compile every model for every variant.
+
+    Returns
+    -------
+    graphs, compiled, predicted, refused
+        By model stem: the graph; the compiled plan per variant name; its predicted cycles
+        per variant name (``inf`` where it cannot run); why a variant cannot run it.
+    """
+    from fusion.compiler.lower import CompileError
+    from fusion.frontend.load import load_model
+
+    graphs, compiled, predicted, refused = {}, {}, {}, {}
+    for path in workload.models():
+        name = path.stem
+        graphs[name] = graph = load_model(path)
+        compiled[name], predicted[name], refused[name] = {}, {}, {}
+        for v in library:
+            try:
+                plan = compile_for(graph, v, True)
+            except CompileError as exc:
+                predicted[name][v.name] = INF
+                refused[name][v.name] = str(exc).splitlines()[0]
+                continue
+            for k in plan.kernels:
+                check_covers(v, k.spec.kind.name, k.spec.kind.stages(k.spec.params), k.name)
+            compiled[name][v.name] = plan
+            predicted[name][v.name] = float(plan.predicted_cycles)
+    return graphs, compiled, predicted, refused
+
+
+def run_workload(workload: Workload, library: list[LibraryVariant], *,
+                 compile_for: Callable[[Any, LibraryVariant, bool], Any],
+                 policy: str = "online", swap_cycles: int | None = None,
+                 shadow_inputs: int = 0, seed: int = 0, compare_unfused: bool = False,
+                 progress: Callable[[str], None] | None = None) -> WorkloadReport:
+    """Run ``workload`` on ``library`` (see the module docstring).
+
+    Parameters
+    ----------
+    workload : Workload
+    library : list of LibraryVariant
+        The variants, on one platform.
+    compile_for : callable
+        ``compile_for(graph, variant, fusion)`` compiles a graph for a variant (the caller's
+        cost model and kernel cache); raises CompileError when it cannot.
+    policy : {"online", "offline"}
+    swap_cycles : int, optional
+        Cycles of one swap, for every variant; the descriptors' own figures by default.
+    shadow_inputs : int
+        Directed input sets each kernel also runs on (:func:`fusion.runtime.run.run_compiled`).
+    seed : int
+        Seed of random inputs and of the directed sets.
+    compare_unfused : bool
+        Also run each model unfused once, on the variant that ran it most (the report's
+        fused-versus-unfused plot).
+    progress : callable, optional
+        Called with a line for each run.
+
+    Raises
+    ------
+    ValueError
+        An unknown policy, a negative swap cost, a step no variant can run, or a descriptor
+        whose capabilities do not cover a kernel placed on it.
+    ShadowMismatch
+        A kernel differs from the reference (the run stops there).
+    """
+    from fusion.runtime.run import run_compiled
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose {' or '.join(POLICIES)}")
+    if swap_cycles is not None and swap_cycles < 0:
+        raise ValueError(f"--swap-cycles must be 0 or more, not {swap_cycles}")
+    began = time.perf_counter()
+    say = progress or (lambda line: None)
+    swap = [swap_cycles if swap_cycles is not None else v.reconfig_cycles for v in library]
+    graphs, compiled, predicted, refused = price(workload, library, compile_for)
+    steps = workload.steps()
+    table = [[predicted[s.model.stem][v.name] for v in library] for s in steps]
+    for t, row in enumerate(table):
+        if all(math.isinf(c) for c in row):
+            why = "; ".join(f"{v}: {r}" for v, r in refused[steps[t].model.stem].items())
+            raise ValueError(f"no variant of the library can run {steps[t].model.name} ({why})")
+    if policy == "offline":
+        chosen = list(offline_plan(table, swap).variants)
+    else:
+        chosen = []
+        online = WorkFunction(swap)  # decides each run from its own prices, no look-ahead
+    measured: dict[str, dict[str, int | None]] = {
+        m: {v.name: None for v in library} for m in predicted}
+    timeline, clock, current, mismatches = [], 0, None, []
+    for t, step in enumerate(steps):
+        i = chosen[t] if policy == "offline" else online.choose(table[t])
+        v, model = library[i], step.model.stem
+        swapped = swap[i] if current is not None and current != i else 0
+        current = i
+        say(f"run {t + 1}/{len(steps)}: {step.model.name} (phase {step.phase}, repeat "
+            f"{step.repeat}) on {v.name}" + (f" after a swap of {swapped:,} cycles"
+                                             if swapped else ""))
+        report = run_compiled(compiled[model][v.name], _inputs(step, graphs[model], seed),
+                              build=v.build(), shadow_inputs=shadow_inputs, seed=seed)
+        cycles = sum(k.cycles for k in report.kernels)
+        if measured[model][v.name] is None:
+            measured[model][v.name] = cycles
+        elif measured[model][v.name] != cycles:
+            mismatches.append(f"{model} on {v.name}: {cycles} cycles, first run "
+                              f"{measured[model][v.name]}")
+        timeline.append(RunRecord(step, v.name, clock + swapped, swapped, cycles,
+                                  predicted[model][v.name],
+                                  [_kernel_dict(k) for k in report.kernels], report.outputs))
+        clock += swapped + cycles
+    # the alternatives the schedule did not take, measured once each
+    first_step = {s.model.stem: s for s in reversed(steps)}
+    for model, row in measured.items():
+        for v in library:
+            if row[v.name] is None and v.name in compiled[model]:
+                say(f"measuring {model} on {v.name} (for the static and optimal totals)")
+                report = run_compiled(compiled[model][v.name],
+                                      _inputs(first_step[model], graphs[model], seed),
+                                      build=v.build(), shadow_inputs=0, seed=seed)
+                row[v.name] = sum(k.cycles for k in report.kernels)
+    fusion = _fusion(timeline, library, graphs, compile_for, first_step, seed, say) \
+        if compare_unfused else {}
+    return WorkloadReport(policy, library, timeline, swap, predicted, measured, refused,
+                          fusion, time.perf_counter() - began, mismatches)
+
+
+def _fusion(timeline: list[RunRecord], library: list[LibraryVariant], graphs: Mapping,
+            compile_for, first_step: Mapping[str, Step], seed: int, say) -> dict[str, Any]:
+    """Each model unfused, once, on the variant that ran it most, beside its fused run."""
+    from fusion.runtime.run import run_compiled
+
+    by_name = {v.name: v for v in library}
+    out = {}
+    for model in graphs:
+        runs = [r for r in timeline if r.step.model.stem == model]
+        counts: dict[str, int] = {}
+        for r in runs:
+            counts[r.variant] = counts.get(r.variant, 0) + 1
+        name = max(counts, key=lambda n: (counts[n], n))
+        fused = next(r for r in runs if r.variant == name)
+        say(f"running {model} unfused on {name} (fused versus unfused)")
+        plan = compile_for(graphs[model], by_name[name], False)
+        report = run_compiled(plan, _inputs(first_step[model], graphs[model], seed),
+                              build=by_name[name].build(), shadow_inputs=0, seed=seed)
+        out[model] = {"variant": name,
+                      "fused": [{"name": k["name"], "ops": k["ops"], "cycles": k["cycles"]}
+                                for k in fused.kernels],
+                      "unfused": [{"name": k.name, "ops": list(k.ops), "cycles": k.cycles}
+                                  for k in report.kernels],
+                      "fused_cycles": fused.cycles,
+                      "unfused_cycles": sum(k.cycles for k in report.kernels)}
+    return out

@@ -1,0 +1,92 @@
+"""``hwgen run --variants DIR --workload FILE``: a workload on a variant library, the
+reconfiguration manager choosing each run's variant (:mod:`fusion.runtime.reconfig`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hwgen.cli.common import kernel_table
+
+#: ``hwgen run`` options that mean nothing with a library: the model and its variant come
+#: from the workload and the library, and a run's files are the workload's.
+_SINGLE_MODEL = {"model": "MODEL", "variant": "--variant", "plan": "--plan",
+                 "input": "--input", "output": "--output", "db": "--db", "batch": "--batch",
+                 "input_shape": "--input-shape"}
+
+
+def _compile_for(args: argparse.Namespace):
+    """``compile_for(graph, variant, fusion)`` with the command's cost model, cache and
+    compile options (one cost model per platform: a library has one)."""
+    from fusion.compiler.engine import DEFAULT_MIN_GAIN
+    from fusion.compiler.plan import compile_model
+    from fusion.kernels.cache import KernelCache
+    from hwgen.cli.common import cost_model
+
+    cache = KernelCache(args.cache) if args.cache else KernelCache()
+    min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
+    models = {}
+
+    def compile_for(graph, variant, fusion):
+        key = variant.platform.key()
+        if key not in models:
+            models[key] = cost_model(args, variant.platform)
+        return compile_model(graph, variant.config, cache=cache, fusion=fusion and
+                             not args.no_fusion, min_gain=min_gain,
+                             host_fallback=not args.no_host_fallback,
+                             platform=variant.platform, model=models[key],
+                             **({"options": args.without} if args.without else {}))
+
+    return compile_for
+
+
+def run_workload(args: argparse.Namespace) -> int:
+    from fusion.runtime.reconfig.library import open_library
+    from fusion.runtime.reconfig.manager import run_workload as run
+    from fusion.runtime.reconfig.workload import read_workload
+    from fusion.runtime.run import ShadowMismatch
+
+    if args.variants is None or args.workload is None:
+        raise ValueError("a workload runs on a variant library: give both --variants DIR and "
+                         "--workload FILE")
+    given = [flag for name, flag in _SINGLE_MODEL.items() if getattr(args, name, None)]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot go with --variants (the workload file "
+                         f"names the models and their inputs); drop "
+                         f"{'them' if len(given) > 1 else 'it'}")
+    workload = read_workload(args.workload)  # every file it names checked before any work
+    library = open_library(args.variants)
+    progress = (lambda line: print(f"hwgen: {line}", file=sys.stderr)) if not args.json \
+        else None
+    try:
+        report = run(workload, library, compile_for=_compile_for(args), policy=args.policy,
+                     swap_cycles=args.swap_cycles,
+                     shadow_inputs=0 if args.shadow_inputs is None else args.shadow_inputs,
+                     seed=args.seed, compare_unfused=args.compare_unfused, progress=progress)
+    except ShadowMismatch as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
+        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
+        return 1
+    data = report.to_dict()
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    rows = [("run", "model", "variant", "swap", "cycles", "predicted")]
+    for n, r in enumerate(data["timeline"]):
+        rows.append((str(n), f"{r['model']} #{r['repeat']}", r["variant"],
+                     f"{r['swap_cycles']:,}" if r["swap_cycles"] else "",
+                     f"{r['cycles']:,}", f"{r['predicted_cycles']:,}"))
+    print("\n".join(kernel_table(rows)))
+    static = ", ".join(f"{v} {c:,}" if c is not None else f"{v} cannot run all"
+                       for v, c in data["static_cycles"].items())
+    print(f"ok: {len(data['timeline'])} runs on {len(library)} variants ({args.policy} "
+          f"policy), each kernel bit-exact against the reference; {data['total_cycles']:,} "
+          f"cycles = {data['kernel_cycles']:,} running + {data['swaps']} swaps of "
+          f"{data['swap_cycles']:,}")
+    print(f"static variants: {static}; offline optimum {data['offline_optimal_cycles']:,}")
+    for line in data["repeat_mismatches"]:
+        print(f"hwgen: note: a repeat took other cycles than its first run: {line}",
+              file=sys.stderr)
+    return 0
