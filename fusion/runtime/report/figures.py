@@ -20,8 +20,8 @@ from plotly.colors import qualitative
 from fusion.runtime.report.data import RESOURCES, KernelRun, RunData
 
 _WORKLOAD = "'hwgen run --variants DIR --workload FILE --json'"
-# Fused and unfused are plans, not variants: colours no variant takes (D3 runs out first).
-_FUSED, _UNFUSED, _SWAP = "#2e7d5b", "#b5b5b5", "#d62728"
+# Plans and swaps are not variants: colours outside the D3 palette the variants take.
+_FUSED, _UNFUSED, _SWAP = "#2e7d5b", "#b5b5b5", "#3a3a3a"
 #: Every figure's frame: white background, legend above the plot, room for axis titles.
 _LAYOUT = {"template": "plotly_white", "height": 440, "margin": {"l": 70, "r": 30, "t": 40,
            "b": 60}, "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
@@ -36,6 +36,10 @@ class Plot:
     figure: go.Figure | None
     missing: str = ""
     caption: str = ""
+
+
+def _kernels(count: int) -> str:
+    return f"{count} kernel{'' if count == 1 else 's'}"
 
 
 def variant_colours(run: RunData) -> dict[str, str]:
@@ -117,7 +121,7 @@ def prediction_plot(run: RunData, colours: dict[str, str]) -> Plot:
                       yaxis={**axis, "title": "predicted cycles (cost model)"})
     left = []
     if len(points) < len(unique):
-        left.append(f"{len(unique) - len(points)} kernels at 0 cycles left out (log axes)")
+        left.append(f"{_kernels(len(unique) - len(points))} at 0 cycles left out (log axes)")
     if len(unique) < len(run.kernels):
         left.append("a kernel that ran several times alike on one variant is drawn once")
     return Plot(fig, caption="; ".join(left))
@@ -168,7 +172,7 @@ def roofline_plot(run: RunData, colours: dict[str, str]) -> Plot:
     if len(points) < len(run.kernels):
         skipped = len({k for k in run.kernels if not placed(k)})
         if skipped:
-            left.append(f"{skipped} kernels without MACs or bytes read left out")
+            left.append(f"{_kernels(skipped)} without MACs, bytes read or cycles left out")
     return Plot(fig, caption="; ".join(left))
 
 
