@@ -15,6 +15,7 @@ it, so every field is checked here, and nothing below trusts a type.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,49 +132,37 @@ class _Fields:
         path = f"{self.where}.{key}" if self.where else key
         return ValueError(f"{self.source}: {path} must be {want}, not {got}; {_HOW}")
 
-    def whole(self, key: str, *, null: bool = False) -> int | None:
+    def _get(self, key: str, want: str, ok: Callable[[Any], bool], null: bool) -> Any:
+        """The field's value if ``ok`` says it is one (or None, where ``null`` allows a
+        null), else the error naming the field and what it must be."""
         value = self.obj.get(key)
         if value is None and null and key in self.obj:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._bad(key, "a whole number of at least 0" + (" or null" if null else ""))
+        if not ok(value):
+            raise self._bad(key, want + (" or null" if null else ""))
         return value
+
+    def whole(self, key: str, *, null: bool = False) -> int | None:
+        return self._get(key, "a whole number of at least 0", lambda v: isinstance(v, int)
+                         and not isinstance(v, bool) and v >= 0, null)
 
     def number(self, key: str, *, null: bool = False) -> float | None:
-        value = self.obj.get(key)
-        if value is None and null and key in self.obj:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise self._bad(key, "a number of at least 0" + (" or null" if null else ""))
-        return float(value)
+        value = self._get(key, "a number of at least 0", lambda v: isinstance(v, int | float)
+                          and not isinstance(v, bool) and v >= 0, null)  # NaN is not >= 0
+        return None if value is None else float(value)
 
     def text(self, key: str, *, null: bool = False) -> str | None:
-        value = self.obj.get(key)
-        if value is None and null and key in self.obj:
-            return None
-        if not isinstance(value, str):
-            raise self._bad(key, "a string" + (" or null" if null else ""))
-        return value
+        return self._get(key, "a string", lambda v: isinstance(v, str), null)
 
     def texts(self, key: str) -> tuple[str, ...]:
-        value = self.obj.get(key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._bad(key, "a list of strings")
-        return tuple(value)
+        return tuple(self._get(key, "a list of strings", lambda v: isinstance(v, list)
+                               and all(isinstance(x, str) for x in v), False))
 
     def array(self, key: str) -> list[Any]:
-        value = self.obj.get(key)
-        if not isinstance(value, list):
-            raise self._bad(key, "a list")
-        return value
+        return self._get(key, "a list", lambda v: isinstance(v, list), False)
 
     def mapping(self, key: str, *, null: bool = False) -> dict[str, Any] | None:
-        value = self.obj.get(key)
-        if value is None and null and key in self.obj:
-            return None
-        if not isinstance(value, dict):
-            raise self._bad(key, "an object" + (" or null" if null else ""))
-        return value
+        return self._get(key, "an object", lambda v: isinstance(v, dict), null)
 
     def at(self, key: str, value: Any) -> _Fields:
         return _Fields(self.source, value, f"{self.where}.{key}" if self.where else key)
