@@ -2,6 +2,7 @@
 into one shape; anything else is one line naming the file, the field and the fix."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,14 @@ def test_sizes_are_checked_before_the_work(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "MAX_KERNEL_RUNS", 10)  # the workload has 11
     with pytest.raises(ValueError, match="holds 11 kernel runs, more than a page plots"):
         read_run(path)
+
+
+def test_what_hwgen_run_printed_is_read():
+    # tests/data/run_qdq_cnn.json: `hwgen run examples/qdq_cnn.onnx --variant <4x4> --json`
+    path = Path(__file__).resolve().parents[3] / "data" / "run_qdq_cnn.json"
+    raw = json.loads(path.read_text())
+    run = read_run(path)
+    assert run.form == "run"
+    assert [k.name for k in run.kernels] == [k["name"] for k in raw["kernels"]]
+    assert all(k.bytes_read for k in run.kernels) and any(k.macs for k in run.kernels)
+    assert sum(k.cycles for k in run.kernels) == raw["total_cycles"]
