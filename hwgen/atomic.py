@@ -1,4 +1,5 @@
-"""Replacing an output folder whole: variant folders, plan folders and simulator builds.
+"""Replacing an output folder whole (variant folders, plan folders and simulator builds), or
+one output file (:func:`replace_file`: a report page).
 
 Each is written into a temporary sibling folder, then swapped into place in one step, so a
 reader (or the next run after a crash) finds the old folder or the new one, never a mix::
@@ -21,6 +22,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,3 +128,29 @@ def replacing(target: Path) -> Iterator[Path]:
         swap_in(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the old folder, or an unfinished new one
+
+
+def replace_file(target: Path, data: bytes) -> None:
+    """Write ``data`` to the file ``target`` in one step: into a temporary sibling, synced,
+    then renamed over ``target``, so a reader finds the old file or the new one, never a
+    part of one.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be written; the temporary file is removed and ``target`` is
+        untouched.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not land before the data
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a page is for others to read
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _sync_folder(target.parent)
