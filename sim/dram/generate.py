@@ -28,6 +28,8 @@ import hashlib
 import importlib.metadata
 import json
 import re
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,10 +94,26 @@ class DramVerilog:
         return hashlib.sha256(self.verilog.encode()).hexdigest()
 
 
+def drop_litex_shims() -> None:
+    """Take LiteX's stand-in for its deprecated ``stream_sim`` out of ``sys.modules``.
+
+    Importing ``litex.soc.interconnect`` puts an object there whose every attribute prints a
+    deprecation notice on stdout and sleeps two seconds. Code that walks ``sys.modules`` with
+    ``getattr`` (``pickle.whichmodule``, skops as it loads) then writes that notice into
+    whatever the process prints: ``hwgen train --json`` after a DRAM build in one process gave
+    unparseable JSON. hwgen uses none of it."""
+    name = "litex.soc.interconnect.stream_sim"
+    shim = sys.modules.get(name)
+    if shim is not None and not isinstance(shim, types.ModuleType):
+        del sys.modules[name]
+
+
 def _litedram_module(platform: PlatformConfig):
     """The LiteDRAM module object; hot refresh is the part with its tREFI divided, so that
     the controller and the PHY model's timing checker both see the hot rate."""
     from litedram import modules
+
+    drop_litex_shims()
 
     cls = getattr(modules, platform.module)
     if platform.refresh_divisor != 1:
@@ -113,6 +131,7 @@ def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
     from litedram.phy.model import SDRAM_VERBOSE_OFF, SDRAM_VERBOSE_STD, SDRAMPHYModel
     from migen import Module, Signal
 
+    drop_litex_shims()
     module = _litedram_module(platform)
     timing = module.timing_settings
     top = Module()
