@@ -47,12 +47,26 @@ def main_op(case: Any) -> str:
 
 
 def first_input_dtype(case: Any) -> str:
-    """The numpy name of the element type of a case's first graph input (``"?"`` if it is
-    not a tensor)."""
+    """The numpy name of the element type of a case's first graph input (``"?"`` without
+    one, or if it is not a tensor)."""
+    if not case.model.graph.input:
+        return "?"
     t = case.model.graph.input[0].type
     if not t.HasField("tensor_type"):
         return "?"
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)).name
+
+
+def _tensor(value: Any, name: str) -> onnx.TensorProto:
+    """``value`` as an initializer called ``name``. The cases of element types numpy lacks
+    (FP8, int4, int2, float4) hold their inputs as ``TensorProto`` already: kept as they are,
+    so that the importer sees the type and refuses it by name."""
+    if isinstance(value, onnx.TensorProto):
+        t = onnx.TensorProto()
+        t.CopyFrom(value)
+        t.name = name
+        return t
+    return numpy_helper.from_array(np.asarray(value), name)
 
 
 def _promote(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: set[str]
@@ -62,7 +76,7 @@ def _promote(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: set
     del model.graph.input[:]
     model.graph.input.extend(keep)
     for name in sorted(names):
-        model.graph.initializer.append(numpy_helper.from_array(np.asarray(feeds[name]), name))
+        model.graph.initializer.append(_tensor(feeds[name], name))
     return model, {k: v for k, v in feeds.items() if k not in names}
 
 
