@@ -63,8 +63,15 @@ HOST_COMPUTE_OPS = frozenset({
     "Add", "Mul", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
     "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
-#: Epilogue ops and the stage each one is (the graph op each stage spec implements).
-STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
+#: Epilogue ops and the stage each one is (the graph op each stage spec implements), and
+#: ``add_wrap``: an int8/uint8 tensor plus a constant, modulo 256, which is the bias stage
+#: on the int32 lanes (the sum of two int8 values never saturates int32) stored as int8, which
+#: keeps the low byte (:func:`hwgen.reference.to_dtype`): exactly ONNX's wrapping integer
+#: ``Add``. Nothing may follow it in its kernel, since the wrap happens at the store.
+STAGE_OF = {**{spec.op: spec.name for spec in STAGES if spec.op is not None},
+            "add_wrap": "bias"}
+#: Epilogue ops whose result is exact only as stored: they end their chain.
+ENDS_CHAIN = frozenset({"add_wrap"})
 ANCHORS = ("qmatmul", "maxpool")
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
@@ -150,12 +157,12 @@ def _stage(graph: Graph, node: Node) -> str | None:
     """The epilogue stage of an epilogue op, or None for an identity (relu of uint8)."""
     x = graph.tensors[node.inputs[0]]
     rank = len(x.shape)
-    if node.op == "bias_add":
+    if node.op in ("bias_add", "add_wrap"):
         if node.inputs[1] not in graph.initializers:
-            raise CompileError(f"node {node.name!r} (bias_add): the bias {node.inputs[1]!r} is "
+            raise CompileError(f"node {node.name!r} ({node.op}): the bias {node.inputs[1]!r} is "
                                f"not a constant; the bias stage reads a constant vector")
         if not last_axis(node.attr("axis", -1), rank):
-            raise CompileError(f"node {node.name!r} (bias_add): the bias runs along axis "
+            raise CompileError(f"node {node.name!r} ({node.op}): the bias runs along axis "
                                f"{node.attr('axis')} of {x.shape}; the accelerator adds it "
                                f"along the last axis (the GEMM's columns)")
     if node.op == "requant" and isinstance(node.attr("mult"), tuple) and \
@@ -254,7 +261,7 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
         bounding = node.op == "qadd"  # relu and clamp after a qadd bound its output
         tail = node
         # maxpool results go straight to memory: no epilogue follows it in the same kernel.
-        while anchor is None or anchor.op != "maxpool":
+        while (anchor is None or anchor.op != "maxpool") and tail.op not in ENDS_CHAIN:
             out = tail.outputs[0]
             users = graph.consumers(out)
             if out in outputs or len(users) != 1:
