@@ -113,8 +113,9 @@ def prune_pipeline() -> tuple[Pass, ...]:
 
 def legalize_pipeline() -> tuple[Pass, ...]:
     """The legalization passes (conv into GEMM form, batched matmuls as one 2-D GEMM, weight
-    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds moved before the layout changes of their inputs, layout
-    chains that are identities bypassed), then DCE.
+    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds moved
+    before the layout changes of their inputs, layout chains that are identities bypassed),
+    then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
