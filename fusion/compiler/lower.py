@@ -13,7 +13,9 @@ Every node is one of:
   element-wise max passes).
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
   epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
-  from memory; they run fused after an anchor, or as standalone passes.
+  from memory; they run fused after an anchor, or as standalone passes. ``add_wrap`` (an
+  int8/uint8 tensor plus a constant, modulo 256) is the bias stage, and ends its kernel
+  (:data:`STAGE_OF`).
 
 - a **host op**: an op with no accelerator kernel (:data:`HOST_COMPUTE_OPS`: float ``Add``,
   ``Mul``, ``Softmax``, ``Sigmoid``, ``Concat``, ``Pad``, onnxruntime's ``QLinearSigmoid`` ...,
