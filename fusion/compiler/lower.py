@@ -15,7 +15,7 @@ Every node is one of:
   epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
   from memory; they run fused after an anchor, or as standalone passes. ``add_wrap`` (an
   int8/uint8 tensor plus a constant, modulo 256) is the bias stage, and ends its kernel
-  (:data:`STAGE_OF`).
+  (:data:`ALSO_STAGES`).
 
 - a **host op**: an op with no accelerator kernel (:data:`HOST_COMPUTE_OPS`: float ``Add``,
   ``Mul``, ``Softmax``, ``Sigmoid``, ``Concat``, ``Pad``, onnxruntime's ``QLinearSigmoid`` ...,
@@ -65,21 +65,24 @@ HOST_COMPUTE_OPS = frozenset({
     "Add", "Mul", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
     "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
-#: Epilogue ops and the stage each one is (the graph op each stage spec implements), and
-#: ``add_wrap``: an int8/uint8 tensor plus a constant, modulo 256, which is the bias stage
-#: on the int32 lanes (the sum of two int8 values never saturates int32) stored as int8, which
-#: keeps the low byte (:func:`hwgen.reference.to_dtype`): exactly ONNX's wrapping integer
-#: ``Add``. Nothing may follow it in its kernel, since the wrap happens at the store.
-STAGE_OF = {**{spec.op: spec.name for spec in STAGES if spec.op is not None},
-            "add_wrap": "bias"}
-#: Epilogue ops whose result is exact only as stored: they end their chain.
+#: Epilogue ops and the stage each one is (the graph op each stage spec implements).
+STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
+#: Graph ops that run on a stage they are not the spec's op of: ``add_wrap``, an int8/uint8
+#: tensor plus a constant modulo 256, is the bias stage on the int32 lanes (the sum of two
+#: int8 values never saturates int32) stored as int8, which keeps the low byte
+#: (:func:`hwgen.reference.to_dtype`): exactly ONNX's wrapping integer ``Add``.
+ALSO_STAGES = {"add_wrap": "bias"}
+#: Every epilogue op and its stage.
+EPILOGUE_OPS = {**STAGE_OF, **ALSO_STAGES}
+#: Epilogue ops whose result is exact only as stored (the wrap happens at the store): nothing
+#: may follow them in their kernel.
 ENDS_CHAIN = frozenset({"add_wrap"})
 ANCHORS = ("qmatmul", "maxpool")
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
 #: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
 #: (:mod:`fusion.compiler.engine`): everything but a GEMM.
-HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *STAGE_OF})
+HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *EPILOGUE_OPS})
 
 
 class CompileError(ValueError):
@@ -177,7 +180,7 @@ def _stage(graph: Graph, node: Node) -> str | None:
     if node.op == "qadd":
         tensor_zp(graph.tensors[node.inputs[0]], node)
         tensor_zp(graph.tensors[node.inputs[1]], node)
-    return STAGE_OF[node.op]
+    return EPILOGUE_OPS[node.op]
 
 
 def _qadd_on_host(graph: Graph, node: Node) -> bool:
@@ -192,7 +195,7 @@ def classify(graph: Graph, node: Node) -> str:
     """``"host"``, ``"anchor"`` or ``"stage"``; raises :class:`CompileError` for the rest."""
     if node.op in HOST_OPS or (node.op == "qadd" and _qadd_on_host(graph, node)):
         return "host"
-    if node.op in STAGE_OF:
+    if node.op in EPILOGUE_OPS:
         return "stage"
     if node.op == "qmatmul":
         a, b = (graph.tensors[n] for n in node.inputs)
@@ -269,7 +272,7 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
             if out in outputs or len(users) != 1:
                 break
             nxt = users[0]
-            if nxt.op not in STAGE_OF or not _joins(graph, nxt, out, taken):
+            if nxt.op not in EPILOGUE_OPS or not _joins(graph, nxt, out, taken):
                 break
             stage = _stage(graph, nxt)
             bounds = bounding and nxt.op in BOUNDS_QADD
