@@ -13,7 +13,9 @@ Every node is one of:
   element-wise max passes).
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
   epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
-  from memory; they run fused after an anchor, or as standalone passes.
+  from memory; they run fused after an anchor, or as standalone passes. ``add_wrap`` (an
+  int8/uint8 tensor plus a constant, modulo 256) is the bias stage, and ends its kernel
+  (:data:`ALSO_STAGES`).
 
 - a **host op**: an op with no accelerator kernel (:data:`HOST_COMPUTE_OPS`: float ``Add``,
   ``Mul``, ``Softmax``, ``Sigmoid``, ``Concat``, ``Pad``, onnxruntime's ``QLinearSigmoid`` ...,
@@ -65,12 +67,22 @@ HOST_COMPUTE_OPS = frozenset({
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
+#: Graph ops that run on a stage they are not the spec's op of: ``add_wrap``, an int8/uint8
+#: tensor plus a constant modulo 256, is the bias stage on the int32 lanes (the sum of two
+#: int8 values never saturates int32) stored as int8, which keeps the low byte
+#: (:func:`hwgen.reference.to_dtype`): exactly ONNX's wrapping integer ``Add``.
+ALSO_STAGES = {"add_wrap": "bias"}
+#: Every epilogue op and its stage.
+EPILOGUE_OPS = {**STAGE_OF, **ALSO_STAGES}
+#: Epilogue ops whose result is exact only as stored (the wrap happens at the store): nothing
+#: may follow them in their kernel.
+ENDS_CHAIN = frozenset({"add_wrap"})
 ANCHORS = ("qmatmul", "maxpool")
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
 #: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
 #: (:mod:`fusion.compiler.engine`): everything but a GEMM.
-HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *STAGE_OF})
+HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *EPILOGUE_OPS})
 
 
 class CompileError(ValueError):
@@ -150,12 +162,12 @@ def _stage(graph: Graph, node: Node) -> str | None:
     """The epilogue stage of an epilogue op, or None for an identity (relu of uint8)."""
     x = graph.tensors[node.inputs[0]]
     rank = len(x.shape)
-    if node.op == "bias_add":
+    if node.op in ("bias_add", "add_wrap"):
         if node.inputs[1] not in graph.initializers:
-            raise CompileError(f"node {node.name!r} (bias_add): the bias {node.inputs[1]!r} is "
+            raise CompileError(f"node {node.name!r} ({node.op}): the bias {node.inputs[1]!r} is "
                                f"not a constant; the bias stage reads a constant vector")
         if not last_axis(node.attr("axis", -1), rank):
-            raise CompileError(f"node {node.name!r} (bias_add): the bias runs along axis "
+            raise CompileError(f"node {node.name!r} ({node.op}): the bias runs along axis "
                                f"{node.attr('axis')} of {x.shape}; the accelerator adds it "
                                f"along the last axis (the GEMM's columns)")
     if node.op == "requant" and isinstance(node.attr("mult"), tuple) and \
@@ -168,7 +180,7 @@ def _stage(graph: Graph, node: Node) -> str | None:
     if node.op == "qadd":
         tensor_zp(graph.tensors[node.inputs[0]], node)
         tensor_zp(graph.tensors[node.inputs[1]], node)
-    return STAGE_OF[node.op]
+    return EPILOGUE_OPS[node.op]
 
 
 def _qadd_on_host(graph: Graph, node: Node) -> bool:
@@ -183,7 +195,7 @@ def classify(graph: Graph, node: Node) -> str:
     """``"host"``, ``"anchor"`` or ``"stage"``; raises :class:`CompileError` for the rest."""
     if node.op in HOST_OPS or (node.op == "qadd" and _qadd_on_host(graph, node)):
         return "host"
-    if node.op in STAGE_OF:
+    if node.op in EPILOGUE_OPS:
         return "stage"
     if node.op == "qmatmul":
         a, b = (graph.tensors[n] for n in node.inputs)
@@ -254,13 +266,13 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
         bounding = node.op == "qadd"  # relu and clamp after a qadd bound its output
         tail = node
         # maxpool results go straight to memory: no epilogue follows it in the same kernel.
-        while anchor is None or anchor.op != "maxpool":
+        while (anchor is None or anchor.op != "maxpool") and tail.op not in ENDS_CHAIN:
             out = tail.outputs[0]
             users = graph.consumers(out)
             if out in outputs or len(users) != 1:
                 break
             nxt = users[0]
-            if nxt.op not in STAGE_OF or not _joins(graph, nxt, out, taken):
+            if nxt.op not in EPILOGUE_OPS or not _joins(graph, nxt, out, taken):
                 break
             stage = _stage(graph, nxt)
             bounds = bounding and nxt.op in BOUNDS_QADD

@@ -130,6 +130,18 @@ def _clamp(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
+@register("add_wrap", "x c", const="c",
+          summary="x + c modulo 256 (int8/uint8; c a constant along the last axis)")
+def _add_wrap(c: Call):
+    x = c.need("x", INT8S)
+    c.same("x", "c")
+    want = (x.shape[-1],) if x.shape else (1,)
+    if c.tensor("c").shape != want:
+        raise c.error(f"c must have shape {want} (one value per element of the last axis), "
+                      f"not {c.tensor('c').shape}")
+    return (TensorType(x.shape, x.dtype),)
+
+
 @register("qadd", "a b", a_mult=REQ, b_mult=REQ, shift=REQ, zp=0, out_dtype="int8",
      summary="sat(rne(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2**shift) + zp)")
 def _qadd(c: Call):

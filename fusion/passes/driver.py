@@ -112,9 +112,10 @@ def prune_pipeline() -> tuple[Pass, ...]:
 
 
 def legalize_pipeline() -> tuple[Pass, ...]:
-    """The legalization passes (conv into GEMM form, weight zero points folded, residual adds
-    moved before the layout changes of their inputs, layout chains that are identities
-    bypassed), then DCE.
+    """The legalization passes (conv into GEMM form, batched matmuls as one 2-D GEMM, weight
+    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds moved
+    before the layout changes of their inputs, layout chains that are identities bypassed),
+    then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
@@ -125,15 +126,17 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     """
     from fusion.passes import (
         add_layout,
+        batched_matmul,
         conv_legalize,
         dce,
         im2col_rows,
+        integer_eltwise,
         layout_identity,
         weight_zero_point,
     )
 
-    return (conv_legalize.run, weight_zero_point.run, add_layout.run, layout_identity.run,
-            im2col_rows.run, dce.run)
+    return (conv_legalize.run, batched_matmul.run, weight_zero_point.run,
+            integer_eltwise.run, add_layout.run, layout_identity.run, im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

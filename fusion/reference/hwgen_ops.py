@@ -110,6 +110,11 @@ def _clamp(ctx: Ctx, x):
     return (ref.clamp(x, ctx.attrs["lo"], ctx.attrs["hi"]),)
 
 
+@implements("add_wrap")
+def _add_wrap(ctx: Ctx, x, c):
+    return (np.add(x, c.astype(x.dtype)),)  # same dtype: wraps modulo 256, as ONNX's Add
+
+
 @implements("qadd")
 def _qadd(ctx: Ctx, a, b):
     at = ctx.attrs

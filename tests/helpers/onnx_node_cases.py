@@ -1,9 +1,11 @@
 """ONNX's own backend node tests, run through ``import_onnx`` and ``fusion.reference.executor.run``.
 
 ``onnx.backend.test.case.node.collect_testcases`` builds every node test in memory (model,
-inputs, expected outputs; nothing is downloaded). We keep the cases whose nodes all use ops of
-hwgen's catalog, import each model, run it, and compare: integer outputs exactly, float
-outputs with the case's own tolerances (as ONNX's backend runner does).
+inputs, expected outputs; nothing is downloaded; :mod:`fusion.frontend.onnx_node_tests`
+collects them, shared with the simulator's conformance runner :mod:`sim.conformance`). We keep
+the cases whose nodes all use ops of hwgen's catalog, import each model, run it, and compare:
+integer outputs exactly, float outputs with the case's own tolerances (as ONNX's backend
+runner does).
 
 Scale, zero-point and shape inputs that the test feeds as graph inputs are stored as
 initializers before import (same values, same meaning): hwgen needs them constant, and this
@@ -18,15 +20,13 @@ from __future__ import annotations
 
 import collections
 import sys
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
+from fusion.frontend import onnx_node_tests as node_tests
 from fusion.frontend.onnx_import import import_onnx
-from fusion.ir import ops
+from fusion.frontend.onnx_node_tests import main_op, promote_constants
 from fusion.reference import executor
 
 #: The ONNX ops of the issue; a case qualifies when every node of its model is one of them.
@@ -63,34 +63,7 @@ class Outcome:
 
 def collect() -> list:
     """The qualifying cases (about 10 s: onnx builds every node test in memory)."""
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
-    return [c for c in cases if c.model is not None and c.model.graph.node
-            and {n.op_type for n in c.model.graph.node} <= set(OPS)]
-
-
-def main_op(case) -> str:
-    """The op a case is counted under: its first non-Identity op (Identity alone otherwise)."""
-    names = [n.op_type for n in case.model.graph.node]
-    return next((n for n in names if n != "Identity"), "Identity")
-
-
-def promote_constants(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
-    """Move graph inputs that fill constant slots (scales, zero points, shapes) to initializers."""
-    const = {name for node in model.graph.node for slot, name in
-             zip(ops.get(node.op_type).slots, node.input, strict=False)
-             if name and slot in ops.get(node.op_type).const}
-    const &= set(feeds)
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    keep = [v for v in model.graph.input if v.name not in const]
-    del model.graph.input[:]
-    model.graph.input.extend(keep)
-    for name in sorted(const):
-        model.graph.initializer.append(numpy_helper.from_array(feeds[name], name))
-    return model, {k: v for k, v in feeds.items() if k not in const}
+    return node_tests.collect(lambda c: {n.op_type for n in c.model.graph.node} <= set(OPS))
 
 
 def check(case) -> Outcome:
@@ -100,9 +73,7 @@ def check(case) -> Outcome:
         return Outcome(case.name, op, "skip", SKIP[case.name])
     try:
         for inputs, expected in case.data_sets:
-            names = [v.name for v in case.model.graph.input]
-            feeds = dict(zip(names, inputs, strict=False))
-            model, feeds = promote_constants(case.model, feeds)
+            model, feeds = promote_constants(case.model, node_tests.feeds_of(case, inputs))
             graph = import_onnx(model)
             got = executor.run(graph, feeds)
             for name, want in zip(graph.outputs, expected, strict=True):
