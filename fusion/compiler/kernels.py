@@ -50,7 +50,7 @@ from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.layout import kgroup_problem
-from fusion.kernels.program import Kernel, compile_kernel
+from fusion.kernels.program import Kernel, compile_kernel, rows_of
 from fusion.kernels.protocol import KernelKind, Refusal
 from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowParams
@@ -390,11 +390,26 @@ def _maxpool(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
                       inputs=(anchor.inputs[0],), note=why, **names)
 
 
+def _emax(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
+          **names: Any) -> KernelSpec | Refusal:
+    """``max(x, c)`` with a constant ``c`` (:mod:`fusion.passes.integer_eltwise`): the
+    element-wise max of two planes (:mod:`fusion.kernels.eltmax.kind`), ``c`` written as a
+    constant, both laid over the array's columns."""
+    x = graph.tensors[anchor.inputs[0]]
+    c = graph.initializers[anchor.inputs[1]]
+    cols = config.cols
+    params = MaxParams(M=-(-max(1, math.prod(x.shape)) // cols), N=cols, n_inputs=2)
+    plane = rows_of(to_lanes(c, x.dtype), params.M, params.N)
+    return KernelSpec(kind=MAX, params=params, inputs=(anchor.inputs[0],),
+                      consts={"in1": plane}, **names)
+
+
 #: How each anchor op becomes a kernel (the ops :func:`fusion.compiler.lower.classify` calls
 #: anchors); a segment without its anchor is a standalone pass.
 ANCHORS: dict[str, Callable[..., KernelSpec | Refusal]] = {
     "qmatmul": _gemm,
     "maxpool": _maxpool,
+    "emax": _emax,
 }
 
 
@@ -433,8 +448,8 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
                            "(CompileOptions.window_conv)")
         return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
     if chain.anchor is not None and start == len(chain.prefix):
-        extra = ({"grouped": options.grouped_gemm} if chain.anchor.op == "qmatmul" else
-                 {"window_unit": options.window_unit})
+        extra = {"qmatmul": {"grouped": options.grouped_gemm},
+                 "maxpool": {"window_unit": options.window_unit}}.get(chain.anchor.op, {})
         return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **extra, **names)
     # a run of epilogue ops as one pass over [M, N]
     x = graph.tensors[part[0][0].inputs[0]]

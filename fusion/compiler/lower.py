@@ -62,7 +62,7 @@ HOST_OPS = frozenset({"quantize", "dequantize", "reshape", "flatten", "transpose
                       "Identity"})
 #: Ops without an accelerator kernel that the host runs (the reference executor), by op name.
 HOST_COMPUTE_OPS = frozenset({
-    "Add", "Mul", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
+    "Add", "Mul", "Max", "Min", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
     "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
@@ -77,12 +77,15 @@ EPILOGUE_OPS = {**STAGE_OF, **ALSO_STAGES}
 #: Epilogue ops whose result is exact only as stored (the wrap happens at the store): nothing
 #: may follow them in their kernel.
 ENDS_CHAIN = frozenset({"add_wrap"})
-ANCHORS = ("qmatmul", "maxpool")
+ANCHORS = ("qmatmul", "maxpool", "emax")
+#: Anchors whose result goes straight to memory: no epilogue follows them in their kernel
+#: (the residual stage, last in the chain, computes them).
+STORES_DIRECT = frozenset({"maxpool", "emax"})
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
 #: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
 #: (:mod:`fusion.compiler.engine`): everything but a GEMM.
-HOST_ALTERNATIVES = frozenset({"maxpool", "im2col", *EPILOGUE_OPS})
+HOST_ALTERNATIVES = frozenset({"maxpool", "emax", "im2col", *EPILOGUE_OPS})
 
 
 class CompileError(ValueError):
@@ -217,7 +220,7 @@ def classify(graph: Graph, node: Node) -> str:
                                f"weight zero points")
         tensor_zp(a, node)
         return "anchor"
-    if node.op == "maxpool":
+    if node.op in ("maxpool", "emax"):
         tensor_zp(graph.tensors[node.inputs[0]], node)
         return "anchor"
     if node.op == "qconv2d":
@@ -265,8 +268,8 @@ def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
         last_rank = _rank(items[-1].stage) if anchor is None else -1
         bounding = node.op == "qadd"  # relu and clamp after a qadd bound its output
         tail = node
-        # maxpool results go straight to memory: no epilogue follows it in the same kernel.
-        while (anchor is None or anchor.op != "maxpool") and tail.op not in ENDS_CHAIN:
+        # max results go straight to memory: no epilogue follows them in the same kernel.
+        while (anchor is None or anchor.op not in STORES_DIRECT) and tail.op not in ENDS_CHAIN:
             out = tail.outputs[0]
             users = graph.consumers(out)
             if out in outputs or len(users) != 1:

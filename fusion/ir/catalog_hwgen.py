@@ -142,6 +142,16 @@ def _add_wrap(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
+@register("emax", "x c", const="c",
+          summary="max(x, c) element by element (int8/uint8; c a constant of x's shape)")
+def _emax(c: Call):
+    x = c.need("x", INT8S)
+    c.same("x", "c")
+    if c.tensor("c").shape != x.shape:
+        raise c.error(f"c must have x's shape {x.shape}, not {c.tensor('c').shape}")
+    return (TensorType(x.shape, x.dtype),)
+
+
 @register("qadd", "a b", a_mult=REQ, b_mult=REQ, shift=REQ, zp=0, out_dtype="int8",
      summary="sat(rne(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2**shift) + zp)")
 def _qadd(c: Call):

@@ -20,12 +20,38 @@ from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
 #: Most inputs a Concat (or tensors a QLinearConcat) may join.
 MAX_CONCAT_INPUTS = 32
+#: Most inputs a Max or Min may take (ONNX's are variadic).
+MAX_EXTREMUM_INPUTS = 8
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 @register("Mul", "A B", summary="elementwise product with broadcasting (integers wrap)")
 def _mul(c: Call):
     return broadcast_binary(c)
+
+
+def _extremum(c: Call):
+    present = [t for t in c.inputs if t is not None]
+    # int8/uint8 run on the accelerator (fusion.passes.integer_eltwise), float32 on the host
+    c.need("data_0", ("float32", "int8", "uint8"))
+    shape = present[0].shape
+    for i in range(1, len(c.inputs)):
+        if c.inputs[i] is not None:
+            c.same("data_0", f"data_{i}")
+            shape = shapes.broadcast(shape, c.inputs[i].shape)
+    return (TensorType(shape, present[0].dtype),)
+
+
+@register("Max", " ".join(f"data_{i}" for i in range(MAX_EXTREMUM_INPUTS)), 1,
+          summary="elementwise maximum of the inputs, with broadcasting")
+def _max(c: Call):
+    return _extremum(c)
+
+
+@register("Min", " ".join(f"data_{i}" for i in range(MAX_EXTREMUM_INPUTS)), 1,
+          summary="elementwise minimum of the inputs, with broadcasting")
+def _min(c: Call):
+    return _extremum(c)
 
 
 @register("Sigmoid", "X", summary="1 / (1 + exp(-x))")

@@ -115,6 +115,11 @@ def _add_wrap(ctx: Ctx, x, c):
     return (np.add(x, c.astype(x.dtype)),)  # same dtype: wraps modulo 256, as ONNX's Add
 
 
+@implements("emax")
+def _emax(ctx: Ctx, x, c):
+    return (np.maximum(x, c.astype(x.dtype)),)
+
+
 @implements("qadd")
 def _qadd(ctx: Ctx, a, b):
     at = ctx.attrs

@@ -27,6 +27,16 @@ def _mul(ctx: Ctx, a, b):
     return (np.multiply(a, b),)  # same dtype; integer products wrap, as in onnx.reference
 
 
+@implements("Max")
+def _max(ctx: Ctx, *values):
+    return (np.maximum.reduce(np.broadcast_arrays(*[v for v in values if v is not None])),)
+
+
+@implements("Min")
+def _min(ctx: Ctx, *values):
+    return (np.minimum.reduce(np.broadcast_arrays(*[v for v in values if v is not None])),)
+
+
 @implements("Sigmoid")
 def _sigmoid(ctx: Ctx, x):
     with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: sigmoid is 0

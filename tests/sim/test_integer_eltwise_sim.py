@@ -1,4 +1,5 @@
-"""Standalone int8/uint8 Add (wrapping), Clip and Relu on the 4x4 simulator, against ONNX.
+"""Standalone int8/uint8 Add (wrapping), Clip, Relu, Max and Min on the 4x4 simulator,
+against ONNX.
 
 Full-range values, so that about a quarter of the sums wrap: the accelerator's bias stage adds
 in int32 lanes and its int8 store keeps the low byte (:mod:`fusion.passes.integer_eltwise`).
@@ -26,6 +27,8 @@ def test_integer_eltwise_on_the_simulator(v4x4, dtype):
     ]
     if dtype == "int8":
         models.append(one_node("Relu", dtype, (4, 6), {}, []))
+    models += [one_node(op, dtype, (5, 7), {"c": full_range(rng, dtype, (5, 7))}, ["c"])
+               for op in ("Max", "Min")]
     wrapped = 0
     for proto in models:
         shape = tuple(d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim)
@@ -35,7 +38,9 @@ def test_integer_eltwise_on_the_simulator(v4x4, dtype):
         want = ReferenceEvaluator(proto).run(None, {"x": x})[0]
         got = report.outputs["y"]
         assert got.dtype == want.dtype and np.array_equal(got, want)
-        assert [k.describe.split()[0] for k in report.kernels] == ["pass"]
+        kinds = {"Max": ["max"], "Min": ["pass", "max", "pass"]}
+        assert [k.describe.split()[0] for k in report.kernels] == kinds.get(
+            proto.graph.node[0].op_type, ["pass"])
         if proto.graph.node[0].op_type == "Add":  # c is the model's output for x = 0
             c = ReferenceEvaluator(proto).run(None, {"x": np.zeros_like(x)})[0]
             wrapped += int(np.count_nonzero(x.astype(np.int64) + c != got))

@@ -1,4 +1,5 @@
-"""fusion/passes/integer_eltwise.py: standalone int8/uint8 Relu, Clip and Add as epilogue ops.
+"""fusion/passes/integer_eltwise.py: standalone int8/uint8 Relu, Clip, Add, Max and Min as
+accelerator ops.
 
 ONNX node models with full-range values (so that Add wraps): the legalized graph holds the
 hwgen ops (``relu``, ``clamp``, ``add_wrap``), runs bit for bit like ``onnx.reference``, and
@@ -71,6 +72,27 @@ def test_clip_with_constant_bounds_matches_onnx(dtype, lo, hi, seed):
     assert [n.op for n in graph.nodes] == ["clamp"]
 
 
+@settings(max_examples=30, deadline=None)
+@given(op=st.sampled_from(["Max", "Min"]), dtype=st.sampled_from(["int8", "uint8"]),
+       shape=st.sampled_from([(7,), (3, 4), (2, 3, 5)]),
+       c_forms=st.lists(st.sampled_from(["full", "row", "scalar"]), min_size=1, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_max_and_min_with_constants_match_onnx(op, dtype, shape, c_forms, seed):
+    """Full-range values (the type's extremes included, where -x would overflow): Max is one
+    emax, Min is not(emax(not(x), not(C))), and both run bit for bit like onnx.reference."""
+    rng = np.random.default_rng(seed)
+    inits = {f"c{i}": full_range(rng, dtype, {"full": shape, "row": shape[-1:],
+                                              "scalar": ()}[form])
+             for i, form in enumerate(c_forms)}
+    proto = one_node(op, dtype, shape, inits, list(inits))
+    x = full_range(rng, dtype, shape)
+    info = np.iinfo(dtype)
+    x.reshape(-1)[:2] = (info.min, info.max)
+    graph = check(proto, x)
+    want = ["emax"] if op == "Max" else ["qadd", "emax", "qadd"]
+    assert [n.op for n in graph.nodes] == want
+
+
 def test_relu_int8_is_the_relu_op():
     proto = one_node("Relu", "int8", (4, 4), {}, [])
     graph = check(proto, full_range(np.random.default_rng(0), "int8", (4, 4)))
@@ -86,13 +108,29 @@ def test_each_becomes_one_accelerator_pass(dtype):
         compiled = compile_model(import_onnx(proto), SIM_VARIANTS["4x4"], host_fallback=False)
         kinds = [s.spec.kind.name for s in compiled.steps if hasattr(s, "spec")]
         assert kinds == ["pass"]
+    c = {"c": full_range(rng, dtype, (3, 5))}
+    for op, want in (("Max", ["max"]), ("Min", ["pass", "max", "pass"])):
+        compiled = compile_model(import_onnx(one_node(op, dtype, (3, 5), c, ["c"])),
+                                 SIM_VARIANTS["4x4"], host_fallback=False)
+        assert [s.spec.kind.name for s in compiled.steps if hasattr(s, "spec")] == want
 
 
-def test_an_add_of_two_activations_stays_on_the_host():
+@pytest.mark.parametrize("op", ["Add", "Max", "Min"])
+def test_an_op_of_two_activations_stays_on_the_host(op):
     t = TensorProto.INT8
     graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "z"], ["y"], name="add")], "t",
+        [helper.make_node(op, ["x", "z"], ["y"], name="op")], "t",
         [helper.make_tensor_value_info("x", t, (2,)), helper.make_tensor_value_info("z", t, (2,))],
         [helper.make_tensor_value_info("y", t, (2,))])
     g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
     assert integer_eltwise.run(g) == (g, False)
+
+
+def test_max_of_int32_is_refused_by_name():
+    t = TensorProto.INT32
+    graph = helper.make_graph(
+        [helper.make_node("Max", ["x", "z"], ["y"], name="op")], "t",
+        [helper.make_tensor_value_info("x", t, (2,)), helper.make_tensor_value_info("z", t, (2,))],
+        [helper.make_tensor_value_info("y", t, (2,))])
+    with pytest.raises(ValueError, match="int32"):
+        import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
