@@ -35,8 +35,7 @@ from fusion.runtime.reconfig.planner import offline_plan, static_plan
 
 ROOT = Path("build") / "reconfig"
 STAGES = "bias,requant,relu,clamp,residual"
-SPECS = (f"8x8:{STAGES}+window+addr24", f"4x16:{STAGES}+port16+addr24",
-         f"8x8:{STAGES}+port16+addr24")
+SPECS = (f"8x8:{STAGES}+window", f"4x16:{STAGES}+port16", f"8x8:{STAGES}+port16")
 MODELS = ("resnet8_qdq", "ds_cnn_qdq", "fc_autoencoder_qdq")
 REAL = Path("examples") / "real"
 
