@@ -1,4 +1,5 @@
-"""Replacing an output folder whole: variant folders, plan folders and simulator builds.
+"""Replacing an output folder whole (variant folders, plan folders and simulator builds), and a
+file whole (cache entries).
 
 Each is written into a temporary sibling folder, then swapped into place in one step, so a
 reader (or the next run after a crash) finds the old folder or the new one, never a mix::
@@ -21,8 +22,34 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: into a temporary sibling that is renamed over it, so a
+    reader finds the old file or the new one; two writers each rename a whole file, and the
+    last rename wins.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be made or written; nothing is left behind then.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not land before the data
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a shared cache is readable
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def temp_prefix(target: Path) -> str:

@@ -11,13 +11,24 @@ import argparse
 import sys
 from typing import NoReturn
 
-from hwgen.cli import calibrate, compile, doctor, gemm, generate, inspect, profile, run, train
+from hwgen.cli import (
+    calibrate,
+    compile,
+    doctor,
+    gemm,
+    generate,
+    inspect,
+    profile,
+    run,
+    train,
+    variants,
+)
 
 #: The commands, in the order ``hwgen --help`` lists them. Each module owns its options
 #: (``add_arguments``), its one-line ``HELP`` and its ``run(args) -> exit status``.
 COMMANDS = {"doctor": doctor, "generate": generate, "gemm": gemm, "inspect": inspect,
             "compile": compile, "run": run, "calibrate": calibrate, "profile": profile,
-            "train": train}
+            "train": train, "variants": variants}
 
 
 class Parser(argparse.ArgumentParser):
