@@ -83,7 +83,9 @@ def _build(args: argparse.Namespace) -> int:
 
     specs = read_specs(args.specs, args.spec_file)
     platform = platform_from_args(args)
-    executor, close = executor_from_args(args)
+    # one job at a time runs here: no pool to start, and Ctrl-C reaches the tool directly
+    local = args.jobs == 1 and not args.scheduler
+    executor, close = (None, lambda: None) if local else executor_from_args(args)
     try:
         library = build_library(
             args.output, specs, platform,
