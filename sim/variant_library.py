@@ -208,3 +208,20 @@ def _finish(spec: VariantSpec, tmp: Path, result: dict[str, Any],
     (tmp / core_file).write_text(core_text(spec.name, spec.config, descriptor["verilog"],
                                            descriptor["verilog_sha256"], descriptor["top"]))
     return {**descriptor, "cached": result["cached"]}
+
+
+def summary_row(descriptor: dict[str, Any]) -> dict[str, Any]:
+    """What ``hwgen variants list`` shows of a built variant's descriptor: name, spec, array,
+    epilogue, window, LUT, FF, DSP, BRAM, part, Fmax (and why none), reconfiguration cycles
+    and seconds, the Verilog's sha256."""
+    config, synthesis = descriptor["config"], descriptor["synthesis"]
+    reconfig = descriptor["reconfiguration"]
+    return {"name": descriptor["name"], "spec": descriptor["spec"],
+            "array": f"{config['rows']}x{config['cols']}",
+            "epilogue": ",".join(config["epilogue"]) or "none",
+            "window": bool(config.get("window_unit", False)),
+            **{k: synthesis["resources"][k] for k in ("LUT", "FF", "DSP", "BRAM")},
+            "part": synthesis["part"], "fmax_mhz": synthesis["fmax_mhz"],
+            "fmax_reason": synthesis["fmax_reason"],
+            "reconfig_cycles": reconfig["cycles"], "reconfig_seconds": reconfig["seconds"],
+            "verilog_sha256": descriptor["verilog_sha256"]}

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from sim.build import default_root
     from sim.synthesis import SynthesisCache
-    from sim.variant_library import build_library, read_specs
+    from sim.variant_library import build_library, read_specs, summary_row
 
     specs = read_specs(args.specs, args.spec_file)
     platform = platform_from_args(args)
@@ -96,7 +96,7 @@ def _build(args: argparse.Namespace) -> int:
             notice=lambda line: print(line, file=sys.stderr))
     finally:
         close()
-    rows = [_row(d) for d in library["built"]]
+    rows = [summary_row(d) for d in library["built"]]
     if args.json:
         print(json.dumps({"library": args.output, "platform": library["platform"],
                           "built": rows}))
@@ -114,24 +114,9 @@ def _fmax(row: dict) -> str:
         f"none ({row['fmax_reason']})"
 
 
-def _row(descriptor: dict) -> dict:
-    """One table row of a built variant's descriptor."""
-    config, synthesis = descriptor["config"], descriptor["synthesis"]
-    reconfig = descriptor["reconfiguration"]
-    return {"name": descriptor["name"], "spec": descriptor["spec"],
-            "array": f"{config['rows']}x{config['cols']}",
-            "epilogue": ",".join(config["epilogue"]) or "none",
-            "window": bool(config.get("window_unit", False)),
-            **{k: synthesis["resources"][k] for k in ("LUT", "FF", "DSP", "BRAM")},
-            "part": synthesis["part"], "fmax_mhz": synthesis["fmax_mhz"],
-            "fmax_reason": synthesis["fmax_reason"],
-            "reconfig_cycles": reconfig["cycles"], "reconfig_seconds": reconfig["seconds"],
-            "verilog_sha256": descriptor["verilog_sha256"]}
-
-
 def _list(args: argparse.Namespace) -> int:
     from hwgen.gateware.folder import open_variant
-    from sim.variant_library import read_library
+    from sim.variant_library import read_library, summary_row
 
     library = read_library(args.library)
     rows = []
@@ -142,7 +127,7 @@ def _list(args: argparse.Namespace) -> int:
             raise ValueError(f"{variant.directory} has no synthesis figures: it was not built "
                              f"by 'hwgen variants build'; rebuild it with 'hwgen variants build "
                              f"-o {args.library} {entry.get('spec', 'SPEC')}'")
-        rows.append(_row(descriptor))
+        rows.append(summary_row(descriptor))
     if args.json:
         print(json.dumps({"library": args.library, "platform": library["platform"],
                           "variants": rows}))
