@@ -7,15 +7,8 @@ import json
 import pytest
 
 from hwgen.cli import main
+from tests.helpers.cli import one_error_line
 from tests.helpers.fake_synthesis import FakeTools
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("hwgen: error: "), err
-    return lines[0]
 
 
 @pytest.fixture
