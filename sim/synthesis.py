@@ -334,6 +334,8 @@ def _entry_problem(entry: Any, key: dict[str, Any]) -> str | None:
     pnr = result["pnr"]
     if pnr.get("status") not in ("ok", "timeout", "failed", "skipped", "no_part"):
         return f"its placement status {pnr.get('status')!r} is unknown"
+    if pnr["status"] == "timeout" and not isinstance(pnr.get("timeout_s"), int | float):
+        return "its timed-out placement records no time limit"
     fmax = result.get("fmax_mhz")
     if (fmax is None) != (pnr["status"] != "ok") or not (
             fmax is None or isinstance(fmax, int | float) and fmax > 0):

@@ -92,6 +92,7 @@ def read_library(directory: str | Path) -> dict[str, Any]:
             and data.get("version") == LIBRARY_VERSION and isinstance(data.get("variants"), list)
             and isinstance(data.get("platform"), dict)
             and all(isinstance(v, dict) and isinstance(v.get("folder"), str)
+                    and v["folder"] == Path(v["folder"]).name not in ("", ".", "..")
                     for v in data["variants"])):
         raise ValueError(f"{path} is not an hwgen variant library of version "
                          f"{LIBRARY_VERSION}; rebuild it with 'hwgen variants build -o "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from hwgen.cli.common import (
     add_platform_arguments,
@@ -121,7 +122,7 @@ def _list(args: argparse.Namespace) -> int:
     library = read_library(args.library)
     rows = []
     for entry in library["variants"]:
-        variant = open_variant(f"{args.library}/{entry['folder']}")  # checks the Verilog's hash
+        variant = open_variant(Path(args.library) / entry["folder"])  # checks the Verilog
         descriptor = variant.descriptor
         if not all(k in descriptor for k in ("name", "synthesis", "reconfiguration")):
             raise ValueError(f"{variant.directory} has no synthesis figures: it was not built "

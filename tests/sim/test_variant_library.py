@@ -120,3 +120,12 @@ def test_a_spec_file_adds_to_the_specs_given(tmp_path):
     spec_file = tmp_path / "specs.json"
     spec_file.write_text('["2x2:none"]')
     assert [s.name for s in read_specs(["1x1:none"], str(spec_file))] == ["1x1_none", "2x2_none"]
+
+
+@pytest.mark.parametrize("folder", ["../elsewhere", "a/b", ""])
+def test_a_library_listing_a_folder_outside_it_is_refused(tmp_path, folder):
+    (tmp_path / "library.json").write_text(json.dumps({
+        "format": "hwgen-variant-library", "version": 1, "platform": {},
+        "variants": [{"name": "x", "folder": folder, "spec": "1x1"}]}))
+    with pytest.raises(ValueError, match="is not an hwgen variant library of version 1"):
+        read_library(tmp_path)
