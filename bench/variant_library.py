@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in library["built"]:
         synthesis = d["synthesis"]
         row = {**summary_row(d), "cells": synthesis["cells"],
-               "distributed_ram": synthesis["resources"]["DISTRIBUTED_RAM"],
+               "distributed_ram": (synthesis["resources"] or {}).get("DISTRIBUTED_RAM"),
                "part_reason": synthesis["part_reason"], "pnr": synthesis["pnr"],
                "seconds": synthesis["seconds"], "tools": synthesis["tools"],
                "cached": d["cached"], "capabilities": d["capabilities"],
@@ -73,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         fmax = (f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] is not None
                 else f"none ({row['fmax_reason']})")
         nextpnr = synthesis["seconds"]["nextpnr"]
-        print(f"{row['name']}: {row['LUT']} LUT, {row['FF']} FF, {row['DSP']} DSP, "
-              f"{row['BRAM']} BRAM; {row['part'] or 'no ECP5 part'}; Fmax {fmax}; yosys "
+        figures = (f"no figures ({row['synthesis_error']})" if row["synthesis_error"] else
+                   f"{row['LUT']} LUT, {row['FF']} FF, {row['DSP']} DSP, {row['BRAM']} BRAM; "
+                   f"{row['part'] or 'no ECP5 part'}; Fmax {fmax}")
+        print(f"{row['name']}: {figures}; yosys "
               f"{synthesis['seconds']['yosys']} s, nextpnr "
               f"{'-' if nextpnr is None else f'{nextpnr} s'}"
               f"{' (cached)' if d['cached'] else ''}")

@@ -52,7 +52,7 @@ YOSYS_SCRIPT = ("read_verilog accel.v; synth_ecp5 -top {top} -json netlist.json;
                 "tee -q -o stat.json stat -json")
 PNR_OPTIONS = ("--out-of-context", "--timing-allow-fail")
 #: Format tag and version of a cache entry; bump the version when a result's fields change.
-CACHE_FORMAT, CACHE_VERSION = "hwgen-synthesis", 1
+CACHE_FORMAT, CACHE_VERSION = "hwgen-synthesis", 2
 
 
 def tool_versions() -> dict[str, str]:
@@ -122,20 +122,27 @@ def _tail(log: Path, lines: int = 3) -> str:
     return " / ".join((errors or text)[-lines:]).strip() or "no output"
 
 
-def _yosys(job: SynthesisJob, work: Path) -> tuple[dict[str, int], float]:
+def _yosys(job: SynthesisJob, work: Path) -> tuple[dict[str, int] | None, float, str | None]:
+    """Synthesize: the netlist's cells and the seconds, or None and why yosys failed."""
     (work / "accel.v").write_text(job.verilog)
     script = YOSYS_SCRIPT.format(top=job.top)
     started = time.perf_counter()
-    with open(work / "yosys.log", "wb") as log:
-        status = run_command([_program("yosys"), "-q", "-p", script], cwd=work,
-                             env=os.environ, stdout=log)
+    with open(work / "yosys.out", "wb") as out:
+        status = run_command([_program("yosys"), "-q", "-l", "yosys.log", "-p", script],
+                             cwd=work, env=os.environ, stdout=out)
     seconds = time.perf_counter() - started
     if status != 0:
-        raise RuntimeError(f"yosys failed on variant {job.name} (exit {status}): "
-                           f"{_tail(work / 'yosys.log')}")
+        tail = _tail(work / "yosys.log")
+        # ABC (inside the WebAssembly yosys) dies without a word when the design outgrows
+        # the 4 GiB a WebAssembly program can address
+        hint = "" if "ERROR" in tail.upper() else (
+            "; yosys stopped without an error message: the design may be too large for the "
+            "WebAssembly build's 4 GiB of memory")
+        return None, seconds, f"yosys failed (exit {status}): {tail}{hint}"
     stat = json.loads((work / "stat.json").read_text())
     cells = stat["design"]["num_cells_by_type"]
-    return {k: int(v) for k, v in sorted(cells.items()) if not k.startswith("$")}, seconds
+    return ({k: int(v) for k, v in sorted(cells.items()) if not k.startswith("$")}, seconds,
+            None)
 
 
 def _nextpnr(job: SynthesisJob, work: Path, part: ecp5.Part) -> dict[str, Any]:
@@ -169,33 +176,45 @@ def _nextpnr(job: SynthesisJob, work: Path, part: ecp5.Part) -> dict[str, Any]:
 
 
 def run_job(job: SynthesisJob) -> dict[str, Any]:
-    """Synthesize ``job`` (module docstring): the descriptor's ``"synthesis"`` record.
+    """Synthesize ``job`` (module docstring): the descriptor's ``"synthesis"`` record. A yosys
+    failure is a record too (``status`` ``"failed"``, its ``error``, no figures): one
+    variant's design can outgrow the tools without the others' figures being lost.
 
     Raises
     ------
     RuntimeError
-        If a tool is missing or yosys fails (one line, with the end of its log).
+        If a tool is missing (one line naming the install).
     """
     versions = tool_versions()
     with tempfile.TemporaryDirectory(prefix="hwgen-synth-") as tmp:
         work = Path(tmp)
-        cells, yosys_seconds = _yosys(job, work)
-        part, why = ecp5.smallest_part(cells)
-        if not job.pnr:
-            pnr = {"status": "skipped", "fmax_mhz": None, "seconds": None,
-                   "reason": "not run (--no-pnr)"}
-        elif part is None:
-            pnr = {"status": "no_part", "fmax_mhz": None, "seconds": None, "reason": why}
+        cells, yosys_seconds, error = _yosys(job, work)
+        if cells is None:
+            part, why = None, f"no netlist: {error}"
+            pnr = {"status": "no_netlist", "fmax_mhz": None, "seconds": None,
+                   "reason": "no netlist (yosys failed)"}
         else:
-            pnr = _nextpnr(job, work, part)
-    need = ecp5.demand(cells)
+            part, why = ecp5.smallest_part(cells)
+            if not job.pnr:
+                pnr = {"status": "skipped", "fmax_mhz": None, "seconds": None,
+                       "reason": "not run (--no-pnr)"}
+            elif part is None:
+                pnr = {"status": "no_part", "fmax_mhz": None, "seconds": None, "reason": why}
+            else:
+                pnr = _nextpnr(job, work, part)
+    resources = None
+    if cells is not None:
+        need = ecp5.demand(cells)
+        resources = {"LUT": need["luts"], "FF": need["ffs"], "DSP": need["dsps"],
+                     "BRAM": need["brams"], "DISTRIBUTED_RAM": need["ram_slices"]}
     return {
+        "status": "ok" if error is None else "failed",
+        "error": error,
         "scope": SCOPE,
         "top": job.top,
         "verilog_sha256": job.sha256,
-        "cells": cells,
-        "resources": {"LUT": need["luts"], "FF": need["ffs"], "DSP": need["dsps"],
-                      "BRAM": need["brams"], "DISTRIBUTED_RAM": need["ram_slices"]},
+        "cells": cells or {},
+        "resources": resources,
         "part": None if part is None else part.name,
         "part_reason": why,
         "fmax_mhz": pnr["fmax_mhz"],
@@ -307,7 +326,7 @@ class SynthesisCache:
 
 
 #: The result's fields and their types, checked on every read.
-_RESULT_FIELDS = {"cells": dict, "resources": dict, "part_reason": str, "pnr": dict,
+_RESULT_FIELDS = {"cells": dict, "part_reason": str, "pnr": dict,
                   "tools": dict, "seconds": dict, "scope": str, "top": str,
                   "verilog_sha256": str}
 
@@ -327,12 +346,18 @@ def _entry_problem(entry: Any, key: dict[str, Any]) -> str | None:
             return f"its result's {name} is missing or not a {kind.__name__}"
     if result["verilog_sha256"] != key["verilog_sha256"]:
         return "its result is of other Verilog"
-    resources = result["resources"]
-    if set(resources) != {"LUT", "FF", "DSP", "BRAM", "DISTRIBUTED_RAM"} or not all(
+    resources = result.get("resources")
+    if result.get("status") == "failed":
+        if resources is not None or not isinstance(result.get("error"), str):
+            return "a failed synthesis with figures or without its error"
+    elif result.get("status") != "ok":
+        return f"its status {result.get('status')!r} is unknown"
+    elif not isinstance(resources, dict) or set(resources) != {
+            "LUT", "FF", "DSP", "BRAM", "DISTRIBUTED_RAM"} or not all(
             isinstance(v, int) and v >= 0 for v in resources.values()):
         return "its resources are not counts of LUT, FF, DSP, BRAM, DISTRIBUTED_RAM"
     pnr = result["pnr"]
-    if pnr.get("status") not in ("ok", "timeout", "failed", "skipped", "no_part"):
+    if pnr.get("status") not in ("ok", "timeout", "failed", "skipped", "no_part", "no_netlist"):
         return f"its placement status {pnr.get('status')!r} is unknown"
     if pnr["status"] == "timeout" and not isinstance(pnr.get("timeout_s"), int | float):
         return "its timed-out placement records no time limit"

@@ -65,6 +65,21 @@ class _no_exit:
         return False
 
 
+def test_a_variant_yosys_fails_on_is_built_without_figures_and_exit_1(monkeypatch, tmp_path,
+                                                                        capsys):
+    monkeypatch.setenv("HWGEN_BUILD_DIR", str(tmp_path / "build"))
+    FakeTools(monkeypatch, yosys_error="yosys failed (exit 1): too large")
+    out = tmp_path / "lib"
+    assert main(["variants", "build", "-o", str(out), "1x1:none", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ("hwgen: warning: variant 1x1_none has no synthesis figures: yosys "
+                            "failed (exit 1): too large\n")
+    assert "variant 1x1_none: no synthesis figures" in captured.out
+    assert main(["variants", "list", str(out)]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:9] == ["1x1_none", "1x1", "none", "no", "-", "-", "-", "-", "-"]
+
+
 def test_list_of_a_folder_that_is_no_library_is_one_line(tmp_path, capsys):
     assert main(["variants", "list", str(tmp_path)]) == 2
     assert "is not a variant library (no library.json)" in one_error_line(capsys)

@@ -31,8 +31,9 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not value > 0:  # also false for nan
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    if not 0 < value < 1e6:  # also false for nan and inf (the figure goes into JSON)
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (below 1e6), "
+                                         f"not {text!r}")
     return value
 
 
@@ -98,16 +99,22 @@ def _build(args: argparse.Namespace) -> int:
     finally:
         close()
     rows = [summary_row(d) for d in library["built"]]
+    failed = [r for r in rows if r["synthesis_error"] is not None]
+    for r in failed:
+        print(f"hwgen: warning: variant {r['name']} has no synthesis figures: "
+              f"{r['synthesis_error']}", file=sys.stderr)
     if args.json:
         print(json.dumps({"library": args.output, "platform": library["platform"],
                           "built": rows}))
-        return 0
+        return 1 if failed else 0
     for d, row in zip(library["built"], rows, strict=True):
-        print(f"variant {row['name']}: {row['LUT']} LUT, {row['FF']} FF, {row['DSP']} DSP, "
-              f"{row['BRAM']} BRAM -> {row['part'] or 'no ECP5 part'}, Fmax "
-              f"{_fmax(row)}{' (cached)' if d['cached'] else ''}")
+        figures = ("no synthesis figures" if row["synthesis_error"] is not None else
+                   f"{row['LUT']} LUT, {row['FF']} FF, {row['DSP']} DSP, {row['BRAM']} BRAM -> "
+                   f"{row['part'] or 'no ECP5 part'}, Fmax {_fmax(row)}")
+        print(f"variant {row['name']}: {figures}{' (cached)' if d['cached'] else ''}")
     print(f"library {args.output}: {len(library['variants'])} variant(s), {len(rows)} built")
-    return 0
+    # the library is written, but a variant without figures is a result that is missing
+    return 1 if failed else 0
 
 
 def _fmax(row: dict) -> str:
@@ -137,7 +144,7 @@ def _list(args: argparse.Namespace) -> int:
               "Fmax MHz", "reconfig cycles", "ms", "verilog")]
     for r in rows:
         table.append((r["name"], r["array"], r["epilogue"], "yes" if r["window"] else "no",
-                      str(r["LUT"]), str(r["FF"]), str(r["DSP"]), str(r["BRAM"]),
+                      *("-" if r[k] is None else str(r[k]) for k in ("LUT", "FF", "DSP", "BRAM")),
                       r["part"] or "-",
                       "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f}",
                       "-" if r["reconfig_cycles"] is None else f"{r['reconfig_cycles']:,}",

@@ -16,15 +16,17 @@ class FakeTools:
     """Patches ``sim.synthesis._yosys`` and ``_nextpnr``; ``calls`` counts them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, fmax: float = 87.5,
-                 status: str = "ok") -> None:
+                 status: str = "ok", yosys_error: str | None = None) -> None:
         self.calls: Counter[str] = Counter()
-        self.fmax, self.status = fmax, status
+        self.fmax, self.status, self.yosys_error = fmax, status, yosys_error
         monkeypatch.setattr("sim.synthesis._yosys", self._yosys)
         monkeypatch.setattr("sim.synthesis._nextpnr", self._nextpnr)
 
     def _yosys(self, job, work):
         self.calls["yosys"] += 1
-        return dict(CELLS), 0.5
+        if self.yosys_error is not None:
+            return None, 0.5, self.yosys_error
+        return dict(CELLS), 0.5, None
 
     def _nextpnr(self, job, work, part):
         self.calls["nextpnr"] += 1

@@ -75,6 +75,18 @@ def test_figures_without_placement_do_not_serve_a_build_that_places(tmp_path, mo
     assert again["fmax_mhz"] == 87.5 and tools.calls["yosys"] == 2
 
 
+def test_a_yosys_failure_is_a_result_without_figures(tmp_path, monkeypatch):
+    tools = FakeTools(monkeypatch, yosys_error="yosys failed (exit 1): out of memory")
+    cache = SynthesisCache(tmp_path)
+    result, = synthesize([job()], cache=cache)
+    assert result["status"] == "failed" and result["error"].endswith("out of memory")
+    assert result["resources"] is None and result["part"] is None
+    assert result["fmax_mhz"] is None and result["pnr"]["status"] == "no_netlist"
+    assert tools.calls == {"yosys": 1}
+    again, = synthesize([job()], cache=cache)  # the same tools fail the same way: cached
+    assert again["cached"] and tools.calls == {"yosys": 1}
+
+
 def test_nextpnr_past_its_time_limit_is_killed_and_recorded(tmp_path, monkeypatch):
     slow = tmp_path / "slow-nextpnr"
     slow.write_text("#!/bin/sh\nsleep 30\n")
@@ -112,6 +124,7 @@ def test_yosys_and_nextpnr_on_the_smallest_variant(tmp_path):
     res = result["resources"]
     assert 500 < res["LUT"] < 24288 and 100 < res["FF"] < 24288  # ranges: yosys versions vary
     assert 1 <= res["DSP"] <= 28 and res["BRAM"] <= 56
+    assert result["status"] == "ok" and result["error"] is None
     assert result["part"] == "LFE5U-25F"
     assert result["pnr"]["status"] == "ok" and 10 < result["fmax_mhz"] < 500
     assert result["seconds"]["yosys"] > 0 and result["seconds"]["nextpnr"] > 0
