@@ -1,6 +1,7 @@
 """``make bench``: the performance figures, measured on Verilator (then the example and real
 models, the 8x8 variant on each board memory: :mod:`bench.platforms`, the learned cost model:
-:mod:`bench.calibration`, and the feedback loop under drift: :mod:`bench.drift`).
+:mod:`bench.calibration`, the feedback loop under drift: :mod:`bench.drift`, and a variant
+library's ECP5 synthesis figures: :mod:`bench.variant_library`).
 
 Prints one line per figure and writes them all to ``build/bench.json``. Every GEMM is also
 checked bit for bit; the benchmark fails if any is wrong.
@@ -85,12 +86,21 @@ def main() -> int:
           f"(target <= 1.05)")
     print(f"  M=N=256, K=64: unfused/fused cycles {results['unfused_over_fused_cycles_k64']}")
     write_results("bench.json", results)
-    from bench import calibration, dram_model, drift, models, platforms, real_models
+    from bench import (
+        calibration,
+        dram_model,
+        drift,
+        models,
+        platforms,
+        real_models,
+        variant_library,
+    )
 
     return (models.main() or real_models.main() or platforms.main([])
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
-                           "--model-threshold", "0.08", "--passes", "10"]))
+                           "--model-threshold", "0.08", "--passes", "10"])
+            or variant_library.main([]))
 
 
 if __name__ == "__main__":

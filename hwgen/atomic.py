@@ -1,5 +1,5 @@
-"""Replacing an output folder whole (variant folders, plan folders and simulator builds), or
-one output file (:func:`replace_file`: a report page).
+"""Replacing an output folder whole (variant folders, plan folders and simulator builds), and a
+file whole (:func:`write_file`: cache entries, a library's index, a report page).
 
 Each is written into a temporary sibling folder, then swapped into place in one step, so a
 reader (or the next run after a crash) finds the old folder or the new one, never a mix::
@@ -25,6 +25,31 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: into a temporary sibling that is renamed over it, so a
+    reader finds the old file or the new one; two writers each rename a whole file, and the
+    last rename wins.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be made or written; nothing is left behind then.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not land before the data
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a shared cache is readable
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def temp_prefix(target: Path) -> str:
@@ -128,29 +153,3 @@ def replacing(target: Path) -> Iterator[Path]:
         swap_in(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the old folder, or an unfinished new one
-
-
-def replace_file(target: Path, data: bytes) -> None:
-    """Write ``data`` to the file ``target`` in one step: into a temporary sibling, synced,
-    then renamed over ``target``, so a reader finds the old file or the new one, never a
-    part of one.
-
-    Raises
-    ------
-    OSError
-        If the folder cannot be written; the temporary file is removed and ``target`` is
-        untouched.
-    """
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the rename must not land before the data
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a page is for others to read
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _sync_folder(target.parent)

@@ -196,7 +196,7 @@ def tool_env(verilator: Verilator, base: Mapping[str, str] | None = None) -> dic
 
 
 def run_command(cmd: Sequence[str], *, cwd: str | os.PathLike, env: Mapping[str, str],
-                stdout=None) -> int:
+                stdout=None, timeout: float | None = None) -> int:
     """Run ``cmd`` to its end in a process group of its own, and return its exit status.
 
     Verilator's make starts a g++ per source file. ``subprocess.run`` (what cocotb's runner
@@ -213,12 +213,15 @@ def run_command(cmd: Sequence[str], *, cwd: str | os.PathLike, env: Mapping[str,
         Its working folder and complete environment.
     stdout : file, optional
         Where its output and errors go (both); inherited when None.
+    timeout : float, optional
+        Seconds to wait; past them the group is killed and ``subprocess.TimeoutExpired``
+        raised.
     """
     stderr = None if stdout is None else subprocess.STDOUT
     proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdout=stdout, stderr=stderr,
                             start_new_session=True)
     try:
-        return proc.wait()
+        return proc.wait(timeout=timeout)
     finally:
         kill_group(proc.pid)
         proc.wait()

@@ -151,6 +151,7 @@ def test_the_contract_imports_nothing_but_the_contract():
     ("sim.toolchain", ("fusion",), ()),
     ("sim.build", ("fusion",), ()),
     ("sim.run", ("fusion",), ()),
+    ("sim.synthesis", ("fusion",), ()),
     ("sim.tb", ("fusion",), ()),
     ("sim.dram", ("fusion", "hwgen.gateware"), ()),
 ])

@@ -8,16 +8,9 @@ import pytest
 
 from fusion.reference.executor import finite_inputs
 from hwgen.cli import main
+from tests.helpers.cli import one_error_line
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("hwgen: error: "), err
-    return lines[0]
 
 
 @pytest.mark.parametrize(("argv", "message", "command"), [

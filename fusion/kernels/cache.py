@@ -27,13 +27,14 @@ import importlib.resources
 import importlib.util
 import json
 import os
-import tempfile
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hwgen.atomic import write_file
 
 #: Format tag and version of an entry file; bump the version when the layout changes.
 CACHE_FORMAT = "hwgen-kernel-cache"
@@ -392,19 +393,8 @@ class KernelCache:
                  "codegen": self.version, "key_parts": parts, "kernel": kernel_json,
                  "sha256": hashlib.sha256(_canonical(kernel_json).encode()).hexdigest()}
         data = (json.dumps(entry, sort_keys=True, indent=1) + "\n").encode()
-        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # A unique temporary name per writer: two processes writing the same entry each
-            # rename a whole file into place, and the last rename wins.
-            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())  # the rename must not land before the data
-            os.chmod(tmp, 0o644)  # mkstemp makes it private; a shared cache is readable
-            os.replace(tmp, path)
-            tmp = None
+            write_file(path, data)
             with self._lock:
                 self.stats.writes += 1
         except OSError as exc:
@@ -412,9 +402,3 @@ class KernelCache:
                 self.stats.write_errors += 1
                 if len(self.stats.errors) < _MAX_ERRORS:
                     self.stats.errors.append(f"{path}: cannot write: {exc}")
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass

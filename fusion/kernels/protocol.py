@@ -190,7 +190,14 @@ class KernelKind(abc.ABC):
 
     @abc.abstractmethod
     def legality(self, config: VariantConfig, params: Any) -> Refusal | None:
-        """Why ``params`` cannot run on ``config`` (a record), or None when they can."""
+        """Why ``params`` cannot run on ``config`` (a record), or None when they can. It
+        starts with :meth:`variant_refusal`."""
+
+    def variant_refusal(self, config: VariantConfig) -> Refusal | None:
+        """Why no params of this kind can run on ``config`` (a unit or a stage the variant
+        lacks), or None: what a variant's capabilities record
+        (:mod:`fusion.kernels.capabilities`). None by default."""
+        return None
 
     @abc.abstractmethod
     def dims(self, params: Any) -> tuple[int, int, int]:

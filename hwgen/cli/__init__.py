@@ -22,13 +22,14 @@ from hwgen.cli import (
     report,
     run,
     train,
+    variants,
 )
 
 #: The commands, in the order ``hwgen --help`` lists them. Each module owns its options
 #: (``add_arguments``), its one-line ``HELP`` and its ``run(args) -> exit status``.
 COMMANDS = {"doctor": doctor, "generate": generate, "gemm": gemm, "inspect": inspect,
             "compile": compile, "run": run, "calibrate": calibrate, "profile": profile,
-            "train": train, "report": report}
+            "train": train, "report": report, "variants": variants}
 
 
 class Parser(argparse.ArgumentParser):

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from hwgen.cli.common import count, positive_int, seed
+from hwgen.cli.common import count, executor_from_args, positive_int, seed
 
 HELP = "measure a sweep of kernels on Verilator into a profile database"
 
@@ -41,25 +41,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
 
-def _executor(args: argparse.Namespace):
-    if args.scheduler:
-        try:
-            from distributed import Client
-        except ImportError as exc:
-            raise ValueError(f"--scheduler needs dask[distributed] ({exc}); run 'make setup'") \
-                from None
-        try:
-            client = Client(args.scheduler, timeout="10s")
-        except OSError as exc:
-            raise ValueError(f"cannot reach the Dask scheduler at {args.scheduler} ({exc}); "
-                             f"start one (dask scheduler) or leave out --scheduler") from None
-        return client.get_executor(), client.close
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(max_workers=args.jobs)
-    return pool, pool.shutdown
-
-
 def _networks(args: argparse.Namespace) -> int:
     if args.networks is None:
         return args.samples // 8 if args.models else 0
@@ -85,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         def sink(rows) -> int:
             return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]
 
-        executor, close = _executor(args) if tasks else (None, lambda: None)
+        executor, close = executor_from_args(args) if tasks else (None, lambda: None)
         try:
             result = run_sweep(tasks, sink, executor=executor,
                                progress=not args.quiet and sys.stderr.isatty())

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.platform import PlatformConfig
+from hwgen.platform import MEMORIES, REFRESH, PlatformConfig
 
 #: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
 #: import before it must (tests/test_cli.py checks the two agree).
@@ -95,11 +95,68 @@ def config_from_args(args: argparse.Namespace) -> VariantConfig:
     return VariantConfig(**fields)
 
 
+def add_platform_arguments(p: argparse.ArgumentParser) -> None:
+    """The board's memory: ``--memory``, ``--refresh``, ``--dram-module`` (``hwgen generate``
+    and ``hwgen variants build``; :func:`platform_from_args` reads them)."""
+    p.add_argument("--memory", choices=MEMORIES,
+                   help="the board's memory: ideal (fixed latency, the default), or a LiteDRAM "
+                        "controller with sdr or ddr3 DRAM (needs a port of at least the "
+                        "controller's word: 16 bytes for ddr3)")
+    p.add_argument("--refresh", choices=REFRESH,
+                   help="DRAM refresh: normal, or hot (DDR3 above 85 C: twice as often)")
+    p.add_argument("--dram-module", dest="module",
+                   help="the DRAM part, a LiteDRAM module class (default MT41K128M16 for ddr3, "
+                        "IS42S16160 for sdr)")
+
+
+def platform_files(config: VariantConfig, platform: PlatformConfig) -> dict[str, str]:
+    """The memory system's files a variant folder holds on ``platform`` (none for the ideal
+    memory).
+
+    Raises
+    ------
+    ValueError
+        If the variant does not fit the platform (:func:`sim.memory.board_memory`).
+    """
+    if not platform.is_dram:
+        return {}
+    from sim.memory import board_memory  # LiteDRAM, only for a DRAM platform
+
+    return board_memory(config, platform).folder_files()
+
+
+def executor_from_args(args: argparse.Namespace):
+    """The executor ``--scheduler``/``--jobs`` ask for, and the call that closes it: a Dask
+    cluster's, or a local process pool.
+
+    Raises
+    ------
+    ValueError
+        If Dask is missing or the scheduler cannot be reached.
+    """
+    if args.scheduler:
+        try:
+            from distributed import Client
+        except ImportError as exc:
+            raise ValueError(f"--scheduler needs dask[distributed] ({exc}); run 'make setup'") \
+                from None
+        try:
+            client = Client(args.scheduler, timeout="10s")
+        except OSError as exc:
+            raise ValueError(f"cannot reach the Dask scheduler at {args.scheduler} ({exc}); "
+                             f"start one (dask scheduler) or leave out --scheduler") from None
+        return client.get_executor(), client.close
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=args.jobs)
+    return pool, pool.shutdown
+
+
 def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
     """The platform of ``hwgen generate``: ``--memory``/``--refresh``/``--dram-module``, else
     the one recorded in a ``--config`` descriptor, else the ideal memory."""
     given = {name: getattr(args, name, None) for name in ("memory", "refresh", "module")}
-    if args.config and not any(v is not None for v in given.values()):
+    if getattr(args, "config", None) and not any(v is not None for v in given.values()):
         try:
             data = json.loads(Path(args.config).read_text())
         except (OSError, json.JSONDecodeError):

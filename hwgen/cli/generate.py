@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hwgen.cli.common import config_from_args, platform_from_args, stage_list
+from hwgen.cli.common import (
+    add_platform_arguments,
+    config_from_args,
+    platform_files,
+    platform_from_args,
+    stage_list,
+)
 from hwgen.config import EPILOGUE_STAGES
-from hwgen.platform import MEMORIES, REFRESH
 
 HELP = "generate a variant: Verilog, descriptor, ISA doc"
 
@@ -28,15 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
                    help="add the window unit: depthwise convolutions and pools in hardware "
                         "(needs --port-bytes == --rows == --cols)")
-    p.add_argument("--memory", choices=MEMORIES,
-                   help="the board's memory: ideal (fixed latency, the default), or a LiteDRAM "
-                        "controller with sdr or ddr3 DRAM (needs --port-bytes of at least the "
-                        "controller's word: 16 for ddr3)")
-    p.add_argument("--refresh", choices=REFRESH,
-                   help="DRAM refresh: normal, or hot (DDR3 above 85 C: twice as often)")
-    p.add_argument("--dram-module", dest="module",
-                   help="the DRAM part, a LiteDRAM module class (default MT41K128M16 for ddr3, "
-                        "IS42S16160 for sdr)")
+    add_platform_arguments(p)
     p.add_argument("-o", "--output", required=True, help="output folder")
 
 
@@ -45,11 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     platform = platform_from_args(args)
-    memory_files = {}
-    if platform.is_dram:
-        from sim.memory import board_memory  # LiteDRAM, only for a DRAM platform
-
-        memory_files = board_memory(config, platform).folder_files()  # refuses a misfit
+    memory_files = platform_files(config, platform)  # refuses a misfit
     descriptor = generate(config, Path(args.output), platform, memory_files)
     memory = "" if not platform.is_dram else (
         f", on {platform.memory} {platform.module} ({platform.refresh} refresh, platform "

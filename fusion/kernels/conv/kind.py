@@ -50,14 +50,19 @@ class ConvKernel(Kernel):
     """A compiled window convolution."""
 
 
+def no_window_loads(config: VariantConfig) -> tuple[str, str]:
+    """The refusal of every window convolution on a variant without window loads."""
+    return ("no_window_loads", f"window loads need an A row of one memory word (port_bytes "
+            f"== rows <= 16); this variant has {config.rows} rows and {config.port_bytes}-byte "
+            f"words")
+
+
 def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None:
     """Why the window convolution cannot run ``p`` on ``config``, as ``(reason, text)`` (the
     :class:`~fusion.kernels.protocol.Refusal`'s short name and its sentence); None when it
     can."""
     if not config.window_loads:
-        return ("no_window_loads", f"window loads need an A row of one memory word (port_bytes "
-                f"== rows); this variant has {config.rows} rows and {config.port_bytes}-byte "
-                f"words")
+        return no_window_loads(config)
     if p.stride[1] not in (1, 2):
         return ("stride", f"the horizontal stride {p.stride[1]} is not a window load's lane "
                 f"step (1 or 2)")
@@ -90,6 +95,9 @@ class ConvKind(KernelKind):
     kernel_type = ConvKernel
     features_type = ConvFeatures
     const_regions = frozenset({"b", "bias"})
+
+    def variant_refusal(self, config: VariantConfig) -> Refusal | None:
+        return None if config.window_loads else Refusal(self.name, *no_window_loads(config))
 
     def legality(self, config: VariantConfig, params: ConvParams) -> Refusal | None:
         refusal = stage_refusal(self.name, params.stages, config.epilogue)

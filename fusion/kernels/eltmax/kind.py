@@ -148,13 +148,19 @@ class MaxKind(KernelKind):
     def _dims(config: VariantConfig, p: MaxParams) -> GemmDims:
         return GemmDims(config, p.M, 1, p.N)
 
+    def variant_refusal(self, config: VariantConfig) -> Refusal | None:
+        if "residual" in config.epilogue:
+            return None
+        return Refusal(
+            self.name, "no_residual_stage",
+            f"an element-wise max runs on the residual stage (in max mode), which this "
+            f"variant's epilogue chain ({', '.join(config.epilogue) or 'empty'}) lacks; "
+            f"use a variant generated with the residual stage", chain=config.epilogue)
+
     def legality(self, config: VariantConfig, params: MaxParams) -> Refusal | None:
-        if "residual" not in config.epilogue:
-            return Refusal(
-                self.name, "no_residual_stage",
-                f"an element-wise max runs on the residual stage (in max mode), which this "
-                f"variant's epilogue chain ({', '.join(config.epilogue) or 'empty'}) lacks; "
-                f"use a variant generated with the residual stage", chain=config.epilogue)
+        refusal = self.variant_refusal(config)
+        if refusal is not None:
+            return refusal
         problem = pass_fit_problem(self._dims(config, params), stages=("residual",),
                                    params=MAX_MODE, src_dt="i8")
         if problem is not None:

@@ -51,6 +51,9 @@ from fusion.kernels.window.program import program as window_program
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, epilogue, to_dtype
 
+#: The refusal of every window kernel on a variant without the unit.
+NO_WINDOW_UNIT = ("no_window_unit", "the variant has no window unit; generate one with "
+                  "--window-unit (port_bytes == rows == cols <= 16)")
 #: WCFG's and WINDOW's field limits: input width and height, output row width.
 MAX_WIN, MAX_HIN, MAX_OW = 4095, 4095, 2047
 
@@ -64,8 +67,7 @@ def window_problem(config: VariantConfig, p: WindowParams) -> tuple[str, str] | 
     """Why the window unit cannot run ``p`` on ``config``, as ``(reason, text)``; None when it
     can."""
     if not config.window_unit:
-        return ("no_window_unit", "the variant has no window unit; generate one with "
-                "--window-unit (port_bytes == rows == cols <= 16)")
+        return NO_WINDOW_UNIT
     if p.mode != "sum" and (p.kh > MAX_KERNEL or p.kw > MAX_KERNEL):
         return ("kernel", f"a {p.kh}x{p.kw} window is larger than the window unit's "
                 f"{MAX_KERNEL}x{MAX_KERNEL}")
@@ -108,6 +110,9 @@ class WindowKind(KernelKind):
     features_type = WindowFeatures
     const_regions = frozenset({"w", "bias"})
     variants_label = "chunks"
+
+    def variant_refusal(self, config: VariantConfig) -> Refusal | None:
+        return None if config.window_unit else Refusal(self.name, *NO_WINDOW_UNIT)
 
     def legality(self, config: VariantConfig, params: WindowParams) -> Refusal | None:
         refusal = stage_refusal(self.name, params.stages, config.epilogue)

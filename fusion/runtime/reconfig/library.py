@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusion.kernels.protocol import stage_refusal
+from fusion.kernels.capabilities import capability_problem, covers
 from hwgen.gateware.folder import VariantFolder, open_variant
 
 LIBRARY_FILE = "library.json"
@@ -31,9 +31,9 @@ class LibraryVariant:
 
     name: str
     folder: VariantFolder
-    kinds: tuple[str, ...]
-    stages: tuple[str, ...]
-    reconfig_cycles: int
+    capabilities: dict[str, Any]
+    reconfig_cycles: int | None
+    reconfig_reason: str = ""
 
     @property
     def config(self):
@@ -51,7 +51,9 @@ class LibraryVariant:
         """The variant for a run's report: shape, port, epilogue, resources, reconfiguration."""
         c, d = self.config, self.folder.descriptor
         synthesis = d.get("synthesis") or {}
-        resources = synthesis.get("resources")
+        found = synthesis.get("resources")
+        resources = None if not isinstance(found, dict) else {
+            k.lower(): found.get(k) for k in ("LUT", "FF", "DSP", "BRAM")}
         return {"key": c.key(), "rows": c.rows, "cols": c.cols, "port_bytes": c.port_bytes,
                 "epilogue": list(c.epilogue), "window_unit": bool(c.window_unit),
                 "resources": resources, "part": synthesis.get("part"),
@@ -79,20 +81,23 @@ def _variant(root: Path, entry: Any) -> LibraryVariant:
     folder = open_variant(root / entry["folder"])  # the Verilog's sha256 is checked here
     d = folder.descriptor
     caps, reconfig = d.get("capabilities"), d.get("reconfiguration")
-    if not (isinstance(caps, dict) and isinstance(caps.get("kinds"), list)
-            and isinstance(caps.get("stages"), list)):
-        raise ValueError(f"variant {folder.directory} has no capabilities in its descriptor; "
-                         f"{_fix(root)}")
+    problem = capability_problem(caps)
+    if problem is not None:
+        raise ValueError(f"variant {folder.directory}: {problem}; {_fix(root)}")
     if list(caps["stages"]) != list(folder.config.epilogue):
         raise ValueError(f"variant {folder.directory}: its descriptor's capabilities list "
                          f"stages {caps['stages']}, but its Verilog's epilogue is "
                          f"{list(folder.config.epilogue)}; {_fix(root)}")
-    cycles = reconfig.get("cycles") if isinstance(reconfig, dict) else None
-    if not isinstance(cycles, int) or isinstance(cycles, bool) or cycles < 0:
-        raise ValueError(f"variant {folder.directory} has no reconfiguration cycles in its "
+    if not isinstance(reconfig, dict) or "cycles" not in reconfig:
+        raise ValueError(f"variant {folder.directory} has no reconfiguration cost in its "
                          f"descriptor; {_fix(root)}")
-    return LibraryVariant(entry["name"], folder, tuple(caps["kinds"]), tuple(caps["stages"]),
-                          cycles)
+    cycles = reconfig["cycles"]
+    if cycles is not None and (not isinstance(cycles, int) or isinstance(cycles, bool)
+                               or cycles < 0):
+        raise ValueError(f"variant {folder.directory} has reconfiguration cycles {cycles!r}, "
+                         f"not a count; {_fix(root)}")
+    return LibraryVariant(entry["name"], folder, dict(caps), cycles,
+                          str(reconfig.get("reason") or ""))
 
 
 def open_library(path: str | Path) -> list[LibraryVariant]:
@@ -103,7 +108,7 @@ def open_library(path: str | Path) -> list[LibraryVariant]:
     ValueError
         No ``library.json`` or a malformed one, a variant folder that fails its checks
         (:func:`~hwgen.gateware.folder.open_variant`: a Verilog whose hash does not match),
-        a descriptor without capabilities or reconfiguration cost, two variants of one name,
+        a descriptor without capabilities or a reconfiguration record, two variants of one name,
         or variants on different board memories; one line naming the fix.
     """
     root = Path(path)
@@ -141,12 +146,7 @@ def check_covers(variant: LibraryVariant, kind: str, stages: Sequence[str],
     ValueError
         Naming the kernel, the variant and what is missing.
     """
-    why = None
-    if kind not in variant.kinds:
-        why = f"kernel kind {kind!r} is not among its capabilities ({', '.join(variant.kinds)})"
-    else:
-        refusal = stage_refusal(kind, stages, variant.stages)
-        why = str(refusal) if refusal is not None else None
+    why = covers(variant.capabilities, kind, stages)
     if why:
         raise ValueError(f"variant {variant.name} ({variant.folder.directory}) cannot run "
                          f"kernel {kernel}: {why}; its descriptor does not describe what it "

@@ -253,9 +253,16 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         raise ValueError(f"--swap-cycles must be 0 or more, not {swap_cycles}")
     began = time.perf_counter()
     say = progress or (lambda line: None)
+    unknown = [v for v in library if v.reconfig_cycles is None]
+    if swap_cycles is None and unknown:
+        raise ValueError(f"variant {unknown[0].name} has no reconfiguration cost "
+                         f"({unknown[0].reconfig_reason or 'none recorded'}); give "
+                         f"--swap-cycles N to price swaps")
     swap = [swap_cycles if swap_cycles is not None else v.reconfig_cycles for v in library]
     graphs, compiled, predicted, refused = price(workload, library, compile_for)
     steps = workload.steps()
+    # every run's inputs read and checked against its model before any simulation
+    inputs = {(s.phase, s.repeat): _inputs(s, graphs[s.model.stem], seed) for s in steps}
     table = [[predicted[s.model.stem][v.name] for v in library] for s in steps]
     for t, row in enumerate(table):
         if all(math.isinf(c) for c in row):
@@ -277,7 +284,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         say(f"run {t + 1}/{len(steps)}: {step.model.name} (phase {step.phase}, repeat "
             f"{step.repeat}) on {v.name}" + (f" after a swap of {swapped:,} cycles"
                                              if swapped else ""))
-        report = run_compiled(compiled[model][v.name], _inputs(step, graphs[model], seed),
+        report = run_compiled(compiled[model][v.name], inputs[step.phase, step.repeat],
                               build=v.build(), shadow_inputs=shadow_inputs, seed=seed)
         cycles = sum(k.cycles for k in report.kernels)
         if measured[model][v.name] is None:
@@ -295,18 +302,20 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         for v in library:
             if row[v.name] is None and v.name in compiled[model]:
                 say(f"measuring {model} on {v.name} (for the static and optimal totals)")
-                report = run_compiled(compiled[model][v.name],
-                                      _inputs(first_step[model], graphs[model], seed),
+                step = first_step[model]
+                report = run_compiled(compiled[model][v.name], inputs[step.phase, step.repeat],
                                       build=v.build(), shadow_inputs=0, seed=seed)
                 row[v.name] = sum(k.cycles for k in report.kernels)
-    fusion = _fusion(timeline, library, graphs, compile_for, first_step, seed, say) \
-        if compare_unfused else {}
+    fusion = _fusion(timeline, library, graphs, compile_for,
+                     {m: inputs[s.phase, s.repeat] for m, s in first_step.items()}, seed,
+                     say) if compare_unfused else {}
     return WorkloadReport(policy, library, timeline, swap, predicted, measured, refused,
                           fusion, time.perf_counter() - began, mismatches)
 
 
 def _fusion(timeline: list[RunRecord], library: list[LibraryVariant], graphs: Mapping,
-            compile_for, first_step: Mapping[str, Step], seed: int, say) -> dict[str, Any]:
+            compile_for, values: Mapping[str, Mapping[str, np.ndarray]], seed: int,
+            say) -> dict[str, Any]:
     """Each model unfused, once, on the variant that ran it most, beside its fused run."""
     from fusion.runtime.run import run_compiled
 
@@ -321,8 +330,8 @@ def _fusion(timeline: list[RunRecord], library: list[LibraryVariant], graphs: Ma
         fused = next(r for r in runs if r.variant == name)
         say(f"running {model} unfused on {name} (fused versus unfused)")
         plan = compile_for(graphs[model], by_name[name], False)
-        report = run_compiled(plan, _inputs(first_step[model], graphs[model], seed),
-                              build=by_name[name].build(), shadow_inputs=0, seed=seed)
+        report = run_compiled(plan, values[model], build=by_name[name].build(),
+                              shadow_inputs=0, seed=seed)
         out[model] = {"variant": name,
                       "fused": [{"name": k["name"], "ops": k["ops"], "cycles": k["cycles"]}
                                 for k in fused.kernels],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fusion.runtime.report import figures
 from fusion.runtime.report.data import RESOURCES, RunData, read_run
-from hwgen.atomic import replace_file
+from hwgen.atomic import write_file
 
 
 @dataclass(frozen=True)
@@ -183,5 +183,5 @@ def write_report(run_json: str | Path, out: str | Path) -> Written:
     run = read_run(run_json)
     page, drawn, missing = render(run)
     data = page.encode("utf-8")
-    replace_file(out, data)
+    write_file(out, data)
     return Written(path=out, size=len(data), drawn=drawn, missing=missing)
