@@ -179,17 +179,24 @@ class WindowUnit(wiring.Component):
         for ky in range(TAPS):
             for wc in range(TAPS):
                 n = ky * TAPS + wc
-                used = (ky < g.kh) & (wc + g.kw >= TAPS)
+                used = Signal(name=f"used_{ky}_{wc}")  # one signal, read by every lane
+                m.d.comb += used.eq((ky < g.kh) & (wc + g.kw >= TAPS))
                 m.d.comb += self.w_addr[n].eq(cur.w + ky * TAPS + wc + g.kw - TAPS)
                 terms.append((used, window[ky][wc], self.w_data[n]))
         for lane in range(lanes):
             acc = 0
             best = Signal(signed(9), name=f"max{lane}")
             best_v = -(1 << 8)
-            for used, word, weight in terms:
+            for t, (used, word, weight) in enumerate(terms):
                 x = word[8 * lane:8 * lane + 8].as_signed()
                 acc = acc + Mux(used, x * weight[lane][0:8].as_signed(), 0)
-                best_v = Mux(used & (x > best_v), x, best_v)
+                # Each step of the running max is a signal of its own: as an expression it is
+                # read twice by the next step, and Amaranth writes an expression out at every
+                # use, so the chain of 9 grew to 2**9 comparators a lane in the Verilog
+                # (about 85k LUT4 for a 4x4 variant's unit in yosys synth_ecp5).
+                step = Signal(signed(9), name=f"max{lane}_{t}")
+                m.d.comb += step.eq(Mux(used & (x > best_v), x, best_v))
+                best_v = step
             m.d.comb += best.eq(best_v)
             m.d.comb += result[lane].eq(Mux(g.mode == WMode.MAC, acc,
                                             Mux(g.mode == WMode.MAX, best, total[lane])))
