@@ -27,6 +27,7 @@ from bench.output import write_results
 from hwgen.platform import PlatformConfig
 from sim.build import default_root
 from sim.synthesis import DEFAULT_PNR_TIMEOUT, SynthesisCache
+from sim.toolchain import terminate_interrupts
 from sim.variant_library import build_library, read_specs, summary_row
 
 SPECS = ("8x8:bias,requant,relu,clamp,residual+window",
@@ -51,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         executor = ProcessPoolExecutor(max_workers=args.jobs)
     began = time.perf_counter()
     try:
-        library = build_library(args.output, read_specs(SPECS), PlatformConfig(),
-                                memory_files=lambda config: {},
-                                cache=SynthesisCache(default_root() / "synthesis"),
-                                pnr=args.pnr, pnr_timeout=args.pnr_timeout,
-                                executor=executor, progress=sys.stderr.isatty(),
-                                notice=lambda line: print(line, file=sys.stderr))
+        with terminate_interrupts():  # a SIGTERM kills the tools too
+            library = build_library(args.output, read_specs(SPECS), PlatformConfig(),
+                                    memory_files=lambda config: {},
+                                    cache=SynthesisCache(default_root() / "synthesis"),
+                                    pnr=args.pnr, pnr_timeout=args.pnr_timeout,
+                                    executor=executor, progress=sys.stderr.isatty(),
+                                    notice=lambda line: print(line, file=sys.stderr))
     finally:
         if executor is not None:
             executor.shutdown()

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from sim.build import default_root
     from sim.synthesis import SynthesisCache
+    from sim.toolchain import terminate_interrupts
     from sim.variant_library import build_library, read_specs, summary_row
 
     specs = read_specs(args.specs, args.spec_file)
@@ -89,13 +90,16 @@ def _build(args: argparse.Namespace) -> int:
     local = args.jobs == 1 and not args.scheduler
     executor, close = (None, lambda: None) if local else executor_from_args(args)
     try:
-        library = build_library(
-            args.output, specs, platform,
-            memory_files=lambda config: platform_files(config, platform),
-            cache=SynthesisCache(default_root() / "synthesis"), pnr=args.pnr,
-            pnr_timeout=args.pnr_timeout, executor=executor,
-            progress=not args.quiet and sys.stderr.isatty(),
-            notice=lambda line: print(line, file=sys.stderr))
+        # SIGTERM unwinds like Ctrl-C, so that yosys and nextpnr (process groups of their
+        # own) are killed with hwgen rather than left running
+        with terminate_interrupts():
+            library = build_library(
+                args.output, specs, platform,
+                memory_files=lambda config: platform_files(config, platform),
+                cache=SynthesisCache(default_root() / "synthesis"), pnr=args.pnr,
+                pnr_timeout=args.pnr_timeout, executor=executor,
+                progress=not args.quiet and sys.stderr.isatty(),
+                notice=lambda line: print(line, file=sys.stderr))
     finally:
         close()
     rows = [summary_row(d) for d in library["built"]]
