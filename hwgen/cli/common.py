@@ -50,6 +50,18 @@ def count(text: str) -> int:
     return value
 
 
+def cycles(text: str) -> int:
+    """An option that is a number of clock cycles: a whole number, at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1 << 62:
+        raise argparse.ArgumentTypeError(f"expected a whole number of cycles, at least 0, not "
+                                         f"{text!r}")
+    return value
+
+
 def fraction(text: str) -> float:
     """An option that is a share of something: a number from 0 to 1 (``nan`` is not one)."""
     try:

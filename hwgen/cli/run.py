@@ -11,6 +11,7 @@ from hwgen.cli.common import (
     add_model_arguments,
     compile_args,
     count,
+    cycles,
     host_op_lines,
     kernel_table,
     named_paths,
@@ -62,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --variants: online (the work function algorithm: each run "
                         "decided from its own predicted costs, no look-ahead) or offline "
                         "(the optimal schedule of the whole workload's predictions)")
-    p.add_argument("--swap-cycles", dest="swap_cycles", type=count, metavar="N",
+    p.add_argument("--swap-cycles", dest="swap_cycles", type=cycles, metavar="N",
                    help="with --variants: cycles of one swap instead of the descriptors' own "
                         "reconfiguration cost (what-if)")
     p.add_argument("--compare-unfused", dest="compare_unfused", action="store_true",

@@ -192,8 +192,8 @@ class WindowUnit(wiring.Component):
                 acc = acc + Mux(used, x * weight[lane][0:8].as_signed(), 0)
                 # Each step of the running max is a signal of its own: as an expression it is
                 # read twice by the next step, and Amaranth writes an expression out at every
-                # use, so the chain of 9 grew to 2**9 comparators a lane in the Verilog
-                # (about 85k LUT4 for a 4x4 variant's unit in yosys synth_ecp5).
+                # use, so the chain of 9 grew to 2**9 comparators a lane in the Verilog (yosys
+                # merged them again, but its ABC ran out of memory on an 8x8 unit).
                 step = Signal(signed(9), name=f"max{lane}_{t}")
                 m.d.comb += step.eq(Mux(used & (x > best_v), x, best_v))
                 best_v = step
