@@ -27,6 +27,11 @@ def workload(tmp_path):
     (["m.onnx"], "give --variant DIR"),
     (["m.onnx", "--variant", "v", "--policy", "offline"], "--policy is for a workload"),
     (["m.onnx", "--variant", "v", "--swap-cycles", "5"], "--swap-cycles is for a workload"),
+    (["--variants", "LIB", "--workload", "W", "--swap-cycles", "-1"],
+     "expected a whole number of cycles"),
+    # a full ECP5-85F bitstream at 100 MHz is a number of cycles like any other
+    (["--variants", "LIB", "--workload", "W", "--swap-cycles", "25169973"],
+     "names absent.onnx, but there is no file"),
 ])
 def test_refusals(argv, message, workload, tmp_path, capsys):
     argv = [str(workload) if a == "W" else str(tmp_path / "lib") if a == "LIB" else a
