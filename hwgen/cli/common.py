@@ -28,38 +28,31 @@ def stage_list(text: str) -> tuple[str, ...]:
     return stages
 
 
-def positive_int(text: str) -> int:
-    """An option that counts something: a whole number, at least 1."""
+def _whole_number(text: str, lo: int, hi: int, expected: str) -> int:
+    """``text`` as a whole number from ``lo`` to ``hi``, or argparse's error saying what was
+    ``expected``."""
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An option that counts something: a whole number, at least 1."""
+    return _whole_number(text, 1, 1 << 62, "a whole number of at least 1")
 
 
 def count(text: str) -> int:
     """An option that counts something that may be none: a whole number, at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 1000, not {text!r}")
-    return value
+    return _whole_number(text, 0, 1000, "a whole number from 0 to 1000")
 
 
 def cycles(text: str) -> int:
     """An option that is a number of clock cycles: a whole number, at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 1 << 62:
-        raise argparse.ArgumentTypeError(f"expected a whole number of cycles, at least 0, not "
-                                         f"{text!r}")
-    return value
+    return _whole_number(text, 0, 1 << 62, "a whole number of cycles, at least 0")
 
 
 def fraction(text: str) -> float:
@@ -75,14 +68,7 @@ def fraction(text: str) -> float:
 
 def seed(text: str) -> int:
     """A random seed: a whole number from 0 to 2**32 - 1 (what numpy's generators take)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {(1 << 32) - 1}, "
-                                         f"not {text!r}")
-    return value
+    return _whole_number(text, 0, (1 << 32) - 1, f"a whole number from 0 to {(1 << 32) - 1}")
 
 
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
