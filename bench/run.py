@@ -1,7 +1,8 @@
 """``make bench``: the performance figures, measured on Verilator (then the example and real
 models, the 8x8 variant on each board memory: :mod:`bench.platforms`, the learned cost model:
-:mod:`bench.calibration`, the feedback loop under drift: :mod:`bench.drift`, and a variant
-library's ECP5 synthesis figures: :mod:`bench.variant_library`).
+:mod:`bench.calibration`, the feedback loop under drift: :mod:`bench.drift`, a variant
+library's ECP5 synthesis figures: :mod:`bench.variant_library`, and the reconfiguration
+manager on a mixed MLPerf Tiny workload: :mod:`bench.reconfig`).
 
 Prints one line per figure and writes them all to ``build/bench.json``. Every GEMM is also
 checked bit for bit; the benchmark fails if any is wrong.
@@ -93,6 +94,7 @@ def main() -> int:
         models,
         platforms,
         real_models,
+        reconfig,
         variant_library,
     )
 
@@ -100,7 +102,7 @@ def main() -> int:
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
                            "--model-threshold", "0.08", "--passes", "10"])
-            or variant_library.main([]))
+            or variant_library.main([]) or reconfig.main([]))
 
 
 if __name__ == "__main__":
