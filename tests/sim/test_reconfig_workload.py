@@ -99,6 +99,7 @@ def test_json_of_the_command_is_the_report_format(library, tmp_path, capsys):
                  "--compare-unfused", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == "hwgen-workload-run" and data["ok"]
+    assert all(v["reconfig_cycles"] == 50 for v in data["variants"].values())
     assert set(data["fusion"]) == {"qdq_cnn", "qdq_mlp_residual"}
     run = tmp_path / "run.json"
     run.write_text(json.dumps(data))

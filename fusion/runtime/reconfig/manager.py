@@ -129,7 +129,11 @@ class WorkloadReport:
             "swaps": self.swaps, "swap_cycles": self.swap_cycles,
             "static_cycles": self.static_cycles(),
             "offline_optimal_cycles": self.offline_optimal_cycles(),
-            "variants": {v.name: v.summary() for v in self.variants},
+            # each variant as the run priced it: the swap cost it used (--swap-cycles, or the
+            # descriptor's), beside the descriptor's own figure
+            "variants": {v.name: {**v.summary(), "reconfig_cycles": self.swap_costs[i],
+                                  "descriptor_reconfig_cycles": v.reconfig_cycles}
+                         for i, v in enumerate(self.variants)},
             "predicted": {m: {v: (None if math.isinf(c) else round(c)) for v, c in row.items()}
                           for m, row in self.predicted.items()},
             "measured": self.measured,
