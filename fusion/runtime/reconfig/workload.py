@@ -65,7 +65,8 @@ class Workload:
 
 
 def _bad(path: Path, where: str, what: str) -> ValueError:
-    return ValueError(f"workload {path}: {where}{what}; see 'hwgen run --help' for the format "
+    return ValueError(f"workload {path}: {(where + what).strip()}; see 'hwgen run --help' for "
+                      f"the format "
                       f"({{\"phases\": [{{\"model\": ..., \"input\": ..., \"repeat\": N}}]}})")
 
 
