@@ -260,29 +260,45 @@ def load_args(args: argparse.Namespace):
 
 def compile_args(args: argparse.Namespace):
     """Load the model and the variant, and compile (through the kernel cache)."""
-    from fusion.compiler.plan import compile_model
-    from fusion.kernels.cache import KernelCache
     from hwgen.gateware.folder import open_variant
 
     variant = open_variant(args.variant)  # its platform prices the candidates
     config = variant.config
     graph, batch = load_args(args)
     check_batch_fits(graph, config, batch)
-    if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
-        # the cache ignores failed writes (never a reason to fail), so say it here
-        raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
-                         f"the kernel cache")
-    cache = KernelCache(args.cache) if args.cache else KernelCache()
-    min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
+    cache = kernel_cache(args)
     model = cost_model(args, variant.platform)
-    compiled = compile_model(graph, config, cache=cache, fusion=not args.no_fusion,
-                             min_gain=min_gain, host_fallback=not args.no_host_fallback,
-                             batch=batch, platform=variant.platform, model=model,
-                             **({"options": args.without} if args.without else {}))
+    compiled = compile_graph(args, graph, config, variant.platform, cache=cache, model=model,
+                             batch=batch)
     if getattr(args, "profiles", None) or getattr(args, "cost_model", None):
         counts = ", ".join(f"{n} by {tier}" for tier, n in sorted(model.counts.items()))
         print(f"hwgen: candidates priced by {model.describe()} ({counts})", file=sys.stderr)
     return compiled
+
+
+def kernel_cache(args: argparse.Namespace):
+    """The kernel cache ``--cache`` names (the default one otherwise)."""
+    from fusion.kernels.cache import KernelCache
+
+    if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
+        # the cache ignores failed writes (never a reason to fail), so say it here
+        raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
+                         f"the kernel cache")
+    return KernelCache(args.cache) if args.cache else KernelCache()
+
+
+def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platform, *,
+                  cache, model, batch: int = 1, fusion: bool = True):
+    """``graph`` compiled for ``config`` on ``platform`` with the command's compile options
+    (``--no-fusion``, ``--min-gain``, ``--no-host-fallback``, ``--without``); ``fusion``
+    False compiles it unfused whatever they say."""
+    from fusion.compiler.plan import compile_model
+
+    min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
+    return compile_model(graph, config, cache=cache, fusion=fusion and not args.no_fusion,
+                         min_gain=min_gain, host_fallback=not args.no_host_fallback,
+                         batch=batch, platform=platform, model=model,
+                         **({"options": args.without} if args.without else {}))
 
 
 def cost_model(args: argparse.Namespace, platform):

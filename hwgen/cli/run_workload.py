@@ -7,38 +7,13 @@ import argparse
 import json
 import sys
 
-from hwgen.cli.common import kernel_table
+from hwgen.cli.common import compile_graph, cost_model, kernel_cache, kernel_table
 
 #: ``hwgen run`` options that mean nothing with a library: the model and its variant come
 #: from the workload and the library, and a run's files are the workload's.
 _SINGLE_MODEL = {"model": "MODEL", "variant": "--variant", "plan": "--plan",
                  "input": "--input", "output": "--output", "db": "--db", "batch": "--batch",
                  "input_shape": "--input-shape"}
-
-
-def _compile_for(args: argparse.Namespace):
-    """``compile_for(graph, variant, fusion)`` with the command's cost model, cache and
-    compile options (one cost model per platform: a library has one)."""
-    from fusion.compiler.engine import DEFAULT_MIN_GAIN
-    from fusion.compiler.plan import compile_model
-    from fusion.kernels.cache import KernelCache
-    from hwgen.cli.common import cost_model
-
-    cache = KernelCache(args.cache) if args.cache else KernelCache()
-    min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
-    models = {}
-
-    def compile_for(graph, variant, fusion):
-        key = variant.platform.key()
-        if key not in models:
-            models[key] = cost_model(args, variant.platform)
-        return compile_model(graph, variant.config, cache=cache, fusion=fusion and
-                             not args.no_fusion, min_gain=min_gain,
-                             host_fallback=not args.no_host_fallback,
-                             platform=variant.platform, model=models[key],
-                             **({"options": args.without} if args.without else {}))
-
-    return compile_for
 
 
 def run_workload(args: argparse.Namespace) -> int:
@@ -57,10 +32,17 @@ def run_workload(args: argparse.Namespace) -> int:
                          f"{'them' if len(given) > 1 else 'it'}")
     workload = read_workload(args.workload)  # every file it names checked before any work
     library = open_library(args.variants)
+    # one board memory for the whole library (open_library checks): one cost model
+    cache, model = kernel_cache(args), cost_model(args, library[0].platform)
+
+    def compile_for(graph, variant, fusion):
+        return compile_graph(args, graph, variant.config, variant.platform, cache=cache,
+                             model=model, fusion=fusion)
+
     progress = (lambda line: print(f"hwgen: {line}", file=sys.stderr)) if not args.json \
         else None
     try:
-        report = run(workload, library, compile_for=_compile_for(args), policy=args.policy,
+        report = run(workload, library, compile_for=compile_for, policy=args.policy,
                      swap_cycles=args.swap_cycles,
                      shadow_inputs=0 if args.shadow_inputs is None else args.shadow_inputs,
                      seed=args.seed, compare_unfused=args.compare_unfused, progress=progress)
