@@ -45,7 +45,8 @@ def run_workload(args: argparse.Namespace) -> int:
         report = run(workload, library, compile_for=compile_for, policy=args.policy,
                      swap_cycles=args.swap_cycles,
                      shadow_inputs=0 if args.shadow_inputs is None else args.shadow_inputs,
-                     seed=args.seed, compare_unfused=args.compare_unfused, progress=progress)
+                     seed=args.seed, compare_unfused=args.compare_unfused,
+                     saturate_nonfinite=args.saturate_nonfinite, progress=progress)
     except ShadowMismatch as exc:
         if args.json:
             print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))

@@ -10,7 +10,6 @@ variants must share one board memory: a swap changes the FPGA's bitstream, not t
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,10 +42,6 @@ class LibraryVariant:
     def platform(self):
         return self.folder.platform
 
-    def build(self):
-        """The variant's Verilator build (built once, then cached by its hash)."""
-        return _build(str(self.folder.directory))
-
     def summary(self) -> dict[str, Any]:
         """The variant for a run's report: shape, port, epilogue, resources, reconfiguration."""
         c, d = self.config, self.folder.descriptor
@@ -59,13 +54,6 @@ class LibraryVariant:
                 "resources": resources, "part": synthesis.get("part"),
                 "fmax_mhz": synthesis.get("fmax_mhz"),
                 "reconfig_cycles": self.reconfig_cycles}
-
-
-@functools.cache
-def _build(directory: str):
-    from sim.build import build_folder
-
-    return build_folder(directory)
 
 
 def _fix(path: Path) -> str:

@@ -43,7 +43,7 @@ import numpy as np
 
 from fusion.runtime.reconfig.library import LibraryVariant, check_covers
 from fusion.runtime.reconfig.planner import INF, WorkFunction, offline_plan, static_plan
-from fusion.runtime.reconfig.workload import Step, Workload
+from fusion.runtime.reconfig.workload import Phase, Step, Workload
 
 #: The policies :func:`run_workload` knows.
 POLICIES = ("online", "offline")
@@ -154,19 +154,22 @@ def _kernel_dict(k) -> dict[str, Any]:
             "bytes_written": int(k.counters.get("bytes_written", 0))}
 
 
-def _inputs(step: Step, graph, seed: int) -> dict[str, np.ndarray]:
-    """The run's input values: its files (checked against the graph), or random ones."""
+def _inputs(phase: Phase, graph, seed: int, saturate: bool) -> dict[str, np.ndarray]:
+    """A phase's input values: its files (checked against the graph, and finite as
+    ``hwgen run`` checks them), or random ones."""
+    from fusion.reference.executor import finite_inputs
     from fusion.runtime.run import random_inputs
 
     values = random_inputs(graph, seed)
-    for name, path in step.inputs:
+    model = phase.model.name
+    for name, path in phase.inputs:
         if not name:
             if len(graph.inputs) != 1:
-                raise ValueError(f"{step.model.name} has inputs {', '.join(graph.inputs)}: "
-                                 f"name each in the workload's input object")
+                raise ValueError(f"{model} has inputs {', '.join(graph.inputs)}: name each in "
+                                 f"the workload's input object")
             name = graph.inputs[0]
         if name not in graph.inputs:
-            raise ValueError(f"{step.model.name} has no input {name!r} (its inputs: "
+            raise ValueError(f"{model} has no input {name!r} (its inputs: "
                              f"{', '.join(graph.inputs)})")
         try:
             value = np.load(path, allow_pickle=False)
@@ -175,9 +178,9 @@ def _inputs(step: Step, graph, seed: int) -> dict[str, np.ndarray]:
         want = tuple(graph.tensors[name].shape)
         if tuple(value.shape) != want:
             raise ValueError(f"input {path} has shape {tuple(value.shape)}, but {name!r} of "
-                             f"{step.model.name} has shape {want}")
+                             f"{model} has shape {want}")
         values[name] = value
-    return values
+    return finite_inputs(values, saturate=saturate)
 
 
 def price(workload: Workload, library: list[LibraryVariant],
@@ -217,6 +220,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                  compile_for: Callable[[Any, LibraryVariant, bool], Any],
                  policy: str = "online", swap_cycles: int | None = None,
                  shadow_inputs: int = 0, seed: int = 0, compare_unfused: bool = False,
+                 saturate_nonfinite: bool = False,
                  progress: Callable[[str], None] | None = None) -> WorkloadReport:
     """Run ``workload`` on ``library`` (see the module docstring).
 
@@ -235,6 +239,9 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         Directed input sets each kernel also runs on (:func:`fusion.runtime.run.run_compiled`).
     seed : int
         Seed of random inputs and of the directed sets.
+    saturate_nonfinite : bool
+        Saturate infinities and read NaN as 0 in float inputs, instead of refusing them
+        (``hwgen run --saturate-nonfinite``).
     compare_unfused : bool
         Also run each model unfused once, on the variant that ran it most (the report's
         fused-versus-unfused plot).
@@ -250,6 +257,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         A kernel differs from the reference (the run stops there).
     """
     from fusion.runtime.run import run_compiled
+    from sim.build import build_folder
 
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose {' or '.join(POLICIES)}")
@@ -265,8 +273,19 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
     swap = [swap_cycles if swap_cycles is not None else v.reconfig_cycles for v in library]
     graphs, compiled, predicted, refused = price(workload, library, compile_for)
     steps = workload.steps()
-    # every run's inputs read and checked against its model before any simulation
-    inputs = {(s.phase, s.repeat): _inputs(s, graphs[s.model.stem], seed) for s in steps}
+    # each phase's inputs read and checked against its model before any simulation (its
+    # repeats share them)
+    inputs = [_inputs(p, graphs[p.model.stem], seed, saturate_nonfinite)
+              for p in workload.phases]
+    builds: dict[str, Any] = {}
+
+    def run(v: LibraryVariant, plan, values, shadow: int):
+        """``plan`` on ``v``'s Verilator build (built once, then cached by its hash)."""
+        if v.name not in builds:
+            builds[v.name] = build_folder(v.folder.directory)
+        return run_compiled(plan, values, build=builds[v.name], shadow_inputs=shadow,
+                            seed=seed)
+
     table = [[predicted[s.model.stem][v.name] for v in library] for s in steps]
     for t, row in enumerate(table):
         if all(math.isinf(c) for c in row):
@@ -288,8 +307,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         say(f"run {t + 1}/{len(steps)}: {step.model.name} (phase {step.phase}, repeat "
             f"{step.repeat}) on {v.name}" + (f" after a swap of {swapped:,} cycles"
                                              if swapped else ""))
-        report = run_compiled(compiled[model][v.name], inputs[step.phase, step.repeat],
-                              build=v.build(), shadow_inputs=shadow_inputs, seed=seed)
+        report = run(v, compiled[model][v.name], inputs[step.phase], shadow_inputs)
         cycles = sum(k.cycles for k in report.kernels)
         if measured[model][v.name] is None:
             measured[model][v.name] = cycles
@@ -301,28 +319,24 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                                   [_kernel_dict(k) for k in report.kernels], report.outputs))
         clock += swapped + cycles
     # the alternatives the schedule did not take, measured once each
-    first_step = {s.model.stem: s for s in reversed(steps)}
+    first = {m: inputs[next(i for i, p in enumerate(workload.phases) if p.model.stem == m)]
+             for m in graphs}  # each model's first phase's inputs
     for model, row in measured.items():
         for v in library:
             if row[v.name] is None and v.name in compiled[model]:
                 say(f"measuring {model} on {v.name} (for the static and optimal totals)")
-                step = first_step[model]
-                report = run_compiled(compiled[model][v.name], inputs[step.phase, step.repeat],
-                                      build=v.build(), shadow_inputs=0, seed=seed)
+                report = run(v, compiled[model][v.name], first[model], 0)
                 row[v.name] = sum(k.cycles for k in report.kernels)
-    fusion = _fusion(timeline, library, graphs, compile_for,
-                     {m: inputs[s.phase, s.repeat] for m, s in first_step.items()}, seed,
-                     say) if compare_unfused else {}
+    fusion = _fusion(timeline, library, graphs, compile_for, first, run, say) \
+        if compare_unfused else {}
     return WorkloadReport(policy, library, timeline, swap, predicted, measured, refused,
                           fusion, time.perf_counter() - began, mismatches)
 
 
 def _fusion(timeline: list[RunRecord], library: list[LibraryVariant], graphs: Mapping,
-            compile_for, values: Mapping[str, Mapping[str, np.ndarray]], seed: int,
+            compile_for, values: Mapping[str, Mapping[str, np.ndarray]], run,
             say) -> dict[str, Any]:
     """Each model unfused, once, on the variant that ran it most, beside its fused run."""
-    from fusion.runtime.run import run_compiled
-
     by_name = {v.name: v for v in library}
     out = {}
     for model in graphs:
@@ -334,8 +348,7 @@ def _fusion(timeline: list[RunRecord], library: list[LibraryVariant], graphs: Ma
         fused = next(r for r in runs if r.variant == name)
         say(f"running {model} unfused on {name} (fused versus unfused)")
         plan = compile_for(graphs[model], by_name[name], False)
-        report = run_compiled(plan, values[model], build=by_name[name].build(),
-                              shadow_inputs=0, seed=seed)
+        report = run(by_name[name], plan, values[model], 0)
         out[model] = {"variant": name,
                       "fused": [{"name": k["name"], "ops": k["ops"], "cycles": k["cycles"]}
                                 for k in fused.kernels],
