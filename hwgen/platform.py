@@ -75,6 +75,20 @@ class PortFigures:
         Port words in one DRAM row of one bank (the column bits of the port-word address).
     banks : int
         Banks; the bank bits sit just above the column bits (LiteDRAM's ``ROW_BANK_COL``).
+    load_switch, load_activate : float
+        Cycles beyond a sequential read that a LOAD's first word costs when the load before
+        read another region: in a row already open in another bank, or in another row of a
+        bank that has one open (measured on the accelerator, ``sim.dram.interplay``).
+    write_turn : float
+        Cycles a LOAD loses when stores cut into its requests after a while without any: the
+        controller turns from reads to writes and back (``sim.dram.interplay``).
+    write_word, write_word_same : float
+        Cycles beyond a write each store word costs a LOAD when the words come one at a
+        time (rows narrower than a word), to another bank or to another row of the bank
+        being read: each is a turn of its own, cheap while the controller is already
+        alternating, dear when it must close and open rows (``sim.dram.interplay``).
+    write_settle : float
+        Cycles from the last store to the kernel's done (the adapter's idle settling).
     """
 
     sequential: float
@@ -86,25 +100,36 @@ class PortFigures:
     refresh_interval: int
     words_per_row: int
     banks: int
+    load_switch: float = 0.0
+    load_activate: float = 0.0
+    write_turn: float = 0.0
+    write_word: float = 0.0
+    write_word_same: float = 0.0
+    write_settle: float = 0.0
 
 
 #: The characterized ports, by (memory, module, speedgrade, port bits): the normal-refresh
 #: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
-#: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock. The SDR port of 128
-#: bits goes through LiteDRAM's down-converter (eight 16-bit DRAM words a port word).
+#: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock; the figures of loads and
+#: stores sharing the port from ``python -m sim.dram.interplay`` on the 8x8 variant of
+#: ``bench.platforms`` (negative ones, within the noise of a slow port, as 0). The SDR port
+#: of 128 bits goes through LiteDRAM's down-converter (eight 16-bit DRAM words a port word).
 PORT_FIGURES: dict[tuple[str, str, str | None, int], PortFigures] = {
     ("ddr3", "MT41K128M16", "800", 128): PortFigures(
         sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
         read_latency=17.3, refresh_hold=22, refresh_interval=782, words_per_row=128,
-        banks=8),
+        banks=8, load_switch=2.7, load_activate=5.12, write_turn=9.9, write_word=0.88,
+        write_word_same=10.09, write_settle=22),
     ("ddr3", "MT41K128M16", "1600", 128): PortFigures(
         sequential=1.124, bank_stride=12.22, row_conflict=8.46, write=1.143,
         read_latency=17.5, refresh_hold=38, refresh_interval=782, words_per_row=128,
-        banks=8),
+        banks=8, load_switch=2.7, load_activate=5.12, write_turn=6.7, write_word=0.88,
+        write_word_same=10.38, write_settle=19),
     ("sdr", "IS42S16160", None, 128): PortFigures(
         sequential=9.127, bank_stride=16.21, row_conflict=12.25, write=9.206,
         read_latency=16.7, refresh_hold=12, refresh_interval=782, words_per_row=64,
-        banks=4),
+        banks=4, load_switch=1.14, load_activate=0.0, write_turn=15.63, write_word=0.0,
+        write_word_same=0.0, write_settle=29),
 }
 
 

@@ -88,7 +88,8 @@ def _load(m: Machine, c: VariantConfig, load: dict[str, Any], setup: int) -> Non
     ``setup`` register instructions."""
     m.load(load["count"] * load["len"] * c.port_bytes,
            load_row_bytes(c, Dst[load["dst"].upper()]), setup=setup,
-           pattern=(load["count"], load["len"], load.get("stride", load["len"])))
+           pattern=(load["count"], load["len"], load.get("stride", load["len"])),
+           source=(load["dst"], load.get("ext")))
 
 
 def _grid(m: Machine, g: dict[str, Any], job: Callable[[], None]) -> None:
@@ -197,7 +198,7 @@ def _stream(m: Machine, c: VariantConfig, ctx: dict[str, Any], lane_bytes: int) 
         m.matmul(ctx["kc"], ch["last"], lane_bytes, bool(ch["last"] and ctx["tr"]))
         if ch["load"] is not None:
             m.wait(feed=True, left=1)
-            m.load(chunk_bytes, b_row, setup=1)  # its slot's li
+            m.load(chunk_bytes, b_row, setup=1, source="b")  # its slot's li
             m.instrs(1)  # the B address moves on
         if ch["last"] and more:
             m.instrs(1 + ctx["has_bias"])
@@ -207,9 +208,9 @@ def _stream(m: Machine, c: VariantConfig, ctx: dict[str, Any], lane_bytes: int) 
             chunk(ch, more)
 
     _prologue(m, c, ctx, waited=False)
-    m.load(ctx["a_words"] * c.port_bytes, load_row_bytes(c, Dst.A))
+    m.load(ctx["a_words"] * c.port_bytes, load_row_bytes(c, Dst.A), source="a")
     for _ in ctx["prologue_slots"]:
-        m.load(chunk_bytes, b_row, setup=1)
+        m.load(chunk_bytes, b_row, setup=1, source="b")
         m.instrs(1)
     blocks = ctx["blocks"]
     if blocks > 2:
@@ -331,7 +332,7 @@ def estimate(f: Features, platform: PlatformConfig | None = None) -> Estimate:
             _pass(m, dims, (stage,), src, dt, params)
             src = dt
     m.wait(load=True, feed=True, epi=True)  # wait 7; halt
-    cycles = m.seq + 1  # halt retires after the wait; done the cycle after
+    cycles = m.done()  # halt retires after the wait; done the cycle after
     return Estimate(cycles=cycles, k_slices=f.k_slices, load_busy=m.load_busy,
                     bytes_loaded=m.bytes_loaded, bytes_stored=m.bytes_stored,
                     stall_epilogue=m.stall, gemm_cycles=gemm_cycles,
@@ -349,7 +350,7 @@ def estimate_pass(config: VariantConfig, M: int, N: int, *, stages: Sequence[str
     m = _machine(config, platform)
     _pass(m, GemmDims(config, M, 1, N), tuple(stages), _dt(src_dtype), _dt(out_dtype), params)
     m.wait(load=True, feed=True, epi=True)
-    return m.seq + 1
+    return m.done()
 
 
 def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int,  # noqa: N803
@@ -361,7 +362,7 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int,  # noqa: 
     for _ in range(n_inputs - 1):
         _pass(m, dims, ("residual",), "i8", "i8", params)
     m.wait(load=True, feed=True, epi=True)
-    return m.seq + 1
+    return m.done()
 
 
 def estimate_program(config: VariantConfig, instrs: Sequence[Any],
@@ -381,27 +382,30 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
         op, get = ins.op, ins.get
         pc += 1
         if op is Op.HALT:  # after the program's final wait: done the cycle after
-            return m.seq + 1
+            return m.done()
         if op is Op.WAIT:
             u = get("units")
             m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4), left=get("left"))
         elif op is Op.LOAD:
             m.load(get("count") * get("len") * config.port_bytes,
                    load_row_bytes(config, get("dst")),
-                   pattern=(get("count"), get("len"), regs[get("stride")]))
+                   pattern=(get("count"), get("len"), regs[get("stride")]),
+                   addr=regs[get("ext")])
         elif op is Op.LOADW:
             words = window_words(config.rows, get("shift"), get("step"))
-            m.load(get("count") * words * config.port_bytes, config.rows, row_words=words)
+            m.load(get("count") * words * config.port_bytes, config.rows, row_words=words,
+                   addr=regs[get("ext")], pattern=(get("count"), words, words))
         elif op is Op.MATMUL:
-            m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")))
+            m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")),
+                     out=regs[get("out")])
         elif op is Op.EPIPASS:
-            m.epipass(get("rows"), lane[get("dt")])
+            m.epipass(get("rows"), lane[get("dt")], out=regs[get("out")])
         elif op is Op.WINDOW:
             columns = window_columns(
                 mode=WMode(geom.get("mode", 0)).name.lower(),
                 **{f: geom.get(f, 0) for f in ("kh", "kw", "stride", "hin", "win")},
                 pos=regs[get("pos")], count=get("count"), ow=get("ow"))
-            m.window(columns, lane[get("dt")], bool(get("tr")))
+            m.window(columns, lane[get("dt")], bool(get("tr")), out=regs[get("out")])
         elif op is Op.WCFG:
             geom = dict(ins.args)
             m.instrs(1)

@@ -70,6 +70,12 @@ from hwgen.timing import (
     LOAD_CONTEXTS as CONTEXTS,
 )
 
+#: Cycles between one drain's stores and the next's within which the controller is still
+#: writing (no new turn from reads): measured, back-to-back EPIPASSes pay one turn.
+JOIN_GAP = 8
+#: Drains kept waiting for a load to pay for their writes (older ones are long done).
+PENDING = 16
+
 
 class Machine:
     """The cycle at which each unit is next free, advanced instruction group by group.
@@ -82,7 +88,8 @@ class Machine:
 
     #: The times the machine keeps (cycles), and the totals it accumulates.
     TIMES = ("seq", "dma", "dma_take", "dma_issue", "feed_end", "clear", "pass_free", "store",
-             "idle", "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read")
+             "idle", "turn0", "turn1", "w_free", "w_clear", "w_computed", "w_capture", "w_read",
+             "req_from", "last_write")
     TOTALS = ("load_busy", "bytes_loaded", "bytes_stored", "stall", "instret", "loads",
               "drains", "words_seq", "words_bank", "words_row")
 
@@ -123,6 +130,18 @@ class Machine:
         # and on a DRAM port the words requested by class (sequential, bank change, row
         # conflict: MemoryModel.load_classes)
         self.loads = self.drains = self.words_seq = self.words_bank = self.words_row = 0
+        # A DRAM port is shared: stores cut into the loads' request streams, and a LOAD's
+        # first word costs what its relation to the read before does (fusion.cost.memory).
+        # The walk of a program knows the addresses (``addr``, ``out``); the walk of a
+        # template context knows only which register a LOAD reads through (``source``).
+        self.req_from = 0  # first request of the run of loads now requesting
+        # drains whose writes no load has paid for yet: (first write, last write, cost)
+        self.pending: list[tuple[int, int, float]] = []
+        self.last_write = 0  # cycle of the last store
+        self.last_source: object = None
+        self.read: tuple[int, int, int, int, int, int] | None = None  # the newest load's
+        # (addr, count, len, stride, first request, span), to find the word it reads when
+        self.open_rows: dict[int, int] = {}  # bank -> open row (walks of programs only)
 
     # -- repetition --------------------------------------------------------------------------
 
@@ -142,7 +161,9 @@ class Machine:
         queues = (self.taken, self.loads_taken, self.rows_started, self.loads_done,
                   self.jobs_fed)
         return tuple(getattr(self, n) - self.seq for n in self.TIMES) + tuple(
-            tuple(t - self.seq for t in q) for q in queues)
+            tuple(t - self.seq for t in q) for q in queues) + (self.last_source,) + tuple(
+            (max(a, self.seq) - self.seq, max(b, self.seq) - self.seq, c)
+            for a, b, c in self.pending)
 
     def repeat(self, count: int, body: Callable[[], None]) -> None:
         """Run ``body`` ``count`` times. The rules are max-plus (shift every time by d and
@@ -167,6 +188,7 @@ class Machine:
                 self.rows_started = [t + shift for t in self.rows_started]
                 self.loads_done = [t + shift for t in self.loads_done]
                 self.jobs_fed = [t + shift for t in self.jobs_fed]
+                self.pending = [(a + shift, b + shift, c) for a, b, c in self.pending]
                 for name, a, b in zip(self.TOTALS, totals_after, totals, strict=True):
                     setattr(self, name, a + (a - b) * left)
                 return
@@ -174,15 +196,17 @@ class Machine:
 
     # -- the store unit ----------------------------------------------------------------------
 
-    def store_cycles(self, lane_bytes: int) -> int:
+    def store_cycles(self, lane_bytes: int) -> float:
         """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``; on a
-        DRAM port no fewer than the port takes to write them (rounded)."""
+        DRAM port no fewer than the port takes to write them (a fraction: a drain's rows
+        are rounded once, together)."""
         s = max(1, self.C * lane_bytes // self.W)
         if self.memory is None:
             return s
-        return max(s, round(self.memory.store_cycles(self.C * lane_bytes / self.W)))
+        return max(s, self.memory.store_cycles(self.C * lane_bytes / self.W))
 
-    def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False) -> int:
+    def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False,
+                out: int | None = None) -> int:
         """Rows offered to the epilogue one a cycle from ``first``; returns the cycle after
         the last one entered. The store takes row j ``E`` cycles after it enters, at most
         one every ``s`` cycles; when it falls behind, the stage registers fill and hold
@@ -193,21 +217,114 @@ class Machine:
         if tr:
             st0 = max(first + self.E, self.turn0)  # the buffer this tile fills is free
             full = st0 + rows  # the tile is whole; its columns go out from here
-            st_last = max(full, self.store) + (self.C - 1) * s
+            w0 = max(full, self.store)  # its first column's write
+            st_last = w0 + round((self.C - 1) * s)
             self.turn0, self.turn1 = self.turn1, st_last + 1
             step = 1
         else:
             st0 = max(first + self.E, self.store)
-            st_last = st0 + (rows - 1) * s
+            st_last = st0 + round((rows - 1) * s)
             step = s
+            w0 = st0
         enter_last = first + rows - 1
         if rows - 1 - self.E >= 0:
-            enter_last = max(enter_last, st0 + (rows - 1 - self.E) * step)
-        self.store = st_last + s
-        self.idle = max(self.idle, st_last + s + 1)
+            enter_last = max(enter_last, st0 + round((rows - 1 - self.E) * step))
+        if self.memory is not None:
+            self._writes(w0, st_last, rows * self.C * lane_bytes / self.W,
+                         word_at_a_time=(self.R if tr else self.C) * lane_bytes < self.W,
+                         joined=w0 <= self.store + JOIN_GAP, out=out)
+        self.store = st_last + round(s)
+        self.idle = max(self.idle, st_last + round(s) + 1)
         self.bytes_stored += rows * self.C * lane_bytes
         self.drains += 1
         return enter_last + 1
+
+    # -- the DRAM port shared by loads and stores ---------------------------------------------
+
+    def _writes(self, first: int, last: int, words: float, *, word_at_a_time: bool,
+                joined: bool, out: int | None) -> None:
+        """A drain's ``words`` writes, from ``first`` to ``last``. The adapter gives writes
+        the port, so a LOAD requesting then loses what they cost it
+        (:meth:`~fusion.cost.memory.MemoryModel.write_cut_cycles`): its requests, and all
+        after them, end that much later. Writes while no load requests are paid by the next
+        load for the part still going on when it starts. Rows narrower than a word come a
+        word every few cycles, each word its own burst; wider ones stream, one burst a drain
+        (none when it follows the drain before without a gap)."""
+        self.last_write = last
+        f = self.memory.figures
+        same = 1 / f.banks  # the bank of the writes against the reads': unknown
+        if out is not None and self.read is not None and self.read[0] is not None:
+            bank, row = self._bank_row(out)
+            reading = self._reading(first)
+            same = float(reading is not None and reading[0] == bank and reading[1] != row)
+        if out is not None:
+            bank, row = self._bank_row(out)
+            self.open_rows[bank] = row
+        cost = self.memory.write_cut_cycles(words, word_at_a_time=word_at_a_time,
+                                            turn=not joined, same_bank=same)
+        if self.loads and self.req_from <= first < self.dma_take:
+            self._delay_loads(first, round(cost))
+        else:
+            self.pending = (self.pending + [(first, last, cost)])[-PENDING:]
+
+    def _bank_row(self, addr: int) -> tuple[int, int]:
+        f = self.memory.figures
+        page = addr // f.words_per_row
+        return page % f.banks, page // f.banks
+
+    def _reading(self, cycle: int) -> tuple[int, int] | None:
+        """Bank and row of the word the newest load requests at ``cycle`` (None: it is not
+        requesting then)."""
+        addr, count, length, stride, start, span = self.read
+        words = count * length
+        if not start <= cycle < start + span:
+            return None
+        i = min(words - 1, (cycle - start) * words // max(1, span))
+        return self._bank_row(addr + (i // length) * stride + i % length)
+
+    def _delay_loads(self, cycle: int, d: int) -> None:
+        """Every load request from ``cycle`` on, and what follows them, ``d`` cycles later."""
+        self.dma_take += d
+        self.dma_issue += d
+        self.dma += d
+        self.loads_done = [t + d if t >= cycle else t for t in self.loads_done]
+        self.rows_started = [t + d if t >= cycle else t for t in self.rows_started]
+        if self.read is not None:
+            a, c, n, st, start, span = self.read
+            self.read = (a, c, n, st, start, span + d)
+
+    def _relation(self, source: object, addr: int | None) -> str:
+        """How a LOAD's first word relates to the read before (:meth:`~fusion.cost.memory.
+        MemoryModel.first_extra`)."""
+        if self.read is None:
+            return "continues"  # the first load: measured as a sequential read
+        prev = self.read
+        if addr is not None and prev[0] is not None:
+            a, c, n, st = prev[:4]
+            if addr == a + (c - 1) * st + n:
+                return "continues"
+            bank, row = self._bank_row(addr)
+            return "switch" if self.open_rows.get(bank) == row else "activate"
+        if source is not None and source == self.last_source:
+            return "continues"
+        return "unknown"
+
+    def _opened(self, addr: int, count: int, length: int, stride: int) -> None:
+        """Record the rows a load leaves open (the last it touched in each bank)."""
+        wpr = self.memory.figures.words_per_row
+        for s in range(count) if count <= 4096 else (0, count - 1):
+            start = addr + s * stride
+            for page in range(start // wpr, (start + length - 1) // wpr + 1):
+                bank, row = self._bank_row(page * wpr)
+                self.open_rows[bank] = row
+
+    def done(self) -> int:
+        """The cycle the kernel is done once its final WAIT and HALT have retired: the
+        cycle after, and on a DRAM port no sooner than the adapter has settled after the
+        last store."""
+        if self.memory is None:
+            return self.seq + 1
+        return max(self.seq + 1, self.last_write + round(self.memory.figures.write_settle))
 
     def _job(self) -> int:
         """The sequencer issues a job: returns the cycle its unit takes it. The job queue
@@ -253,7 +370,8 @@ class Machine:
         self.jobs_fed = (self.jobs_fed + [cycle])[-MAX_LEFT - 1:]
 
     def load(self, nbytes: int, row_bytes: int, setup: int = 0, row_words: int = 0,
-             pattern: tuple[int, int, int] | None = None) -> None:
+             pattern: tuple[int, int, int] | None = None, *, source: object = None,
+             addr: int | None = None) -> None:
         """A LOAD of ``nbytes`` into scratchpad rows of ``row_bytes``, after ``setup``
         register instructions. A word a cycle, or a row a cycle when a word holds several
         (the gearbox rate), then the port latency. ``row_words``: a window load's words a
@@ -279,14 +397,28 @@ class Machine:
             self.dma_take = start + gap * (words - 1)  # its last request
         else:
             count, length, stride = pattern or (1, words, words)
-            first, rest = self.memory.load_cycles(count, length, stride, gap)
+            relation = self._relation(source, addr)
+            first, rest = self.memory.load_cycles(count, length, stride, gap,
+                                                  self.memory.first_extra(relation))
             seq, bank, row = self.memory.load_classes(count, length, stride)
-            self.words_seq += seq
-            self.words_bank += bank + 1  # the first word, priced as a bank change
+            self.words_seq += seq + (relation == "continues")
+            self.words_bank += relation != "continues"
+            self.words_bank += bank
             self.words_row += row
-            start = max(take + 1, self.dma_issue - gap + first)
+            chained = self.dma_issue - gap + first  # right after the load before
+            start = max(take + 1, chained)
+            if start > chained:  # the port's reads had stopped: a new run of them
+                self.req_from = start
+            # drains still writing when it starts: the share of their writes from then on
+            rest += round(sum(c * min(1.0, (b - start + 1) / (b - a + 1))
+                              for a, b, c in self.pending if b >= start))
+            self.pending = []
             self.dma_take = start + rest
             issue = rest + gap
+            self.read = (addr, count, length, stride, start, rest + gap)
+            self.last_source = source
+            if addr is not None:
+                self._opened(addr, count, length, stride)
         self.dma_issue = self.dma_take + gap
         first_row = row_words or max(1, row_bytes // self.W)
         self.rows_started = (self.rows_started + [start + self.latency
@@ -303,7 +435,8 @@ class Machine:
         self.loads += 1
         self.instrs(1)
 
-    def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False) -> None:
+    def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False,
+               out: int | None = None) -> None:
         """One MATMUL of ``k`` slices. Slices stream back to back; a tile-ending slice waits
         until the previous tile has drained (the stall rule). ``tr``: stored transposed."""
         take = self._job()
@@ -319,9 +452,9 @@ class Machine:
         self.stall += final - (start + k - 1)
         self.feed_end = final + 1
         self._fed(self.feed_end)
-        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr)
+        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr, out)
 
-    def epipass(self, rows: int, lane_bytes: int) -> None:
+    def epipass(self, rows: int, lane_bytes: int, out: int | None = None) -> None:
         """One EPIPASS of ``rows`` rows: it starts once the array has drained and the
         previous pass's rows are in, and streams its rows like a drain."""
         take = self._job()
@@ -329,10 +462,11 @@ class Machine:
                     self.w_clear + 1)
         self._took(start - 1)
         self._fed(start)  # a pass leaves the count when the compute unit takes it
-        self.pass_free = self._stream(start, rows, lane_bytes)
+        self.pass_free = self._stream(start, rows, lane_bytes, out=out)
         self.instrs(1)
 
-    def window(self, columns: int, lane_bytes: int, tr: bool = False) -> None:
+    def window(self, columns: int, lane_bytes: int, tr: bool = False,
+               out: int | None = None) -> None:
         """One WINDOW tile reading ``columns`` columns (:func:`hwgen.timing.window_columns`):
         it starts once the array has drained, any pass is in and the WINDOW before has read
         its last column; its last row is computed WINDOW_STAGES cycles after its own last
@@ -354,7 +488,7 @@ class Machine:
         self.w_computed, self.w_capture = computed, capture
         self.w_read = capture + 1
         self._fed(self.w_read)
-        self.w_clear = self._stream(capture + 1, self.R, lane_bytes, tr)
+        self.w_clear = self._stream(capture + 1, self.R, lane_bytes, tr, out)
 
     def grid(self, job: Callable[[], None], *, n_outer: int = 1, n_inner: int = 1,
              setup: int = 0, head: int = 0, per_inner: int = 0, per_outer: int = 0) -> None:

@@ -90,16 +90,43 @@ class MemoryModel:
         f = self.figures
         return self._clean(f.sequential), self._clean(f.bank_stride), self._clean(f.row_conflict)
 
-    def load_cycles(self, count: int, length: int, stride: int, gap: int) -> tuple[int, int]:
+    def load_cycles(self, count: int, length: int, stride: int, gap: int,
+                    first_extra: float = 0.0) -> tuple[int, int]:
         """``(first, rest)``: cycles before a LOAD's first request (after the previous load's
-        last), and from its first request to its last, for ``count`` segments of ``length``
-        words ``stride`` apart requested at most one every ``gap`` cycles."""
-        return _load_cycles(self, count, length, stride, gap)
+        last: a sequential read and ``first_extra``, :meth:`first_extra`), and from its
+        first request to its last, for ``count`` segments of ``length`` words ``stride``
+        apart requested at most one every ``gap`` cycles."""
+        return _load_cycles(self, count, length, stride, gap, first_extra)
 
     def load_classes(self, count: int, length: int, stride: int) -> tuple[int, int, int]:
         """:func:`classify` of a LOAD's words after its first, on this port's rows and
         banks."""
         return _classes(count, length, stride, self.figures.words_per_row, self.figures.banks)
+
+    def first_extra(self, relation: str) -> float:
+        """Cycles beyond a sequential read a LOAD's first word takes, by how it relates to
+        the port's previous read: ``"continues"`` it (the next address: nothing),
+        ``"switch"`` to a row already open in another bank, ``"activate"`` a row of a bank
+        that has another one open, or ``"unknown"`` (the walk does not know the regions:
+        a switch, or with one chance in ``banks`` an activation)."""
+        f = self.figures
+        if relation == "continues":
+            return 0.0
+        if relation == "unknown":
+            return ((f.banks - 1) * f.load_switch + f.load_activate) / f.banks
+        return f.load_switch if relation == "switch" else f.load_activate
+
+    def write_cut_cycles(self, words: float, *, word_at_a_time: bool, turn: bool,
+                         same_bank: float) -> float:
+        """Cycles a LOAD's requests lose to ``words`` store words that cut into them (the
+        adapter gives writes the port): the writes, the controller's turn to writes and back
+        (``turn``: the first stores after a while without), and, for words that come one
+        at a time, a turn each, dearer for the share ``same_bank`` that goes to another row
+        of the bank being read (refresh included)."""
+        f = self.figures
+        extra = same_bank * f.write_word_same + (1 - same_bank) * f.write_word
+        return ((words * self._clean(f.write) + turn * f.write_turn
+                 + word_at_a_time * words * extra) / (1 - self.refresh_share))
 
     def store_cycles(self, words: float) -> float:
         """Cycles the port takes to write ``words`` consecutive words (refresh included)."""
@@ -134,12 +161,12 @@ _classes = functools.lru_cache(maxsize=4096)(classify)
 
 @functools.lru_cache(maxsize=4096)
 def _load_cycles(model: MemoryModel, count: int, length: int, stride: int,
-                 gap: int) -> tuple[int, int]:
+                 gap: int, first_extra: float) -> tuple[int, int]:
     f = model.figures
     seq, bank, row = _classes(count, length, stride, f.words_per_row, f.banks)
     t_seq, t_bank, t_row = model.word_costs()
     stretch = 1 / (1 - model.refresh_share)
     rest = (seq * max(gap, t_seq * stretch) + bank * max(gap, t_bank * stretch)
             + row * max(gap, t_row * stretch))
-    first = max(gap, t_bank * stretch)
+    first = max(gap, (t_seq + first_extra) * stretch)
     return round(first), round(rest)
