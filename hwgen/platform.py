@@ -84,9 +84,13 @@ class PortFigures:
         controller turns from reads to writes and back (``sim.dram.interplay``).
     write_word, write_word_same : float
         Cycles beyond a write each store word costs a LOAD when the words come one at a
-        time (rows narrower than a word), to another bank or to another row of the bank
-        being read: each is a turn of its own, cheap while the controller is already
-        alternating, dear when it must close and open rows (``sim.dram.interplay``).
+        time, one every 2 cycles (the store unit packs two rows narrower than a word in
+        each), to another bank or to another row of the bank being read: each is a turn of
+        its own, cheap while the controller is already alternating, dear when it must close
+        and open rows (``sim.dram.interplay``).
+    write_word_spaced, write_word_same_spaced : float
+        The same with a word every 4 cycles (four rows a word). Other spacings are
+        interpolated (:meth:`fusion.cost.memory.MemoryModel.write_cut_cycles`).
     write_settle : float
         Cycles from the last store to the kernel's done (the adapter's idle settling).
     """
@@ -105,6 +109,8 @@ class PortFigures:
     write_turn: float = 0.0
     write_word: float = 0.0
     write_word_same: float = 0.0
+    write_word_spaced: float = 0.0
+    write_word_same_spaced: float = 0.0
     write_settle: float = 0.0
 
 
@@ -112,19 +118,22 @@ class PortFigures:
 #: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
 #: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock; the figures of loads and
 #: stores sharing the port from ``python -m sim.dram.interplay`` on the 8x8 variant of
-#: ``bench.platforms`` (negative ones, within the noise of a slow port, as 0). The SDR port
-#: of 128 bits goes through LiteDRAM's down-converter (eight 16-bit DRAM words a port word).
+#: ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones, within the noise of a
+#: slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's down-converter (eight
+#: 16-bit DRAM words a port word).
 PORT_FIGURES: dict[tuple[str, str, str | None, int], PortFigures] = {
     ("ddr3", "MT41K128M16", "800", 128): PortFigures(
         sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
         read_latency=17.3, refresh_hold=22, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=9.9, write_word=0.88,
-        write_word_same=10.09, write_settle=22),
+        write_word_same=10.09, write_word_spaced=4.0, write_word_same_spaced=13.94,
+        write_settle=22),
     ("ddr3", "MT41K128M16", "1600", 128): PortFigures(
         sequential=1.124, bank_stride=12.22, row_conflict=8.46, write=1.143,
         read_latency=17.5, refresh_hold=38, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=6.7, write_word=0.88,
-        write_word_same=10.38, write_settle=19),
+        write_word_same=10.38, write_word_spaced=4.0, write_word_same_spaced=14.19,
+        write_settle=19),
     ("sdr", "IS42S16160", None, 128): PortFigures(
         sequential=9.127, bank_stride=16.21, row_conflict=12.25, write=9.206,
         read_latency=16.7, refresh_hold=12, refresh_interval=782, words_per_row=64,

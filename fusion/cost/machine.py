@@ -230,8 +230,9 @@ class Machine:
         if rows - 1 - self.E >= 0:
             enter_last = max(enter_last, st0 + round((rows - 1 - self.E) * step))
         if self.memory is not None:
+            row_bytes = (self.R if tr else self.C) * lane_bytes  # a row (or column) stored
             self._writes(w0, st_last, rows * self.C * lane_bytes / self.W,
-                         word_at_a_time=(self.R if tr else self.C) * lane_bytes < self.W,
+                         spacing=self.W / row_bytes * s if row_bytes < self.W else 1.0,
                          joined=w0 <= self.store + JOIN_GAP, out=out)
         self.store = st_last + round(s)
         self.idle = max(self.idle, st_last + round(s) + 1)
@@ -241,15 +242,15 @@ class Machine:
 
     # -- the DRAM port shared by loads and stores ---------------------------------------------
 
-    def _writes(self, first: int, last: int, words: float, *, word_at_a_time: bool,
+    def _writes(self, first: int, last: int, words: float, *, spacing: float,
                 joined: bool, out: int | None) -> None:
         """A drain's ``words`` writes, from ``first`` to ``last``. The adapter gives writes
         the port, so a LOAD requesting then loses what they cost it
         (:meth:`~fusion.cost.memory.MemoryModel.write_cut_cycles`): its requests, and all
         after them, end that much later. Writes while no load requests are paid by the next
         load for the part still going on when it starts. Rows narrower than a word come a
-        word every few cycles, each word its own burst; wider ones stream, one burst a drain
-        (none when it follows the drain before without a gap)."""
+        word every ``spacing`` cycles, each word a turn of its own; wider ones stream, one
+        turn a drain (none when it follows the drain before without a gap)."""
         self.last_write = last
         f = self.memory.figures
         same = 1 / f.banks  # the bank of the writes against the reads': unknown
@@ -260,8 +261,8 @@ class Machine:
         if out is not None:
             bank, row = self._bank_row(out)
             self.open_rows[bank] = row
-        cost = self.memory.write_cut_cycles(words, word_at_a_time=word_at_a_time,
-                                            turn=not joined, same_bank=same)
+        cost = self.memory.write_cut_cycles(words, spacing=spacing, turn=not joined,
+                                            same_bank=same)
         if self.loads and self.req_from <= first < self.dma_take:
             self._delay_loads(first, round(cost))
         else:

@@ -116,17 +116,27 @@ class MemoryModel:
             return ((f.banks - 1) * f.load_switch + f.load_activate) / f.banks
         return f.load_switch if relation == "switch" else f.load_activate
 
-    def write_cut_cycles(self, words: float, *, word_at_a_time: bool, turn: bool,
+    def write_cut_cycles(self, words: float, *, spacing: float, turn: bool,
                          same_bank: float) -> float:
         """Cycles a LOAD's requests lose to ``words`` store words that cut into them (the
         adapter gives writes the port): the writes, the controller's turn to writes and back
         (``turn``: the first stores after a while without), and, for words that come one
-        at a time, a turn each, dearer for the share ``same_bank`` that goes to another row
-        of the bank being read (refresh included)."""
+        at a time, every ``spacing`` cycles (1: they stream), a turn each, dearer for the
+        share ``same_bank`` that goes to another row of the bank being read (refresh
+        included). The per-word turns are measured at spacings 2 and 4 and taken as linear
+        in the spacing between, and beyond up to a whole turn a word."""
         f = self.figures
-        extra = same_bank * f.write_word_same + (1 - same_bank) * f.write_word
-        return ((words * self._clean(f.write) + turn * f.write_turn
-                 + word_at_a_time * words * extra) / (1 - self.refresh_share))
+        if spacing <= 1:
+            extra = 0.0
+        else:
+            def at(two: float, four: float) -> float:
+                return max(0.0, (two * (4 - spacing) + four * (spacing - 2)) / 2)
+
+            other = min(at(f.write_word, f.write_word_spaced), max(f.write_turn, f.write_word))
+            same = at(f.write_word_same, f.write_word_same_spaced)
+            extra = same_bank * same + (1 - same_bank) * other
+        return ((words * self._clean(f.write) + turn * f.write_turn + words * extra)
+                / (1 - self.refresh_share))
 
     def store_cycles(self, words: float) -> float:
         """Cycles the port takes to write ``words`` consecutive words (refresh included)."""

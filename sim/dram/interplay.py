@@ -23,7 +23,10 @@ simulation, like the ideal memory's micro-benchmarks (``tests/fusion/cost/test_m
 for the analytical model (:mod:`fusion.cost.memory`): ``load_switch`` and ``load_activate``
 (per turn, beyond a sequential read), ``write_turn`` (per run of stores cutting into reads,
 beyond the writes), ``write_word`` and ``write_word_same`` (per word written one at a time,
-beyond a write), and ``write_settle`` (the adapter's settling after the last store).
+beyond a write: measured on an 8x8 array, whose int8 rows pack two to a word, and as
+``..._spaced`` on a 4x4, four to a word), and ``write_settle`` (the adapter's settling after
+the last store). The figures recorded are those of the 8x8 variant of ``bench.platforms``
+but for the spaced ones.
 
 Run ``python -m sim.dram.interplay FOLDER [--json]`` on a folder ``hwgen generate --memory``
 wrote; it prints each program's cycles next to what the analytical model predicts, and the
@@ -87,24 +90,45 @@ def _words(config: VariantConfig, rows: int, lane_bytes: int) -> float:
     return rows * config.cols * lane_bytes / config.port_bytes
 
 
+def narrow_spacing(config: VariantConfig) -> int:
+    """Cycles between the words of an int8 store: the rows (a cycle each) one word holds."""
+    return max(1, config.port_bytes // config.cols)
+
+
 def derive(config: VariantConfig, figures: PortFigures, cycles: dict[str, int],
            settle_from: int) -> dict[str, float]:
     """The interplay figures from the measured ``cycles`` of :func:`programs`.
 
-    ``settle_from`` is the cycle the analytical model's walk of ``wide`` makes its last
-    store (with no settling): the settling is what the measurement adds after it.
+    The per-word figures of narrow stores are named for the variant's spacing
+    (:func:`narrow_spacing`): ``write_word`` and ``write_word_same`` at 2 cycles,
+    ``write_word_spaced`` and ``write_word_same_spaced`` at 4 (an 8x8 and a 4x4 array on a
+    16-byte port). ``settle_from`` is the cycle the analytical model's walk of ``wide`` makes
+    its last store: the settling is what the measurement adds after it.
+
+    Raises
+    ------
+    ValueError
+        A variant whose int8 rows fill a word (no narrow stores to measure), or another
+        spacing than 2 or 4.
     """
+    spacing = narrow_spacing(config)
+    if spacing not in (2, 4):
+        raise ValueError(f"int8 stores of a {config.rows}x{config.cols} array on a "
+                         f"{config.port_bytes}-byte port come a word every {spacing} cycles; "
+                         f"the figures are measured at 2 and 4 (an 8x8 and a 4x4 array on a "
+                         f"16-byte port)")
     turns = READ_WORDS // CHUNK
     base, write = cycles["read"], figures.write
     wide = _words(config, STORE_ROWS // 4, 4)
     narrow = _words(config, STORE_ROWS, 1)
     turn = cycles["read_wide"] - base - wide * write
+    suffix = "" if spacing == 2 else "_spaced"
     return {
         "load_switch": (cycles["read_switch"] - cycles["read_chain"]) / turns,
         "load_activate": (cycles["read_activate"] - cycles["read_chain"]) / turns,
         "write_turn": turn,
-        "write_word": (cycles["read_narrow"] - base - turn) / narrow - write,
-        "write_word_same": (cycles["read_narrow_same"] - base - turn) / narrow - write,
+        "write_word" + suffix: (cycles["read_narrow"] - base - turn) / narrow - write,
+        "write_word_same" + suffix: (cycles["read_narrow_same"] - base - turn) / narrow - write,
         "write_settle": float(cycles["wide"] - settle_from),
     }
 
