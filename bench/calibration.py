@@ -50,13 +50,25 @@ def _run(*argv: str) -> str:
     return done.stdout
 
 
+def _current(folder: Path) -> bool:
+    """The folder holds a variant this hwgen's gateware generated."""
+    from hwgen.gateware.folder import open_variant
+
+    try:
+        open_variant(folder)
+    except ValueError:
+        return False
+    return True
+
+
 def folders() -> dict[str, str]:
-    """The variant folder of each platform (generated once)."""
+    """The variant folder of each platform (generated again only when missing or made by
+    other gateware)."""
     c = VARIANT
     out = {}
     for label, platform in PLATFORMS.items():
         folder = ROOT / f"v8-{label}"
-        if not (folder / "descriptor.json").is_file():
+        if not _current(folder):
             args = ["generate", "--rows", str(c.rows), "--cols", str(c.cols), "--epilogue",
                     ",".join(c.epilogue), "--port-bytes", str(c.port_bytes), "--mem-addr-bits",
                     str(c.mem_addr_bits), "-o", str(folder)]

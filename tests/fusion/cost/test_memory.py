@@ -99,3 +99,118 @@ def test_an_uncharacterized_port_is_refused_with_the_fix():
         MemoryModel.for_platform(DDR3, 8)
     with pytest.raises(ValueError, match="no characterized port figures"):
         PlatformConfig(memory="ddr3", module="MT41K64M16").port_figures(16)
+
+
+# -- loads and stores sharing the port (sim.dram.interplay's figures) ------------------------
+
+
+def test_a_loads_first_word_costs_what_its_relation_to_the_read_before_does():
+    m = model()
+    f = m.figures
+    assert m.first_extra("continues") == 0
+    assert m.first_extra("switch") == f.load_switch
+    assert m.first_extra("activate") == f.load_activate
+    # not knowing the regions: a switch, one chance in `banks` an activation
+    assert m.first_extra("unknown") == pytest.approx(
+        ((f.banks - 1) * f.load_switch + f.load_activate) / f.banks)
+    first_c, rest_c = m.load_cycles(1, 64, 64, 1, m.first_extra("continues"))
+    first_a, rest_a = m.load_cycles(1, 64, 64, 1, m.first_extra("activate"))
+    assert rest_c == rest_a and first_c < first_a
+
+
+def test_stores_cutting_a_load_cost_their_writes_a_turn_and_per_word_turns():
+    m = model()
+    f = m.figures
+    stretch = 1 / (1 - m.refresh_share)
+    write = f.write * (1 - f.refresh_hold / f.refresh_interval)
+    streaming = m.write_cut_cycles(16, spacing=1, turn=True, same_bank=0)
+    assert streaming == pytest.approx((16 * write + f.write_turn) * stretch)
+    # a run that goes on from the stores before pays no new turn
+    assert m.write_cut_cycles(16, spacing=1, turn=False, same_bank=0) == pytest.approx(
+        16 * write * stretch)
+    # words one at a time: a turn each, at the measured spacings and between them
+    two = m.write_cut_cycles(4, spacing=2, turn=False, same_bank=0)
+    four = m.write_cut_cycles(4, spacing=4, turn=False, same_bank=0)
+    three = m.write_cut_cycles(4, spacing=3, turn=False, same_bank=0)
+    assert two == pytest.approx(4 * (write + f.write_word) * stretch)
+    assert four == pytest.approx(4 * (write + f.write_word_spaced) * stretch)
+    assert three == pytest.approx((two + four) / 2)
+    # another row of the bank being read: the rows close and open every time
+    same = m.write_cut_cycles(4, spacing=2, turn=False, same_bank=1)
+    assert same == pytest.approx(4 * (write + f.write_word_same) * stretch)
+    assert same > 4 * two
+    # far apart, a word costs at most a whole turn beyond its write
+    far = m.write_cut_cycles(1, spacing=64, turn=False, same_bank=0)
+    assert far == pytest.approx((write + max(f.write_turn, f.write_word)) * stretch)
+
+
+def _load_and_drain(m: Machine, out: int | None = None, k: int = 10) -> None:
+    """A LOAD of 45 A words, then a tile of ``k`` slices drained as int8 (4 words)."""
+    m.load(45 * V.port_bytes, V.rows, pattern=(1, 45, 45), addr=0 if out is not None else None)
+    m.matmul(k, True, 1, out=out)
+    m.wait(load=True, feed=True, epi=True)
+
+
+def test_a_drain_while_a_load_requests_delays_the_load_by_what_it_costs():
+    alone = Machine(V, model())
+    alone.load(45 * V.port_bytes, V.rows, pattern=(1, 45, 45))
+    alone.wait(load=True)
+    cut = Machine(V, model())
+    _load_and_drain(cut)
+    cost = cut.memory.write_cut_cycles(4, spacing=2, turn=True, same_bank=1 / 8)
+    assert cut.dma == alone.dma + round(cost)
+    # the ideal memory: the port has room for both
+    ideal = Machine(V)
+    _load_and_drain(ideal)
+    plain = Machine(V)
+    plain.load(45 * V.port_bytes, V.rows, pattern=(1, 45, 45))
+    assert ideal.dma == plain.dma
+
+
+def test_with_addresses_the_bank_of_the_stores_against_the_reads_decides():
+    f = model().figures
+    other = Machine(V, model())
+    _load_and_drain(other, out=3 * f.words_per_row)  # another bank
+    same = Machine(V, model())
+    _load_and_drain(same, out=40 * f.banks * f.words_per_row)  # bank 0, another row
+    assert same.dma - other.dma == round(
+        model().write_cut_cycles(4, spacing=2, turn=True, same_bank=1)) - round(
+        model().write_cut_cycles(4, spacing=2, turn=True, same_bank=0))
+
+
+def test_a_load_continuing_the_one_before_pays_no_switch():
+    def two_loads(second: int | None, source: object) -> int:
+        m = Machine(V, model())
+        m.load(16 * V.port_bytes, V.cols * 4, addr=0 if second is not None else None,
+               source="a")
+        m.load(16 * V.port_bytes, V.cols * 4, addr=second, source=source)
+        m.wait(load=True)
+        return m.seq
+
+    assert two_loads(16, "b") == two_loads(None, "a")  # by address, or by register
+    assert two_loads(3 * 128, "b") > two_loads(16, "b")  # another region: a switch
+
+
+def test_stores_between_loads_are_paid_by_the_next_load_for_their_part_after_it_starts():
+    m = Machine(V, model())
+    m.epipass(64, 4)  # 128 words streaming out, no load requesting
+    assert len(m.pending) == 1
+    first, last, cost = m.pending[0]
+    m.load(16 * V.port_bytes, V.cols * 4)
+    assert m.pending == []
+    late = Machine(V, model())
+    late.epipass(64, 4)
+    late.seq = last + 1  # the load starts after the stores are done: nothing to pay
+    late.load(16 * V.port_bytes, V.cols * 4)
+    assert m.dma_take - m.read[4] > late.dma_take - late.read[4]
+
+
+def test_done_waits_for_the_adapter_to_settle_after_the_last_store():
+    m = Machine(V, model())
+    m.epipass(8, 1)
+    m.wait(load=True, feed=True, epi=True)
+    assert m.done() == max(m.seq + 1, m.last_write + m.memory.figures.write_settle)
+    ideal = Machine(V)
+    ideal.epipass(8, 1)
+    ideal.wait(load=True, feed=True, epi=True)
+    assert ideal.done() == ideal.seq + 1
