@@ -45,7 +45,7 @@ from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.gemm.stream import stream_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
+from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, decode, window_words
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams, output_dtype
 from hwgen.timing import window_columns
@@ -419,6 +419,20 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                 regs[get("rc")] = (regs[get("rc")] - 1) & mask
                 if regs[get("rc")]:
                     pc = get("target")
+
+
+def estimate_built(config: VariantConfig, platform: PlatformConfig,
+                   build: Callable[[], Any]) -> int | None:
+    """:func:`estimate_program` of the kernel ``build`` compiles alone (its regions packed
+    from word 0), or None when it cannot be built (a program longer than the variant's
+    instruction memory: the caller walks the template instead, and building it is refused
+    where it would run). On a DRAM port the program's own addresses decide what its stores
+    and loads cost each other (:mod:`fusion.cost.memory`); callers cache by kernel."""
+    try:
+        kernel = build()
+    except ValueError:
+        return None
+    return estimate_program(config, [decode(w) for w in kernel.program], platform)
 
 
 class AnalyticalModel(CostModel):

@@ -11,11 +11,12 @@ from those rows without ever importing the simulator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate
+from fusion.cost.analytical import estimate, estimate_built
 from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import dt_name
@@ -176,7 +177,14 @@ class GemmFeatures(Features):
         return (self.M, self.K, self.N, self.stages)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate`: the walk of ``gemm.j2``'s phases."""
+        """:func:`fusion.cost.analytical.estimate`: the walk of ``gemm.j2``'s phases. On a
+        DRAM port, the walk of the program itself at the placement of a kernel built alone
+        (:func:`~fusion.cost.analytical.estimate_built`): which bank each store and each LOAD
+        falls in decides what they cost each other there, and only the program knows it."""
+        if platform is not None and platform.is_dram:
+            cycles = _on_dram(self, platform)
+            if cycles is not None:
+                return cycles
         return estimate(self, platform).cycles
 
     # -- JSON ------------------------------------------------------------------------------
@@ -219,3 +227,14 @@ class GemmFeatures(Features):
                    residual_op=str(data.get("residual_op", "add")),
                    kgroup=int(data.get("kgroup", 0)),
                    kmajor_out=bool(data.get("kmajor_out", False)))
+
+
+
+@functools.lru_cache(maxsize=1024)
+def _on_dram(f: GemmFeatures, platform: PlatformConfig) -> int | None:
+    from fusion.kernels.gemm.kind import compiled_gemm
+
+    return estimate_built(f.config, platform, lambda: compiled_gemm(
+        f.config, f.M, f.K, f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
+        params=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
+        kgroup=f.kgroup, kmajor_out=f.kmajor_out))
