@@ -78,16 +78,16 @@ class PortFigures:
     load_switch, load_activate : float
         Cycles beyond a sequential read that a LOAD's first word costs when the load before
         read another region: in a row already open in another bank, or in another row of a
-        bank that has one open (measured on the accelerator, ``sim.dram.interplay``).
+        bank that has one open (measured on the accelerator, ``sim.dram_interplay``).
     write_turn : float
         Cycles a LOAD loses when stores cut into its requests after a while without any: the
-        controller turns from reads to writes and back (``sim.dram.interplay``).
+        controller turns from reads to writes and back (``sim.dram_interplay``).
     write_word, write_word_same : float
         Cycles beyond a write each store word costs a LOAD when the words come one at a
         time, one every 2 cycles (the store unit packs two rows narrower than a word in
         each), to another bank or to another row of the bank being read: each is a turn of
         its own, cheap while the controller is already alternating, dear when it must close
-        and open rows (``sim.dram.interplay``).
+        and open rows (``sim.dram_interplay``).
     write_word_spaced, write_word_same_spaced : float
         The same with a word every 4 cycles (four rows a word). Other spacings are
         interpolated (:meth:`fusion.cost.memory.MemoryModel.write_cut_cycles`).
@@ -117,7 +117,7 @@ class PortFigures:
 #: The characterized ports, by (memory, module, speedgrade, port bits): the normal-refresh
 #: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
 #: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock; the figures of loads and
-#: stores sharing the port from ``python -m sim.dram.interplay`` on the 8x8 variant of
+#: stores sharing the port from ``python -m sim.dram_interplay`` on the 8x8 variant of
 #: ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones, within the noise of a
 #: slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's down-converter (eight
 #: 16-bit DRAM words a port word).

@@ -45,7 +45,7 @@ from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.gemm.stream import stream_context
 from fusion.kernels.layout import GemmDims, Region
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, decode, window_words
+from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams, output_dtype
 from hwgen.timing import window_columns
@@ -423,16 +423,17 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
 
 def estimate_built(config: VariantConfig, platform: PlatformConfig,
                    build: Callable[[], Any]) -> int | None:
-    """:func:`estimate_program` of the kernel ``build`` compiles alone (its regions packed
-    from word 0), or None when it cannot be built (a program longer than the variant's
-    instruction memory: the caller walks the template instead, and building it is refused
-    where it would run). On a DRAM port the program's own addresses decide what its stores
-    and loads cost each other (:mod:`fusion.cost.memory`); callers cache by kernel."""
+    """:func:`estimate_program` of the program ``build`` makes (a kind's
+    :class:`~fusion.kernels.protocol.Build` of a kernel placed alone: its regions packed from
+    word 0), or None when it cannot be built (a program longer than the variant's instruction
+    memory: the caller walks the template instead, and building it is refused where it would
+    run). On a DRAM port the program's own addresses decide what its stores and loads cost
+    each other (:mod:`fusion.cost.memory`); callers cache by kernel."""
     try:
-        kernel = build()
+        built = build()
     except ValueError:
         return None
-    return estimate_program(config, [decode(w) for w in kernel.program], platform)
+    return estimate_program(config, built.program.instrs, platform)
 
 
 class AnalyticalModel(CostModel):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate_built, estimate_max
+from fusion.cost.analytical import estimate_max
 from fusion.cost.model import Features
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
@@ -29,13 +28,7 @@ class MaxFeatures(Features):
         return (self.M, self.N, self.n_inputs)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_max`: ``n_inputs - 1`` chained passes; on a
-        DRAM port the walk of the program built alone
-        (:func:`~fusion.cost.analytical.estimate_built`)."""
-        if platform is not None and platform.is_dram:
-            cycles = _on_dram(self, platform)
-            if cycles is not None:
-                return cycles
+        """:func:`fusion.cost.analytical.estimate_max`: ``n_inputs - 1`` chained passes."""
         return estimate_max(self.config, self.M, self.N, self.n_inputs, platform)
 
     def to_dict(self) -> dict[str, Any]:
@@ -47,11 +40,3 @@ class MaxFeatures(Features):
         """Inverse of :meth:`to_dict`."""
         return cls(config=VariantConfig.from_dict(data["config"]), M=data["m"], N=data["n"],
                    n_inputs=data["n_inputs"])
-
-
-@functools.lru_cache(maxsize=1024)
-def _on_dram(f: MaxFeatures, platform: PlatformConfig) -> int | None:
-    from fusion.kernels.eltmax.kind import compiled_max
-
-    return estimate_built(f.config, platform,
-                          lambda: compiled_max(f.config, f.M, f.N, f.n_inputs))

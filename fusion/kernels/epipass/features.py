@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate_built, estimate_pass
+from fusion.cost.analytical import estimate_pass
 from fusion.cost.model import Features
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
@@ -45,14 +44,7 @@ class PassFeatures(Features):
         return (self.M, self.N, self.stages, self.src_dtype, self.out_dtype)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``; on
-        a DRAM port the walk of the program built alone
-        (:func:`~fusion.cost.analytical.estimate_built`), whose addresses decide what its
-        stores cost its loads."""
-        if platform is not None and platform.is_dram:
-            cycles = _on_dram(self, platform)
-            if cycles is not None:
-                return cycles
+        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``."""
         return estimate_pass(self.config, self.M, self.N, stages=self.stages,
                              params=self.epilogue, src_dtype=self.src_dtype,
                              out_dtype=self.out_dtype, platform=platform)
@@ -69,12 +61,3 @@ class PassFeatures(Features):
         return cls(config=VariantConfig.from_dict(data["config"]), M=data["m"], N=data["n"],
                    stages=tuple(data["stages"]), epilogue=EpilogueParams(**data["quant"]),
                    src_dtype=data["src_dtype"], out_dtype=data["out_dtype"])
-
-
-@functools.lru_cache(maxsize=1024)
-def _on_dram(f: PassFeatures, platform: PlatformConfig) -> int | None:
-    from fusion.kernels.epipass.kind import compiled_pass
-
-    return estimate_built(f.config, platform, lambda: compiled_pass(
-        f.config, f.M, f.N, stages=f.stages, params=f.epilogue, src_dtype=f.src_dtype,
-        out_dtype=f.out_dtype))

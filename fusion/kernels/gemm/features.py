@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 from fusion.cost.analytical import estimate, estimate_built
 from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
-from fusion.kernels.gemm.build import dt_name
-from fusion.kernels.layout import GemmDims
+from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
+from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.layout import GemmDims, place
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
@@ -230,11 +231,11 @@ class GemmFeatures(Features):
 
 
 
+
 @functools.lru_cache(maxsize=1024)
 def _on_dram(f: GemmFeatures, platform: PlatformConfig) -> int | None:
-    from fusion.kernels.gemm.kind import compiled_gemm
-
-    return estimate_built(f.config, platform, lambda: compiled_gemm(
-        f.config, f.M, f.K, f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
-        params=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
-        kgroup=f.kgroup, kmajor_out=f.kmajor_out))
+    p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
+                   epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
+                   kgroup=f.kgroup, kmajor_out=f.kmajor_out)
+    return estimate_built(f.config, platform, lambda: build_program(
+        f.config, p, place(f.config, gemm_sizes(f.dims, p))))

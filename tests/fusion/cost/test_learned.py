@@ -5,6 +5,7 @@ the ideal memory (``sim.calibrate``, seed 1: ten GEMM shapes, each its own workl
 stage sets, fused or not, and tilings); no test here runs Verilator.
 """
 
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -207,10 +208,13 @@ def test_a_memory_the_model_has_no_rows_of_is_refused_not_priced_by_another(rows
 
 def test_each_memory_has_its_own_heads_chosen_by_its_own_cross_validation(rows, ddr3_rows):
     """On the ideal memory the analytical estimate is exact to a few cycles and the constant
-    wins; on DDR3 it misses what the first-order memory model leaves out, and trees beat it
-    (real runs of the 8x8 variant: GEMMs, and a random network's passes and pools)."""
+    wins. The DDR3 rows (real runs of the 8x8 variant: GEMMs, and a random network's passes
+    and pools) are made to miss what the features tell (their passes 30% slower than
+    measured), and there trees win: each memory chooses by its own rows."""
     grid = GRID[:2] + (FOREST,)
-    model = LearnedModel.fit(rows + ddr3_rows, seed=0, grid=grid)
+    skewed = [dataclasses.replace(r, counters={**r.counters, "cycles": round(
+        r.cycles * (1.3 if r.features.kind == "pass" else 1.0))}) for r in ddr3_rows]
+    model = LearnedModel.fit(rows + skewed, seed=0, grid=grid)
     assert model.cycles_spec["ideal"].regressor == "constant"
     assert model.cycles_spec["ddr3"] == FOREST
     cv = {s["regressor"]: s["cv_mape"] for s in model.cv["ddr3"]["cycles"][1:]}
@@ -219,6 +223,8 @@ def test_each_memory_has_its_own_heads_chosen_by_its_own_cross_validation(rows, 
     alone = LearnedModel.fit(rows, seed=0, grid=grid)
     features = [r.features for r in rows]
     assert np.array_equal(alone.predict_many(features), model.predict_many(features))
+    # nor the ideal rows the DDR3 cross-validation
+    assert LearnedModel.fit(skewed, seed=0, grid=grid).cv["ddr3"] == model.cv["ddr3"]
 
 
 def test_split_keeps_each_workload_on_one_side(rows):

@@ -101,7 +101,7 @@ def test_an_uncharacterized_port_is_refused_with_the_fix():
         PlatformConfig(memory="ddr3", module="MT41K64M16").port_figures(16)
 
 
-# -- loads and stores sharing the port (sim.dram.interplay's figures) ------------------------
+# -- loads and stores sharing the port (sim.dram_interplay's figures) ------------------------
 
 
 def test_a_loads_first_word_costs_what_its_relation_to_the_read_before_does():

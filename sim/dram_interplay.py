@@ -28,7 +28,7 @@ beyond a write: measured on an 8x8 array, whose int8 rows pack two to a word, an
 the last store). The figures recorded are those of the 8x8 variant of ``bench.platforms``
 but for the spaced ones.
 
-Run ``python -m sim.dram.interplay FOLDER [--json]`` on a folder ``hwgen generate --memory``
+Run ``python -m sim.dram_interplay FOLDER [--json]`` on a folder ``hwgen generate --memory``
 wrote; it prints each program's cycles next to what the analytical model predicts, and the
 figures.
 """
@@ -43,6 +43,7 @@ from pathlib import Path
 from hwgen import isa
 from hwgen.asm import assemble
 from hwgen.config import VariantConfig
+from hwgen.isa import Unit
 from hwgen.platform import PlatformConfig, PortFigures
 
 #: Words the long LOAD reads; the chained and alternating LOADs' size; the EPIPASS's rows.
@@ -57,7 +58,7 @@ def _page(figures: PortFigures, bank: int, row: int) -> int:
 
 
 def programs(config: VariantConfig, figures: PortFigures) -> dict[str, str]:
-    """Each micro-benchmark's assembly (without the final ``wait units=7; halt``)."""
+    """Each micro-benchmark's assembly (without the final wait for every unit and halt)."""
     read_at, other, same = (_page(figures, 0, 0), _page(figures, 3, 40),
                             _page(figures, 0, 40))
 
@@ -172,7 +173,8 @@ def measure(folder: str | Path) -> dict:
                          f"'hwgen generate --memory ddr3|sdr' wrote")
     figures = platform.port_figures(config.port_bytes)
     texts = programs(config, figures)
-    words = {name: assemble(text + "wait units=7\nhalt\n") for name, text in texts.items()}
+    end = f"wait units={int(Unit.ALL)}\nhalt\n"
+    words = {name: assemble(text + end) for name, text in texts.items()}
     memory = MemoryImage(writes=((0, bytes(config.port_bytes)),),
                          reads={"word": (0, config.port_bytes)})
     results = run_programs(config, [Job(program=w, memory=memory, name=n)
@@ -186,8 +188,8 @@ def measure(folder: str | Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.dram.interplay FOLDER [--json]``."""
-    parser = argparse.ArgumentParser(prog="python -m sim.dram.interplay",
+    """``python -m sim.dram_interplay FOLDER [--json]``."""
+    parser = argparse.ArgumentParser(prog="python -m sim.dram_interplay",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="a variant folder on a DRAM platform")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,4 +1,4 @@
-"""``sim.dram.interplay``: loads and stores sharing a DRAM port, measured on the accelerator.
+"""``sim.dram_interplay``: loads and stores sharing a DRAM port, measured on the accelerator.
 
 The derivation of the figures is checked on cycles made from known figures; the measurement
 runs on a 4x4 DDR3 variant (the build :mod:`tests.sim.test_sweep` shares): the analytical
@@ -11,7 +11,7 @@ import pytest
 from hwgen.cli import main as hwgen
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
-from sim.dram import interplay
+from sim import dram_interplay as interplay
 
 FOLDER = ["--rows", "4", "--cols", "4", "--port-bytes", "16", "--mem-addr-bits", "21",
           "--epilogue", "bias,requant,relu,clamp,residual"]
