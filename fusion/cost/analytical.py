@@ -421,19 +421,18 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                     pc = get("target")
 
 
-def estimate_built(config: VariantConfig, platform: PlatformConfig,
-                   build: Callable[[], Any]) -> int | None:
-    """:func:`estimate_program` of the program ``build`` makes (a kind's
+def built_instructions(build: Callable[[], Any]) -> tuple | None:
+    """The instructions of the program ``build`` makes (a kind's
     :class:`~fusion.kernels.protocol.Build` of a kernel placed alone: its regions packed from
-    word 0), or None when it cannot be built (a program longer than the variant's instruction
-    memory: the caller walks the template instead, and building it is refused where it would
-    run). On a DRAM port the program's own addresses decide what its stores and loads cost
-    each other (:mod:`fusion.cost.memory`); callers cache by kernel."""
+    word 0), for :func:`estimate_program`; None when it cannot be built (a program longer
+    than the variant's instruction memory: the caller walks the template instead, and
+    building it is refused where it would run). On a DRAM port the program's own addresses
+    decide what its stores and loads cost each other (:mod:`fusion.cost.memory`)."""
     try:
         built = build()
     except ValueError:
         return None
-    return estimate_program(config, built.program.instrs, platform)
+    return tuple(built.program.instrs)
 
 
 class AnalyticalModel(CostModel):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate, estimate_built
+from fusion.cost.analytical import built_instructions, estimate, estimate_program
 from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
@@ -180,12 +180,12 @@ class GemmFeatures(Features):
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate`: the walk of ``gemm.j2``'s phases. On a
         DRAM port, the walk of the program itself at the placement of a kernel built alone
-        (:func:`~fusion.cost.analytical.estimate_built`): which bank each store and each LOAD
+        (:func:`~fusion.cost.analytical.built_instructions`): which bank each store and each LOAD
         falls in decides what they cost each other there, and only the program knows it."""
         if platform is not None and platform.is_dram:
-            cycles = _on_dram(self, platform)
-            if cycles is not None:
-                return cycles
+            instrs = _built_alone(self)
+            if instrs is not None:
+                return estimate_program(self.config, instrs, platform)
         return estimate(self, platform).cycles
 
     # -- JSON ------------------------------------------------------------------------------
@@ -232,10 +232,15 @@ class GemmFeatures(Features):
 
 
 
+
 @functools.lru_cache(maxsize=1024)
-def _on_dram(f: GemmFeatures, platform: PlatformConfig) -> int | None:
+def _built_alone(f: GemmFeatures) -> tuple | None:
+    """The instructions of ``f``'s kernel built alone (regions packed from word 0), or None
+    when it cannot be built (:func:`~fusion.cost.analytical.built_instructions`). Cached: the
+    walk is not, so that every pricing records its machine (:func:`~fusion.cost.analytical.
+    walk_totals`)."""
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
                    kgroup=f.kgroup, kmajor_out=f.kmajor_out)
-    return estimate_built(f.config, platform, lambda: build_program(
+    return built_instructions(lambda: build_program(
         f.config, p, place(f.config, gemm_sizes(f.dims, p))))
