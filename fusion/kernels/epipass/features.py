@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate_pass
+from fusion.cost.analytical import built_instructions, estimate_pass, estimate_program
 from fusion.cost.model import Features
+from fusion.kernels.epipass.build import build_pass, pass_dims, pass_sizes
+from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
@@ -44,7 +47,13 @@ class PassFeatures(Features):
         return (self.M, self.N, self.stages, self.src_dtype, self.out_dtype)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``."""
+        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``; on
+        a DRAM port the walk of the program built alone (:func:`~fusion.cost.analytical.
+        built_instructions`), whose addresses say which bank its stores and loads fall in."""
+        if platform is not None and platform.is_dram:
+            instrs = _built_alone(self)
+            if instrs is not None:
+                return estimate_program(self.config, instrs, platform)
         return estimate_pass(self.config, self.M, self.N, stages=self.stages,
                              params=self.epilogue, src_dtype=self.src_dtype,
                              out_dtype=self.out_dtype, platform=platform)
@@ -61,3 +70,17 @@ class PassFeatures(Features):
         return cls(config=VariantConfig.from_dict(data["config"]), M=data["m"], N=data["n"],
                    stages=tuple(data["stages"]), epilogue=EpilogueParams(**data["quant"]),
                    src_dtype=data["src_dtype"], out_dtype=data["out_dtype"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _built_alone(f: PassFeatures) -> tuple | None:
+    """The instructions of ``f``'s pass built alone (regions packed from word 0), or None
+    when it cannot be built; cached (the walk is not: every pricing records its machine)."""
+    dims = pass_dims(f.config, f.M, f.N)
+
+    def build():  # noqa: ANN202 - a Build
+        sizes = pass_sizes(dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype)
+        return build_pass(f.config, dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype,
+                          place(f.config, sizes), what=f"pass {f.M}x{f.N}")
+
+    return built_instructions(build)

@@ -23,23 +23,25 @@ import numpy as np
 
 from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.codegen import assemble_program, render
 from fusion.kernels.epilogue import (
     epilogue_operands,
     pack_epilogue,
-    pass_context,
     pass_fit_problem,
-    reads_bias_region,
+)
+from fusion.kernels.epipass.build import (
+    DTYPES,
+    TEMPLATE,
+    build_pass,
+    pass_dims,
+    pass_sizes,
 )
 from fusion.kernels.epipass.features import PassFeatures
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import (
     Kernel,
     compile_kernel,
-    figures,
     key_parts,
     regions_of,
-    tensor_bytes,
 )
 from fusion.kernels.protocol import (
     Build,
@@ -52,9 +54,6 @@ from fusion.kernels.protocol import (
 )
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams, epilogue, to_dtype
-
-#: Element types of a pass's input and output, and their names in the templates.
-DTYPES = {"int8": "i8", "int32": "i32"}
 
 
 def lane_dtype(value: Any, what: str) -> str:
@@ -149,7 +148,7 @@ class PassKind(KernelKind):
     """Epilogue stages alone, memory to memory (see the module docstring)."""
 
     name = "pass"
-    template = "epilogue_pass.j2"
+    template = TEMPLATE
     params_type = PassParams
     kernel_type = PassKernel
     features_type = PassFeatures
@@ -157,7 +156,7 @@ class PassKind(KernelKind):
 
     @staticmethod
     def _dims(config: VariantConfig, p: PassParams) -> GemmDims:
-        return GemmDims(config, p.M, 1, p.N)  # a pass has no reduction: K is unused
+        return pass_dims(config, p.M, p.N)
 
     def legality(self, config: VariantConfig, params: PassParams) -> Refusal | None:
         p = params
@@ -188,14 +187,9 @@ class PassKind(KernelKind):
         return Operand(params.out_dtype, (params.M, params.N))
 
     def regions(self, config: VariantConfig, params: PassParams) -> dict[str, int]:
-        p, dims = params, self._dims(config, params)
-        sizes = {"src": tensor_bytes(dims, p.src_dtype)}
-        if reads_bias_region(p.stages, p.epilogue):
-            sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
-        if "residual" in p.stages:
-            sizes["residual"] = tensor_bytes(dims, "int8")
-        sizes["out"] = tensor_bytes(dims, p.out_dtype)
-        return sizes
+        p = params
+        return pass_sizes(self._dims(config, p), p.stages, p.epilogue, p.src_dtype,
+                          p.out_dtype)
 
     def key_params(self, params: PassParams) -> dict[str, Any]:
         p = params
@@ -205,15 +199,9 @@ class PassKind(KernelKind):
 
     def build(self, config: VariantConfig, params: PassParams,
               regions: Mapping[str, Region]) -> Build:
-        p, dims = params, self._dims(config, params)
-        text = render(self.template, **pass_context(
-            dims, stages=p.stages, params=p.epilogue, src=regions["src"],
-            src_dt=DTYPES[p.src_dtype], out=regions["out"], out_dt=DTYPES[p.out_dtype],
-            bias=regions.get("bias"), residual=regions.get("residual"), prefix="pass",
-            halt=True))
-        program = assemble_program(config, text, what=self.describe(p))
-        return figures(config, program, busy=dims.Mb * dims.Nb * dims.R,
-                       stored=regions["out"].nbytes)
+        p = params
+        return build_pass(config, self._dims(config, p), p.stages, p.epilogue, p.src_dtype,
+                          p.out_dtype, regions, self.describe(p))
 
     def pack(self, config: VariantConfig, params: PassParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
