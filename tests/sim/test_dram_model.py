@@ -11,9 +11,10 @@ V = VariantConfig(rows=8, cols=8, port_bytes=16, mem_addr_bits=21,
                   epilogue=("bias", "requant", "relu"))
 DDR3 = PlatformConfig(memory="ddr3")
 
-#: The bound this first-order model is held to per kernel (its MAPE over 120 kernels is in
-#: docs/memory.md); what is left is the learned model's to close.
-BOUND = 0.35
+#: The bound the model is held to per kernel: 35% while it priced loads and stores as if each
+#: had the port alone; within 3% of these kernels since it prices the port they share
+#: (``sim.dram_interplay``'s figures; its MAPE over 120 kernels is in docs/memory.md).
+BOUND = 0.05
 
 
 @pytest.fixture(scope="session")
