@@ -444,7 +444,8 @@ class AnalyticalModel(CostModel):
     ----------
     platform : PlatformConfig, optional
         The memory behind the port: the ideal memory by default (exact), or a DRAM
-        platform, priced to first order (:mod:`fusion.cost.memory`).
+        platform, whose port loads and stores share (:mod:`fusion.cost.memory`; GEMMs and
+        passes there are priced by the walk of their program built alone).
     """
 
     name = "analytical"
@@ -457,5 +458,7 @@ class AnalyticalModel(CostModel):
         return float(features.analytical_cycles(self.platform))
 
     def explain(self, features: Features) -> Estimate:
-        """A GEMM's prediction with its parts."""
+        """A GEMM's template walk with its parts: :meth:`predict` itself on the ideal
+        memory; on a DRAM port :meth:`predict` walks the built program instead, so the
+        cycles here may differ from it there."""
         return estimate(features, self.platform)

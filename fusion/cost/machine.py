@@ -310,9 +310,9 @@ class Machine(SharedPort):
             first, rest = self.memory.load_cycles(count, length, stride, gap,
                                                   self.memory.first_extra(relation))
             seq, bank, row = self.memory.load_classes(count, length, stride)
+            # the first word: sequential when it continues the read before, else a change
             self.words_seq += seq + (relation == "continues")
-            self.words_bank += relation != "continues"
-            self.words_bank += bank
+            self.words_bank += bank + (relation != "continues")
             self.words_row += row
             chained = self.dma_issue - gap + first  # right after the load before
             start = max(take + 1, chained)

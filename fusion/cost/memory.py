@@ -1,27 +1,30 @@
-"""A first-order model of a DRAM port, for the analytical model's loads (issue 12, item 5).
+"""A model of a DRAM port, for the analytical model's loads and stores (issues 12 and 13).
 
 On the ideal memory a LOAD requests a word every ``gap`` cycles (the load engine's gearbox
 rate) and its data comes ``port_latency`` cycles later. Behind a LiteDRAM controller
-(:mod:`hwgen.platform`, ``docs/memory.md``) three things change, and this module prices each
-from the port's characterized figures (:class:`hwgen.platform.PortFigures`), nothing fitted to
+(:mod:`hwgen.platform`, ``docs/memory.md``) these things change, and this module prices each
+from the port's measured figures (:class:`hwgen.platform.PortFigures`), nothing fitted to
 kernels:
 
 - **row-buffer locality**: each word of a LOAD's ``count`` segments of ``len`` words at
   ``stride`` is classified against the word before it: the next address or the same DRAM row
   (``sequential``), another bank (``bank_stride``: one port waits for the previous bank's
   data, the bank lock), or another row of the same bank (``row_conflict``). A word then takes
-  the larger of the engine's ``gap`` and its class's cycles. The first word of a LOAD is
-  priced as a bank change: the load before it read another operand's region.
+  the larger of the engine's ``gap`` and its class's cycles. The first word of a LOAD costs
+  what its relation to the read before does (:meth:`MemoryModel.first_extra`).
+- **stores sharing the port**: stores cut into the LOAD requesting then
+  (:meth:`MemoryModel.write_cut_cycles`; the rules of when are
+  :mod:`fusion.cost.shared_port`'s).
 - **latency**: the mean sequential read latency replaces ``port_latency``.
 - **refresh, as a rate**: the port is held ``refresh_hold`` cycles every tREFI (halved when
   hot), so the memory's cycles stretch by ``1 / (1 - share)``. The characterized figures
   were measured with the normal refresh running; its share is taken out of them first.
 
-The DRAM row a word falls in is counted from address 0 (the walk does not know where the
-regions are placed); a LOAD's own pattern, not its alignment, decides its cost. Left out
-(the gap a learned model must close): stores sharing the port with loads (read-write
-turnaround), latency growing with queued row misses, requests refused while credits run out,
-and the alignment of the regions.
+Within a LOAD the DRAM row a word falls in is counted from address 0: a LOAD's own pattern,
+not its alignment, decides its cost (the walk of a built program knows the banks of its
+LOADs and stores, :mod:`fusion.cost.shared_port`). Left out (the gap a learned model must
+close): latency growing with queued row misses, requests refused while credits run out, and
+the controller's queues.
 """
 
 from __future__ import annotations

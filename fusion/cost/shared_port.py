@@ -52,12 +52,11 @@ class SharedPort:
         self.last_write = last
         f = self.memory.figures
         same = 1 / f.banks  # the bank of the writes against the reads': unknown
-        if out is not None and self.read is not None and self.read[0] is not None:
-            bank, row = self._bank_row(out)
-            reading = self._reading(first)
-            same = float(reading is not None and reading[0] == bank and reading[1] != row)
         if out is not None:
             bank, row = self._bank_row(out)
+            if self.read is not None and self.read[0] is not None:
+                reading = self._reading(first)
+                same = float(reading is not None and reading[0] == bank and reading[1] != row)
             self.open_rows[bank] = row
         cost = self.memory.write_cut_cycles(words, spacing=spacing, turn=not joined,
                                             same_bank=same)

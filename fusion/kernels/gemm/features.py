@@ -230,9 +230,6 @@ class GemmFeatures(Features):
                    kmajor_out=bool(data.get("kmajor_out", False)))
 
 
-
-
-
 @functools.lru_cache(maxsize=1024)
 def _built_alone(f: GemmFeatures) -> tuple | None:
     """The instructions of ``f``'s kernel built alone (regions packed from word 0), or None
