@@ -183,6 +183,9 @@ class GemmCase:
     problem: Problem | None = None
     kgroup: int = 0
     kmajor_out: bool = False
+    #: Where its regions lie (``(region, word address)`` pairs: a model's memory plan put
+    #: them there); None: built alone, packed from word 0.
+    placement: tuple[tuple[str, int], ...] | None = None
 
     def operands(self) -> Problem:
         """The case's problem: the one given, or random operands from its seed (drawn once:
@@ -211,7 +214,8 @@ class GemmCase:
             self._kernels[config] = compiled_gemm(
                 config, self.M, self.K, self.N, stages=self.stages, fused=self.fused,
                 tiling=self.tiling, params=self.operands().params, kgroup=self.kgroup,
-                kmajor_out=self.kmajor_out)
+                kmajor_out=self.kmajor_out,
+                placement=dict(self.placement) if self.placement else None)
         return self._kernels[config]
 
     @functools.cached_property

@@ -55,6 +55,9 @@ SOURCE = "calibrate"
 GEMMS_PER_TASK = 24
 #: Largest GEMM dimension of the sweep (log-uniform from 1).
 MAX_DIM = 512
+#: What a candidate measured at its model's placement adds to its seed (:func:`candidate_specs`):
+#: more than any model's kernel count, so that no two candidates share one.
+PLACED_SEED = 500_000
 #: The bundled models whose kernels the sweep runs (the MLPerf Tiny ones are held out).
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -85,6 +88,9 @@ class GemmSpec:
     #: The epilogue's parameters (a model's layer: per-channel requantization, its residual
     #: op); None: drawn with the operands.
     epilogue: EpilogueParams | None = field(default=None, compare=False)
+    #: Its regions' word addresses as ``(region, address)`` pairs (a model's layer where the
+    #: model's memory plan puts it); None: built alone.
+    placement: tuple[tuple[str, int], ...] | None = None
 
     def case(self, config: VariantConfig):
         """The :class:`sim.gemm_check.GemmCase` (a grouped GEMM's B zero off its blocks)."""
@@ -101,7 +107,14 @@ class GemmSpec:
                 shift=np.full(self.N, shift, np.int32))
         return GemmCase(self.M, self.K, self.N, stages=self.stages, fused=self.fused,
                         tiling=self.tiling, seed=self.seed, problem=problem,
-                        kgroup=self.kgroup, kmajor_out=self.kmajor_out)
+                        kgroup=self.kgroup, kmajor_out=self.kmajor_out,
+                        placement=self.placement)
+
+    def features(self, config: VariantConfig, case=None) -> GemmFeatures:  # noqa: ANN001
+        """The features of its kernel (built by ``case``, its :meth:`case` by default), at
+        its placement."""
+        case = case or self.case(config)
+        return GemmFeatures.from_kernel(case.kernel(config)).at(dict(self.placement or ()))
 
     @property
     def workload(self) -> str:
@@ -150,7 +163,13 @@ def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
     what selection regret is measured on (how much slower the predicted-best candidate of a
     kernel is than its measured-best). Each keeps its layer's epilogue parameters (a GEMM
     that computes the same; only the operands are random, seeded). Their workload is the
-    model's as ``hwgen run --db`` records it (``model`` and the graph's name)."""
+    model's as ``hwgen run --db`` records it (``model`` and the graph's name).
+
+    Each candidate is measured built alone, and those with the regions of the kernel the
+    model runs (its tilings) also where the model's memory plan puts that kernel: on a DRAM
+    the banks its regions fall in change its cycles, and the engine chooses among them
+    there (:mod:`fusion.compiler.placed_choice`). A placed candidate's seed is its alone
+    twin's plus :data:`PLACED_SEED`, so that both are stored (a run's key holds the seed)."""
     from fusion.kernels.gemm.params import GemmParams
 
     compiled = _compile(model, -1, True, config, platform)
@@ -159,18 +178,24 @@ def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
         p = k.spec.params
         if not isinstance(p, GemmParams):
             continue
+        regions = k.spec.regions(config)
+        placement = tuple(sorted(k.compiled.placement.items()))
         for fused in (True, False) if p.stages else (True,):
             base = dataclasses.replace(p, tiling=None, fused=fused)
             for v in k.spec.kind.variants(config, base):
                 spec = GemmSpec(v.M, v.K, v.N, tuple(v.stages), v.fused, v.tiling,
                                 seed * 1_000_003 + i, f"model {compiled.graph.name}", v.kgroup,
                                 v.kmajor_out, v.epilogue)
-                try:
-                    features = GemmFeatures.from_kernel(spec.case(config).kernel(config))
-                except (KernelRefused, ProgramTooLong, ValueError):
-                    continue
-                out.setdefault((spec.M, spec.K, spec.N, spec.stages, spec.fused, spec.tiling,
-                                spec.kgroup, spec.kmajor_out), (spec, features))
+                placed = ([dataclasses.replace(spec, seed=spec.seed + PLACED_SEED,
+                                               placement=placement)]
+                          if k.spec.kind.regions(config, v) == regions else [])
+                for s in (spec, *placed):
+                    try:
+                        features = s.features(config)
+                    except (KernelRefused, ProgramTooLong, ValueError):
+                        continue
+                    out.setdefault((s.M, s.K, s.N, s.stages, s.fused, s.tiling, s.kgroup,
+                                    s.kmajor_out, s.placement), (s, features))
     return list(out.values())
 
 
@@ -261,9 +286,11 @@ def run_task(task: Task) -> list[dict[str, Any]]:
         cases = [g.case(config) for g in task.gemms]
         reports = run_gemms(config, cases, build=build)
         for spec, case, report in zip(task.gemms, cases, reports, strict=True):
-            rows.append(Row(GemmFeatures.from_kernel(case.kernel(config)), dict(report.counters),
-                            report.ok, {"seed": spec.seed, "versions": versions,
-                                        "sim_seconds": round(report.wall_seconds, 4)},
+            extra = {"seed": spec.seed, "versions": versions,
+                     "sim_seconds": round(report.wall_seconds, 4)}
+            if spec.placement:
+                extra["placement"] = dict(spec.placement)
+            rows.append(Row(spec.features(config, case), dict(report.counters), report.ok, extra,
                             platform, spec.workload))
     else:
         rows = _model_rows(task, config, platform, build, versions)

@@ -23,6 +23,7 @@ from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError, chains, host_role
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
+from fusion.compiler.placed_choice import ranked
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.host import HostCostModel
@@ -352,7 +353,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
             continue
         spec, option, decision = chosen[step.name]
         steps.append(_build(config, spec, option, decision, memory.placements[spec.name],
-                            cache, model))
+                            cache, model, platform))
     stats = {}
     if cache is not None:
         after = cache.stats.to_dict()
@@ -376,30 +377,27 @@ def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
            decision: engine.ChainDecision, placement: dict[str, int],
-           cache: KernelCache | None, model: CostModel) -> KernelStep:
-    """Build the program; when it is too long for the instruction memory, try the next
-    variants (tilings) of the chain's first kernel. Any other error is a bug and propagates."""
-    alternatives = [option] + [o for o in decision.variants if o is not option
-                               and o.spec.nodes == spec.nodes]
+           cache: KernelCache | None, model: CostModel, platform: PlatformConfig) -> KernelStep:
+    """Build the best variant at its placement (:func:`fusion.compiler.placed_choice.ranked`:
+    on a DRAM the variants are priced again there); when its program is too long for the
+    instruction memory, the next. Any other error is a bug and propagates."""
+    candidates = ranked(config, spec, option, decision, placement, model, platform)
     note, error = "", None
-    for alt in alternatives:
-        alt_spec, cycles, priced_by = alt.spec, alt.cycles, alt.priced_by
-        if getattr(spec.params, "kmajor_out", False):
-            # the store layout was chosen after pricing: price the kernel that will run, with
-            # the same model (a measured profile is of that kernel, not of its row-major twin)
-            alt_spec = with_kmajor(alt.spec)
-            features = alt_spec.kind.features(config, alt_spec.params)
-            cycles, priced_by = model.predict(features), model.source(features)
+    for n, c in enumerate(candidates):
         try:
-            compiled = alt_spec.compile(config, placement, cache)
+            compiled = c.spec.compile(config, placement, cache)
         except ProgramTooLong as exc:
             error = exc
-            note += (f"{alt.spec.kind.variant_label(alt.spec.params)} does not fit the "
+            note += (f"{c.spec.kind.variant_label(c.spec.params)} does not fit the "
                      f"instruction memory ({exc}); ")
             continue
-        if alt is not option:
+        if n and c.spec.params != candidates[0].spec.params:
             note += "built with the next-best variant"
-        return KernelStep(alt_spec, compiled, cycles, note, priced_by)
+        elif c.placed and c.spec.params != spec.params:
+            label = c.spec.kind.variant_label
+            note += (f"at its placement {label(c.spec.params)} is predicted fastest "
+                     f"({c.cycles:,.0f} cycles), not {label(spec.params)}")
+        return KernelStep(c.spec, compiled, c.cycles, note, c.priced_by)
     raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
                        f"that fits the instruction memory ({error}); generate a variant with "
                        f"a larger --imem-depth")

@@ -71,14 +71,30 @@ class Row:
         extra = {k: v for k, v in data.items() if k not in
                  {"format", "version", "variant", "features", "counters", "ok", "platform",
                   "workload"}}
-        # the kinds' registry reads each kind's features; imported here, not at the top, so
-        # that the kinds (which use fusion.cost.analytical) can import this package
-        from fusion.kernels.kinds import features_from_dict
-
         platform = PlatformConfig.from_dict(data.get("platform") or {})
-        return cls(features_from_dict(data["features"]),
+        return cls(row_features(data["features"], extra),
                    {k: int(v) for k, v in data["counters"].items()}, bool(data.get("ok", True)),
                    extra or None, platform, str(data.get("workload", "")))
+
+
+def row_features(data: dict[str, Any], extra: dict[str, Any] | None) -> Features:
+    """A row's features from their JSON (:meth:`Features.to_dict`), at the placement its
+    ``extra`` records (a model's kernel, where its memory plan put it): on a DRAM that
+    prices it (:attr:`fusion.cost.model.Features.placement`).
+
+    Raises
+    ------
+    KeyError, TypeError, ValueError
+        Features or a placement this hwgen cannot read.
+    """
+    # the kinds' registry reads each kind's features; imported here, not at the top, so
+    # that the kinds (which use fusion.cost.analytical) can import this package
+    from fusion.kernels.kinds import features_from_dict
+
+    placement = (extra or {}).get("placement")
+    if placement is not None and not isinstance(placement, dict):
+        raise ValueError(f"a placement is a region -> word address object, not {placement!r}")
+    return features_from_dict(data).at(placement)
 
 
 def write_rows(path: Path | str, rows: Iterable[Row], *, append: bool = True) -> int:
@@ -185,20 +201,25 @@ def regrets(rows: Sequence[Row], predicted: Sequence[float]) -> np.ndarray:
     """Selection regret of each choice ``predicted`` makes among ``rows``, in percent.
 
     Rows are grouped by what they compute on which hardware (their features but for
-    :data:`STRATEGY_FIELDS`, and the platform), and within a group by candidate (identical
-    features): a kernel measured several times (a model that runs one layer shape at several
-    places in memory) is one candidate, its measured cycles their mean. In each group of more
-    than one candidate, the regret is how much slower the candidate with the least predicted
-    cycles measured than the fastest candidate. Empty when no group has a choice (kinds
-    without strategies, such as passes, never have one).
+    :data:`STRATEGY_FIELDS`, and the platform) under which conditions: built alone, or at a
+    model's placement (:attr:`fusion.cost.model.Features.placement`: on a DRAM the banks
+    its regions fall in change its cycles, so a candidate measured alone is not compared
+    with one measured at a model's addresses). Within a group, rows are grouped by candidate
+    (identical features and placement): a kernel measured several times is one candidate,
+    its measured cycles their mean. In each group of more than one candidate, the regret is
+    how much slower the candidate with the least predicted cycles measured than the fastest
+    candidate. Empty when no group has a choice (kinds without strategies, such as passes,
+    never have one).
     """
     groups: dict[tuple, dict[str, list]] = {}
     for row, p in zip(rows, predicted, strict=True):
         d = {k: v for k, v in row.features.to_dict().items() if k not in BUILT_FIELDS}
         computation = {k: v for k, v in d.items() if k not in STRATEGY_FIELDS}
+        placed = row.features.placement
         candidates = groups.setdefault(
-            (row.platform.key(), json.dumps(computation, sort_keys=True)), {})
-        key = json.dumps(d, sort_keys=True)
+            (row.platform.key(), placed is not None, json.dumps(computation, sort_keys=True)),
+            {})
+        key = json.dumps([d, placed], sort_keys=True)
         candidates.setdefault(key, [float(p), []])[1].append(row.cycles)
     out = []
     for candidates in groups.values():

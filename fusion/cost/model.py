@@ -16,7 +16,8 @@ and :class:`fusion.cost.analytical.AnalyticalModel` asks for it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +39,27 @@ class Features(abc.ABC):
 
     kind: ClassVar[str]
     config: VariantConfig
+    #: Whether the kind's DRAM pricing walks its program at :attr:`placement` (a kind whose
+    #: features declare a ``placement`` field); the others price a template walk, which
+    #: knows no addresses.
+    placeable: ClassVar[bool] = False
+    #: Where the kernel's regions lie in external memory, as ``(region, word address)``
+    #: pairs in name order: a model's memory plan puts them there. None: built alone, its
+    #: regions packed from word 0. Not part of the kernel's identity (:meth:`to_dict`
+    #: leaves it out; a profile row keeps it in ``extra``): the same kernel elsewhere is the
+    #: same kernel, which on a DRAM shares banks differently and takes a few percent more
+    #: or less (:mod:`fusion.cost.shared_port`).
+    placement: tuple[tuple[str, int], ...] | None = None
+
+    def at(self, placement: Mapping[str, int] | None) -> Features:
+        """These features with their regions at ``placement`` (``region -> word address``;
+        None or empty: built alone). Kinds that are not :attr:`placeable` return themselves:
+        their price does not depend on it."""
+        if not self.placeable:
+            return self
+        placed = (tuple(sorted((str(k), int(v)) for k, v in placement.items()))
+                  if placement else None)
+        return dataclasses.replace(self, placement=placed)
 
     @property
     @abc.abstractmethod
@@ -55,6 +77,11 @@ class Features(abc.ABC):
     @abc.abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """The features as JSON types, with ``"kind"``."""
+
+
+def placement_of(features: Features) -> dict[str, int] | None:
+    """``features.placement`` as ``region -> word address`` (None: built alone)."""
+    return dict(features.placement) if features.placement else None
 
 
 class CostModel(abc.ABC):

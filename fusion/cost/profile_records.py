@@ -16,7 +16,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from fusion.cost.data import Row
+from fusion.cost.data import Row, row_features
 from fusion.cost.model import Features
 from hwgen.energy import REQUIRED_COUNTERS
 from hwgen.energy import estimate as estimate_energy
@@ -244,11 +244,8 @@ def decode_row(values: tuple, where: str) -> Row:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
         raise ValueError(f"{where} has counters that are not integers; the database is "
                          f"damaged: rebuild it from an export")
-    # the kinds' registry is above fusion.cost (the kinds use its analytical walks)
-    from fusion.kernels.kinds import features_from_dict
-
     try:
-        return Row(features_from_dict(features), counters, bool(ok), extra or None,
+        return Row(row_features(features, extra), counters, bool(ok), extra or None,
                    PlatformConfig.from_dict(platform), str(workload))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where} cannot be read back ({exc}); re-record it with this "

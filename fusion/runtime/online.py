@@ -52,8 +52,8 @@ def kernel_rows(compiled, report, platform: PlatformConfig, *,
     rows = []
     for run in report.kernels:
         step = steps[run.name]
-        rows.append(Row(step.spec.kind.features(compiled.config, step.spec.params),
-                        dict(run.counters), True,
+        features = step.spec.kind.features(compiled.config, step.spec.params)
+        rows.append(Row(features.at(step.compiled.placement), dict(run.counters), True,
                         {**(extra or {}), "kernel": run.name,
                          "placement": step.compiled.placement}, platform, workload))
     return rows

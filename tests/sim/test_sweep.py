@@ -92,6 +92,13 @@ def test_random_networks_and_every_candidate_of_a_models_gemms_are_swept(folders
     per_problem = collections.Counter(r.features.problem for r in candidates)
     assert len(per_problem) >= 2 and min(per_problem.values()) >= 3
     assert {r.features.fused for r in candidates} == {True, False}
+    # each tiling of the fused kernel the model runs also where its memory plan puts it
+    placed = [r for r in candidates if r.features.placement is not None]
+    alone = {(r.features.problem, r.features.tiling) for r in candidates
+             if r.features.placement is None and r.features.fused}
+    assert placed and all(r.features.fused for r in placed)
+    assert {(r.features.problem, r.features.tiling) for r in placed} <= alone
+    assert all(dict(r.features.placement) == r.extra["placement"] for r in placed)
     assert len(rows) == len(network) + len(candidates)
 
 

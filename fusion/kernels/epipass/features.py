@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusion.cost.analytical import built_instructions, estimate_pass, estimate_program
-from fusion.cost.model import Features
+from fusion.cost.model import Features, placement_of
 from fusion.kernels.epipass.build import build_pass, pass_dims, pass_sizes
 from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
@@ -30,9 +30,12 @@ class PassFeatures(Features):
         The stages' control-register values (per-channel requantize loads a bias region).
     src_dtype, out_dtype : {"int8", "int32"}
         The element types read and stored.
+    placement : tuple of (str, int), optional
+        Where its regions lie (:attr:`fusion.cost.model.Features.placement`).
     """
 
     kind: ClassVar[str] = "pass"
+    placeable: ClassVar[bool] = True
 
     config: VariantConfig
     M: int
@@ -41,6 +44,7 @@ class PassFeatures(Features):
     epilogue: EpilogueParams
     src_dtype: str
     out_dtype: str
+    placement: tuple[tuple[str, int], ...] | None = None
 
     @property
     def problem(self) -> tuple:
@@ -48,10 +52,11 @@ class PassFeatures(Features):
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``; on
-        a DRAM port the walk of the program built alone (:func:`~fusion.cost.analytical.
-        built_instructions`), whose addresses say which bank its stores and loads fall in."""
+        a DRAM port the walk of the program at its placement or built alone
+        (:func:`~fusion.cost.analytical.built_instructions`), whose addresses say which bank
+        its stores and loads fall in."""
         if platform is not None and platform.is_dram:
-            instrs = _built_alone(self)
+            instrs = _built(self)
             if instrs is not None:
                 return estimate_program(self.config, instrs, platform)
         return estimate_pass(self.config, self.M, self.N, stages=self.stages,
@@ -73,14 +78,17 @@ class PassFeatures(Features):
 
 
 @functools.lru_cache(maxsize=1024)
-def _built_alone(f: PassFeatures) -> tuple | None:
-    """The instructions of ``f``'s pass built alone (regions packed from word 0), or None
-    when it cannot be built; cached (the walk is not: every pricing records its machine)."""
+def _built(f: PassFeatures) -> tuple | None:
+    """The instructions of ``f``'s pass at its placement (or built alone: regions packed
+    from word 0), or None when it cannot be built; cached (the walk is not: every pricing
+    records its machine)."""
     dims = pass_dims(f.config, f.M, f.N)
+    sizes = pass_sizes(dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype)
+    # a plan's placement that does not fit the regions is an error, never a fallback
+    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
 
     def build():  # noqa: ANN202 - a Build
-        sizes = pass_sizes(dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype)
         return build_pass(f.config, dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype,
-                          place(f.config, sizes), what=f"pass {f.M}x{f.N}")
+                          placed or place(f.config, sizes), what=f"pass {f.M}x{f.N}")
 
     return built_instructions(build)

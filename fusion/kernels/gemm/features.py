@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusion.cost.analytical import built_instructions, estimate, estimate_program
-from fusion.cost.model import Features
+from fusion.cost.model import Features, placement_of
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.params import GemmParams
@@ -65,9 +65,13 @@ class GemmFeatures(Features):
         (:class:`fusion.kernels.gemm.params.GemmParams`).
     kmajor_out : bool
         The output tiles are stored transposed (the transposer's latency at the end).
+    placement : tuple of (str, int), optional
+        Where its regions lie (:attr:`fusion.cost.model.Features.placement`; set by
+        :meth:`~fusion.cost.model.Features.at`).
     """
 
     kind: ClassVar[str] = "gemm"
+    placeable: ClassVar[bool] = True
 
     config: VariantConfig
     M: int
@@ -84,6 +88,7 @@ class GemmFeatures(Features):
     residual_op: str = "add"
     kgroup: int = 0
     kmajor_out: bool = False
+    placement: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
@@ -179,11 +184,12 @@ class GemmFeatures(Features):
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
         """:func:`fusion.cost.analytical.estimate`: the walk of ``gemm.j2``'s phases. On a
-        DRAM port, the walk of the program itself at the placement of a kernel built alone
-        (:func:`~fusion.cost.analytical.built_instructions`): which bank each store and each LOAD
-        falls in decides what they cost each other there, and only the program knows it."""
+        DRAM port, the walk of the program itself at its :attr:`placement`, or as a kernel
+        built alone (:func:`~fusion.cost.analytical.built_instructions`): which bank each store
+        and each LOAD falls in decides what they cost each other there, and only the program
+        knows it."""
         if platform is not None and platform.is_dram:
-            instrs = _built_alone(self)
+            instrs = _built(self)
             if instrs is not None:
                 return estimate_program(self.config, instrs, platform)
         return estimate(self, platform).cycles
@@ -231,13 +237,16 @@ class GemmFeatures(Features):
 
 
 @functools.lru_cache(maxsize=1024)
-def _built_alone(f: GemmFeatures) -> tuple | None:
-    """The instructions of ``f``'s kernel built alone (regions packed from word 0), or None
-    when it cannot be built (:func:`~fusion.cost.analytical.built_instructions`). Cached: the
-    walk is not, so that every pricing records its machine (:func:`~fusion.cost.analytical.
-    walk_totals`)."""
+def _built(f: GemmFeatures) -> tuple | None:
+    """The instructions of ``f``'s kernel at its placement (or built alone: regions packed
+    from word 0), or None when it cannot be built (:func:`~fusion.cost.analytical.
+    built_instructions`). Cached: the walk is not, so that every pricing records its machine
+    (:func:`~fusion.cost.analytical.walk_totals`)."""
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
                    kgroup=f.kgroup, kmajor_out=f.kmajor_out)
-    return built_instructions(lambda: build_program(
-        f.config, p, place(f.config, gemm_sizes(f.dims, p))))
+    sizes = gemm_sizes(f.dims, p)
+    # a plan's placement that does not fit the regions is an error, never a fallback
+    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
+    return built_instructions(lambda: build_program(f.config, p,
+                                                    placed or place(f.config, sizes)))

@@ -2,6 +2,7 @@
 first-order memory model (:mod:`fusion.cost.memory`) changes the predicted cycles and can
 change the tiling chosen; ``--explain`` says what priced them."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from fusion.compiler.plan import compile_model
@@ -37,3 +38,33 @@ def test_dram_pricing_is_slower_and_explained():
                                                          b.predicted_cycles)
     hot = _compile(PlatformConfig(memory="ddr3", refresh="hot"))
     assert hot.predicted_cycles > ddr3.predicted_cycles
+
+
+def test_on_dram_each_kernel_is_priced_and_chosen_where_the_memory_plan_puts_it():
+    from fusion.cost.analytical import AnalyticalModel
+
+    ddr3 = PlatformConfig(memory="ddr3")
+    model = AnalyticalModel(ddr3)
+    plan = _compile(ddr3)
+    gemms = 0
+    for step in plan.kernels:
+        placement = plan.memory.placements[step.name]
+        features = step.spec.kind.features(DRAM_TEST, step.spec.params)
+        assert step.predicted_cycles == model.predict(features.at(placement)), step.name
+        if step.spec.kind.name != "gemm":
+            continue
+        gemms += 1
+        # no tiling of the same regions is predicted faster there
+        regions = step.spec.regions(DRAM_TEST)
+        variants = step.spec.kind.variants(DRAM_TEST, replace(step.spec.params, tiling=None))
+        assert len(variants) > 1
+        for p in variants:
+            if step.spec.kind.regions(DRAM_TEST, p) == regions:
+                other = step.spec.kind.features(DRAM_TEST, p).at(placement)
+                assert model.predict(other) >= step.predicted_cycles, (step.name, p.tiling)
+    assert gemms >= 2
+    # on the ideal memory a placement changes nothing: the engine's prices stand
+    ideal = _compile()
+    for step in ideal.kernels:
+        features = step.spec.kind.features(DRAM_TEST, step.spec.params)
+        assert step.predicted_cycles == AnalyticalModel().predict(features)

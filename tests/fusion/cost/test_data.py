@@ -10,6 +10,7 @@ from fusion.cost import (
     evaluate,
     mape,
     read_rows,
+    regrets,
     spearman,
     write_rows,
 )
@@ -89,3 +90,33 @@ def test_regret_is_the_cost_of_the_models_choice():
     again = rows + [Row(f1, {"cycles": 130}), Row(f2, {"cycles": 90}), Row(f2, {"cycles": 110})]
     assert evaluate(ByTiling(), again).regret == pytest.approx(40.0)  # 140 against 100
     assert math.isnan(evaluate(ByTiling(), rows[2:]).regret)
+
+
+def test_a_placed_candidate_is_compared_only_with_candidates_placed_too():
+    # at a model's addresses a kernel shares DRAM banks differently than built alone: the
+    # alone pair and the placed pair are two choices, never one candidate's mean
+    at = {"a": 0, "b": 4096, "c": 8192}
+    f1 = GemmFeatures.for_gemm(CFG, 16, 16, 16, tiling=Tiling(tm=1))
+    f2 = GemmFeatures.for_gemm(CFG, 16, 16, 16, tiling=Tiling(tm=2))
+    alone = [Row(f1, {"cycles": 150}), Row(f2, {"cycles": 100})]
+    placed = [Row(f1.at(at), {"cycles": 100}), Row(f2.at(at), {"cycles": 100})]
+    r = regrets(alone + placed, [1.0, 2.0, 1.0, 2.0])
+    assert sorted(r) == [pytest.approx(0.0), pytest.approx(50.0)]
+    # merged, tm=1 would be one candidate at (150 + 100) / 2 against tm=2's 100
+    assert regrets([*alone, placed[0]], [1.0, 2.0, 1.0]) == pytest.approx([50.0])
+
+
+def test_a_rows_placement_travels_in_extra_and_prices_its_features(tmp_path):
+    f = GemmFeatures.for_gemm(CFG, 8, 16, 8, stages=("bias",))
+    at = {"a": 4096, "b": 0, "bias": 2048, "out": 8192}
+    assert f.at(at).placement == (("a", 4096), ("b", 0), ("bias", 2048), ("out", 8192))
+    assert f.at(at).to_dict() == f.to_dict()  # not the kernel's identity
+    assert f.at(None) == f.at({}) == f
+    row = Row(f.at(at), {"cycles": 100}, True, {"placement": at})
+    assert Row.from_dict(row.to_dict()) == row
+    path = tmp_path / "cal.jsonl"
+    write_rows(path, [row])
+    assert read_rows(path)[0].features.placement == f.at(at).placement
+    bad = {**row.to_dict(), "placement": [4096, 0]}
+    with pytest.raises(ValueError, match="region -> word address"):
+        Row.from_dict(bad)

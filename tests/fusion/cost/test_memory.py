@@ -215,3 +215,19 @@ def test_done_waits_for_the_adapter_to_settle_after_the_last_store():
     ideal.epipass(8, 1)
     ideal.wait(load=True, feed=True, epi=True)
     assert ideal.done() == ideal.seq + 1
+
+
+def test_a_kernel_is_priced_where_the_memory_plan_puts_it():
+    f = GemmFeatures.for_gemm(V, 64, 64, 64, stages=("bias", "requant"))
+    row = DDR3.port_figures(V.port_bytes).words_per_row
+    spread = {"a": 0, "b": 2 * row, "bias": 4 * row, "out": 5 * row}  # banks 0-1, 2-3, 4, 5
+    one_bank = {"a": 0, "b": 8 * row, "bias": 16 * row, "out": 24 * row}  # rows of bank 0
+    # built alone, its regions are packed from word 0: the spread placement's banks
+    assert f.at(spread).analytical_cycles(DDR3) == f.analytical_cycles(DDR3)
+    # in one bank, every change between operands opens another row
+    assert f.at(one_bank).analytical_cycles(DDR3) > f.analytical_cycles(DDR3) * 1.05
+    # the ideal memory knows no banks
+    ideal = PlatformConfig()
+    assert f.at(one_bank).analytical_cycles(ideal) == f.analytical_cycles(ideal)
+    with pytest.raises(ValueError, match="missing out"):
+        f.at({"a": 0, "b": 2 * row, "bias": 4 * row}).analytical_cycles(DDR3)
