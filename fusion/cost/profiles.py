@@ -298,13 +298,20 @@ class ProfileDB:
             runtime records them in ``extra["placement"]``). On a DRAM the same kernel at
             another placement shares banks differently and takes up to a few percent more
             or less; at the same placement it repeats to the cycle on unchanged hardware.
+            Without it, features that carry a placement
+            (:attr:`fusion.cost.model.Features.placement`) take the runs there when there
+            are any, else the runs anywhere.
         """
-        records = self._conn.execute(
+        records = [(c, json.loads(extra).get("placement")) for c, extra in self._conn.execute(
             "SELECT cycles, extra_json FROM runs WHERE kernel_key = ? AND variant_key = ? AND "
             "platform_key = ? AND ok = 1 AND cycles IS NOT NULL AND id > ?",
-            (kernel_key(features), features.config.key(), platform.key(), int(since)))
-        cycles = [c for c, extra in records
-                  if placement is None or json.loads(extra).get("placement") == placement]
+            (kernel_key(features), features.config.key(), platform.key(), int(since)))]
+        if placement is not None:
+            cycles = [c for c, at in records if at == placement]
+        else:
+            at_it = dict(features.placement) if features.placement else None
+            cycles = [c for c, at in records if at_it is not None and at == at_it]
+            cycles = cycles or [c for c, _ in records]
         return float(statistics.median(cycles)) if cycles else None
 
     def last_id(self) -> int:

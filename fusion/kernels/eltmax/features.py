@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import estimate_max
-from fusion.cost.model import Features
+from fusion.cost.analytical import built_instructions, estimate_max, estimate_program
+from fusion.cost.model import Features, placement_of
+from fusion.kernels.eltmax.build import build_max, max_dims, max_sizes
+from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 
@@ -14,21 +17,31 @@ from hwgen.platform import PlatformConfig
 @dataclass(frozen=True, kw_only=True)
 class MaxFeatures(Features):
     """What a cost model knows about an element-wise max of ``n_inputs`` int8 ``M x N``
-    tensors."""
+    tensors (``placement``: where its regions lie, :attr:`fusion.cost.model.Features.
+    placement`)."""
 
     kind: ClassVar[str] = "max"
+    placeable: ClassVar[bool] = True
 
     config: VariantConfig
     M: int
     N: int
     n_inputs: int
+    placement: tuple[tuple[str, int], ...] | None = None
 
     @property
     def problem(self) -> tuple:
         return (self.M, self.N, self.n_inputs)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_max`: ``n_inputs - 1`` chained passes."""
+        """:func:`fusion.cost.analytical.estimate_max`: the walk of ``n_inputs - 1`` chained
+        passes; on a DRAM port the walk of the program at its placement or built alone
+        (:func:`~fusion.cost.analytical.built_instructions`), whose addresses say which bank
+        its stores and loads fall in."""
+        if platform is not None and platform.is_dram:
+            instrs = _built(self)
+            if instrs is not None:
+                return estimate_program(self.config, instrs, platform)
         return estimate_max(self.config, self.M, self.N, self.n_inputs, platform)
 
     def to_dict(self) -> dict[str, Any]:
@@ -40,3 +53,17 @@ class MaxFeatures(Features):
         """Inverse of :meth:`to_dict`."""
         return cls(config=VariantConfig.from_dict(data["config"]), M=data["m"], N=data["n"],
                    n_inputs=data["n_inputs"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _built(f: MaxFeatures) -> tuple | None:
+    """The instructions of ``f``'s chain at its placement (or built alone: regions packed
+    from word 0), or None when it cannot be built; cached (the walk is not: every pricing
+    records its machine)."""
+    dims = max_dims(f.config, f.M, f.N)
+    sizes = max_sizes(dims, f.n_inputs)
+    # a plan's placement that does not fit the regions is an error, never a fallback
+    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
+    return built_instructions(lambda: build_max(
+        f.config, dims, f.n_inputs, placed or place(f.config, sizes),
+        what=f"max of {f.n_inputs} planes {f.M}x{f.N}"))

@@ -21,25 +21,20 @@ import numpy as np
 from fusion.ir import windows
 from fusion.kernels import layout
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.codegen import assemble_program, render
+from fusion.kernels.eltmax.build import MAX_MODE, TEMPLATE, build_max, max_dims, max_sizes
 from fusion.kernels.eltmax.features import MaxFeatures
-from fusion.kernels.epilogue import pass_context, pass_fit_problem
+from fusion.kernels.epilogue import pass_fit_problem
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import (
     Kernel,
     compile_kernel,
-    figures,
     key_parts,
     regions_of,
     rows_of,
-    tensor_bytes,
 )
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, check_sizes
 from hwgen.config import VariantConfig
 from hwgen.reference import INT8_MIN, EpilogueParams
-
-#: The residual stage in max mode: what every pass of the chain runs.
-MAX_MODE = EpilogueParams(residual_op="max")
 
 
 @dataclass(frozen=True)
@@ -139,14 +134,14 @@ class MaxKind(KernelKind):
     """The element-wise max of int8 tensors (see the module docstring)."""
 
     name = "max"
-    template = "epilogue_pass.j2"
+    template = TEMPLATE
     params_type = MaxParams
     kernel_type = MaxKernel
     features_type = MaxFeatures
 
     @staticmethod
     def _dims(config: VariantConfig, p: MaxParams) -> GemmDims:
-        return GemmDims(config, p.M, 1, p.N)
+        return max_dims(config, p.M, p.N)
 
     def variant_refusal(self, config: VariantConfig) -> Refusal | None:
         if "residual" in config.epilogue:
@@ -183,32 +178,15 @@ class MaxKind(KernelKind):
         return Operand("int8", (params.M, params.N))
 
     def regions(self, config: VariantConfig, params: MaxParams) -> dict[str, int]:
-        n, plane = params.n_inputs, tensor_bytes(self._dims(config, params), "int8")
-        sizes = {f"in{i}": plane for i in range(n)}
-        # n - 1 passes; all but the last store an intermediate, alternating between two
-        # buffers so that no pass reads the region it writes.
-        sizes.update({f"tmp{t}": plane for t in range(min(2, n - 2))})
-        sizes["out"] = plane
-        return sizes
+        return max_sizes(self._dims(config, params), params.n_inputs)
 
     def key_params(self, params: MaxParams) -> dict[str, Any]:
         return {"shape": [params.M, params.N], "n_inputs": params.n_inputs}
 
     def build(self, config: VariantConfig, params: MaxParams,
               regions: Mapping[str, Region]) -> Build:
-        dims, n = self._dims(config, params), params.n_inputs
-        texts, src = [], regions["in0"]
-        for i in range(1, n):
-            last = i == n - 1
-            dst = regions["out"] if last else regions[f"tmp{(i - 1) % 2}"]
-            texts.append(render(self.template, **pass_context(
-                dims, stages=("residual",), params=MAX_MODE, src=src, src_dt="i8", out=dst,
-                out_dt="i8", residual=regions[f"in{i}"], prefix=f"max{i}", halt=last)))
-            src = dst
-        program = assemble_program(config, "\n".join(texts), what=self.describe(params))
-        passes = n - 1
-        return figures(config, program, busy=passes * dims.Mb * dims.Nb * dims.R,
-                       stored=passes * regions["out"].nbytes)
+        return build_max(config, self._dims(config, params), params.n_inputs, regions,
+                         what=self.describe(params))
 
     def pack(self, config: VariantConfig, params: MaxParams,
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:

@@ -231,3 +231,22 @@ def test_a_kernel_is_priced_where_the_memory_plan_puts_it():
     assert f.at(one_bank).analytical_cycles(ideal) == f.analytical_cycles(ideal)
     with pytest.raises(ValueError, match="missing out"):
         f.at({"a": 0, "b": 2 * row, "bias": 4 * row}).analytical_cycles(DDR3)
+
+
+def test_a_max_is_priced_by_the_program_its_kind_builds_where_it_is_placed():
+    from fusion.cost.analytical import estimate_program
+    from fusion.kernels.eltmax.features import MaxFeatures
+    from fusion.kernels.eltmax.kind import MAX, MaxParams
+    from fusion.kernels.layout import place
+
+    v = VariantConfig(rows=8, cols=8, port_bytes=16, mem_addr_bits=21,
+                      epilogue=("bias", "requant", "relu", "residual"))
+    p = MaxParams(M=64, N=64, n_inputs=3)
+    f = MaxFeatures(config=v, M=64, N=64, n_inputs=3)
+    row = DDR3.port_figures(v.port_bytes).words_per_row
+    at = {"in0": 0, "in1": 8 * row, "in2": 16 * row, "tmp0": 24 * row, "out": 32 * row}
+    built = MAX.build(v, p, place(v, MAX.regions(v, p), at))
+    assert f.at(at).analytical_cycles(DDR3) == estimate_program(v, built.program.instrs, DDR3)
+    assert f.at(at).analytical_cycles(DDR3) != f.analytical_cycles(DDR3)
+    with pytest.raises(ValueError, match="missing out"):
+        f.at({k: a for k, a in at.items() if k != "out"}).analytical_cycles(DDR3)

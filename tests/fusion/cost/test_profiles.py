@@ -180,6 +180,10 @@ def test_measured_at_a_placement_counts_only_runs_there(tmp_path):
         assert db.measured(f, IDEAL, placement=here) == 102.0
         assert db.measured(f, IDEAL, placement=there) == 130.0
         assert db.measured(f, IDEAL, placement={"a": 0}) is None
+        # features that carry a placement take the runs there, else the runs anywhere
+        assert db.measured(f.at(here), IDEAL) == 102.0
+        assert db.measured(f.at(there), IDEAL) == 130.0
+        assert db.measured(f.at({"a": 128, "b": 4096}), IDEAL) == 104.0
 
 
 def test_refuses_what_is_not_a_profile_database(tmp_path):
