@@ -98,7 +98,23 @@ def _by_platform(test: Sequence[Row], cycles: np.ndarray, analytical: Sequence[f
         out[platform.describe()] = {
             "learned": scores(rows, [cycles[i] for i in index]),
             "analytical": scores(rows, [analytical[i] for i in index]),
-            "energy_mape": mape(energy[index], np.array([energy_nj(r) for r in rows]))}
+            "energy_mape": mape(energy[index], np.array([energy_nj(r) for r in rows])),
+            "by_placement": _by_placement(rows, [cycles[i] for i in index],
+                                          [analytical[i] for i in index])}
+    return out
+
+
+def _by_placement(rows: Sequence[Row], cycles: Sequence[float],
+                  analytical: Sequence[float]) -> dict[str, dict[str, Any]]:
+    """The scores of the kernels built alone and of those at a model's placement
+    (:func:`fusion.cost.data.regrets` never compares the two), each where there are any."""
+    out = {}
+    for name, placed in (("alone", False), ("placed", True)):
+        index = [i for i, r in enumerate(rows) if (r.features.placement is not None) == placed]
+        if index:
+            part = [rows[i] for i in index]
+            out[name] = {"learned": scores(part, [cycles[i] for i in index]),
+                         "analytical": scores(part, [analytical[i] for i in index])}
     return out
 
 
@@ -120,7 +136,9 @@ def heldout_report(rows: Sequence[Row], test_workloads: Sequence[str] | None = N
         ``n_train``, ``n_test``, and per model ``mape``, ``spearman``, ``regret_mean``,
         ``regret_max`` (with ``n`` and ``choices``); ``energy`` (the energy head's MAPE),
         ``by_platform`` (the learned and analytical scores and the energy MAPE on each
-        platform's rows, by :meth:`~hwgen.platform.PlatformConfig.describe`),
+        platform's rows, by :meth:`~hwgen.platform.PlatformConfig.describe`, and in
+        ``by_placement`` the same scores of its kernels built ``alone`` and of those
+        ``placed`` where a model's memory plan put them),
         ``test_workloads`` and the ``chosen`` specs (by memory).
 
     Raises
@@ -193,6 +211,15 @@ def render(report: dict[str, Any], output: Path | str) -> str:
                      f"{_cell(by['analytical']['regret_mean'], '.2f')}% (worst "
                      f"{_cell(by['analytical']['regret_max'], '.2f')}%); energy "
                      f"{_cell(by['energy_mape'], '.2f')}%")
+        for where, part in by.get("by_placement", {}).items():
+            lines.append(f"    {where} ({part['learned']['n']} kernels, "
+                         f"{part['learned']['choices']} choices): MAPE learned "
+                         f"{_cell(part['learned']['mape'], '.2f')}%, analytical "
+                         f"{_cell(part['analytical']['mape'], '.2f')}%; regret learned "
+                         f"{_cell(part['learned']['regret_mean'], '.2f')}% (worst "
+                         f"{_cell(part['learned']['regret_max'], '.2f')}%), analytical "
+                         f"{_cell(part['analytical']['regret_mean'], '.2f')}% (worst "
+                         f"{_cell(part['analytical']['regret_max'], '.2f')}%)")
     for memory in sorted(chosen["cycles"]):
         lines.append(f"chosen on {memory} by grouped cross-validation: cycles "
                      f"{_describe(chosen['cycles'][memory])}; energy "

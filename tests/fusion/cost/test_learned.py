@@ -325,3 +325,31 @@ def test_refitted_replaces_the_rows_of_remeasured_kernels_and_keeps_the_rest(row
         [r.cycles for r in drifted[:10]] + [r.cycles for r in ddr3_rows[10:]])
     with pytest.raises(ValueError, match="no successful calibration rows"):
         model.refitted([])
+
+
+def test_the_report_scores_kernels_alone_and_placed_apart(ddr3_rows):
+    from fusion.kernels.gemm.build import gemm_sizes
+    from fusion.kernels.gemm.params import GemmParams
+
+    def placed(f):  # the regions one after another from word 1024, 64-word aligned
+        p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
+                       epilogue=EpilogueParams(per_channel=f.per_channel,
+                                               residual_op=f.residual_op),
+                       kgroup=f.kgroup, kmajor_out=f.kmajor_out)
+        at, word = {}, 1024
+        for name, nbytes in gemm_sizes(f.dims, p).items():
+            at[name] = word
+            word += -(-nbytes // f.config.port_bytes // 64) * 64 + 64
+        return f.at(at)
+
+    copies = [dataclasses.replace(r, features=placed(r.features))
+              for r in ddr3_rows if r.features.kind == "gemm"]
+    _, report = heldout_report(ddr3_rows + copies, seed=0)
+    (by,) = report["by_platform"].values()
+    parts = by["by_placement"]
+    assert set(parts) == {"alone", "placed"}
+    assert parts["alone"]["learned"]["n"] + parts["placed"]["learned"]["n"] == report["n_test"]
+    test = set(report["test_workloads"])
+    assert parts["placed"]["learned"]["n"] == sum(r.workload in test for r in copies)
+    # a placed candidate is compared with placed ones only: as many choices as alone
+    assert parts["placed"]["analytical"]["choices"] == parts["alone"]["analytical"]["choices"]
