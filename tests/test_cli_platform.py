@@ -17,7 +17,7 @@ def test_a_ddr3_folder_holds_the_memory_system_and_records_its_platform(tmp_path
     out = tmp_path / "v"
     assert main(["generate", *DDR3, "--memory", "ddr3", "--refresh", "hot", "-o",
                  str(out)]) == 0
-    assert "on ddr3 MT41K128M16 (hot refresh" in capsys.readouterr().out
+    assert "on ddr3 MT41K128M16-800, hot refresh (platform " in capsys.readouterr().out
     variant = open_variant(out)
     assert variant.platform == PlatformConfig(memory="ddr3", refresh="hot")
     assert variant.descriptor["platform_key"] == variant.platform.key()
@@ -29,6 +29,14 @@ def test_a_ddr3_folder_holds_the_memory_system_and_records_its_platform(tmp_path
     again = tmp_path / "w"
     assert main(["generate", "--config", str(out / "variant.json"), "-o", str(again)]) == 0
     assert open_variant(again).platform == variant.platform
+
+
+def test_a_ddr3_speedgrade_is_chosen_on_the_command_line(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["generate", *DDR3, "--memory", "ddr3", "--speedgrade", "1600", "-o",
+                 str(out)]) == 0
+    assert "ddr3 MT41K128M16-1600" in capsys.readouterr().out
+    assert open_variant(out).platform == PlatformConfig(memory="ddr3", speedgrade="1600")
 
 
 def test_the_ideal_memory_is_the_default_and_recorded(tmp_path):
@@ -45,6 +53,8 @@ def test_the_ideal_memory_is_the_default_and_recorded(tmp_path):
     ([*DDR3[:6], "--mem-addr-bits", "22", "--memory", "sdr"], "use --mem-addr-bits 21 or less"),
     ([*DDR3, "--refresh", "hot"], "add --memory sdr or --memory ddr3"),
     ([*DDR3, "--memory", "ddr3", "--dram-module", "MT48LC16M16"], "module must be one of"),
+    ([*DDR3, "--memory", "sdr", "--speedgrade", "1600"], "speedgrade must be None for memory"),
+    ([*DDR3, "--speedgrade", "1600"], "add --memory sdr or --memory ddr3"),
 ])
 def test_a_variant_that_does_not_fit_the_memory_is_refused(argv, message, tmp_path, capsys):
     assert main(["generate", *argv, "-o", str(tmp_path / "v")]) == 2

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.platform import MEMORIES, REFRESH, PlatformConfig
+from hwgen.platform import DDR3_SPEEDGRADES, MEMORIES, REFRESH, PlatformConfig
 
 #: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
 #: import before it must (tests/test_cli.py checks the two agree).
@@ -105,6 +105,9 @@ def add_platform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dram-module", dest="module",
                    help="the DRAM part, a LiteDRAM module class (default MT41K128M16 for ddr3, "
                         "IS42S16160 for sdr)")
+    p.add_argument("--speedgrade", choices=DDR3_SPEEDGRADES,
+                   help="ddr3 only: the grade whose timings LiteDRAM uses (default the slowest "
+                        "that runs at the clock: 800 at 100 MHz)")
 
 
 def platform_files(config: VariantConfig, platform: PlatformConfig) -> dict[str, str]:
@@ -151,9 +154,11 @@ def executor_from_args(args: argparse.Namespace):
 
 
 def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
-    """The platform of ``hwgen generate``: ``--memory``/``--refresh``/``--dram-module``, else
-    the one recorded in a ``--config`` descriptor, else the ideal memory."""
-    given = {name: getattr(args, name, None) for name in ("memory", "refresh", "module")}
+    """The platform of ``hwgen generate``: ``--memory``/``--refresh``/``--dram-module``/
+    ``--speedgrade``, else the one recorded in a ``--config`` descriptor, else the ideal
+    memory."""
+    given = {name: getattr(args, name, None)
+             for name in ("memory", "refresh", "module", "speedgrade")}
     if getattr(args, "config", None) and not any(v is not None for v in given.values()):
         try:
             data = json.loads(Path(args.config).read_text())
@@ -163,8 +168,8 @@ def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
             return PlatformConfig.from_dict(data["platform"])
     fields = {name: value for name, value in given.items() if value is not None}
     if fields and "memory" not in fields:
-        raise ValueError("--refresh and --dram-module describe a DRAM: add --memory sdr or "
-                         "--memory ddr3")
+        raise ValueError("--refresh, --dram-module and --speedgrade describe a DRAM: add "
+                         "--memory sdr or --memory ddr3")
     return PlatformConfig(**fields)
 
 

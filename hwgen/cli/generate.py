@@ -45,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
     memory_files = platform_files(config, platform)  # refuses a misfit
     descriptor = generate(config, Path(args.output), platform, memory_files)
     memory = "" if not platform.is_dram else (
-        f", on {platform.memory} {platform.module} ({platform.refresh} refresh, platform "
-        f"{platform.key()})")
+        f", on {platform.describe()} (platform {platform.key()})")
     print(f"variant {descriptor['key']}: {config.rows}x{config.cols}, epilogue "
           f"{','.join(config.epilogue) or 'none'}{memory} -> {args.output} "
           f"(Verilog in {descriptor['generate_seconds']:.2f} s)")
