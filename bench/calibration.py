@@ -4,8 +4,10 @@ four memories, held-out MLPerf Tiny workloads, and the sweep's throughput on eac
 1. **Folders**: ``hwgen generate`` of :data:`bench.platforms.VARIANT` on the ideal memory,
    SDR, DDR3 and DDR3 with hot refresh, under ``build/calibration/`` (made once).
 2. **Sweep** (``hwgen calibrate``): GEMMs, the bundled examples' kernels and random networks on
-   each folder, into ``build/calibration/profiles.db``. Resumable: a second ``make bench``
-   runs only what is missing.
+   each folder, and every candidate of the first random networks' GEMMs (alone and where the
+   network's memory plan puts them: shaped like the held-out models' candidates), into
+   ``build/calibration/profiles.db``. Resumable: a second ``make bench`` runs only what is
+   missing.
 3. **Held-out workloads**: the MLPerf Tiny models (``examples/real``, never in the sweep) run
    by ``hwgen run --db`` (fused and unfused) on each folder, and every candidate the engine
    prices for their GEMMs (``hwgen calibrate --candidates-of``), into a fresh
@@ -16,7 +18,7 @@ four memories, held-out MLPerf Tiny workloads, and the sweep's throughput on eac
    on a local process pool and on a Dask ``LocalCluster``, with 1 and 2 workers.
 
 Writes ``build/bench_calibration.json``. Run: ``python -m bench.calibration [--samples N]
-[--networks N] [--throughput-samples N] [--no-throughput]``.
+[--networks N] [--network-candidates N] [--throughput-samples N] [--no-throughput]``.
 """
 
 from __future__ import annotations
@@ -85,10 +87,11 @@ def _calibrate(variants, db: Path, *extra: str) -> dict:
     return json.loads(_run(*argv).splitlines()[-1])
 
 
-def sweep(variants: dict[str, str], samples: int, networks: int) -> dict:
+def sweep(variants: dict[str, str], samples: int, networks: int, candidates: int) -> dict:
     began = time.perf_counter()
     result = _calibrate(variants.values(), ROOT / "profiles.db", "--samples", str(samples),
-                        "--networks", str(networks), "--seed", "7", "--jobs", "2")
+                        "--networks", str(networks), "--network-candidates", str(candidates),
+                        "--seed", "7", "--jobs", "2")
     result["wall_seconds"] = round(time.perf_counter() - began, 1)
     print(f"sweep: {result['runs']} runs ({result['skipped']} already there), "
           f"{result['runs_per_minute']:.0f} runs/min", flush=True)
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=260, help="GEMMs per folder (default 260)")
     p.add_argument("--networks", type=int, default=30,
                    help="random networks per folder (default 30)")
+    p.add_argument("--network-candidates", dest="network_candidates", type=int, default=20,
+                   help="random networks whose GEMMs' candidates are swept too (default 20)")
     p.add_argument("--throughput-samples", dest="throughput_samples", type=int, default=96,
                    help="GEMMs per folder of the throughput sweep (default 96)")
     p.add_argument("--no-throughput", dest="throughput", action="store_false")
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ROOT.mkdir(parents=True, exist_ok=True)
     variants = folders()
     results = {"variant": VARIANT.to_dict(), "folders": variants,
-               "sweep": sweep(variants, args.samples, args.networks),
+               "sweep": sweep(variants, args.samples, args.networks, args.network_candidates),
                "held_out": held_out(variants), "report": train_and_score()}
     if args.throughput:
         results["throughput"] = throughput(variants, args.throughput_samples)

@@ -156,8 +156,10 @@ def gemm_specs(config: VariantConfig, samples: int,
 
 
 def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
-                    seed: int) -> list[tuple[GemmSpec, GemmFeatures]]:
-    """Every candidate the engine prices for each GEMM kernel of ``model`` (its
+                    seed: int, network: int = -1) -> list[tuple[GemmSpec, GemmFeatures]]:
+    """Every candidate the engine prices for each GEMM kernel of ``model`` (or of the random
+    network of seed ``network``, :mod:`sim.synthetic`, grouped as that network's workload;
+    seeded by the network, so that two networks' identical candidates are two runs) (its
     :meth:`~fusion.kernels.gemm.kind.GemmKind.variants`: the tiler's best tilings, the best
     of each loop order, streamed B), fused and unfused, as GEMMs of the model's workload:
     what selection regret is measured on (how much slower the predicted-best candidate of a
@@ -172,7 +174,9 @@ def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
     twin's plus :data:`PLACED_SEED`, so that both are stored (a run's key holds the seed)."""
     from fusion.kernels.gemm.params import GemmParams
 
-    compiled = _compile(model, -1, True, config, platform)
+    compiled = _compile(model, network, True, config, platform)
+    group = f"network {network}" if network >= 0 else f"model {compiled.graph.name}"
+    first = (network if network >= 0 else seed) * 1_000_003
     out: dict[tuple, tuple[GemmSpec, GemmFeatures]] = {}
     for i, k in enumerate(compiled.kernels):
         p = k.spec.params
@@ -183,9 +187,8 @@ def candidate_specs(model: str, config: VariantConfig, platform: PlatformConfig,
         for fused in (True, False) if p.stages else (True,):
             base = dataclasses.replace(p, tiling=None, fused=fused)
             for v in k.spec.kind.variants(config, base):
-                spec = GemmSpec(v.M, v.K, v.N, tuple(v.stages), v.fused, v.tiling,
-                                seed * 1_000_003 + i, f"model {compiled.graph.name}", v.kgroup,
-                                v.kmajor_out, v.epilogue)
+                spec = GemmSpec(v.M, v.K, v.N, tuple(v.stages), v.fused, v.tiling, first + i,
+                                group, v.kgroup, v.kmajor_out, v.epilogue)
                 placed = ([dataclasses.replace(spec, seed=spec.seed + PLACED_SEED,
                                                placement=placement)]
                           if k.spec.kind.regions(config, v) == regions else [])
@@ -347,11 +350,15 @@ class SweepResult:
 
 def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
                run_key: Callable[[Row, str, int], str], *, models: bool = True,
-               networks: int = 0, candidates_of: Sequence[str] = ()) -> tuple[list[Task], int]:
+               networks: int = 0, candidates_of: Sequence[str] = (),
+               network_candidates: int = 0) -> tuple[list[Task], int]:
     """The tasks of a sweep over ``folders``, leaving out every run whose key is in ``done``
     (what the database holds); and how many runs were left out. ``models``: the bundled
     examples' kernels too; ``networks``: that many random networks' kernels too;
-    ``candidates_of``: every candidate of these models' GEMMs too (:func:`candidate_specs`)."""
+    ``candidates_of``: every candidate of these models' GEMMs too (:func:`candidate_specs`);
+    ``network_candidates``: of the first that many random networks' GEMMs too (training data
+    shaped like a model's candidates: convolutions' GEMMs, the engine's tilings, alone and
+    where the network's memory plan puts them)."""
     from hwgen.gateware.folder import open_variant
 
     tasks: list[Task] = []
@@ -363,6 +370,8 @@ def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
         drawn = gemm_specs(config, samples, seed)
         for model in candidates_of:
             drawn += candidate_specs(model, config, platform, seed)
+        for i in range(network_candidates):
+            drawn += candidate_specs("", config, platform, seed, network_seed(seed, i))
         for spec, features in drawn:
             if run_key(Row(features, {}, platform=platform), SOURCE, spec.seed) in done:
                 skipped += 1

@@ -28,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also every candidate the engine prices for each GEMM of this ONNX "
                         "model (tilings, loop orders, streamed B; fused and unfused), grouped "
                         "as the model's workload: what selection regret is measured on")
+    p.add_argument("--network-candidates", dest="network_candidates", type=count, default=0,
+                   metavar="N",
+                   help="also every candidate of the first N random networks' GEMMs (as "
+                        "--candidates-of measures a model's), grouped as each network's "
+                        "workload: training data shaped like a model's candidates (default 0)")
     p.add_argument("--jobs", type=positive_int, default=1,
                    help="local worker processes (default 1)")
     p.add_argument("--scheduler", metavar="ADDRESS",
@@ -61,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
                                     ProfileDB.run_key, models=args.models,
                                     networks=_networks(args),
-                                    candidates_of=args.candidates_of)
+                                    candidates_of=args.candidates_of,
+                                    network_candidates=args.network_candidates)
 
         def sink(rows) -> int:
             return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]

@@ -79,13 +79,20 @@ def test_random_networks_and_every_candidate_of_a_models_gemms_are_swept(folders
     model = EXAMPLES / "qdq_mlp_residual.onnx"
     result = _calibrate(capsys, "--variant", folders[1], "--samples", "0", "--no-models",
                         "--networks", "1", "--candidates-of", str(model), "--db", str(db),
-                        "--jobs", "2")
+                        "--network-candidates", "1", "--jobs", "2")
     with ProfileDB(db) as profiles:
         rows = profiles.rows()
     assert result["mismatched"] == 0 and result["failed"] == [] and all(r.ok for r in rows)
     assert {r.platform.memory for r in rows} == {"ddr3"}
     network = [r for r in rows if r.workload == "network 0"]
     assert {r.features.kind for r in network} >= {"gemm", "pass"}
+    # the network's GEMMs' candidates too, alone and placed, as the network's workload:
+    # more than the network's own kernels, and none of them run twice
+    network_gemms = [r for r in network if r.features.kind == "gemm"]
+    assert len({r.features.tiling for r in network_gemms}) > 2
+    assert any(r.features.placement is not None and "kernel" not in r.extra
+               for r in network_gemms)
+    assert len({(r.features, r.extra["seed"]) for r in network}) == len(network)
     # the model's GEMMs, each with the candidates the engine prices: tilings, loop orders,
     # fused and unfused
     candidates = [r for r in rows if r.workload == "model qdq_mlp_residual"]
