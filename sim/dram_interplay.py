@@ -10,6 +10,10 @@ simulation, like the ideal memory's micro-benchmarks (``tests/fusion/cost/test_m
 - ``read``: one LOAD of ``READ_WORDS`` consecutive words into the int32 epilogue rows (a word
   a cycle: the port's pace, not the engine's);
 - ``read_chain``: the same words in LOADs of ``CHUNK`` words, each continuing the one before;
+- ``read_paced``: ``PACED_LOADS`` chained LOADs of ``PACED_WORDS`` words into the A
+  scratchpad, whose rows are narrower than a word: the engine requests a word every
+  ``port_bytes / rows`` cycles, slower than the port (a refresh still holds it, and the engine
+  never makes up the requests it lost: the whole span stretches);
 - ``read_switch``, ``read_activate``: LOADs of ``CHUNK`` words taking turns between two
   regions, in rows already open in two banks, or in two rows of one bank (each turn opens
   its row again);
@@ -50,6 +54,9 @@ from hwgen.platform import PlatformConfig, PortFigures
 READ_WORDS = 1024
 CHUNK = 16
 STORE_ROWS = 256
+#: The paced LOADs: long enough together to span several refreshes (one every 782 cycles).
+PACED_LOADS = 8
+PACED_WORDS = 256
 
 
 def _page(figures: PortFigures, bank: int, row: int) -> int:
@@ -75,9 +82,12 @@ def programs(config: VariantConfig, figures: PortFigures) -> dict[str, str]:
         return f"epipass src=r0, out=r2, bias=r0, res=r0, rows={rows}, mask=0, dt={dt}\n"
 
     turns = READ_WORDS // CHUNK // 2
+    paced = (f"load dst=a, ext=r1, spad=r0, stride=r0, count=1, len={PACED_WORDS}\n"
+             f"addi rd=r1, rs=r1, imm={PACED_WORDS}\n")
     return {
         "read": setup(other, other) + load(READ_WORDS),
         "read_chain": setup(other, other) + step("r1") * (2 * turns),
+        "read_paced": setup(other, other) + paced * PACED_LOADS,
         "read_switch": setup(other, _page(figures, 3, 7)) + (step("r1") + step("r4")) * turns,
         "read_activate": setup(other, _page(figures, 0, 7)) + (step("r1") + step("r4")) * turns,
         "read_wide": setup(other, other) + load(READ_WORDS) + epipass("i32", STORE_ROWS // 4),

@@ -318,10 +318,12 @@ class Machine(SharedPort):
             start = max(take + 1, chained)
             if start > chained:  # the port's reads had stopped: a new run of them
                 self.req_from = start
-            # drains still writing when it starts: the share of their writes from then on
+            # drains still writing when it starts, or starting before its last request:
+            # the share of their writes from then on; drains after it wait for the next
+            end = start + rest
             rest += round(sum(c * min(1.0, (b - start + 1) / (b - a + 1))
-                              for a, b, c in self.pending if b >= start))
-            self.pending = []
+                              for a, b, c in self.pending if b >= start and a <= end))
+            self.pending = [(a, b, c) for a, b, c in self.pending if a > end]
             self.dma_take = start + rest
             issue = rest + gap
             self.read = (addr, count, length, stride, start, rest + gap)

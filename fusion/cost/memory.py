@@ -17,8 +17,10 @@ kernels:
   :mod:`fusion.cost.shared_port`'s).
 - **latency**: the mean sequential read latency replaces ``port_latency``.
 - **refresh, as a rate**: the port is held ``refresh_hold`` cycles every tREFI (halved when
-  hot), so the memory's cycles stretch by ``1 / (1 - share)``. The characterized figures
-  were measured with the normal refresh running; its share is taken out of them first.
+  hot), so the memory's cycles stretch by ``1 / (1 - share)``: a LOAD's whole span of
+  requests, also where the engine requests slower than the port serves (the engine never
+  makes up a request a refresh cost it). The characterized figures were measured with the
+  normal refresh running; its share is taken out of them first.
 
 Within a LOAD the DRAM row a word falls in is counted from address 0: a LOAD's own pattern,
 not its alignment, decides its cost (the walk of a built program knows the banks of its
@@ -179,7 +181,9 @@ def _load_cycles(model: MemoryModel, count: int, length: int, stride: int,
     seq, bank, row = _classes(count, length, stride, f.words_per_row, f.banks)
     t_seq, t_bank, t_row = model.word_costs()
     stretch = 1 / (1 - model.refresh_share)
-    rest = (seq * max(gap, t_seq * stretch) + bank * max(gap, t_bank * stretch)
-            + row * max(gap, t_row * stretch))
+    # a refresh holds the port however often the engine requests, and the engine never
+    # makes up a request it lost: the whole span of requests stretches, not only the words
+    # the port is slower for than the engine
+    rest = (seq * max(gap, t_seq) + bank * max(gap, t_bank) + row * max(gap, t_row)) * stretch
     first = max(gap, (t_seq + first_extra) * stretch)
     return round(first), round(rest)

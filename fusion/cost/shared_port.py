@@ -3,11 +3,12 @@ Machine` prices it (:mod:`fusion.cost.memory` has the costs; ``docs/memory.md`` 
 
 The adapter gives writes the port, so a drain's stores cut into the LOAD requesting then,
 whose requests (and all after them) end later by what the stores cost; a drain while no load
-requests is paid by the next LOAD for the share still going on when it starts. A LOAD's
-first word costs what its relation to the read before does: it continues it, switches to a
-row open in another bank, or activates another row of a bank. A walk of a program knows the
-addresses (the banks and rows each store and LOAD fall in, and the rows left open); a walk
-of a template knows only which register a LOAD reads through.
+requests is paid by the next LOAD that requests before it begins, for the share still going
+on when that LOAD starts. A LOAD's first word costs what its relation to the read before
+does: it continues it, switches to a row open in another bank, or activates another row of
+a bank. A walk of a program knows the addresses (the banks and rows each store and LOAD fall
+in, and the rows left open); a walk of a template knows only which register a LOAD reads
+through.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class SharedPort:
         the port, so a LOAD requesting then loses what they cost it
         (:meth:`~fusion.cost.memory.MemoryModel.write_cut_cycles`): its requests, and all
         after them, end that much later. Writes while no load requests are paid by the next
-        load for the part still going on when it starts. Rows narrower than a word come a
+        load requesting before they begin, for the part still going on when it starts (a
+        short load may be done requesting before them). Rows narrower than a word come a
         word every ``spacing`` cycles, each word a turn of its own; wider ones stream, one
         turn a drain (none when it follows the drain before without a gap)."""
         self.last_write = last

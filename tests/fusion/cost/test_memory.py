@@ -44,11 +44,14 @@ def test_a_row_conflicting_load_is_slower_than_a_sequential_one_of_the_same_byte
     assert seq == round(511 * t_seq * stretch)
 
 
-def test_the_engine_rate_bounds_each_word():
-    # with a request every 2 cycles a sequential DDR3 read (1.1 cycles) waits for the engine
+def test_the_engine_rate_bounds_each_word_and_refresh_stretches_the_span():
+    # with a request every 2 cycles a sequential DDR3 read (1.1 cycles) waits for the engine;
+    # a refresh holds the port all the same, and the engine never makes up the requests it
+    # lost (sim.dram_interplay's read_paced: measured 4,235 cycles, 4,244 predicted; 4,124
+    # with the refresh charged only where the port is slower than the engine)
     m = model()
     _, rest = m.load_cycles(1, 100, 100, gap=2)
-    assert rest == 99 * 2
+    assert rest == round(99 * 2 / (1 - m.refresh_share)) > 99 * 2
     # behind SDR's down-converter (9 cycles a 16-byte word) the memory is the bound
     _, rest = model(SDR).load_cycles(1, 100, 100, gap=2)
     assert rest > 99 * 8
@@ -203,6 +206,18 @@ def test_stores_between_loads_are_paid_by_the_next_load_for_their_part_after_it_
     late.seq = last + 1  # the load starts after the stores are done: nothing to pay
     late.load(16 * V.port_bytes, V.cols * 4)
     assert m.dma_take - m.read[4] > late.dma_take - late.read[4]
+
+
+def test_stores_that_start_after_a_loads_last_request_are_paid_by_the_next_load():
+    m = Machine(V, model())
+    m.epipass(64, 4)  # its stores begin a few cycles from now
+    (first, _, cost), = m.pending
+    m.load(V.port_bytes, V.cols * 4)  # one word, requested before they begin
+    assert m.read[4] + m.read[5] < first and m.read[5] == 1  # not delayed by them
+    assert m.pending == [(first, _, cost)]  # still owed
+    m.seq = first + 5  # a load requesting while they write pays their share from then on
+    m.load(16 * V.port_bytes, V.cols * 4)
+    assert m.pending == [] and m.read[5] > 16
 
 
 def test_done_waits_for_the_adapter_to_settle_after_the_last_store():
