@@ -421,6 +421,20 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                     pc = get("target")
 
 
+def program_or_template(config: VariantConfig, platform: PlatformConfig | None,
+                        instructions: Callable[[], tuple | None],
+                        template: Callable[[], int]) -> int:
+    """A kind's analytical cycles: on a DRAM port the walk of its built program
+    (``instructions``, :func:`built_instructions` of the kernel at its placement), whose
+    addresses say which bank each store and LOAD falls in; the ``template``'s walk on the
+    ideal memory (exact there, and cheaper) or when the program cannot be built."""
+    if platform is not None and platform.is_dram:
+        instrs = instructions()
+        if instrs is not None:
+            return estimate_program(config, instrs, platform)
+    return template()
+
+
 def built_instructions(build: Callable[[], Any]) -> tuple | None:
     """The instructions of the program ``build`` makes (a kind's
     :class:`~fusion.kernels.protocol.Build` of a kernel placed alone: its regions packed from

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import built_instructions, estimate_max, estimate_program
+from fusion.cost.analytical import built_instructions, estimate_max, program_or_template
 from fusion.cost.model import Features, placement_of
 from fusion.kernels.eltmax.build import build_max, max_dims, max_sizes
 from fusion.kernels.layout import place
@@ -38,11 +38,9 @@ class MaxFeatures(Features):
         passes; on a DRAM port the walk of the program at its placement or built alone
         (:func:`~fusion.cost.analytical.built_instructions`), whose addresses say which bank
         its stores and loads fall in."""
-        if platform is not None and platform.is_dram:
-            instrs = _built(self)
-            if instrs is not None:
-                return estimate_program(self.config, instrs, platform)
-        return estimate_max(self.config, self.M, self.N, self.n_inputs, platform)
+        return program_or_template(
+            self.config, platform, lambda: _built(self),
+            lambda: estimate_max(self.config, self.M, self.N, self.n_inputs, platform))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),

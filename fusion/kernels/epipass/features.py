@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import built_instructions, estimate_pass, estimate_program
+from fusion.cost.analytical import built_instructions, estimate_pass, program_or_template
 from fusion.cost.model import Features, placement_of
 from fusion.kernels.epipass.build import build_pass, pass_dims, pass_sizes
 from fusion.kernels.layout import place
@@ -55,13 +55,11 @@ class PassFeatures(Features):
         a DRAM port the walk of the program at its placement or built alone
         (:func:`~fusion.cost.analytical.built_instructions`), whose addresses say which bank
         its stores and loads fall in."""
-        if platform is not None and platform.is_dram:
-            instrs = _built(self)
-            if instrs is not None:
-                return estimate_program(self.config, instrs, platform)
-        return estimate_pass(self.config, self.M, self.N, stages=self.stages,
-                             params=self.epilogue, src_dtype=self.src_dtype,
-                             out_dtype=self.out_dtype, platform=platform)
+        return program_or_template(
+            self.config, platform, lambda: _built(self),
+            lambda: estimate_pass(self.config, self.M, self.N, stages=self.stages,
+                                  params=self.epilogue, src_dtype=self.src_dtype,
+                                  out_dtype=self.out_dtype, platform=platform))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import built_instructions, estimate, estimate_program
+from fusion.cost.analytical import built_instructions, estimate, program_or_template
 from fusion.cost.model import Features, placement_of
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
@@ -188,11 +188,8 @@ class GemmFeatures(Features):
         built alone (:func:`~fusion.cost.analytical.built_instructions`): which bank each store
         and each LOAD falls in decides what they cost each other there, and only the program
         knows it."""
-        if platform is not None and platform.is_dram:
-            instrs = _built(self)
-            if instrs is not None:
-                return estimate_program(self.config, instrs, platform)
-        return estimate(self, platform).cycles
+        return program_or_template(self.config, platform, lambda: _built(self),
+                                   lambda: estimate(self, platform).cycles)
 
     # -- JSON ------------------------------------------------------------------------------
 
