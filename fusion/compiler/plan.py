@@ -391,7 +391,7 @@ def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
             note += (f"{c.spec.kind.variant_label(c.spec.params)} does not fit the "
                      f"instruction memory ({exc}); ")
             continue
-        if n and c.spec.params != candidates[0].spec.params:
+        if n:
             note += "built with the next-best variant"
         elif c.placed and c.spec.params != spec.params:
             label = c.spec.kind.variant_label

@@ -32,18 +32,18 @@ three cycles a pass over.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fusion.cost.machine import Machine
 from fusion.cost.memory import MemoryModel
-from fusion.cost.model import CostModel, Features
+from fusion.cost.model import CostModel, Features, placement_of
 from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.gemm.stream import stream_context
-from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.layout import GemmDims, Region, place
 from hwgen.config import VariantConfig
 from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
 from hwgen.platform import PlatformConfig
@@ -435,15 +435,19 @@ def program_or_template(config: VariantConfig, platform: PlatformConfig | None,
     return template()
 
 
-def built_instructions(build: Callable[[], Any]) -> tuple | None:
+def built_instructions(features: Features, sizes: Mapping[str, int],
+                       build: Callable[[dict[str, Region]], Any]) -> tuple | None:
     """The instructions of the program ``build`` makes (a kind's
-    :class:`~fusion.kernels.protocol.Build` of a kernel placed alone: its regions packed from
-    word 0), for :func:`estimate_program`; None when it cannot be built (a program longer
-    than the variant's instruction memory: the caller walks the template instead, and
-    building it is refused where it would run). On a DRAM port the program's own addresses
-    decide what its stores and loads cost each other (:mod:`fusion.cost.memory`)."""
+    :class:`~fusion.kernels.protocol.Build`) over the kernel's regions (``sizes``: name ->
+    bytes), for :func:`estimate_program`: at ``features.placement`` (a plan's placement that
+    does not fit the regions is an error, never a fallback), or packed from word 0 for a
+    kernel built alone. None when it cannot be built (a program longer than the variant's
+    instruction memory: the caller walks the template instead, and building it is refused
+    where it would run)."""
+    at = placement_of(features)
+    placed = place(features.config, sizes, at) if at else None
     try:
-        built = build()
+        built = build(placed or place(features.config, sizes))
     except ValueError:
         return None
     return tuple(built.program.instrs)
@@ -458,8 +462,9 @@ class AnalyticalModel(CostModel):
     ----------
     platform : PlatformConfig, optional
         The memory behind the port: the ideal memory by default (exact), or a DRAM
-        platform, whose port loads and stores share (:mod:`fusion.cost.memory`; GEMMs and
-        passes there are priced by the walk of their program built alone).
+        platform, whose port loads and stores share (:mod:`fusion.cost.memory`; GEMMs,
+        passes and maxes there are priced by the walk of their program where it lies,
+        :attr:`fusion.cost.model.Features.placement`).
     """
 
     name = "analytical"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion.cost.data import Row
-from fusion.cost.model import Features
+from fusion.cost.model import Features, placement_of
 from fusion.cost.profile_records import (
     COLUMNS,
     PROFILE_KEY,
@@ -309,7 +309,7 @@ class ProfileDB:
         if placement is not None:
             cycles = [c for c, at in records if at == placement]
         else:
-            at_it = dict(features.placement) if features.placement else None
+            at_it = placement_of(features)
             cycles = [c for c, at in records if at_it is not None and at == at_it]
             cycles = cycles or [c for c, _ in records]
         return float(statistics.median(cycles)) if cycles else None

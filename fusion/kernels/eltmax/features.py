@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusion.cost.analytical import built_instructions, estimate_max, program_or_template
-from fusion.cost.model import Features, placement_of
+from fusion.cost.model import Features
 from fusion.kernels.eltmax.build import build_max, max_dims, max_sizes
-from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 
@@ -59,9 +58,5 @@ def _built(f: MaxFeatures) -> tuple | None:
     from word 0), or None when it cannot be built; cached (the walk is not: every pricing
     records its machine)."""
     dims = max_dims(f.config, f.M, f.N)
-    sizes = max_sizes(dims, f.n_inputs)
-    # a plan's placement that does not fit the regions is an error, never a fallback
-    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
-    return built_instructions(lambda: build_max(
-        f.config, dims, f.n_inputs, placed or place(f.config, sizes),
-        what=f"max of {f.n_inputs} planes {f.M}x{f.N}"))
+    return built_instructions(f, max_sizes(dims, f.n_inputs), lambda regions: build_max(
+        f.config, dims, f.n_inputs, regions, what=f"max of {f.n_inputs} planes {f.M}x{f.N}"))

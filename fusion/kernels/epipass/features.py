@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusion.cost.analytical import built_instructions, estimate_pass, program_or_template
-from fusion.cost.model import Features, placement_of
+from fusion.cost.model import Features
 from fusion.kernels.epipass.build import build_pass, pass_dims, pass_sizes
-from fusion.kernels.layout import place
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
@@ -81,12 +80,7 @@ def _built(f: PassFeatures) -> tuple | None:
     from word 0), or None when it cannot be built; cached (the walk is not: every pricing
     records its machine)."""
     dims = pass_dims(f.config, f.M, f.N)
-    sizes = pass_sizes(dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype)
-    # a plan's placement that does not fit the regions is an error, never a fallback
-    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
-
-    def build():  # noqa: ANN202 - a Build
-        return build_pass(f.config, dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype,
-                          placed or place(f.config, sizes), what=f"pass {f.M}x{f.N}")
-
-    return built_instructions(build)
+    return built_instructions(
+        f, pass_sizes(dims, f.stages, f.epilogue, f.src_dtype, f.out_dtype),
+        lambda regions: build_pass(f.config, dims, f.stages, f.epilogue, f.src_dtype,
+                                   f.out_dtype, regions, what=f"pass {f.M}x{f.N}"))

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fusion.cost.analytical import built_instructions, estimate, program_or_template
-from fusion.cost.model import Features, placement_of
+from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.layout import GemmDims, place
+from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
@@ -242,8 +242,5 @@ def _built(f: GemmFeatures) -> tuple | None:
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
                    kgroup=f.kgroup, kmajor_out=f.kmajor_out)
-    sizes = gemm_sizes(f.dims, p)
-    # a plan's placement that does not fit the regions is an error, never a fallback
-    placed = place(f.config, sizes, placement_of(f)) if f.placement else None
-    return built_instructions(lambda: build_program(f.config, p,
-                                                    placed or place(f.config, sizes)))
+    return built_instructions(f, gemm_sizes(f.dims, p),
+                              lambda regions: build_program(f.config, p, regions))
