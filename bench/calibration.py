@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=260, help="GEMMs per folder (default 260)")
     p.add_argument("--networks", type=int, default=30,
                    help="random networks per folder (default 30)")
-    p.add_argument("--network-candidates", dest="network_candidates", type=int, default=20,
-                   help="random networks whose GEMMs' candidates are swept too (default 20)")
+    p.add_argument("--network-candidates", dest="network_candidates", type=int, default=60,
+                   help="random networks whose GEMMs' candidates are swept too (default 60)")
     p.add_argument("--throughput-samples", dest="throughput_samples", type=int, default=96,
                    help="GEMMs per folder of the throughput sweep (default 96)")
     p.add_argument("--no-throughput", dest="throughput", action="store_false")

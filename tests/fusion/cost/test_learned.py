@@ -87,6 +87,23 @@ def test_features_name_the_kind_the_variant_the_platform_and_the_analytical_esti
     assert featurize(p, PlatformConfig())["kind=pass"] == 1
 
 
+def test_a_placed_kernel_shows_which_of_its_regions_share_a_bank():
+    f = GemmFeatures.for_gemm(DRAM_TEST, 64, 64, 64, stages=("bias", "requant"))
+    ddr3 = PlatformConfig(memory="ddr3")
+    fig = ddr3.port_figures(DRAM_TEST.port_bytes)
+    row = fig.words_per_row
+    at = {"a": 0, "b": 2 * row, "bias": (fig.banks + 2) * row, "out": 5 * row}
+    v = featurize(f.at(at), ddr3)
+    # b and bias: two rows of bank 2; a in bank 0, out in bank 5
+    assert v["placement.same_bank.b.bias"] == 1 and v["placement.bank_distance.b.bias"] == 0
+    assert v["placement.same_bank.a.out"] == 0 and v["placement.bank_distance.a.out"] == 5
+    assert v["placement.bank_distance.a.b"] == 2 and v["placement.bank_distance.b.out"] == 3
+    assert len([k for k in v if k.startswith("placement.")]) == 2 * 6  # every pair of four
+    # built alone, or on the ideal memory (no banks), there is no placement to show
+    assert not any(k.startswith("placement.") for k in featurize(f, ddr3))
+    assert not any(k.startswith("placement.") for k in featurize(f.at(at), PlatformConfig()))
+
+
 def test_fit_and_predict_are_deterministic_with_the_seed(rows, trees):
     features = [r.features for r in rows[::7]]
     again = LearnedModel(rows, FOREST, BOOSTING, seed=3)
