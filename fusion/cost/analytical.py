@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fusion.cost.activations import row_activations
 from fusion.cost.machine import Machine
 from fusion.cost.memory import MemoryModel
 from fusion.cost.model import CostModel, Features, placement_of
@@ -295,7 +296,10 @@ def _machine(config: VariantConfig, platform: PlatformConfig | None) -> Machine:
 def walk_totals(f: Features, platform: PlatformConfig | None = None,
                 ) -> tuple[int, dict[str, int] | None]:
     """A kernel's analytical cycles (``f.analytical_cycles``) and its walk's totals
-    (:attr:`Machine.TOTALS`: bytes moved, LOADs, drains, DRAM words by class), for any kind.
+    (:attr:`Machine.TOTALS`: bytes moved, LOADs, drains, DRAM words by class), for any kind;
+    on a DRAM whose addresses the walk knew (a program's), also the rows its reads and its
+    writes open (``acts_load``, ``acts_store``: :func:`fusion.cost.activations.
+    row_activations`).
 
     The totals are None when the kind's walk did not run here (kinds that cache their
     cycles by program: the convolution and window kernels, after their first estimate).
@@ -308,7 +312,12 @@ def walk_totals(f: Features, platform: PlatformConfig | None = None,
         _RECORDING.reset(token)
     if len(machines) != 1:
         return cycles, None
-    return cycles, {name: getattr(machines[0], name) for name in Machine.TOTALS}
+    m = machines[0]
+    totals = {name: getattr(m, name) for name in Machine.TOTALS}
+    if m.memory is not None and m.accesses:
+        totals["acts_load"], totals["acts_store"] = row_activations(
+            m.accesses, m.memory.figures, m.memory.refresh_divisor)
+    return cycles, totals
 
 
 def estimate(f: Features, platform: PlatformConfig | None = None) -> Estimate:

@@ -137,6 +137,11 @@ class Machine(SharedPort):
         self.read: tuple[int, int, int, int, int, int] | None = None  # the newest load's
         # (addr, count, len, stride, first request, span), to find the word it reads when
         self.open_rows: dict[int, int] = {}  # bank -> open row (walks of programs only)
+        # the DRAM accesses whose addresses the walk knows (walks of programs), in the order
+        # it makes them, for a replay of the banks' rows (fusion.cost.activations): a LOAD's
+        # ("load", (addr, count, len, stride, first request, span)), a drain's
+        # ("store", (out, words, first write, last write))
+        self.accesses: list[tuple[str, tuple]] = []
 
     # -- repetition --------------------------------------------------------------------------
 
@@ -330,6 +335,7 @@ class Machine(SharedPort):
             self.last_source = source
             if addr is not None:
                 self._opened(addr, count, length, stride)
+                self.accesses.append(("load", self.read))
         self.dma_issue = self.dma_take + gap
         first_row = row_words or max(1, row_bytes // self.W)
         self.rows_started = (self.rows_started + [start + self.latency

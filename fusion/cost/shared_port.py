@@ -40,6 +40,7 @@ class SharedPort:
     last_source: object
     loads_done: list[int]
     rows_started: list[int]
+    accesses: list[tuple[str, tuple]]
 
     def _writes(self, first: int, last: int, words: float, *, spacing: float,
                 joined: bool, out: int | None) -> None:
@@ -60,6 +61,7 @@ class SharedPort:
                 reading = self._reading(first)
                 same = float(reading is not None and reading[0] == bank and reading[1] != row)
             self.open_rows[bank] = row
+            self.accesses.append(("store", (out, words, first, last)))
         cost = self.memory.write_cut_cycles(words, spacing=spacing, turn=not joined,
                                             same_bank=same)
         if self.loads and self.req_from <= first < self.dma_take:

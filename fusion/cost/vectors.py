@@ -5,10 +5,10 @@ numeric fields of its features' JSON (shapes, tiling, fused, stages; not what on
 kernel knows), the variant's numbers, the platform's memory, its log work, and
 the analytical estimate with its log (so that a regressor learns what the analytical model
 misses), the traffic of the analytical walk (LOADs, drains, bytes moved, DRAM words by
-row-buffer class, and their shares: what the first-order memory model prices only in
-part), and, for a kernel placed on a DRAM, how its regions' first words lie in the banks
-(:func:`_placement`). :func:`matrix` lines vectors up in columns; a name a kernel lacks is
-:data:`MISSING` there.
+row-buffer class, the rows its reads and writes open (:mod:`fusion.cost.activations`), and
+their shares and rates: what the first-order memory model prices only in part), and, for a
+kernel placed on a DRAM, how its regions' first words lie in the banks (:func:`_placement`).
+:func:`matrix` lines vectors up in columns; a name a kernel lacks is :data:`MISSING` there.
 """
 
 from __future__ import annotations
@@ -106,6 +106,9 @@ def _traffic(cycles: float, t: dict[str, int], port_bytes: int, out: dict[str, f
         out["traffic.store_share"] = t["bytes_stored"] / (t["bytes_loaded"] + t["bytes_stored"])
     if moved:
         out["traffic.cycles_per_word"] = cycles / moved
+    for name in ("acts_load", "acts_store"):  # rows opened (fusion.cost.activations)
+        if name in t:
+            out[f"traffic.{name}_per_kcycle"] = 1000.0 * t[name] / max(1.0, cycles)
 
 
 def _placement(features: Features, platform: PlatformConfig, out: dict[str, float]) -> None:
