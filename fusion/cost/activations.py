@@ -12,8 +12,8 @@ Why not a cost: when an activation costs time depends on what the controller ove
 (its bank machines look ahead), which the walk does not model; the count is still what tells
 apart tilings whose streams share a bank. Counted apart for words read and words written,
 it took the held-out DDR3 MAPE of the learned model from 2.11% to 2.00% and its worst
-selection regret from 7.30% to 4.15% (a scratch experiment over ``bench.calibration``'s
-databases; ``docs/calibration.md``). Over the held-out GEMMs it correlates 0.85 with the
+selection regret from 7.30% to 4.15% (``python -m bench.calibration`` before and after;
+``docs/calibration.md``). Over the held-out GEMMs it correlates 0.85 with the
 counter of measured activations, with a median ratio of 1.00.
 """
 
@@ -69,14 +69,13 @@ def row_activations(accesses: Sequence[tuple[str, tuple]], figures: PortFigures,
     if not accesses:
         return 0, 0
     t, addr, store = _words(accesses)
-    order = np.argsort(t, kind="stable")
-    t, addr, store = t[order], addr[order], store[order]
     page = addr // figures.words_per_row
     bank, row = page % figures.banks, page // figures.banks
     epoch = np.floor(t * refresh_divisor / figures.refresh_interval).astype(np.int64)
-    # each bank's words in time order (a stable sort keeps it): a word opens a row unless
-    # the word before in its bank was in the same row, with no refresh between
-    order = np.argsort(bank, kind="stable")
+    # each bank's words in time order (words at the same time in the walk's order): a word
+    # opens a row unless the word before in its bank was in the same row, with no refresh
+    # between
+    order = np.lexsort((t, bank))
     bank, row, epoch, store = bank[order], row[order], epoch[order], store[order]
     opens = np.ones(len(bank), bool)
     opens[1:] = (bank[1:] != bank[:-1]) | (row[1:] != row[:-1]) | (epoch[1:] != epoch[:-1])
