@@ -113,6 +113,12 @@ class PortFigures:
     write_word_same_spaced: float = 0.0
     write_settle: float = 0.0
 
+    def bank_row(self, addr):  # noqa: ANN001, ANN201 - an int, or an array of them
+        """The bank and the row of port-word address ``addr`` (``ROW_BANK_COL``: pages of
+        :attr:`words_per_row` words dealt to the banks in turn); elementwise on arrays."""
+        page = addr // self.words_per_row
+        return page % self.banks, page // self.banks
+
 
 #: The characterized ports, by (memory, module, speedgrade, port bits): the normal-refresh
 #: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and

@@ -69,8 +69,7 @@ def row_activations(accesses: Sequence[tuple[str, tuple]], figures: PortFigures,
     if not accesses:
         return 0, 0
     t, addr, store = _words(accesses)
-    page = addr // figures.words_per_row
-    bank, row = page % figures.banks, page // figures.banks
+    bank, row = figures.bank_row(addr)
     epoch = np.floor(t * refresh_divisor / figures.refresh_interval).astype(np.int64)
     # each bank's words in time order (words at the same time in the walk's order): a word
     # opens a row unless the word before in its bank was in the same row, with no refresh

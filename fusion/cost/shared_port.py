@@ -70,9 +70,7 @@ class SharedPort:
             self.pending = (self.pending + [(first, last, cost)])[-PENDING:]
 
     def _bank_row(self, addr: int) -> tuple[int, int]:
-        f = self.memory.figures
-        page = addr // f.words_per_row
-        return page % f.banks, page // f.banks
+        return self.memory.figures.bank_row(addr)
 
     def _reading(self, cycle: int) -> tuple[int, int] | None:
         """Bank and row of the word the newest load requests at ``cycle`` (None: it is not

@@ -123,7 +123,7 @@ def _placement(features: Features, platform: PlatformConfig, out: dict[str, floa
     if features.placement is None or not platform.is_dram:
         return
     fig = platform.port_figures(features.config.port_bytes)
-    bank = {name: (addr // fig.words_per_row) % fig.banks for name, addr in features.placement}
+    bank = {name: fig.bank_row(addr)[0] for name, addr in features.placement}
     names = sorted(bank)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
