@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bad_input_cases import Case, Workspace, cases
+from bench.bad_input_stores import store_cases
 from bench.bad_input_workloads import workload_cases
 
 
@@ -109,7 +110,7 @@ def campaign(only: str = "", select: Callable[[Case], bool] | None = None) -> li
     with tempfile.TemporaryDirectory(prefix="hwgen-bad-") as tmp:
         ws = Workspace(Path(tmp))
         return [run_case(ws, case, Path(tmp) / "cases" / f"{i:03d}")
-                for i, case in enumerate(cases() + workload_cases())
+                for i, case in enumerate(cases() + workload_cases() + store_cases())
                 if only in case.name and (select is None or select(case))]
 
 

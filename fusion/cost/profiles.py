@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import statistics
 from collections.abc import Iterable, Iterator
@@ -44,6 +45,7 @@ from fusion.cost.profile_records import (
     run_key,
     tool_versions,
 )
+from hwgen.atomic import write_file
 from hwgen.platform import PlatformConfig
 
 #: How long a writer waits for another one's transaction before giving up (ms).
@@ -376,26 +378,49 @@ class ProfileDB:
         database's own fields (source, seed, created, energy_nj, versions) under
         ``"profile"``, so that :func:`fusion.cost.data.read_rows` reads it too.
 
+        The file is written whole (:func:`hwgen.atomic.write_file`): an export that fails
+        leaves the old file, never half of one.
+
         Returns
         -------
         int
             How many runs were written.
+
+        Raises
+        ------
+        ValueError
+            If ``path`` is the database itself or one of its SQLite side files (writing it
+            would destroy what is being exported).
         """
+        path = Path(path)
+        self._check_not_ours(path)
         records = self._conn.execute(
             f"SELECT {_SELECT_ROW}, source, seed, created, energy_nj, versions_json "
             "FROM runs ORDER BY id").fetchall()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for values in records:
-                source, seed, created, energy, versions = values[7:]
-                profile = {"source": source, "seed": seed, "created": created,
-                           "energy_nj": energy,
-                           "versions": load_json(versions, "versions",
-                                                   f"{self.path}: run {values[0]}")}
-                f.write(json.dumps({**self._row(values[:7]).to_dict(), PROFILE_KEY: profile},
-                                   sort_keys=True) + "\n")
+        lines = []
+        for values in records:
+            source, seed, created, energy, versions = values[7:]
+            profile = {"source": source, "seed": seed, "created": created,
+                       "energy_nj": energy,
+                       "versions": load_json(versions, "versions",
+                                             f"{self.path}: run {values[0]}")}
+            lines.append(json.dumps({**self._row(values[:7]).to_dict(), PROFILE_KEY: profile},
+                                    sort_keys=True) + "\n")
+        write_file(path, "".join(lines).encode())
         return len(records)
+
+    def _check_not_ours(self, path: Path) -> None:
+        """Refuse ``path`` as an export target if it is the database or a side file of it
+        (by name, resolved, or the same file under another name: a hard link)."""
+        for own in (self.path, *(self.path.with_name(self.path.name + s)
+                                 for s in ("-wal", "-shm", "-journal"))):
+            same = path.resolve() == own.resolve()
+            if not same and path.exists() and own.exists():
+                same = os.path.samefile(path, own)
+            if same:
+                raise ValueError(f"cannot export to {path}: it is the profile database itself"
+                                 f"{'' if own == self.path else f' (its {own.name} file)'}; "
+                                 f"export to another file (FILE.jsonl)")
 
     def import_jsonl(self, path: str | Path, *, source: str = "calibrate") -> int:
         """Add the runs of a JSONL file, in one transaction: an :meth:`export_jsonl` file
