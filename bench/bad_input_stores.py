@@ -12,10 +12,10 @@ from pathlib import Path
 from bench.bad_input_cases import Case, Workspace
 
 
-def profile_db(ws: Workspace, d: Path, sql: str = "") -> str:
-    """A profile database in ``d`` holding a run of every kernel ``hwgen compile`` of the
-    base JSON graph prices on the workspace's variant (so that ``--profiles`` reads them),
-    then changed by the SQL statement ``sql``."""
+def profile_db(graph: Path, variant: Path, d: Path, sql: str = "") -> str:
+    """A profile database in ``d`` holding a run (100 cycles) of every kernel ``hwgen
+    compile`` of the JSON graph ``graph`` prices on the ``variant`` folder (so that
+    ``--profiles`` reads them), then changed by the SQL statement ``sql``."""
     from fusion.compiler.plan import compile_model
     from fusion.cost import AnalyticalModel
     from fusion.cost.data import Row
@@ -25,20 +25,19 @@ def profile_db(ws: Workspace, d: Path, sql: str = "") -> str:
     from hwgen.gateware.folder import open_variant
     from hwgen.perf import COUNTERS
 
-    variant = open_variant(ws.variant)
+    found = open_variant(variant)
     priced: dict[str, object] = {}
 
-    def seen(features):
+    def seen(features: object) -> None:
         priced.setdefault(repr(features), features)
 
-    compile_model(load_json(ws.json), variant.config, platform=variant.platform,
-                  model=TieredModel(AnalyticalModel(variant.platform), seen))
+    compile_model(load_json(graph), found.config, platform=found.platform,
+                  model=TieredModel(AnalyticalModel(found.platform), seen))
     counters = {**dict.fromkeys(COUNTERS, 0), "cycles": 100}
-    rows = [Row(f, counters, True, {"seed": i}, variant.platform, "bench")
-            for i, f in enumerate(priced.values())]
     path = d / "p.db"
     with ProfileDB(path) as db:
-        db.add(rows, source="calibrate")
+        db.add([Row(f, counters, True, {"seed": i}, found.platform, "bench")
+                for i, f in enumerate(priced.values())], source="calibrate")
     if sql:
         con = sqlite3.connect(path)
         con.execute(sql)
@@ -51,18 +50,50 @@ def _profile(*opts: str, sql: str = "", target: Callable[[Path], str] | None = N
              ) -> Callable[[Workspace, Path], list[str]]:
     """``hwgen profile`` of a database changed by ``sql``."""
     def argv(ws: Workspace, d: Path) -> list[str]:
-        db = profile_db(ws, d, sql)
+        db = profile_db(ws.json, ws.variant, d, sql)
         extra = ["--export", target(Path(db))] if target else []
         return ["profile", db, *opts, *extra]
     return argv
 
 
+def _compile_with(sql: str) -> Callable[[Workspace, Path], list[str]]:
+    """``hwgen compile --explain --profiles`` of a database changed by ``sql``."""
+    def argv(ws: Workspace, d: Path) -> list[str]:
+        return ["compile", str(ws.json), "--variant", str(ws.variant), "--explain",
+                "--profiles", profile_db(ws.json, ws.variant, d, sql), "-o", str(d / "plan")]
+    return argv
+
+
+def _train_on(sql: str) -> Callable[[Workspace, Path], list[str]]:
+    """``hwgen train`` on a database changed by ``sql`` (read before any fit)."""
+    return lambda ws, d: ["train", profile_db(ws.json, ws.variant, d, sql), "-o",
+                          str(d / "model")]
+
+
+#: Runs as the probe changed them: what each is refused for.
+ODD_RUNS = [
+    ("cycles 0", "UPDATE runs SET cycles = 0", "run 1 has counter cycles 0"),
+    ("cycles -5", "UPDATE runs SET cycles = -5", "run 1 has counter cycles -5"),
+    ("cycles 1e308", "UPDATE runs SET cycles = 1e308", "run 1 has counter cycles 1e\\+308"),
+    ("extra_json [1,2]", "UPDATE runs SET extra_json = '[1,2]'", "run 1 has a malformed extra"),
+    ("counters cycles 0", "UPDATE runs SET counters_json = '{\"cycles\": 0}'",
+     "run 1 has counter cycles 0"),
+    ("counters cycles Infinity", "UPDATE runs SET counters_json = '{\"cycles\": Infinity}'",
+     "run 1 has a malformed counters"),
+]
+
+
 def store_cases() -> list[Case]:
     """The cases (names start with ``probe``)."""
-    return [
+    out = [
         Case("probe: profile --export onto its database", _profile(target=str),
              "the profile database itself"),
         Case("probe: profile --export onto its database, spelled otherwise",
              _profile(target=lambda db: str(db.parent / "." / db.name)),
              "the profile database itself"),
     ]
+    out += [Case(f"probe: compile --profiles, a run's {name}", _compile_with(sql), match)
+            for name, sql, match in ODD_RUNS[:4]]
+    out += [Case(f"probe: train on a database, a run's {name}", _train_on(sql), match)
+            for name, sql, match in ODD_RUNS[3:]]
+    return out

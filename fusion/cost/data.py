@@ -72,9 +72,42 @@ class Row:
                  {"format", "version", "variant", "features", "counters", "ok", "platform",
                   "workload"}}
         platform = PlatformConfig.from_dict(data.get("platform") or {})
-        return cls(row_features(data["features"], extra),
-                   {k: int(v) for k, v in data["counters"].items()}, bool(data.get("ok", True)),
-                   extra or None, platform, str(data.get("workload", "")))
+        return cls(row_features(data["features"], extra), check_counters(data["counters"]),
+                   bool(data.get("ok", True)), extra or None, platform,
+                   str(data.get("workload", "")))
+
+
+#: The largest value a counter is read with: 2**62 cycles are over a thousand years at
+#: 100 MHz, so anything above is damage, not a measurement (and 1e308 would be priced).
+MAX_COUNTER = 1 << 62
+
+
+def check_counter(name: str, value: Any) -> int:
+    """``value`` as the counter ``name``: a whole number from 0 (``cycles``: from 1, as a run
+    takes at least one cycle and the engine divides by it) to :data:`MAX_COUNTER`.
+
+    Raises
+    ------
+    ValueError
+        Anything else (a float, a bool, text, a negative number), naming the counter.
+    """
+    low = 1 if name == "cycles" else 0
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNTER:
+        raise ValueError(f"counter {name} {value!r}, not a whole number from {low} to 2**62")
+    return value
+
+
+def check_counters(counters: Any) -> dict[str, int]:
+    """A row's counters, each checked by :func:`check_counter`.
+
+    Raises
+    ------
+    ValueError
+        Counters that are not an object, or a counter out of range, naming it.
+    """
+    if not isinstance(counters, dict):
+        raise ValueError("counters are not an object")
+    return {str(name): check_counter(str(name), value) for name, value in counters.items()}
 
 
 def row_features(data: dict[str, Any], extra: dict[str, Any] | None) -> Features:

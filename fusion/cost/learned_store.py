@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from fusion.cost.learned import Head, LearnedModel, Spec
+from hwgen.files import loads_json
 from hwgen.platform import PlatformConfig
 
 #: Format tag and version of a saved model's ``model.json``.
@@ -55,6 +57,13 @@ def save(model: LearnedModel, directory: Path | str) -> Path:
     import sklearn
     import skops.io as sio
 
+    index = _probe_index(len(model.rows))
+    cycles, energy = model.predict_rows([model.rows[i] for i in index])
+    bad = [v for v in (*cycles, *energy) if not math.isfinite(v)]
+    if bad:  # JSON has no infinity, and such a model would price every kernel so
+        raise ValueError(f"the learned model predicts a non-finite value ({bad[0]!r}) for one "
+                         f"of its own training rows; it is not saved: check the training "
+                         f"rows' cycles (hwgen profile DB) and train again")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     data = _rows_bytes(model)
@@ -62,8 +71,6 @@ def save(model: LearnedModel, directory: Path | str) -> Path:
     regressors = {m: {q: h.regressor for q, h in heads.items()}
                   for m, heads in model.heads.items()}
     sio.dump(regressors, directory / HEADS)
-    index = _probe_index(len(model.rows))
-    cycles, energy = model.predict_rows([model.rows[i] for i in index])
     meta = {
         "format": MODEL_FORMAT, "version": MODEL_VERSION,
         "sklearn": sklearn.__version__, "seed": model.seed,
@@ -77,8 +84,13 @@ def save(model: LearnedModel, directory: Path | str) -> Path:
                    for i, c, e in zip(index, cycles, energy, strict=True)],
         "cv": model.cv,
     }
+    try:
+        text = json.dumps(meta, indent=1, sort_keys=True, allow_nan=False)
+    except ValueError as exc:  # a cross-validation score of NaN, say: never written as JSON
+        raise ValueError(f"model.json would hold a non-finite number ({exc}); it is not "
+                         f"saved: check the training rows' cycles and train again") from None
     path = directory / "model.json"
-    path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    path.write_text(text + "\n")
     return path
 
 
@@ -103,8 +115,8 @@ def load(directory: Path | str) -> LearnedModel:
             raise ValueError(f"{p} is missing: {directory} is not a saved learned model; "
                              f"train one with hwgen train DB -o {directory}")
     try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
+        meta = loads_json(meta_path.read_text())
+    except ValueError as exc:  # JSONDecodeError, and NaN or Infinity (not JSON)
         raise ValueError(f"{meta_path} is not JSON ({exc}); retrain with hwgen train") from None
     if meta.get("format") != MODEL_FORMAT or meta.get("version") != MODEL_VERSION:
         raise ValueError(f"{meta_path} is not a version {MODEL_VERSION} learned model "

@@ -16,10 +16,11 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from fusion.cost.data import Row, row_features
+from fusion.cost.data import Row, check_counters, row_features
 from fusion.cost.model import Features
 from hwgen.energy import REQUIRED_COUNTERS
 from hwgen.energy import estimate as estimate_energy
+from hwgen.files import loads_json
 from hwgen.platform import PlatformConfig
 
 #: What the ``meta`` table says a profile database is, and the schema this module writes.
@@ -196,6 +197,7 @@ def record(row: Row, source: str, seed: int | None, versions: dict[str, str],
         raise ValueError(f"a row's extra may not have a {PROFILE_KEY!r} key (an exported line "
                          f"keeps the database's fields there); rename it")
     seed = effective_seed(row, seed)
+    check_counters(row.counters)  # what is refused when read back is never stored
     features = row.features.to_dict()
     if isinstance(extra.get("verilator"), str):
         versions = {**versions, "verilator": extra["verilator"]}
@@ -204,11 +206,30 @@ def record(row: Row, source: str, seed: int | None, versions: dict[str, str],
             int(bool(row.ok)), row.counters.get("cycles"), _energy_nj(row), _analytical(row),
             canonical(features), canonical(row.features.config.to_dict()),
             canonical(row.platform.to_dict()), canonical(dict(row.counters)),
-            canonical(versions), canonical(row.extra), created)
+            canonical(versions), canonical(row.extra or {}), created)
 
 
-def load_json(text: Any, what: str, where: str, kind: type = dict) -> Any:
+_REBUILD = ("the database is damaged: rebuild it from an export (hwgen profile DB --export "
+            "FILE.jsonl)")
+
+
+def damaged_run(path: Any, run_id: Any, problem: str) -> ValueError:
+    """The error of a run whose stored ``problem`` makes it unusable: naming the database,
+    the run and how to drop it (an export would stop at the same run)."""
+    return ValueError(f"{path}: run {run_id} has {problem}; the database is damaged: delete "
+                      f"that run (sqlite3 {path} 'DELETE FROM runs WHERE id = {run_id}') or "
+                      f"record it again")
+
+
+def load_json(text: Any, what: str, where: str, kind: type = dict, *,
+              error: Any = None) -> Any:
     """A JSON field read back from the database, checked for size and type.
+
+    Parameters
+    ----------
+    error : callable, optional
+        ``problem -> ValueError`` for a malformed field (:func:`damaged_run` of a run);
+        by default the error names ``where`` and says to rebuild from an export.
 
     Raises
     ------
@@ -219,31 +240,39 @@ def load_json(text: Any, what: str, where: str, kind: type = dict) -> Any:
     value: Any = ...
     if isinstance(text, str) and len(text) <= MAX_JSON_CHARS:
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = loads_json(text)
+        except ValueError:  # JSONDecodeError, and NaN or Infinity
             pass
     if not isinstance(value, kind):
-        raise ValueError(f"{where} has a malformed {what} field; the database is damaged: "
-                         f"rebuild it from an export (hwgen profile DB --export FILE.jsonl)")
+        problem = f"a malformed {what} field"
+        raise error(problem) if error else ValueError(f"{where} has {problem}; {_REBUILD}")
     return value
 
 
-def decode_row(values: tuple, where: str) -> Row:
-    """The :class:`Row` of the :data:`ROW_COLUMNS` values of one run, every field checked.
+def decode_row(values: tuple, path: Any) -> Row:
+    """The :class:`Row` of the :data:`ROW_COLUMNS` values of one run of the database at
+    ``path``, every field checked (``extra_json`` an object, or ``null`` as databases wrote
+    a row without extra before; counters by :func:`fusion.cost.data.check_counters`).
 
     Raises
     ------
     ValueError
-        A malformed field, or features this hwgen cannot read; naming ``where``.
+        A malformed field, or features this hwgen cannot read; naming the database and run.
     """
-    _, features, platform, counters, ok, extra, workload = values
-    features = load_json(features, "features", where)
-    platform = load_json(platform, "platform", where)
-    counters = load_json(counters, "counters", where)
-    extra = load_json(extra, "extra", where, dict | type(None))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
-        raise ValueError(f"{where} has counters that are not integers; the database is "
-                         f"damaged: rebuild it from an export")
+    run_id, features, platform, counters, ok, extra, workload = values
+    where = f"{path}: run {run_id}"
+
+    def error(problem: str) -> ValueError:
+        return damaged_run(path, run_id, problem)
+
+    features = load_json(features, "features", where, error=error)
+    platform = load_json(platform, "platform", where, error=error)
+    counters = load_json(counters, "counters", where, error=error)
+    extra = load_json(extra, "extra", where, dict | type(None), error=error)
+    try:
+        counters = check_counters(counters)
+    except ValueError as exc:
+        raise error(str(exc)) from None
     try:
         return Row(row_features(features, extra), counters, bool(ok), extra or None,
                    PlatformConfig.from_dict(platform), str(workload))

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fusion.cost.data import Row
+from fusion.cost.data import Row, check_counter
 from fusion.cost.model import Features, placement_of
 from fusion.cost.profile_records import (
     COLUMNS,
@@ -37,6 +37,7 @@ from fusion.cost.profile_records import (
     SCHEMA_VERSION,
     check_seed,
     check_source,
+    damaged_run,
     decode_row,
     kernel_key,
     load_json,
@@ -243,7 +244,7 @@ class ProfileDB:
     # -- reading ----------------------------------------------------------------------------
 
     def _row(self, values: tuple) -> Row:
-        return decode_row(values, f"{self.path}: run {values[0]}")
+        return decode_row(values, self.path)
 
     def rows(self, *, variant_key: str | None = None, platform_key: str | None = None,
              kind: str | None = None, workload: str | None = None,
@@ -304,9 +305,9 @@ class ProfileDB:
             (:attr:`fusion.cost.model.Features.placement`) take the runs there when there
             are any, else the runs anywhere.
         """
-        records = [(c, json.loads(extra).get("placement")) for c, extra in self._conn.execute(
-            "SELECT cycles, extra_json FROM runs WHERE kernel_key = ? AND variant_key = ? AND "
-            "platform_key = ? AND ok = 1 AND cycles IS NOT NULL AND id > ?",
+        records = [self._priced(*r) for r in self._conn.execute(
+            "SELECT id, cycles, extra_json FROM runs WHERE kernel_key = ? AND variant_key = ? "
+            "AND platform_key = ? AND ok = 1 AND cycles IS NOT NULL AND id > ?",
             (kernel_key(features), features.config.key(), platform.key(), int(since)))]
         if placement is not None:
             cycles = [c for c, at in records if at == placement]
@@ -315,6 +316,19 @@ class ProfileDB:
             cycles = [c for c, at in records if at_it is not None and at == at_it]
             cycles = cycles or [c for c, _ in records]
         return float(statistics.median(cycles)) if cycles else None
+
+    def _priced(self, run_id: int, cycles: Any, extra: Any) -> tuple[int, Any]:
+        """A run's cycles and placement as :meth:`measured` prices them, checked first: a
+        cycle count of 0 would divide by zero, a negative or huge one be priced."""
+        def error(problem: str) -> ValueError:
+            return damaged_run(self.path, run_id, problem)
+
+        try:
+            check_counter("cycles", cycles)
+        except ValueError as exc:
+            raise error(str(exc)) from None
+        extra = load_json(extra, "extra", "", dict | type(None), error=error)
+        return cycles, (extra or {}).get("placement")
 
     def last_id(self) -> int:
         """The id of the newest run stored (0 for none): a mark for :meth:`measured`'s

@@ -14,8 +14,8 @@ from pathlib import Path
 HWGEN = Path(__file__).resolve().parent.parent
 
 #: Modules of ``hwgen/`` (outside ``gateware/``) that do not affect the generated Verilog.
-NOT_GATEWARE = frozenset({"asm.py", "reference.py", "presets.py", "atomic.py", "platform.py",
-                          "ecp5.py", "specs.py", "__init__.py"})
+NOT_GATEWARE = frozenset({"asm.py", "reference.py", "presets.py", "atomic.py", "files.py",
+                          "platform.py", "ecp5.py", "specs.py", "__init__.py"})
 #: Modules of ``hwgen/gateware/`` that do not affect the generated Verilog.
 NOT_GATEWARE_HERE = frozenset({"sources.py", "folder.py", "fusesoc.py", "__init__.py"})
 

@@ -1,5 +1,6 @@
 """Calibration rows and the metrics models are judged by (no simulator)."""
 
+import json
 import math
 
 import pytest
@@ -120,3 +121,26 @@ def test_a_rows_placement_travels_in_extra_and_prices_its_features(tmp_path):
     bad = {**row.to_dict(), "placement": [4096, 0]}
     with pytest.raises(ValueError, match="region -> word address"):
         Row.from_dict(bad)
+
+
+@pytest.mark.parametrize("counters, problem", [
+    ('{"cycles": 0}', "cycles 0, not a whole number from 1 to"),
+    ('{"cycles": -7}', "cycles -7, not a whole number from 1 to"),
+    ('{"cycles": Infinity}', "cycles inf, not a whole number from 1 to"),
+    ('{"cycles": 1e308}', "cycles 1e+308, not a whole number from 1 to"),
+    ('{"cycles": 2.5}', "cycles 2.5, not a whole number from 1 to"),
+    ('{"cycles": true}', "cycles True, not a whole number from 1 to"),
+    ('{"cycles": 5, "stall_memory": NaN}', "stall_memory nan, not a whole number from 0 to"),
+    ('{"cycles": 5, "instret": "7"}', "instret '7', not a whole number from 0 to"),
+    ('[5]', "counters are not an object"),
+])
+def test_odd_counters_are_refused_naming_the_line(tmp_path, counters, problem):
+    f = GemmFeatures.for_gemm(CFG, 8, 16, 8, stages=("bias",))
+    good = Row(f, {"cycles": 100}, True).to_dict()
+    path = tmp_path / "cal.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good).replace(
+        '"counters": {"cycles": 100}', f'"counters": {counters}') + "\n")
+    with pytest.raises(ValueError) as exc:
+        read_rows(path)
+    assert str(exc.value).startswith(f"{path}:2: not a calibration row (counter {problem}") \
+        or str(exc.value).startswith(f"{path}:2: not a calibration row ({problem}"), exc.value

@@ -370,3 +370,25 @@ def test_the_report_scores_kernels_alone_and_placed_apart(ddr3_rows):
     assert parts["placed"]["learned"]["n"] == sum(r.workload in test for r in copies)
     # a placed candidate is compared with placed ones only: as many choices as alone
     assert parts["placed"]["analytical"]["choices"] == parts["alone"]["analytical"]["choices"]
+
+
+def test_a_model_that_predicts_a_non_finite_value_is_not_saved(trees, tmp_path,
+                                                                monkeypatch):
+    def infinite(rows):
+        return np.full(len(rows), np.inf), np.ones(len(rows))
+
+    monkeypatch.setattr(trees, "predict_rows", infinite)
+    with pytest.raises(ValueError, match=r"predicts a non-finite value .*inf.*; it is not "
+                                         r"saved: check the training rows"):
+        save(trees, tmp_path / "m")
+    assert not (tmp_path / "m" / "model.json").exists()
+
+
+def test_a_model_json_holding_infinity_is_refused(trees, tmp_path):
+    d = tmp_path / "m"
+    save(trees, d)
+    meta = (d / "model.json").read_text()
+    (d / "model.json").write_text(meta.replace('"cycles": ', '"cycles": Infinity, "x": ', 1))
+    with pytest.raises(ValueError, match=r"model.json is not JSON \(Infinity is not a JSON "
+                                         r"value\); retrain with hwgen train"):
+        load(d)

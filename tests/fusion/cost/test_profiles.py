@@ -333,3 +333,58 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, capsys, make, message):
     err = capsys.readouterr().err
     assert err.startswith("hwgen: error: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _edited(tmp_path, sql: str, rows=None):
+    """A database of ``rows`` (one gemm run by default), then changed by ``sql``."""
+    path = tmp_path / "p.db"
+    with ProfileDB(path) as db:
+        db.add(rows or [gemm_row(8, 300, seed=1)], source="calibrate")
+    con = sqlite3.connect(path)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    return ProfileDB(path)
+
+
+def test_a_run_without_extra_is_priced_and_new_runs_store_an_object(tmp_path):
+    # older databases stored a row without extra as "null"; it reads as no extra
+    with _edited(tmp_path, "UPDATE runs SET extra_json = 'null'") as db:
+        assert db.measured(gemm_row(8, 0).features, IDEAL) == 300.0
+        assert db.rows()[0].extra is None
+        db.add([gemm_row(9, 40)], source="calibrate")
+        stored = db._conn.execute("SELECT extra_json FROM runs WHERE id = 2").fetchone()[0]
+        assert stored == "{}"
+        assert db.rows()[1] == gemm_row(9, 40)
+
+
+@pytest.mark.parametrize("sql, problem", [
+    ("UPDATE runs SET extra_json = '[1,2]'", "malformed extra field"),
+    ("UPDATE runs SET extra_json = '7'", "malformed extra field"),
+    ("UPDATE runs SET cycles = 0", "counter cycles 0, not a whole number from 1 to"),
+    ("UPDATE runs SET cycles = -5", "counter cycles -5, not a whole number from 1 to"),
+    ("UPDATE runs SET cycles = 1e308", "counter cycles 1e+308, not a whole number from 1 to"),
+    ("UPDATE runs SET cycles = 2.5", "counter cycles 2.5, not a whole number from 1 to"),
+    ("UPDATE runs SET cycles = 'abc'", "counter cycles 'abc', not a whole number from 1 to"),
+])
+def test_odd_runs_are_refused_when_priced_naming_the_run_and_the_fix(tmp_path, sql, problem):
+    with _edited(tmp_path, sql) as db, pytest.raises(ValueError) as exc:
+        db.measured(gemm_row(8, 0).features, IDEAL)
+    message = str(exc.value)
+    assert f"p.db: run 1 has {problem}" in message or f"p.db: run 1 has a {problem}" in message
+    assert "DELETE FROM runs WHERE id = 1" in message
+
+
+@pytest.mark.parametrize("counters, problem", [
+    ('{"cycles": 0}', "counter cycles 0, not a whole number from 1 to"),
+    ('{"cycles": -3}', "counter cycles -3, not a whole number from 1 to"),
+    ('{"cycles": 1e308}', "counter cycles 1e+308, not a whole number from 1 to"),
+    (f'{{"cycles": {10**30}}}', f"counter cycles {10**30}, not a whole number from 1 to"),
+    ('{"cycles": 9, "stall_memory": -1}', "counter stall_memory -1, not a whole number from 0"),
+    ('{"cycles": Infinity}', "a malformed counters field"),
+])
+def test_odd_counters_are_refused_when_read_naming_the_run(tmp_path, counters, problem):
+    with _edited(tmp_path, f"UPDATE runs SET counters_json = '{counters}'") as db, \
+            pytest.raises(ValueError, match="DELETE FROM runs WHERE id = 1") as exc:
+        db.rows()
+    assert f"p.db: run 1 has {problem}" in str(exc.value)
