@@ -79,21 +79,35 @@ def avgpool(x: np.ndarray, kernel, strides, dilations, pads, auto_pad="NOTSET", 
 
     The divisor of a window counts its input elements, plus its explicit (or ``auto_pad``)
     padding when ``count_include_pad`` is set; never the overhang that ``ceil_mode`` adds past
-    the padding. Sums in ``acc``, one kernel position after the other in row-major order (as
-    onnxruntime's loops do, so a float32 ``acc`` rounds as they do); returns ``acc``.
+    the padding (:func:`window_sums`). Returns ``acc``.
+    """
+    sums, counts = window_sums(x, kernel, strides, dilations, pads, auto_pad, ceil_mode,
+                               count_include_pad, acc)
+    return sums / counts.astype(acc)
+
+
+def window_sums(x: np.ndarray, kernel, strides, dilations, pads, auto_pad="NOTSET",
+                ceil_mode=0, count_include_pad=0, acc=np.float64
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The sum of each average-pool window of ``x`` in ``acc``, and its divisor.
+
+    Sums one kernel position after the other in row-major order (as onnxruntime's loops do,
+    so a float32 ``acc`` rounds as they do; an int64 ``acc`` is exact for integer ``x``).
+    Padding adds 0. The divisors (int64, shaped ``[1, 1, *out]``) are as
+    :func:`avgpool` says.
     """
     spatial = x.shape[2:]
     out, begin, end = shapes.window(spatial, kernel, strides, dilations, pads, auto_pad,
                                     ceil_mode)
-    cols = windows(x.astype(acc), kernel, strides, dilations, pads, 0.0, auto_pad, ceil_mode)
+    cols = windows(x.astype(acc), kernel, strides, dilations, pads, 0, auto_pad, ceil_mode)
     sums = np.zeros((*x.shape[:2], *out), acc)
     for offsets in itertools.product(*(range(k) for k in kernel)):
         sums += cols[(slice(None), slice(None), *offsets)]
     # The divisor: a window over a marker that is 1 on the input, count_include_pad on the
     # padding and 0 (windows' fill) on the ceil_mode overhang.
-    marker = np.pad(np.ones((1, 1, *spatial)), [(0, 0), (0, 0), *zip(begin, end, strict=True)],
-                    constant_values=float(bool(count_include_pad)))
-    counts = windows(marker, kernel, strides, dilations, (0,) * (2 * len(kernel)), 0.0,
+    marker = np.pad(np.ones((1, 1, *spatial), np.int64),
+                    [(0, 0), (0, 0), *zip(begin, end, strict=True)],
+                    constant_values=int(bool(count_include_pad)))
+    counts = windows(marker, kernel, strides, dilations, (0,) * (2 * len(kernel)), 0,
                      "NOTSET", ceil_mode).sum(axis=tuple(range(2, 2 + len(kernel))))
-    counts = counts[(slice(None), slice(None), *(slice(0, o) for o in out))]
-    return sums / counts.astype(acc)
+    return sums, counts[(slice(None), slice(None), *(slice(0, o) for o in out))]

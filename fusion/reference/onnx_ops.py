@@ -7,6 +7,8 @@ values, as in ONNX; the tensors' Quant is only an annotation here.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from fusion.ir import windows as _windows
@@ -172,10 +174,10 @@ def _conv_integer(ctx: Ctx, x, w, x_zp=None, w_zp=None):
 # -- pooling and onnxruntime's com.microsoft quantized ops ----------------------------------
 
 
-def _avgpool_float(ctx: Ctx, x: np.ndarray, acc=np.float64) -> np.ndarray:
+def _avgpool_float(ctx: Ctx, x: np.ndarray) -> np.ndarray:
     a = ctx.attrs
     return _windows.avgpool(x, a["kernel_shape"], a["strides"], a["dilations"], a["pads"],
-                            a["auto_pad"], a["ceil_mode"], a["count_include_pad"], acc)
+                            a["auto_pad"], a["ceil_mode"], a["count_include_pad"])
 
 
 def _global_mean(x: np.ndarray) -> np.ndarray:
@@ -192,11 +194,6 @@ def _global_avgpool(ctx: Ctx, x):
     return (_global_mean(x).astype(x.dtype),)
 
 
-def _dq(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-    """Per-tensor dequantize in float32, as onnxruntime's QLinear kernels do."""
-    return (_minus(x, zp).astype(np.float32) * np.float32(scale.ravel()[0])).astype(np.float32)
-
-
 def _q(real: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype) -> np.ndarray:
     """Per-tensor quantize of float32 ``real`` (round half to even, saturate)."""
     q = np.rint(np.float32(real) / np.float32(scale.ravel()[0]))
@@ -206,23 +203,49 @@ def _q(real: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, dtype) -> np.
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
+def quantize_quotient(sums: np.ndarray, counts: np.ndarray, x_scale, y_scale, y_zp,
+                      dtype) -> np.ndarray:
+    """``Q(x_scale * sums / counts)`` to ``y_scale``/``y_zp`` computed exactly: the real value
+    ``sums * x_scale / (counts * y_scale)`` (the float32 scales are exact binary fractions)
+    rounded half to even, plus the zero point, saturated to ``dtype``.
+
+    This is ``QuantizeLinear(AveragePool(DequantizeLinear(x)))`` in real numbers. Float
+    arithmetic (onnxruntime's QLinear pools add the zero point before rounding, and divide in
+    float32) rounds an exact half by the parity of ``value + zero point`` or by float32 noise:
+    an exact -73.5 becomes -73 with an odd zero point, where round half to even gives -74.
+    """
+    ratio = Fraction(float(np.float32(np.asarray(x_scale).ravel()[0]))) / Fraction(
+        float(np.float32(np.asarray(y_scale).ravel()[0])))
+    num = sums.astype(np.int64).astype(object) * ratio.numerator
+    den = np.broadcast_to(counts.astype(np.int64).astype(object) * ratio.denominator,
+                          num.shape)
+    # den > 0: counts are at least 1 and Fraction keeps the sign in the numerator.
+    floor, rem = num // den, num % den
+    twice = 2 * rem
+    up = (twice > den) | ((twice == den) & (floor % 2 == 1))
+    q = np.asarray(floor + up.astype(np.int64), np.int64)
+    if y_zp is not None:
+        q = q + int(np.asarray(y_zp).ravel()[0])
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
 @implements("QLinearAveragePool")
 def _qlinear_avgpool(ctx: Ctx, x, x_scale, x_zp=None, y_scale=None, y_zp=None):
-    # onnxruntime dequantizes, sums and divides in float32, and adds y's zero point to the
-    # scaled average before rounding half to even.
-    real = _avgpool_float(ctx, _dq(x, x_scale, x_zp), np.float32) / np.float32(y_scale.ravel()[0])
-    if y_zp is not None:
-        real = real + np.float32(y_zp.ravel()[0])
-    return (_q(real, np.ones(1, np.float32), None, x.dtype),)
+    # The integer window sums of x - x_zp (padding adds 0) over each window's divisor,
+    # quantized exactly (round half to even on the exact quotient).
+    a = ctx.attrs
+    sums, counts = _windows.window_sums(_minus(x, x_zp), a["kernel_shape"], a["strides"],
+                                        a["dilations"], a["pads"], a["auto_pad"],
+                                        a["ceil_mode"], a["count_include_pad"], np.int64)
+    return (quantize_quotient(sums, counts, x_scale, y_scale, y_zp, x.dtype),)
 
 
 @implements("QLinearGlobalAveragePool")
 def _qlinear_global_avgpool(ctx: Ctx, x, x_scale, x_zp=None, y_scale=None, y_zp=None):
-    # onnxruntime sums the integers and scales the sum by x_scale / (y_scale * count) in float.
-    count = int(np.prod(x.shape[2:]))
+    count = np.int64(np.prod(x.shape[2:]))
     sums = _minus(x, x_zp).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
-    ratio = np.float32(x_scale.ravel()[0]) / (np.float32(y_scale.ravel()[0]) * np.float32(count))
-    return (_q(sums.astype(np.float32) * ratio, np.ones(1, np.float32), y_zp, x.dtype),)
+    return (quantize_quotient(sums, count, x_scale, y_scale, y_zp, x.dtype),)
 
 
 @implements("QLinearAdd")
