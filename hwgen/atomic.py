@@ -10,6 +10,13 @@ reader (or the next run after a crash) finds the old folder or the new one, neve
 A process killed outright leaves its temporary folder, named for its process id; the next
 :func:`replacing` of the same target removes it once that process is gone.
 
+A user's output (``generate -o``, ``compile -o``, ``train -o``) passes what the target held
+when it was checked (:func:`contents`: each entry's path, type, inode, size and modification
+time); it is compared again just before the swap, so that a file the user put into the
+target, or changed there, while the replacement was being written makes the swap refuse and
+is never deleted. A cache (a simulator build, made under a lock or by any process alike)
+passes nothing and is replaced whatever it holds.
+
 Not gateware: :mod:`hwgen.gateware.sources` leaves this module out of the build digest.
 """
 
@@ -21,6 +28,7 @@ import errno
 import os
 import secrets
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -136,13 +144,74 @@ def clean_stale(target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def replacing(target: Path) -> Iterator[Path]:
-    """Yield an empty temporary sibling of ``target`` to fill; swap it into place when the
-    body returns.
+#: One entry of :func:`contents`: path relative to the target, file type bits, inode, size
+#: and modification time (ns; 0 for a folder, whose own time changes with its entries').
+Entry = tuple[str, int, int, int, int]
 
-    If the body raises (or the process is interrupted), the temporary folder is removed and
-    ``target`` is untouched. Checking that ``target`` may be replaced is the caller's job.
+
+def contents(target: Path) -> frozenset[Entry]:
+    """What ``target`` holds, to tell later whether anyone changed it: every entry below it
+    (symbolic links not followed), or the target itself if it is not a folder. A missing
+    target and an empty folder hold nothing alike (neither has anything to lose)."""
+    target = Path(target)
+    try:
+        st = target.lstat()
+    except FileNotFoundError:
+        return frozenset()
+    if not stat.S_ISDIR(st.st_mode):
+        return frozenset({_entry(".", st)})
+    out = set()
+    for folder, dirs, files in os.walk(target):
+        for name in dirs + files:
+            path = Path(folder, name)
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: not listed
+                out.add(_entry(path.relative_to(target).as_posix(), path.lstat()))
+    return frozenset(out)
+
+
+def _entry(name: str, st: os.stat_result) -> Entry:
+    kind = stat.S_IFMT(st.st_mode)
+    is_dir = kind == stat.S_IFDIR
+    return (name, kind, st.st_ino, 0 if is_dir else st.st_size, 0 if is_dir else st.st_mtime_ns)
+
+
+def check_unchanged(target: Path, checked: frozenset[Entry]) -> None:
+    """Refuse to replace ``target`` if it no longer holds what it did when it was checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the target and the first entry added, changed or removed since.
+    """
+    now = contents(target)
+    if now == checked:
+        return
+    before, after = {e[0]: e for e in checked}, {e[0]: e for e in now}
+    name = min(set(before) ^ set(after) or {n for n in before if before[n] != after[n]})
+    what = "added" if name not in before else "removed" if name not in after else "changed"
+    shown = target.name if name == "." else name
+    raise ValueError(f"{target} changed while hwgen was writing its replacement ({shown} was "
+                     f"{what}); nothing was replaced and its files are kept: move them out or "
+                     f"choose another output, then run again")
+
+
+@contextlib.contextmanager
+def replacing(target: Path, *, checked: frozenset[Entry] | None = None) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``target`` to fill; swap it into place when the
+    body returns, unless ``target`` changed since ``checked`` (:func:`check_unchanged`).
+
+    Parameters
+    ----------
+    target : Path
+        The folder to replace (or create).
+    checked : frozenset, optional
+        :func:`contents` of ``target`` when the caller checked that it may be replaced (a
+        command checks its output before its work). None (a cache's folder): replaced
+        whatever it holds.
+
+    If the body raises (or the process is interrupted), or ``target`` changed, the
+    temporary folder is removed and ``target`` is untouched. Checking that ``target`` may be
+    replaced is the caller's job.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(target)
@@ -150,6 +219,8 @@ def replacing(target: Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        if checked is not None:  # a file put there during the work would be deleted
+            check_unchanged(target, checked)
         swap_in(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the old folder, or an unfinished new one

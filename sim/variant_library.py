@@ -157,13 +157,13 @@ def build_library(out_dir: str | Path, specs: Sequence[VariantSpec], platform: P
     out_dir = Path(out_dir).resolve()
     kept = _existing(out_dir, platform)
     files = {s.name: dict(memory_files(s.config)) for s in specs}  # every misfit first
-    for spec in specs:
-        folder.check_replaceable(out_dir / spec.name)
+    checked = {spec.name: folder.check_replaceable(out_dir / spec.name) for spec in specs}
     built: list[dict[str, Any]] = []
     with ExitStack() as stack:
         tmps, jobs = [], []
         for spec in specs:
-            tmp = stack.enter_context(replacing(out_dir / spec.name))
+            tmp = stack.enter_context(replacing(out_dir / spec.name,
+                                                checked=checked[spec.name]))
             descriptor = generate(spec.config, tmp, platform, files[spec.name])
             tmps.append(tmp)
             jobs.append(SynthesisJob(name=spec.name, verilog=(tmp / folder.VERILOG).read_text(),

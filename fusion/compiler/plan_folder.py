@@ -38,7 +38,7 @@ import numpy as np
 
 from fusion.compiler.plan import PLAN_TAG, CompiledModel
 from fusion.frontend.json_format import to_dict as graph_to_dict
-from hwgen.atomic import replacing
+from hwgen.atomic import contents, replacing
 from hwgen.gateware.sources import gateware_digest
 
 PLAN_FILE = "plan.json"
@@ -113,12 +113,18 @@ def is_plan(data: Any) -> bool:
     return isinstance(data.get("format"), int) and isinstance(data.get("steps"), list)
 
 
-def check_output_folder(folder: Path | str) -> None:
+def check_output_folder(folder: Path | str) -> frozenset:
     """Refuse ``folder`` as ``hwgen compile``'s output unless it is new, empty or a plan.
 
     A plan folder may be replaced whole (its ``plan.json`` is an hwgen plan and it holds
     nothing but :data:`MEMBERS`, with only ``.bin``/``.asm`` files in ``kernels/``), so
     nothing of the user's is ever deleted.
+
+    Returns
+    -------
+    frozenset
+        What the folder holds now (:func:`hwgen.atomic.contents`), for :func:`write_plan`
+        to refuse a folder changed since (files put there during the compile).
 
     Raises
     ------
@@ -129,13 +135,14 @@ def check_output_folder(folder: Path | str) -> None:
     if not folder.exists():
         if folder.is_symlink():
             raise PlanError(f"{folder} is a broken symbolic link; choose another folder for -o")
-        return
+        return contents(folder.resolve())
     if not folder.is_dir():
         raise PlanError(f"{folder} is a file, not a plan folder; choose a new or empty "
                         f"folder for -o")
+    checked = contents(folder.resolve())
     entries = sorted(folder.iterdir())
     if not entries:
-        return
+        return checked
     fix = "choose a new or empty folder for -o (hwgen compile replaces only a plan folder)"
     plan = folder / PLAN_FILE
     if not plan.is_file():
@@ -159,13 +166,15 @@ def check_output_folder(folder: Path | str) -> None:
             if entry.suffix not in (".bin", ".asm") or not entry.is_file():
                 raise PlanError(f"{folder} holds {KERNELS_DIR}/{entry.name}, which is not "
                                 f"part of an hwgen plan; move it out, or {fix}")
+    return checked
 
 
 # -- writing ------------------------------------------------------------------------------------
 
 
 def write_plan(compiled: CompiledModel, folder: Path | str, *,
-               source: Path | str | None = None) -> dict[str, Any]:
+               source: Path | str | None = None,
+               checked: frozenset | None = None) -> dict[str, Any]:
     """Write the plan folder of ``compiled`` (see the module docstring), replacing an old plan.
 
     Parameters
@@ -175,6 +184,9 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
         New, empty, or a plan folder (:func:`check_output_folder`).
     source : path, optional
         The model file it was compiled from; its path and SHA-256 are recorded.
+    checked : frozenset, optional
+        What :func:`check_output_folder` returned before the compile: a folder changed
+        since is refused (by default, since this was called).
 
     Returns
     -------
@@ -185,9 +197,11 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
     ------
     PlanError
         If ``folder`` is not empty and not a plan.
+    ValueError
+        If ``folder`` changed since ``checked`` (:func:`hwgen.atomic.check_unchanged`).
     """
     folder = Path(folder)
-    check_output_folder(folder)
+    now = check_output_folder(folder)
     target = folder.resolve()  # a symbolic link keeps pointing at the new plan
     target.parent.mkdir(parents=True, exist_ok=True)
     plan = compiled.to_dict()
@@ -211,7 +225,7 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
                      for name, data in blobs.items()}
     plan["digest"] = plan_digest(plan)
     blobs[PLAN_FILE] = (json.dumps(plan, indent=1, allow_nan=False) + "\n").encode()
-    with replacing(target) as tmp:
+    with replacing(target, checked=now if checked is None else checked) as tmp:
         (tmp / KERNELS_DIR).mkdir()
         for name, data in blobs.items():  # plan.json last: a folder without it is no plan
             _write_synced(tmp / name, data)

@@ -22,9 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fusion.compiler.plan_folder import check_output_folder, write_plan
 
-    check_output_folder(Path(args.output))  # before the work, not after it
+    # before the work, not after it; what it holds then is what may be replaced
+    checked = check_output_folder(Path(args.output))
     compiled = compile_args(args)
-    plan = write_plan(compiled, Path(args.output), source=Path(args.model))
+    plan = write_plan(compiled, Path(args.output), source=Path(args.model), checked=checked)
     if args.json:
         print(json.dumps({**plan, "explain": compiled.explain().splitlines()}
                          if args.explain else plan))

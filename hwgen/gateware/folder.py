@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hwgen.atomic import replacing
+from hwgen.atomic import contents, replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware.sources import gateware_digest
 from hwgen.platform import PlatformConfig
@@ -168,8 +168,14 @@ def _is_variant_folder(directory: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == "hwgen-variant"
 
 
-def check_replaceable(out_dir: Path) -> None:
+def check_replaceable(out_dir: Path) -> frozenset:
     """Refuse an output folder that ``hwgen generate`` may not replace.
+
+    Returns
+    -------
+    frozenset
+        What it holds now (:func:`hwgen.atomic.contents`): the replacement refuses a folder
+        changed since (files put there while the variant was generated).
 
     Raises
     ------
@@ -177,8 +183,9 @@ def check_replaceable(out_dir: Path) -> None:
         If ``out_dir`` is a file, or a non-empty folder that is not a variant folder (hwgen
         does not delete files it did not write).
     """
+    checked = contents(out_dir)
     if not out_dir.exists():
-        return
+        return checked
     if not out_dir.is_dir():
         raise ValueError(f"output {out_dir} is a file, not a folder; choose another -o")
     if not _is_variant_folder(out_dir):
@@ -188,6 +195,7 @@ def check_replaceable(out_dir: Path) -> None:
             f"output folder {out_dir} is not empty and is not an hwgen variant folder (it "
             f"holds {shown}); choose a new or empty folder for -o: hwgen replaces only "
             f"variant folders")
+    return checked
 
 
 @contextmanager
@@ -200,6 +208,6 @@ def writing_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     process killed outright leaves its temporary folder, which the next write removes.
     """
     out_dir = Path(out_dir).resolve()  # "-o ." names a folder too
-    check_replaceable(out_dir)
-    with replacing(out_dir) as tmp:
+    checked = check_replaceable(out_dir)
+    with replacing(out_dir, checked=checked) as tmp:  # refuses a folder changed meanwhile
         yield tmp
