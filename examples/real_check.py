@@ -1,11 +1,12 @@
-"""An output of hwgen against onnxruntime's: the 1-LSB bound, and the bundled real models' I/O.
+"""An output of hwgen against a reference: the 1-LSB bound, and the bundled real models' I/O.
 
 The bound hwgen is held to: an integer output exact; a dequantized float output within 1 LSB
 of its output scale, with at least 99% of elements exact. The test suite
-(``tests/fusion/ort_reference.py``) and ``make demo`` both apply it from here.
+(``tests/fusion/references.py``) and ``make demo`` both apply it from here.
 
 ``make demo`` runs a bundled model (``examples/real/<name>.onnx``) on the simulator with the
-input checked in beside it, then checks hwgen's output against onnxruntime's checked-in one::
+input checked in beside it, then checks hwgen's output against the checked-in one (the exact
+reference's, :mod:`examples.exact_reference`)::
 
     python -m examples.real_check input resnet8_qdq build/resnet8_qdq_x.npy
     hwgen run examples/real/resnet8_qdq.onnx --variant DIR --input x=build/resnet8_qdq_x.npy \\
@@ -52,10 +53,10 @@ def lsb_errors(got: np.ndarray, want: np.ndarray, scale: float | None) -> np.nda
         If the shapes or integer dtypes differ, or a float output has no scale.
     """
     if got.shape != want.shape:
-        raise ValueError(f"shape {got.shape}, onnxruntime's {want.shape}")
+        raise ValueError(f"shape {got.shape}, the reference's {want.shape}")
     if want.dtype.kind in "iu":
         if got.dtype != want.dtype:
-            raise ValueError(f"dtype {got.dtype}, onnxruntime's {want.dtype}")
+            raise ValueError(f"dtype {got.dtype}, the reference's {want.dtype}")
         return (got.astype(np.int64) - want.astype(np.int64)).ravel()
     if scale is None:
         raise ValueError("a float output that is not dequantized: no LSB to count in")
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                                      .split("\n\n")[0])
     parser.add_argument("what", choices=("input", "output"),
                         help="input: write the bundled input to FILE; output: check FILE "
-                             "(hwgen's output) against onnxruntime's bundled output")
+                             "(hwgen's output) against the bundled reference output")
     parser.add_argument("name", help="a bundled model, as examples/real/NAME.onnx")
     parser.add_argument("file", help="a .npy file")
     args = parser.parse_args(argv)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"real_check: {exc}", file=sys.stderr)
         return 2
-    ok, figures = within_one_lsb(errors, f"{args.name}: hwgen vs onnxruntime (bundled output)",
+    ok, figures = within_one_lsb(errors, f"{args.name}: hwgen vs the reference (bundled output)",
                                  integer=y.dtype.kind in "iu")
     print(f"{figures}: {'within' if ok else 'OUTSIDE'} the bound (1 LSB, >= 99% exact)")
     return 0 if ok else 1

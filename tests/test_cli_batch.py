@@ -9,7 +9,7 @@ import pytest
 
 from examples.build_real_models import sample_input
 from hwgen.cli import main
-from tests.fusion.ort_reference import check_within_one_lsb, lsb_errors, output_scale, session
+from tests.fusion.references import check_within_one_lsb, lsb_errors, output_scale, session
 from tests.helpers.cli import one_error_line
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -9,7 +9,7 @@ import pytest
 
 from hwgen.cli import main
 from tests.fusion.compiler.host_op_models import mlp_sigmoid_softmax, sample
-from tests.fusion.frontend.qlinear_pool_cases import ort_run
+from tests.fusion.frontend.qlinear_pool_cases import exact_run
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_run_of_a_plan_with_host_ops_refuses_no_host_fallback(model, variant_dir
 
 
 @pytest.mark.slow
-def test_run_reports_each_host_op_and_matches_onnxruntime(model, variant_dir, tmp_path,
+def test_run_reports_each_host_op_and_matches_the_exact_reference(model, variant_dir, tmp_path,
                                                           capsys):
     x = sample()
     np.save(tmp_path / "x.npy", x)
@@ -82,7 +82,7 @@ def test_run_reports_each_host_op_and_matches_onnxruntime(model, variant_dir, tm
     assert ops["sig"]["elements"] == 4 * 16 and ops["softmax"]["elements"] == 4 * 10
     assert all(h["seconds"] > 0 and h["predicted_seconds"] > 0 for h in ops.values())
     assert len(report["kernels"]) == 2
-    want = ort_run(mlp_sigmoid_softmax(), {"x": x})
+    want = exact_run(mlp_sigmoid_softmax(), {"x": x})
     got = np.load(out)
     bound = np.float32(np.exp(0.04) - 1)  # one LSB of the int8 logits
     assert np.all(np.abs(got - want) <= bound * np.maximum(got, want) + 1e-6)

@@ -29,8 +29,8 @@ from onnx.reference import ReferenceEvaluator
 from examples.build_models import MODELS, sample_input
 from fusion.frontend import import_onnx
 from fusion.reference import executor
-from tests.fusion.ort_reference import lsb_errors as diff_in_lsbs
-from tests.fusion.ort_reference import output_scale
+from tests.fusion.references import lsb_errors as diff_in_lsbs
+from tests.fusion.references import output_scale
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

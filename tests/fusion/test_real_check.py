@@ -1,11 +1,11 @@
 """``python -m examples.real_check``: the bundled input out, hwgen's output checked against
-onnxruntime's bundled one (what ``make demo`` does after running ResNet-8)."""
+the bundled reference output (what ``make demo`` does after running ResNet-8)."""
 
 import numpy as np
 import onnx
 
 from examples.real_check import REAL, main, output_scale
-from tests.fusion.ort_reference import session
+from tests.fusion.references import session
 
 NAME = "lenet5_qdq"
 
@@ -16,7 +16,7 @@ def test_input_writes_the_bundled_input(tmp_path):
         np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), data["x"])
 
 
-def test_output_passes_onnxruntime_and_fails_two_lsb_off(tmp_path, capsys):
+def test_output_passes_the_reference_and_fails_two_lsb_off(tmp_path, capsys):
     main(["input", NAME, str(tmp_path / "x.npy")])
     path = REAL / f"{NAME}.onnx"
     (y,) = session(path).run(["y"], {"x": np.load(tmp_path / "x.npy")})
@@ -35,6 +35,6 @@ def test_bad_arguments_are_one_line_and_status_2(tmp_path, capsys):
                                               "bundled models are ds_cnn_qdq, ")
     np.save(tmp_path / "y.npy", np.zeros((1, 3), np.float32))
     assert main(["output", NAME, str(tmp_path / "y.npy")]) == 2
-    assert capsys.readouterr().err == "real_check: shape (1, 3), onnxruntime's (1, 10)\n"
+    assert capsys.readouterr().err == "real_check: shape (1, 3), the reference's (1, 10)\n"
     assert main(["output", NAME, str(tmp_path / "missing.npy")]) == 2
     assert "cannot read" in capsys.readouterr().err

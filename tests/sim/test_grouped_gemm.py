@@ -1,6 +1,7 @@
 """Grouped GEMMs (block-diagonal B, ``kgroup``) on Verilator, bit for bit against the numpy
 reference of the full ``a @ b``, with the analytical model's prediction equal to the measured
-cycles; and DS-CNN end to end, its depthwise layers grouped, against onnxruntime."""
+cycles; and DS-CNN end to end, its depthwise layers grouped, against the exact reference's
+bundled output."""
 
 import json
 
@@ -80,9 +81,9 @@ def test_grouped_per_channel_requantize_is_bit_exact(v4x4):
     assert predicted == result.counters["cycles"]
 
 
-def test_ds_cnn_runs_its_depthwise_layers_grouped_and_matches_onnxruntime(tmp_path, capsys):
+def test_ds_cnn_runs_its_depthwise_layers_grouped_and_matches_the_reference(tmp_path, capsys):
     """``hwgen run`` (shadow-checked kernel by kernel) of DS-CNN on the 8x8 all-stage variant:
-    each depthwise layer a grouped GEMM, the output within the bound of onnxruntime's."""
+    each depthwise layer a grouped GEMM, the output within the bound of the bundled one."""
     from examples import real_check
     from hwgen.cli import main
 

@@ -16,7 +16,7 @@ from fusion.reference import executor
 from fusion.runtime.run import random_inputs
 from hwgen.presets import DRAM_TEST
 from sim.synthetic import network
-from tests.fusion.ort_reference import check_within_one_lsb, lsb_errors, output_scale, session
+from tests.fusion.references import check_within_one_lsb, lsb_errors, output_scale, session
 
 SEEDS = range(12)
 

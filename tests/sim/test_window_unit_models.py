@@ -1,8 +1,8 @@
 """Real models with their depthwise convolutions and max pools on the window unit, on
 Verilator: every kernel shadow-checked (outputs against the reference executor, counters
 against the program, cycles against the timing floor); the very outputs the models have
-without the unit, DS-CNN's and LeNet's equal to onnxruntime's bundled ones (MobileNet's known
-float-half differences from onnxruntime are ``test_real_models``' xfail); fewer cycles, and
+without the unit, each equal to the exact reference's bundled one (``examples/real``); fewer
+cycles, and
 fewer layout host steps than the grouped GEMMs of host-gathered windows (and, for a global
 pool, than its GEMM over the host's transpose)."""
 
@@ -43,10 +43,9 @@ def test_depthwise_convolutions_and_max_pools_on_the_window_unit(name, dw, pools
     base_compiled, base, _ = _run(name, V8)
     assert not any(k.spec.kind.name == "window" for k in base_compiled.kernels)
     np.testing.assert_array_equal(report.outputs["y"], base.outputs["y"])
-    if name != "mobilenet_v1_025_qdq":
-        errors = lsb_errors(report.outputs["y"], want,
-                            output_scale(onnx.load(str(REAL / f"{name}.onnx")), "y"))
-        assert not errors.any()
+    errors = lsb_errors(report.outputs["y"], want,
+                        output_scale(onnx.load(str(REAL / f"{name}.onnx")), "y"))
+    assert not errors.any()
     layout = [h for h in report.host if h.role == "layout"]
     base_layout = [h for h in base.host if h.role == "layout"]
     # no im2col for a depthwise convolution; and where the model ends in a global pool, no

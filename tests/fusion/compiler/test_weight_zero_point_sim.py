@@ -1,13 +1,14 @@
 """Weights with zero points on the simulator: an asymmetric-uint8-weight MatMulInteger and a
 QLinearConv whose folded weights need the split along K, bit-exact with the reference (the
-shadow check) and matching onnxruntime."""
+shadow check) and matching the exact reference (``examples/exact_reference.py``; onnxruntime's
+integer kernels, which run these two ops, saturate without VNNI)."""
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from examples.exact_reference import reference_session
 from fusion.compiler.plan import HostStep, compile_model
 from fusion.frontend import import_onnx
 from fusion.kernels.cache import KernelCache
@@ -46,15 +47,12 @@ def two_layers() -> onnx.ModelProto:
     return proto
 
 
-def test_split_weights_run_bit_exact_and_match_onnxruntime():
+def test_split_weights_run_bit_exact_and_match_the_exact_reference():
     proto = two_layers()
     rng = np.random.default_rng(5)
     inputs = {"a": rng.integers(-128, 128, (7, 20)).astype(np.int8),
               "x": rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)}
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = reference_session(proto)
     want = dict(zip(["y_mm", "y_conv"], session.run(["y_mm", "y_conv"], inputs), strict=True))
 
     compiled = compile_model(import_onnx(proto), SIM_VARIANTS["4x4"],
@@ -65,8 +63,7 @@ def test_split_weights_run_bit_exact_and_match_onnxruntime():
     report = run_compiled(compiled, inputs)  # raises ShadowMismatch on any bit of difference
     assert len(report.kernels) == 2
     np.testing.assert_array_equal(report.outputs["y_mm"], want["y_mm"])  # integers: exact
-    # requantized: hwgen's fixed-point multiplier against onnxruntime's float one (whose last
-    # bits may depend on the CPU): within one LSB, 99% exact (exact on the machine it was
-    # written on)
+    # requantized: hwgen's fixed-point multiplier against the reference's float64 one: within
+    # one LSB, 99% exact (exact here)
     diff = report.outputs["y_conv"].astype(np.int64) - want["y_conv"]
     assert np.abs(diff).max() <= 1 and np.mean(diff == 0) >= 0.99

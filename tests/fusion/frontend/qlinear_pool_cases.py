@@ -1,8 +1,10 @@
 """Node-level models of onnxruntime's quantized ops and the pools, run by onnxruntime and hwgen.
 
 Each case builder returns ``(model, feeds)``: a one- or two-node model (opset 21 plus
-``com.microsoft`` version 1) with random integer inputs. :func:`ort_run` runs it in onnxruntime
-(CPU, graph optimizations off, so that onnxruntime runs exactly these nodes);
+``com.microsoft`` version 1) with random integer inputs. :func:`exact_run` runs it in the exact
+reference (``examples/exact_reference.py``), :func:`ort_run` in onnxruntime (CPU, graph
+optimizations off, so that onnxruntime runs exactly these nodes; not exact on every CPU where
+a node sums integer products: ``tests/fusion/references.py``);
 :func:`hwgen_run` imports it and runs hwgen's executor, optionally after the passes.
 :func:`lsb_diff` measures the disagreement of integer outputs.
 """
@@ -13,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from examples.exact_reference import reference_session
 from fusion.frontend import import_onnx
 from fusion.passes.driver import optimize
 from fusion.reference import executor
@@ -30,6 +33,10 @@ def build(nodes, feeds: dict, inits: dict, out_type=TensorProto.INT8) -> onnx.Mo
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                    helper.make_opsetid(MS, 1)])
+
+
+def exact_run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    return reference_session(model).run(None, feeds)[0]
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:

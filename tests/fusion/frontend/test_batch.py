@@ -17,7 +17,7 @@ from fusion.frontend.onnx_import import import_onnx
 from fusion.ir.graph import GraphError
 from fusion.passes.driver import optimize
 from fusion.reference import executor
-from tests.fusion.ort_reference import check_within_one_lsb, lsb_errors, output_scale, session
+from tests.fusion.references import check_within_one_lsb, lsb_errors, output_scale, session
 
 REAL = Path(__file__).resolve().parents[3] / "examples" / "real"
 

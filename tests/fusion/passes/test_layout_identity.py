@@ -6,7 +6,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from examples.build_real_models import ort_session
 from fusion.compiler.plan import HostStep, compile_model
 from fusion.frontend import import_onnx
 from fusion.frontend.load import load_model
@@ -17,7 +16,7 @@ from fusion.passes.driver import optimize, prune_pipeline, run_to_fixed_point
 from fusion.reference import executor
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES
-from tests.fusion.ort_reference import lsb_errors
+from tests.fusion.references import lsb_errors, session
 from tests.fusion.test_real_models import REAL
 from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
 
@@ -189,7 +188,8 @@ def _without_layout_identity(graph):
     return run_to_fixed_point(run_to_fixed_point(graph, legalize), prune_pipeline())
 
 
-def test_pointwise_convolutions_read_gemm_rows_and_match_onnxruntime_before_and_after(tmp_path):
+def test_pointwise_convolutions_read_gemm_rows_and_match_the_reference_before_and_after(
+        tmp_path):
     proto = pointwise_model()
     onnx.save(proto, str(tmp_path / "pointwise.onnx"))
     after = optimize(import_onnx(proto), legalize=True)
@@ -199,7 +199,7 @@ def test_pointwise_convolutions_read_gemm_rows_and_match_onnxruntime_before_and_
     assert im2cols == {"c0", "s2", "pad"}
     assert {n.name.split("/")[0] for n in before.nodes if n.op == "im2col"} == \
         {"c0", "pw1", "pw2", "s2", "pad", "pw3"}
-    ort = ort_session(tmp_path / "pointwise.onnx")
+    ort = session(tmp_path / "pointwise.onnx")
     errors = {"before": [], "after": []}
     for seed in range(8):
         x = np.random.default_rng(seed).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
