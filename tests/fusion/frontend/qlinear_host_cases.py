@@ -1,6 +1,6 @@
 """Node-level models of onnxruntime's QLinearMul, QLinearSigmoid, QLinearLeakyRelu and
 QLinearConcat (ops hwgen runs on the host), in the form of :mod:`qlinear_pool_cases`: each
-builder returns ``(model, feeds)``; run them with ``qlinear_pool_cases.ort_run`` and
+builder returns ``(model, feeds)``; run them with ``qlinear_pool_cases.exact_run``, ``ort_run`` and
 ``hwgen_run``."""
 
 from __future__ import annotations
