@@ -14,6 +14,7 @@ from hwgen.cli.common import (
     cycles,
     host_op_lines,
     kernel_table,
+    load_args,
     named_paths,
     seed,
 )
@@ -162,11 +163,13 @@ def run(args: argparse.Namespace) -> int:
         np.save(path, report.outputs[name], allow_pickle=False)
     if args.db:
         _record(args.db, compiled, report, build.platform, args.seed)
+    whole = _whole_model(args, compiled, inputs, report.outputs)
     if args.json:
         print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
                           "model": graph.name, "variant": compiled.config.key(),
-                          "cache": compiled.cache_stats}))
-        return 0
+                          "cache": compiled.cache_stats, "whole_model": whole.to_dict(),
+                          **({} if whole.ok else {"ok": False})}))
+        return _whole_model_status(whole)
     rows = [("kernel", "cycles", "predicted", "MACs", "ideal", "util", "ops")]
     for k in report.kernels:
         rows.append((k.name, f"{k.cycles:,}", f"{k.predicted_cycles:,.0f}", f"{k.macs:,}",
@@ -193,7 +196,33 @@ def run(args: argparse.Namespace) -> int:
           f"cycles; weight-bandwidth roofline {report.roofline_cycles:,} cycles "
           f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
           f"{report.roofline_fraction:.2f} of it reached")
-    return 0
+    print(whole.summary())
+    return _whole_model_status(whole)
+
+
+def _whole_model(args: argparse.Namespace, compiled, inputs, outputs):
+    """The run's outputs against the imported graph's reference (fusion.runtime.whole_model):
+    the import of MODEL (with --plan too); without MODEL there is no imported graph."""
+    from fusion.runtime.whole_model import check_whole_model, not_done
+
+    if args.model is None:
+        return not_done("no MODEL given: a plan holds its graph after the passes only; run "
+                        "with MODEL --plan DIR to compare with the model as imported")
+    if args.plan is None:
+        imported, _ = load_args(args)
+    else:
+        from fusion.frontend.load import load_model
+
+        imported = load_model(args.model, batch=compiled.batch)
+    return check_whole_model(imported, compiled.graph, inputs, outputs)
+
+
+def _whole_model_status(whole) -> int:
+    """Exit status 1, with the line that says where, when the whole-model check failed."""
+    if whole.ok:
+        return 0
+    print(f"hwgen: {whole.failure()}", file=sys.stderr)
+    return 1
 
 
 def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:

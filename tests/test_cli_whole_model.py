@@ -1,0 +1,70 @@
+"""``hwgen run``'s whole-model check: the output's deviation from the imported graph's
+reference in the text and ``--json``, what is said without MODEL, and exit status 1 naming the
+first tensor where the graphs part (:mod:`fusion.runtime.whole_model`)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from fusion.reference import executor
+from fusion.runtime import whole_model
+from hwgen.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CNN = str(EXAMPLES / "qdq_cnn.onnx")
+
+
+@pytest.mark.slow
+def test_run_reports_the_whole_model_deviation(variant_dir, capsys):
+    assert main(["run", CNN, "--variant", str(variant_dir), "--shadow-inputs", "0"]) == 0
+    out = capsys.readouterr().out
+    assert ("whole model against the imported graph's reference: y: max 0 LSB, 100.00% exact "
+            "(dequantized; bound <= 1 LSB") in out
+    assert main(["run", CNN, "--variant", str(variant_dir), "--shadow-inputs", "0",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True
+    check = report["whole_model"]
+    assert check["done"] and check["ok"] and check["parted_at"] is None
+    (y,) = check["outputs"]
+    assert (y["name"], y["kind"], y["max_lsb"], y["share_exact"]) == ("y", "dequantized", 0, 1)
+
+
+@pytest.mark.slow
+def test_a_plan_without_model_says_the_check_is_not_done(variant_dir, tmp_path, capsys):
+    plan = tmp_path / "plan"
+    assert main(["compile", CNN, "--variant", str(variant_dir), "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["run", "--plan", str(plan), "--variant", str(variant_dir),
+                 "--shadow-inputs", "0"]) == 0
+    assert "whole model: not checked: no MODEL given" in capsys.readouterr().out
+    assert main(["run", CNN, "--plan", str(plan), "--variant", str(variant_dir),
+                 "--shadow-inputs", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["whole_model"]["done"] is True
+
+
+@pytest.mark.slow
+def test_a_compiled_graph_that_means_something_else_exits_1(variant_dir, capsys, monkeypatch):
+    # The product is not changed: the check is handed a doctored copy of the compiled graph
+    # (its first bias moved) and that graph's outputs, as the run of such a plan would give.
+    real = whole_model.check_whole_model
+
+    def doctored_check(imported, compiled, inputs, outputs):
+        bias = next(n.inputs[1] for n in compiled.topo_order() if n.op == "bias_add")
+        inits = dict(compiled.initializers)
+        inits[bias] = (inits[bias] + 5000).astype(inits[bias].dtype)
+        doctored = dataclasses.replace(compiled, initializers=inits)
+        return real(imported, doctored, inputs, executor.run(doctored, inputs))
+
+    monkeypatch.setattr(whole_model, "check_whole_model", doctored_check)
+    assert main(["run", CNN, "--variant", str(variant_dir), "--shadow-inputs", "0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hwgen: whole-model check failed: y: max ")
+    assert "first part at tensor 'c1_q'" in err[0]
+    assert main(["run", CNN, "--variant", str(variant_dir), "--shadow-inputs", "0",
+                 "--json"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["ok"] is False and report["whole_model"]["parted_at"] == "c1_q"
