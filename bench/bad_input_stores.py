@@ -83,6 +83,19 @@ ODD_RUNS = [
 ]
 
 
+def _train_into(fill: Callable[[Workspace, Path], Path]) -> Callable[[Workspace, Path], list[str]]:
+    """``hwgen train -o`` a folder ``fill`` makes (refused before any fit)."""
+    def argv(ws: Workspace, d: Path) -> list[str]:
+        return ["train", profile_db(ws.json, ws.variant, d), "-o", str(fill(ws, d))]
+    return argv
+
+
+def _users_rows(ws: Workspace, d: Path) -> Path:
+    (d / "mine").mkdir()
+    (d / "mine" / "rows.jsonl").write_text("my own rows\n")
+    return d / "mine"
+
+
 def store_cases() -> list[Case]:
     """The cases (names start with ``probe``)."""
     out = [
@@ -96,4 +109,11 @@ def store_cases() -> list[Case]:
             for name, sql, match in ODD_RUNS[:4]]
     out += [Case(f"probe: train on a database, a run's {name}", _train_on(sql), match)
             for name, sql, match in ODD_RUNS[3:]]
+    out += [
+        Case("probe: train -o a folder holding the user's rows.jsonl", _train_into(_users_rows),
+             "not a learned model folder"),
+        Case("probe: train -o a variant folder", _train_into(lambda ws, d: ws.variant),
+             "not a learned model folder"),
+        Case("probe: train -o a file", _train_into(lambda ws, d: Path(ws.x)), "is a file"),
+    ]
     return out

@@ -120,3 +120,70 @@ def test_the_engine_prices_with_the_trained_model_on_a_memory_it_was_trained_on(
     err = one_line_error(capsys, ["compile", str(mlp), "--variant", str(ddr3), "--cost-model",
                                   str(model), "-o", str(tmp_path / "plan2")])
     assert "trained on the ideal memory, not ddr3" in err
+
+
+@pytest.mark.parametrize("files", [
+    {"model.json": "my notes\n"},
+    {"rows.jsonl": "my rows\n"},
+    {"model.json": json.dumps({"format": "something else"}), "rows.jsonl": ""},
+    {"notes.txt": "mine\n"},
+    {"variant.json": "{}", "hwgen_accel.v": "module m; endmodule\n", "isa.md": "# isa\n"},
+])
+def test_train_refuses_a_folder_that_is_no_model_and_keeps_it(capsys, tmp_path, files):
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    err = one_line_error(capsys, ["train", str(DATA), "-o", str(out)])
+    assert f"{out} is not empty and is not a learned model folder" in err
+    assert "choose a new or empty folder for -o" in err
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_train_refuses_a_file_as_its_folder(capsys, tmp_path):
+    (tmp_path / "f").write_text("mine")
+    assert "is a file, not a folder" in one_line_error(
+        capsys, ["train", str(DATA), "-o", str(tmp_path / "f")])
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_train_replaces_a_model_folder_whole(capsys, tmp_path):
+    out = tmp_path / "m"
+    assert main(["train", str(DATA), "-o", str(out), "--seed", "1"]) == 0
+    (out / "heads.skops").unlink()  # a model folder without its cache of the fit
+    assert main(["train", str(DATA), "-o", str(out), "--seed", "2"]) == 0
+    assert json.loads((out / "model.json").read_text())["seed"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["heads.skops", "model.json", "rows.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary folder left
+    load(out)
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys
+import skops.io
+from fusion.cost.learned_store import load, save
+new = load(sys.argv[1])
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # a kill while the heads are written
+skops.io.dump = killed
+save(new, sys.argv[2])
+"""
+
+
+def test_a_kill_while_train_replaces_a_model_leaves_the_old_one_usable(capsys, tmp_path):
+    import subprocess
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert main(["train", str(DATA), "-o", str(old), "--seed", "1",
+                 "--test-workloads", "gemm64x64x64"]) == 0
+    assert main(["train", str(DATA), "-o", str(new), "--seed", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    proc = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(new), str(old)],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    assert proc.returncode == -9, proc.stderr
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    load(old)
+    # the next train removes what the killed one left
+    assert main(["train", str(DATA), "-o", str(old), "--seed", "3"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "old"]

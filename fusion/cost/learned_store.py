@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 from fusion.cost.learned import Head, LearnedModel, Spec
+from hwgen.atomic import contents, replacing
 from hwgen.files import loads_json
 from hwgen.platform import PlatformConfig
 
@@ -43,20 +44,89 @@ TRUSTED = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
            "sklearn.tree._tree.Tree")
 
 HEADS = "heads.skops"
+META = "model.json"
+ROWS = "rows.jsonl"
+#: What a saved model's folder holds; any other entry makes a folder "not a model" to
+#: :func:`save`, which replaces only a model folder.
+MEMBERS = frozenset({META, ROWS, HEADS})
+#: A ``model.json`` larger than this is no model's (a few KiB of specs and probes).
+MAX_META_BYTES = 16 << 20
 
 
-def save(model: LearnedModel, directory: Path | str) -> Path:
-    """Write ``rows.jsonl``, ``heads.skops`` and ``model.json`` to ``directory`` (made if
-    missing).
+def check_output_folder(directory: Path | str) -> frozenset:
+    """Refuse ``directory`` as :func:`save`'s (``hwgen train -o``) unless it is new, empty,
+    or a learned model's folder: nothing but :data:`MEMBERS`, and a ``model.json`` tagged
+    :data:`MODEL_FORMAT` (of any version), so that nothing of the user's is overwritten.
+
+    Returns
+    -------
+    frozenset
+        What it holds now (:func:`hwgen.atomic.contents`): :func:`save` refuses a folder
+        changed since.
+
+    Raises
+    ------
+    ValueError
+        Naming the folder, what makes it no model folder, and the fix.
+    """
+    directory = Path(directory)
+    checked = contents(directory.resolve())
+    if not directory.exists() and not directory.is_symlink():
+        return checked
+    if not directory.is_dir():
+        raise ValueError(f"{directory} is a file, not a folder; choose a new or empty folder "
+                         f"for -o")
+    names = sorted(p.name for p in directory.iterdir())
+    if not names:
+        return checked
+    why = ""
+    others = [n for n in names if n not in MEMBERS]
+    if others:
+        why = f"it holds {others[0]}, which a model folder does not"
+    elif META not in names:
+        why = f"it holds no {META}"
+    elif not _is_model_meta(directory / META):
+        why = f"its {META} is not one hwgen train wrote"
+    if why:
+        raise ValueError(f"{directory} is not empty and is not a learned model folder ({why}); "
+                         f"choose a new or empty folder for -o: hwgen train replaces only a "
+                         f"model folder it wrote")
+    return checked
+
+
+def _is_model_meta(path: Path) -> bool:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_META_BYTES:
+            return False
+        meta = loads_json(path.read_bytes())
+    except (OSError, ValueError):  # unreadable or not JSON: not ours
+        return False
+    return isinstance(meta, dict) and meta.get("format") == MODEL_FORMAT
+
+
+def save(model: LearnedModel, directory: Path | str, *,
+         checked: frozenset | None = None) -> Path:
+    """Write ``rows.jsonl``, ``heads.skops`` and ``model.json`` to ``directory``: new, empty
+    or a model folder (:func:`check_output_folder`), replaced whole
+    (:func:`hwgen.atomic.replacing`), so that a kill leaves the old model or the new one.
+
+    Parameters
+    ----------
+    checked : frozenset, optional
+        What :func:`check_output_folder` returned before the fit: a folder changed since is
+        refused (by default, since this was called).
 
     Returns
     -------
     Path
         The ``model.json`` written.
-    """
-    import sklearn
-    import skops.io as sio
 
+    Raises
+    ------
+    ValueError
+        A folder that is no model folder, or changed since ``checked``; a model whose own
+        predictions are not finite.
+    """
     index = _probe_index(len(model.rows))
     cycles, energy = model.predict_rows([model.rows[i] for i in index])
     bad = [v for v in (*cycles, *energy) if not math.isfinite(v)]
@@ -65,9 +135,19 @@ def save(model: LearnedModel, directory: Path | str) -> Path:
                          f"of its own training rows; it is not saved: check the training "
                          f"rows' cycles (hwgen profile DB) and train again")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    now = check_output_folder(directory)
+    with replacing(directory.resolve(), checked=now if checked is None else checked) as tmp:
+        _write(model, tmp, index, cycles, energy)
+    return directory / META
+
+
+def _write(model: LearnedModel, directory: Path, index: list[int], cycles, energy) -> None:
+    """The three files of ``model`` in the (temporary) folder ``directory``."""
+    import sklearn
+    import skops.io as sio
+
     data = _rows_bytes(model)
-    (directory / "rows.jsonl").write_bytes(data)
+    (directory / ROWS).write_bytes(data)
     regressors = {m: {q: h.regressor for q, h in heads.items()}
                   for m, heads in model.heads.items()}
     sio.dump(regressors, directory / HEADS)
@@ -89,9 +169,7 @@ def save(model: LearnedModel, directory: Path | str) -> Path:
     except ValueError as exc:  # a cross-validation score of NaN, say: never written as JSON
         raise ValueError(f"model.json would hold a non-finite number ({exc}); it is not "
                          f"saved: check the training rows' cycles and train again") from None
-    path = directory / "model.json"
-    path.write_text(text + "\n")
-    return path
+    (directory / META).write_text(text + "\n")
 
 
 def load(directory: Path | str) -> LearnedModel:
@@ -109,7 +187,7 @@ def load(directory: Path | str) -> LearnedModel:
     from fusion.cost.data import read_rows
 
     directory = Path(directory)
-    meta_path, rows_path = directory / "model.json", directory / "rows.jsonl"
+    meta_path, rows_path = directory / META, directory / ROWS
     for p in (meta_path, rows_path):
         if not p.is_file():
             raise ValueError(f"{p} is missing: {directory} is not a saved learned model; "

@@ -12,7 +12,8 @@ HELP = "fit the learned cost model to calibration rows; held-out metrics beside 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("db", help="calibration rows: a JSONL file (.jsonl) or a profile database")
     p.add_argument("-o", "--output", required=True, type=Path,
-                   help="folder the model is written to (rows.jsonl and model.json)")
+                   help="folder the model is written to (rows.jsonl, heads.skops and "
+                        "model.json): new, empty, or a model folder (replaced whole)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the split and of the regressors (default 0)")
     p.add_argument("--test-workloads", dest="test_workloads", default=None,
@@ -50,16 +51,18 @@ def read_db(path: Path) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from fusion.cost.heldout import heldout_report, render
-    from fusion.cost.learned_store import save
+    from fusion.cost.learned_store import check_output_folder, save
 
     rows = read_db(Path(args.db))
+    # before the fit, not after it; what the folder holds then is what may be replaced
+    checked = check_output_folder(args.output)
     workloads = None
     if args.test_workloads is not None:
         workloads = [w.strip() for w in args.test_workloads.split(",") if w.strip()]
     model, report = heldout_report(rows, workloads, seed=args.seed)
     # the model written is the one scored: the figures printed are the ones it earned (the
     # held-out workloads are not in its training rows)
-    save(model, args.output)
+    save(model, args.output, checked=checked)
     report["output"] = str(args.output)
     print(json.dumps(report) if args.json else render(report, args.output))
     return 0
