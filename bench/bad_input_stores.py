@@ -5,9 +5,12 @@ is not a model), files that are not regular files (a FIFO blocks a reader foreve
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 from bench.bad_input_cases import Case, Workspace
 
@@ -96,6 +99,58 @@ def _users_rows(ws: Workspace, d: Path) -> Path:
     return d / "mine"
 
 
+def _fifo(path: Path) -> str:
+    """A FIFO at ``path``: nobody ever writes it, so a reader that opens it waits forever
+    (the case runs in a child process, whose timeout makes such a hang ``wrong``)."""
+    os.mkfifo(path)
+    return str(path)
+
+
+def _plan_with_fifo(ws: Workspace, d: Path) -> list[str]:
+    plan = ws.plan_copy(d, lambda p: (p / "plan.json").unlink())
+    return ["run", "--plan", plan, "--variant", str(ws.variant)]
+
+
+def _variant_with_fifo(ws: Workspace, d: Path) -> str:
+    return ws.variant_copy(d, lambda f: (f / "variant.json").unlink() or _fifo(
+        f / "variant.json"))
+
+
+#: Readers given a FIFO: the command line, and the FIFO's name in the folder ``d``.
+FIFO_READERS: list[tuple[str, Callable[[Workspace, Path], list[str]], str]] = [
+    ("a plan's plan.json", lambda ws, d: _plan_with_fifo(ws, d), "plan/plan.json"),
+    ("report's input", lambda ws, d: ["report", str(d / "run.json"), "-o", str(d / "r.html")],
+     "run.json"),
+    ("--input", lambda ws, d: ["run", str(ws.onnx), "--variant", str(ws.variant), "--input",
+                               str(d / "x.npy")], "x.npy"),
+    ("generate --config", lambda ws, d: ["generate", "--config", str(d / "c.json"), "-o",
+                                         str(d / "v")], "c.json"),
+    ("a variant's variant.json", lambda ws, d: [
+        "gemm", "--variant", _variant_with_fifo(ws, d), "--m", "4", "--k", "8", "--n", "4"],
+     ""),
+    ("train's rows", lambda ws, d: ["train", str(d / "rows.jsonl"), "-o", str(d / "m")],
+     "rows.jsonl"),
+    ("a model", lambda ws, d: ["inspect", str(d / "m.onnx")], "m.onnx"),
+    ("a workload", lambda ws, d: ["run", "--variants", str(d), "--workload",
+                                  str(d / "w.json")], "w.json"),
+]
+
+
+def _with_fifo(argv: Callable[[Workspace, Path], list[str]], name: str
+               ) -> Callable[[Workspace, Path], list[str]]:
+    def make(ws: Workspace, d: Path) -> list[str]:
+        line = argv(ws, d)
+        if name:
+            _fifo(d / name)
+        return line
+    return make
+
+
+def _npz(ws: Workspace, d: Path) -> str:
+    np.savez(d / "x.npz", x=np.zeros((8, 64), np.float32))
+    return str(d / "x.npz")
+
+
 def store_cases() -> list[Case]:
     """The cases (names start with ``probe``)."""
     out = [
@@ -115,5 +170,10 @@ def store_cases() -> list[Case]:
         Case("probe: train -o a variant folder", _train_into(lambda ws, d: ws.variant),
              "not a learned model folder"),
         Case("probe: train -o a file", _train_into(lambda ws, d: Path(ws.x)), "is a file"),
+        Case("probe: --input an .npz", lambda ws, d: [
+            "run", str(ws.onnx), "--variant", str(ws.variant), "--input", _npz(ws, d)],
+            "is an .npz archive \\(of x\\), not one array"),
     ]
+    out += [Case(f"probe (FIFO): {what}", _with_fifo(argv, name), "is a FIFO", process=True)
+            for what, argv, name in FIFO_READERS]
     return out

@@ -39,6 +39,7 @@ import numpy as np
 from fusion.compiler.plan import PLAN_TAG, CompiledModel
 from fusion.frontend.json_format import to_dict as graph_to_dict
 from hwgen.atomic import contents, replacing
+from hwgen.files import NotRegularFile, loads_json, read_bytes
 from hwgen.gateware.sources import gateware_digest
 
 PLAN_FILE = "plan.json"
@@ -93,14 +94,12 @@ def load_plan_json(path: Path) -> Any:
         raise PlanError(f"{path} has {size:,} bytes, more than any plan "
                         f"({MAX_PLAN_BYTES:,}); it is not an hwgen plan")
     try:
-        return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+        return loads_json(read_bytes(path, "plan").decode("utf-8"))
+    except NotRegularFile as exc:  # a FIFO would block the read forever
+        raise PlanError(str(exc)) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise PlanError(f"{path} is not valid JSON ({str(exc) or 'nested too deep'}); it is "
                         f"truncated or damaged") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def is_plan(data: Any) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fusion.cost.learned import Head, LearnedModel, Spec
 from hwgen.atomic import contents, replacing
-from hwgen.files import loads_json
+from hwgen.files import check_regular, loads_json, read_bytes
 from hwgen.platform import PlatformConfig
 
 #: Format tag and version of a saved model's ``model.json``.
@@ -189,11 +189,12 @@ def load(directory: Path | str) -> LearnedModel:
     directory = Path(directory)
     meta_path, rows_path = directory / META, directory / ROWS
     for p in (meta_path, rows_path):
+        check_regular(p, "learned model file")
         if not p.is_file():
             raise ValueError(f"{p} is missing: {directory} is not a saved learned model; "
                              f"train one with hwgen train DB -o {directory}")
     try:
-        meta = loads_json(meta_path.read_text())
+        meta = loads_json(read_bytes(meta_path))
     except ValueError as exc:  # JSONDecodeError, and NaN or Infinity (not JSON)
         raise ValueError(f"{meta_path} is not JSON ({exc}); retrain with hwgen train") from None
     if meta.get("format") != MODEL_FORMAT or meta.get("version") != MODEL_VERSION:

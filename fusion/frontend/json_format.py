@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
+from hwgen.files import loads_json, read_text
 
 #: The value of the ``format`` key of every hwgen graph file.
 FORMAT = "hwgen-graph"
@@ -281,11 +282,6 @@ def from_dict(data: Any, source: str = "<graph>") -> Graph:
         raise GraphFormatError(f"{source}: {exc}") from None
 
 
-def _refuse_constant(name: str) -> Any:
-    # Python's json would accept NaN and Infinity, which JSON (and the format) does not.
-    raise ValueError(f"{name} is not a JSON value")
-
-
 def load_json(path: str | Path) -> Graph:
     """Read a graph written by :func:`save_json` (``docs/graph_json.md``).
 
@@ -307,11 +303,11 @@ def load_json(path: str | Path) -> Graph:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path, "graph")
     except FileNotFoundError:
         raise FileNotFoundError(f"no graph file at {path}") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
+        data = loads_json(text)  # NaN and Infinity are not JSON (nor the format)
+    except ValueError as exc:  # JSONDecodeError too
         raise GraphFormatError(f"{path}: not valid JSON: {exc}") from None
     return from_dict(data, str(path))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fusion.ir.graph import Graph, GraphError
 from fusion.ir.validation import validate
+from hwgen.files import check_regular
 
 #: Model file types :func:`load_model` reads, by extension.
 MODEL_TYPES = {".onnx": "ONNX", ".json": "hwgen JSON graph"}
@@ -38,6 +39,7 @@ def load_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | Non
     if kind is None:
         raise GraphError(f"{path} is neither an ONNX model (.onnx) nor an hwgen JSON graph "
                          f"(.json); give one of those")
+    check_regular(path, "model")
     if not path.is_file():
         raise GraphError(f"no {kind}{' model' if kind == 'ONNX' else ''} at {path}")
     if kind == "ONNX":

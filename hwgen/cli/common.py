@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
+from hwgen.files import read_text
 from hwgen.platform import DDR3_SPEEDGRADES, MEMORIES, REFRESH, PlatformConfig
 
 #: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
@@ -74,7 +75,7 @@ def seed(text: str) -> int:
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
     if args.config:
         try:
-            data = json.loads(Path(args.config).read_text())
+            data = json.loads(read_text(args.config, "--config"))
         except FileNotFoundError:
             raise ValueError(f"no config file at {args.config}") from None
         except json.JSONDecodeError as exc:
@@ -161,8 +162,8 @@ def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
              for name in ("memory", "refresh", "module", "speedgrade")}
     if getattr(args, "config", None) and not any(v is not None for v in given.values()):
         try:
-            data = json.loads(Path(args.config).read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(read_text(args.config, "--config"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             data = None  # config_from_args names the problem
         if isinstance(data, dict) and isinstance(data.get("platform"), dict):
             return PlatformConfig.from_dict(data["platform"])

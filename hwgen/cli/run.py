@@ -18,6 +18,7 @@ from hwgen.cli.common import (
     named_paths,
     seed,
 )
+from hwgen.files import load_array
 
 #: fusion.runtime.run.DEFAULT_SHADOW_INPUTS, which the CLI does not import before it must
 #: (tests/test_cli.py checks the two agree).
@@ -136,10 +137,7 @@ def run(args: argparse.Namespace) -> int:
     graph = compiled.graph
     inputs = random_inputs(graph, args.seed)
     for name, path in named_paths(args.input, "--input", graph.inputs, "inputs").items():
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read --input {path}: {exc}") from None
+        inputs[name] = load_array(path, "--input")
         _check_input_shape(name, path, inputs[name].shape, graph.tensors[name].shape,
                            compiled.batch)
     inputs = finite_inputs(inputs, saturate=args.saturate_nonfinite)

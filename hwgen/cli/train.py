@@ -31,7 +31,9 @@ def read_db(path: Path) -> list[Any]:
         A missing or empty file, or a database without the profile module.
     """
     from fusion.cost.data import read_rows
+    from hwgen.files import check_regular
 
+    check_regular(path, "calibration rows")
     if not path.is_file():
         raise ValueError(f"{path} does not exist; give a calibration JSONL file (sim.calibrate "
                          f"writes one) or a profile database")

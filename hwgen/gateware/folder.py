@@ -23,6 +23,7 @@ from typing import Any
 
 from hwgen.atomic import contents, replacing
 from hwgen.config import VariantConfig
+from hwgen.files import NotRegularFile, check_regular, read_bytes
 from hwgen.gateware.sources import gateware_digest
 from hwgen.platform import PlatformConfig
 
@@ -95,6 +96,7 @@ def open_variant(path: str | os.PathLike) -> VariantFolder:
     given = Path(path)
     descriptor = given / DESCRIPTOR if given.is_dir() else given
     directory = descriptor.parent
+    check_regular(descriptor, "variant descriptor")  # read_descriptor would block on a FIFO
     config, data = VariantConfig.read_descriptor(descriptor)
     recorded, current = data.get("gateware_digest"), gateware_digest()
     if recorded != current:
@@ -139,7 +141,7 @@ def read_variant(path: str | os.PathLike) -> VariantConfig:
 
 def _read_verilog(verilog: Path, directory: Path) -> bytes:
     try:
-        return verilog.read_bytes()
+        return read_bytes(verilog, f"variant {directory}'s Verilog")
     except OSError as exc:
         raise ValueError(f"variant {directory} has no readable Verilog {verilog.name} "
                          f"({exc.strerror}); regenerate it with "
@@ -162,7 +164,9 @@ def _is_variant_folder(directory: Path) -> bool:
     if entries <= set(FILES):  # empty, or only what generate writes (a half-written folder)
         return True
     try:
-        data = json.loads((directory / DESCRIPTOR).read_text())
+        data = json.loads(read_bytes(directory / DESCRIPTOR, "variant descriptor"))
+    except NotRegularFile:
+        raise
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("format") == "hwgen-variant"

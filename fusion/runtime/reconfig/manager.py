@@ -44,6 +44,7 @@ import numpy as np
 from fusion.runtime.reconfig.library import LibraryVariant, check_covers
 from fusion.runtime.reconfig.planner import INF, WorkFunction, offline_plan, static_plan
 from fusion.runtime.reconfig.workload import Phase, Step, Workload
+from hwgen.files import load_array
 
 #: The policies :func:`run_workload` knows.
 POLICIES = ("online", "offline")
@@ -171,10 +172,7 @@ def _inputs(phase: Phase, graph, seed: int, saturate: bool) -> dict[str, np.ndar
         if name not in graph.inputs:
             raise ValueError(f"{model} has no input {name!r} (its inputs: "
                              f"{', '.join(graph.inputs)})")
-        try:
-            value = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read input {path}: {exc}") from None
+        value = load_array(path, "input")
         want = tuple(graph.tensors[name].shape)
         if tuple(value.shape) != want:
             raise ValueError(f"input {path} has shape {tuple(value.shape)}, but {name!r} of "

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwgen.files import check_regular, read_text
+
 #: The most model runs a workload may expand to (phases times repeats): each is a simulator
 #: launch, so more is a typo, not a workload.
 MAX_RUNS = 10_000
@@ -74,6 +76,7 @@ def _file(path: Path, base: Path, value: Any, where: str) -> Path:
     if not isinstance(value, str) or not value:
         raise _bad(path, where, f" must be a path (a string), not {value!r}")
     found = (base / value).resolve()
+    check_regular(found, f"{path}: {where} names {value}, but")
     if not found.is_file():
         raise _bad(path, where, f" names {value}, but there is no file {found}")
     return found
@@ -118,6 +121,7 @@ def read_workload(path: str | Path) -> Workload:
         does not exist, or expands to more than :data:`MAX_RUNS` runs; one line naming it.
     """
     path = Path(path)
+    check_regular(path, "workload")
     if not path.is_file():
         raise ValueError(f"no workload file {path}; write one as {{\"phases\": [{{\"model\": "
                          f"\"m.onnx\", \"input\": \"x.npy\", \"repeat\": 2}}]}}")
@@ -125,7 +129,7 @@ def read_workload(path: str | Path) -> Workload:
         raise _bad(path, "", f" is {path.stat().st_size:,} bytes; a workload file is at most "
                              f"{MAX_FILE_BYTES:,}")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, "workload"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _bad(path, "", f" is not JSON ({exc})") from None
     if not isinstance(data, dict) or set(data) != {"phases"}:

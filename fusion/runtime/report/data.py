@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwgen.files import read_text
+
 #: The ``format`` of a workload run's JSON, and the version this reader knows.
 WORKLOAD_FORMAT = "hwgen-workload-run"
 WORKLOAD_VERSION = 1
@@ -197,7 +199,7 @@ def read_run(path: str | Path) -> RunData:
         if size > MAX_FILE_BYTES:
             raise ValueError(f"{path} is {size:,} bytes, more than a run's JSON ever is "
                              f"({MAX_FILE_BYTES:,} at the most); {_HOW}")
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise ValueError(f"no file {path}; {_HOW}") from None
     except (OSError, UnicodeDecodeError) as exc:
