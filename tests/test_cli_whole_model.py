@@ -68,3 +68,19 @@ def test_a_compiled_graph_that_means_something_else_exits_1(variant_dir, capsys,
     captured = capsys.readouterr()
     report = json.loads(captured.out)
     assert report["ok"] is False and report["whole_model"]["parted_at"] == "c1_q"
+
+
+@pytest.mark.slow
+def test_host_float_ops_run_as_the_reference_means(variant_dir, tmp_path, capsys):
+    # The batch norm (float Mul, Add) and the 3x3 pool whose border windows count 4 or 6 (exact
+    # halves) run on the host: in float64 there, as in the reference, so the run is exact
+    from onnx import save
+
+    from tests.fusion.passes.test_bn_pool_concat import bn_pool_concat
+
+    model = tmp_path / "bn_pool_concat.onnx"
+    save(bn_pool_concat(0), str(model))
+    assert main(["run", str(model), "--variant", str(variant_dir), "--shadow-inputs", "0",
+                 "--json"]) == 0
+    (y,) = json.loads(capsys.readouterr().out)["whole_model"]["outputs"]
+    assert (y["max_lsb"], y["share_exact"]) == (0, 1)

@@ -24,7 +24,8 @@ from fusion.reference import hwgen_ops, onnx_host_ops, onnx_ops  # noqa: F401
 from fusion.reference.registry import IMPLEMENTATIONS, Ctx
 
 
-def run(graph: Graph, inputs: Mapping[str, Any], *, keep: bool = False) -> dict[str, np.ndarray]:
+def run(graph: Graph, inputs: Mapping[str, Any], *, keep: bool = False,
+        float64: bool = False) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``inputs`` and return its outputs.
 
     Parameters
@@ -37,11 +38,20 @@ def run(graph: Graph, inputs: Mapping[str, Any], *, keep: bool = False) -> dict[
     keep : bool
         Return every tensor computed, not only the graph outputs (for debugging and for
         shadow checks of single kernels).
+    float64 : bool
+        Hold the float32 tensors the graph computes in float64 (graph outputs are returned in
+        float32). The real numbers between a ``DequantizeLinear`` and a ``QuantizeLinear``
+        are then computed to about 1e-16 instead of 1e-7, so ``QuantizeLinear`` rounds the
+        value the quantized model means: in float32, a value within float32 noise of a half
+        rounds either way, and the next layers carry the 1 LSB on and grow it (MobileNet's
+        bundled input: 1 element of one layer, 4 LSB at the output). The whole-model check
+        (:mod:`fusion.runtime.whole_model`) evaluates the imported graph so.
 
     Returns
     -------
     dict of str to numpy.ndarray
-        The graph outputs by name, in the declared dtypes.
+        The graph outputs by name, in the declared dtypes (``keep``: float32 tensors in
+        float64 with ``float64``).
 
     Raises
     ------
@@ -51,9 +61,11 @@ def run(graph: Graph, inputs: Mapping[str, Any], *, keep: bool = False) -> dict[
     env: dict[str, np.ndarray] = dict(graph.initializers)
     env.update(coerce_inputs(graph, inputs))
     for node in graph.topo_order():
-        evaluate_node(graph, node, env)
-    names = env if keep else graph.outputs
-    return {name: env[name] for name in names}
+        evaluate_node(graph, node, env, float64=float64)
+    if keep:
+        return dict(env)
+    return {name: env[name].astype(graph.tensors[name].dtype, copy=False)
+            for name in graph.outputs}
 
 
 def coerce_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -106,8 +118,10 @@ def finite_inputs(inputs: Mapping[str, np.ndarray], *, saturate: bool) -> dict[s
     return out
 
 
-def evaluate_node(graph: Graph, node: Node, env: dict[str, np.ndarray]) -> None:
-    """Run one node on the values in ``env`` and store its outputs there.
+def evaluate_node(graph: Graph, node: Node, env: dict[str, np.ndarray], *,
+                  float64: bool = False) -> None:
+    """Run one node on the values in ``env`` and store its outputs there (a float32 output
+    in float64 with ``float64``: see :func:`run`).
 
     Raises
     ------
@@ -120,11 +134,12 @@ def evaluate_node(graph: Graph, node: Node, env: dict[str, np.ndarray]) -> None:
         raise GraphError(f"node {node.name!r}: the executor has no implementation of {node.op}")
     ctx = Ctx(node, ops.node_attrs(node),
               tuple(graph.tensors[n] if n else None for n in node.inputs),
-              tuple(graph.tensors[n] for n in node.outputs))
+              tuple(graph.tensors[n] for n in node.outputs), float64)
     values = [env[n] if n else None for n in node.inputs]
     results = fn(ctx, *values)
     for tensor, value in zip(ctx.outputs, results, strict=True):
-        env[tensor.name] = np.asarray(value).astype(tensor.dtype, copy=False)
+        dtype = np.float64 if float64 and tensor.dtype == "float32" else tensor.dtype
+        env[tensor.name] = np.asarray(value).astype(dtype, copy=False)
 
 
 def _coerce(tensor: Tensor, value: Any) -> np.ndarray:

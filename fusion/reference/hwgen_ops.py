@@ -162,8 +162,9 @@ def _quantize(ctx: Ctx, x):
     if out.quant is None:
         raise ctx.error(f"its output {out.name!r} has no quantization; give it a Quant")
     lo, hi = ops.INT_RANGE[out.dtype]
-    # ONNX QuantizeLinear: float32 division, round half to even, saturate.
-    q = np.rint(x.astype(np.float32) / scale(out))
+    # ONNX QuantizeLinear: float32 division (float64 with ctx.float64), round half to even,
+    # saturate.
+    q = np.rint(x.astype(np.float64 if ctx.float64 else np.float32) / scale(out))
     q = np.clip(q, -(2.0**40), 2.0**40).astype(np.int64) + zero_point(out)  # cast-safe
     return (np.clip(q, lo, hi),)
 
@@ -173,7 +174,8 @@ def _dequantize(ctx: Ctx, x):
     t = ctx.inputs[0]
     if t.quant is None:
         raise ctx.error(f"its input {t.name!r} has no quantization; give it a Quant")
-    return ((x.astype(np.float32) - zero_point(t).astype(np.float32)) * scale(t),)
+    real = np.float64 if ctx.float64 else np.float32  # as DequantizeLinear (onnx_ops)
+    return ((x.astype(real) - zero_point(t).astype(real)) * scale(t).astype(real),)
 
 
 @implements("im2col")

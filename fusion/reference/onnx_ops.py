@@ -44,11 +44,14 @@ def _quantize_linear(ctx: Ctx, x, scale, zp=None):
 
 @implements("DequantizeLinear")
 def _dequantize_linear(ctx: Ctx, x, scale, zp=None):
+    # float32 as ONNX declares it; in float64 for executor.run(float64=True), where
+    # (x - zp) * scale of 8-bit values and a float32 scale is exact.
     a = ctx.attrs
-    dx = x.astype(np.float32)
+    real = np.float64 if ctx.float64 else np.float32
+    dx = x.astype(real)
     if zp is not None:
         dx = dx - _per_axis(zp, x.shape, a["axis"], a["block_size"])
-    return (dx * _per_axis(scale, x.shape, a["axis"], a["block_size"]),)
+    return (dx * _per_axis(scale, x.shape, a["axis"], a["block_size"]).astype(real),)
 
 
 @implements("MatMul")

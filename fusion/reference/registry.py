@@ -27,6 +27,8 @@ class Ctx:
     attrs: dict[str, Any]
     inputs: tuple[Tensor | None, ...]
     outputs: tuple[Tensor, ...]
+    #: compute float32 tensors in float64 (:func:`fusion.reference.executor.run`)
+    float64: bool = False
 
     def error(self, message: str) -> GraphError:
         return GraphError(f"node {self.node.name!r} ({self.node.op}): {message}")

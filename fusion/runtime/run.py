@@ -355,7 +355,10 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     for step in compiled.steps:
         if isinstance(step, HostStep):
             t0 = time.perf_counter()
-            executor.evaluate_node(graph, step.node, env)
+            # float ops between a dequantize and a quantize in float64, as the whole-model
+            # check's reference (fusion.runtime.whole_model): float32 noise would round a
+            # near-half either way, and later layers grow the 1 LSB
+            executor.evaluate_node(graph, step.node, env, float64=True)
             seconds = time.perf_counter() - t0
             host.append(HostRun(step.name, step.node.op,
                                 int(np.size(env[step.node.outputs[0]])), seconds, step.role,
@@ -427,7 +430,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                                       -(-macs // (config.rows * config.cols)),
                                       memory_summary(result.counters, config.port_bytes),
                                       estimate(result.counters, config, build.platform)))
-    outputs = {name: env[name] for name in graph.outputs}
+    outputs = {name: env[name].astype(graph.tensors[name].dtype, copy=False)
+               for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
                      host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results))

@@ -3,21 +3,24 @@
 The per-kernel shadow check compares the hardware with the graph *after* the passes, so a pass
 that changed what the model computes would go unseen. This check evaluates the graph as it was
 imported (before any pass) with the reference executor (:mod:`fusion.reference.executor`),
-and measures how far each output of the run is from it, in the output's LSBs:
+its float tensors in float64 (``float64=True``: the real numbers between ``DequantizeLinear``
+and ``QuantizeLinear`` to about 1e-16, so that each ``QuantizeLinear`` rounds the value the
+model means, where float32 noise would round a near-half either way and later layers would
+grow the 1 LSB), and measures how far each output of the run is from it, in the output's LSBs:
 
 - an integer output in integer units; its bound is exactness (0 LSB);
 - a float output that a ``DequantizeLinear`` makes from a per-tensor quantized tensor in
   units of that scale; its bound is 1 LSB with at least 99% of the elements exact (the bound
   ``examples/real_check.py`` holds hwgen to against onnxruntime; the share only for outputs
-  of 100 elements or more). The imported graph computes
-  the float ops (``DequantizeLinear`` -> ``AveragePool`` -> ``QuantizeLinear`` ...) in float32,
-  where an exact half can land on either side of the tie; the passes compute them in integers
-  and round the exact value, so the two may differ by 1 LSB where the exact value is a half;
+  of 100 elements or more). The passes compute in integers with 31-bit requantize
+  multipliers, the reference in float64: the two round differently only where the real
+  value is within about 1e-9 of a half;
 - any other float output (a dequantized int32 accumulator, a softmax) has no LSB to count in:
   its largest difference is reported, and not judged.
 
-Beyond the bound, the check names the first tensor, in the imported graph's topological
-order, among those both graphs keep (same name, same shape), whose values differ: where the
+Beyond the bound, the check names the first integer tensor, in the imported graph's
+topological order, among those both graphs keep (same name, same shape), whose values differ
+(:func:`first_parting`): where the
 compiled graph and the imported one part. Cost: one reference run of the imported graph, and
 one of the compiled graph only when the bound is broken (a fraction of a second for the
 bundled models, against seconds to minutes of simulation).
@@ -155,29 +158,36 @@ def check_whole_model(imported: Graph, compiled: Graph, inputs: Mapping[str, np.
         return not_done(f"the imported graph's inputs/outputs ({', '.join(imported.inputs)} -> "
                         f"{', '.join(imported.outputs)}) are not the run's "
                         f"({', '.join(inputs)} -> {', '.join(compiled.outputs)})")
-    want = executor.run(imported, inputs, keep=True)
+    want = executor.run(imported, inputs, keep=True, float64=True)
     deviations = tuple(_deviation(imported, name, outputs[name], want[name])
                        for name in imported.outputs)
     check = WholeModelCheck(done=True, outputs=deviations)
     if check.ok:
         return check
-    parted, detail = first_parting(imported, want, executor.run(compiled, inputs, keep=True))
+    # the compiled graph as the run evaluates it: host steps in float64 (fusion.runtime.run)
+    got = executor.run(compiled, inputs, keep=True, float64=True)
+    parted, detail = first_parting(imported, want, got)
     return WholeModelCheck(done=True, outputs=deviations, parted_at=parted,
                            parted_detail=detail)
 
 
 def first_parting(imported: Graph, want: Mapping[str, np.ndarray],
                   got: Mapping[str, np.ndarray]) -> tuple[str | None, str]:
-    """The first tensor of ``imported`` (topological order) whose value in ``got`` (the
-    compiled graph's, every tensor kept) differs from ``want`` (the imported graph's), and a
-    description of it; ``(None, "")`` if none of the tensors both keep differs."""
+    """The first integer tensor of ``imported`` (topological order) whose value in ``got``
+    (the compiled graph's, every tensor kept) differs from ``want`` (the imported graph's),
+    and a description of it; ``(None, "")`` if none of the tensors both keep differs.
+
+    Integer tensors only: they are the quantized values whose meaning is fixed, while a float
+    tensor differs by float rounding between a float64 reference and a float32 run; a
+    change of meaning in float shows at the next ``QuantizeLinear``.
+    """
     for node in imported.topo_order():
         for name in node.outputs:
             if name not in got or name not in want:
                 continue
             a, b = np.asarray(want[name]), np.asarray(got[name])
-            if a.shape != b.shape:
-                continue  # the same name for another value (a pass re-laid it out)
+            if a.shape != b.shape or a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
+                continue  # another value under the same name (re-laid out), or a float
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
             if diff.size and diff.max() > 0:
                 return name, (f"made by {node.op} {node.name!r}: {int(np.count_nonzero(diff))}"
