@@ -151,29 +151,48 @@ def _npz(ws: Workspace, d: Path) -> str:
     return str(d / "x.npz")
 
 
+#: A trigger that aborts every insert: the database refuses the record of a good run.
+NO_MORE_RUNS = ("CREATE TRIGGER full BEFORE INSERT ON runs "
+                "BEGIN SELECT RAISE(ABORT, 'no more runs'); END")
+
+
+def _refusing_db(ws: Workspace, d: Path) -> str:
+    return profile_db(ws.json, ws.variant, d, NO_MORE_RUNS)
+
+
 def store_cases() -> list[Case]:
-    """The cases (names start with ``probe``)."""
+    """The cases: names start with ``store`` (profile databases, output folders), ``sim
+    store`` (those that simulate), ``fifo`` (in a child process) or ``--input``."""
     out = [
-        Case("probe: profile --export onto its database", _profile(target=str),
+        Case("store: profile --export onto its database", _profile(target=str),
              "the profile database itself"),
-        Case("probe: profile --export onto its database, spelled otherwise",
+        Case("store: profile --export onto its database, spelled otherwise",
              _profile(target=lambda db: str(db.parent / "." / db.name)),
              "the profile database itself"),
     ]
-    out += [Case(f"probe: compile --profiles, a run's {name}", _compile_with(sql), match)
+    out += [Case(f"store: compile --profiles, a run's {name}", _compile_with(sql), match)
             for name, sql, match in ODD_RUNS[:4]]
-    out += [Case(f"probe: train on a database, a run's {name}", _train_on(sql), match)
+    out += [Case(f"store: train on a database, a run's {name}", _train_on(sql), match)
             for name, sql, match in ODD_RUNS[3:]]
     out += [
-        Case("probe: train -o a folder holding the user's rows.jsonl", _train_into(_users_rows),
+        Case("store: train -o a folder holding the user's rows.jsonl", _train_into(_users_rows),
              "not a learned model folder"),
-        Case("probe: train -o a variant folder", _train_into(lambda ws, d: ws.variant),
+        Case("store: train -o a variant folder", _train_into(lambda ws, d: ws.variant),
              "not a learned model folder"),
-        Case("probe: train -o a file", _train_into(lambda ws, d: Path(ws.x)), "is a file"),
-        Case("probe: --input an .npz", lambda ws, d: [
+        Case("store: train -o a file", _train_into(lambda ws, d: Path(ws.x)), "is a file"),
+        Case("--input an .npz archive", lambda ws, d: [
             "run", str(ws.onnx), "--variant", str(ws.variant), "--input", _npz(ws, d)],
             "is an .npz archive \\(of x\\), not one array"),
     ]
-    out += [Case(f"probe (FIFO): {what}", _with_fifo(argv, name), "is a FIFO", process=True)
+    out += [
+        Case("sim store: run --db whose trigger refuses the record", lambda ws, d: [
+            "run", str(ws.json), "--variant", str(ws.variant), "--db", _refusing_db(ws, d),
+            "--output", str(d / "y.npy")], "profile database .*no more runs.*run itself "
+                                           "passed and its --output files are written"),
+        Case("sim store: calibrate --db whose trigger refuses the record", lambda ws, d: [
+            "calibrate", "--variant", str(ws.variant), "--samples", "1", "--no-models",
+            "--quiet", "--db", _refusing_db(ws, d)], "profile database .*no more runs"),
+    ]
+    out += [Case(f"fifo: {what}", _with_fifo(argv, name), "is a FIFO", process=True)
             for what, argv, name in FIFO_READERS]
     return out

@@ -409,31 +409,39 @@ def run_sweep(tasks: Iterable[Task], sink: Callable[[list[Row]], int], *,
     bar = tqdm(total=sum(t.runs for t in tasks), unit="run", disable=not progress,
                dynamic_ncols=True)
 
-    def take(task: Task, dicts: list[dict[str, Any]]) -> None:
-        rows = [Row.from_dict(d) for d in dicts]
+    def measured(task: Task, run: Callable[[], list[dict[str, Any]]]) -> list[Row] | None:
+        """The task's rows, or None with the task named in the result if it failed."""
+        try:
+            return [Row.from_dict(d) for d in run()]
+        except Exception as exc:  # noqa: BLE001 -- recorded and reported, not lost
+            result.failed.append(f"{_label(task)}: {type(exc).__name__}: {exc}")
+            return None
+
+    def take(task: Task, rows: list[Row] | None) -> None:
+        if rows is None:
+            return
         result.runs += len(rows)
         result.mismatched += sum(not r.ok for r in rows)
+        # outside the task's errors: a sink that cannot store (a database error) stops the
+        # sweep as what it is, never as a failed measurement
         result.added += sink(rows)
         bar.update(task.runs)
         minutes = (time.perf_counter() - began) / 60
         bar.set_postfix(runs_per_min=f"{result.runs / minutes:.0f}" if minutes else "-")
 
+    futures: dict = {}
     try:
         if executor is None:
             for task in tasks:
-                try:
-                    take(task, run_task(task))
-                except Exception as exc:  # noqa: BLE001 -- recorded and reported, not lost
-                    result.failed.append(f"{_label(task)}: {type(exc).__name__}: {exc}")
+                take(task, measured(task, lambda task=task: run_task(task)))
         else:
             futures = {executor.submit(run_task, task): task for task in tasks}
             for future in as_completed(futures):
                 task = futures[future]
-                try:
-                    take(task, future.result())
-                except Exception as exc:  # noqa: BLE001
-                    result.failed.append(f"{_label(task)}: {type(exc).__name__}: {exc}")
+                take(task, measured(task, future.result))
     finally:
+        for future in futures:  # stopped early: what has not started never will
+            future.cancel()
         bar.close()
     result.seconds = time.perf_counter() - began
     return result

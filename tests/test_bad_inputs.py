@@ -7,7 +7,7 @@ from bench.bad_inputs import campaign
 
 #: Cases that run no simulation: what the compiler and the command line's edge refuse.
 EDGE = ("json:", "inspect", "compile", "--input", "generate", "onnx", "unknown", "missing",
-        "option", "workload", "report", "probe:")
+        "option", "workload", "report", "store:")
 
 
 @pytest.mark.slow

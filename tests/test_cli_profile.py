@@ -1,6 +1,7 @@
 """``hwgen profile``: what it refuses to do to a profile database (issue 29's probe)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,50 @@ def test_compile_explain_with_odd_profiles_names_the_run(model_and_variant, tmp_
     line = one_error_line(capsys)
     assert "p.db: run 1 has" in line and problem in line and "DELETE FROM runs" in line
     assert not (tmp_path / "plan").exists()
+
+
+NO_MORE_RUNS = ("CREATE TRIGGER full BEFORE INSERT ON runs "
+                "BEGIN SELECT RAISE(ABORT, 'no more runs'); END")
+
+
+def _refusing_db(path):
+    import sqlite3
+
+    with ProfileDB(path):
+        pass
+    con = sqlite3.connect(path)
+    con.execute(NO_MORE_RUNS)
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.slow
+def test_run_db_that_refuses_the_record_is_a_database_error_after_the_outputs(
+        variant_dir, tmp_path, capsys):
+    """A good run whose record the database refuses (a trigger here) is not a result that
+    differs (status 1) nor a traceback: one line naming the database and its error, status
+    2, and the run's --output files are written."""
+    import numpy as np
+
+    db = _refusing_db(tmp_path / "p.db")
+    model = Path(__file__).resolve().parents[1] / "examples" / "qop_mlp.onnx"
+    out = tmp_path / "y.npy"
+    capsys.readouterr()
+    assert main(["run", str(model), "--variant", str(variant_dir), "--db", str(db),
+                 "--output", str(out), "--shadow-inputs", "0"]) == 2
+    line = one_error_line(capsys)
+    assert f"cannot write to the profile database {db} (IntegrityError: no more runs)" in line
+    assert "the run itself passed" in line
+    assert np.load(out).shape
+
+
+@pytest.mark.slow
+def test_calibrate_into_a_db_that_refuses_the_record_is_a_database_error(
+        variant_dir, tmp_path, capsys):
+    db = _refusing_db(tmp_path / "p.db")
+    capsys.readouterr()
+    assert main(["calibrate", "--variant", str(variant_dir), "--samples", "2", "--no-models",
+                 "--db", str(db), "--quiet"]) == 2
+    line = one_error_line(capsys)
+    assert f"cannot write to the profile database {db} (IntegrityError: no more runs)" in line

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import statistics
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -147,14 +147,29 @@ class ProfileDB:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (IMMEDIATE) so that a concurrent writer
-        waits at the start, not at a commit it could lose."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        waits at the start, not at a commit it could lose.
+
+        Raises
+        ------
+        ValueError
+            If SQLite refuses the write (a trigger or constraint of the database's own, a
+            read-only or full disk, a lock held past the timeout): naming the database and
+            the error; nothing of the transaction is kept.
+        """
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):  # the error may have ended the transaction
+                    self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise ValueError(f"cannot write to the profile database {self.path} "
+                             f"({type(exc).__name__}: {exc}); nothing of this write was "
+                             f"stored: check the database (its triggers and constraints, "
+                             f"permissions, free space) or record into another one") from None
 
     # -- lifetime ---------------------------------------------------------------------------
 

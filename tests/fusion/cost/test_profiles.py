@@ -388,3 +388,19 @@ def test_odd_counters_are_refused_when_read_naming_the_run(tmp_path, counters, p
             pytest.raises(ValueError, match="DELETE FROM runs WHERE id = 1") as exc:
         db.rows()
     assert f"p.db: run 1 has {problem}" in str(exc.value)
+
+
+NO_MORE_RUNS = ("CREATE TRIGGER full BEFORE INSERT ON {table} "
+                "BEGIN SELECT RAISE(ABORT, 'no more runs'); END")
+
+
+def test_a_write_the_database_refuses_is_a_database_error_naming_it(tmp_path):
+    with _edited(tmp_path, NO_MORE_RUNS.format(table="runs")) as db:
+        with pytest.raises(ValueError, match=r"cannot write to the profile database "
+                                             r".*p.db \(IntegrityError: no more runs\)"):
+            db.add([gemm_row(9, 40, seed=2)], source="runtime")
+        assert len(db) == 1  # the transaction was rolled back; the database still works
+        db._conn.execute(NO_MORE_RUNS.format(table="model_errors").replace("full", "full2"))
+        with pytest.raises(ValueError, match=r"cannot write to the profile database"):
+            db.record_error("learned", SMALL.key(), IDEAL.key(), 3, 1.0)
+        assert db.rows()[0].cycles == 300
