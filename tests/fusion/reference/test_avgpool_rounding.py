@@ -6,17 +6,23 @@ exact quotient, checked against :class:`fractions.Fraction`.
 before rounding, so an exact half rounds by the parity of ``value + zero point`` (an exact
 -73.5 becomes -73 with an odd zero point, where QuantizeLinear's round half to even gives
 -74), and divide in float32. The executor takes the exact quotient instead.
+
+A QDQ ``DequantizeLinear -> AveragePool -> QuantizeLinear`` whose divisor varies stays a float
+host op: in float32 an exact -73.5 came out as -73 at some scales; the host computes it in
+float64 (``executor.run(float64=True)``, as the runtime runs host steps), where it is exact.
 """
 
 from fractions import Fraction
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from fusion.frontend import import_onnx
+from fusion.passes.driver import optimize
 from fusion.reference import executor
 
 MS = "com.microsoft"
@@ -108,3 +114,33 @@ def test_window_pools_match_fractions(seed, kernel, pad, include, scales, zps):
                 want = _exact(int(padded[0, c][window].sum()), int(inside[window].sum()),
                               scales, zps, "int8")
                 assert int(got[0, c, i, j]) == want, (c, i, j)
+
+
+def _qdq_pool(scale: float, zp: int) -> onnx.ModelProto:
+    """``Q(AveragePool(DQ(x)))`` whose border windows count 2 (``count_include_pad`` = 0):
+    a pool the accelerator does not take (its divisor varies), run on the host."""
+    inits = [numpy_helper.from_array(np.float32(scale), "s"),
+             numpy_helper.from_array(np.int8(zp), "z")]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xd"]),
+             helper.make_node("AveragePool", ["xd"], ["p"], kernel_shape=[1, 3],
+                              pads=[0, 1, 0, 1]),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_pool",
+                              [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 1, 1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("pair", [(-73, -74), (72, 73), (-1, -2), (0, 1)])
+@pytest.mark.parametrize("zp", [0, 3])
+def test_the_host_float_pool_rounds_exact_halves_to_even(pair, zp):
+    # At this scale float32 arithmetic (DequantizeLinear products, the mean, the division in
+    # QuantizeLinear) gave -73 for the exact -73.5; the host computes in float64 (as
+    # fusion.runtime.run runs host steps), where the half is exact and rounds to even.
+    scale = 0.04620436206459999
+    graph = optimize(import_onnx(_qdq_pool(scale, zp)))
+    assert "AveragePool" in [n.op for n in graph.nodes]  # left to the host
+    x = (np.array(pair, np.int64).reshape(1, 1, 1, 2) + zp).astype(np.int8)
+    got = executor.run(graph, {"x": x}, float64=True)["y"].ravel()
+    half = _exact(sum(pair), 2, (scale, scale), (0, zp), "int8")
+    assert got.tolist() == [half, half]
