@@ -28,6 +28,7 @@ class Case:
     argv: Callable[[Workspace, Path], list[str]]
     match: str = ""
     heal: bool = False  # exit 0 is right: a cache that rebuilds itself
+    answer: bool = False  # exit 0 is right: a valid input at the edge, answered in time
     process: bool = False  # run in a child process (with a timeout)
     env: dict[str, str] = field(default_factory=dict)
 

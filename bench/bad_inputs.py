@@ -7,6 +7,8 @@ outcome:
 - ``clean``: exit status 2 and exactly one stderr line, ``hwgen: error: ...`` (matching the
   case's pattern, when it has one);
 - ``healed``: a corrupt cache the tool rebuilds by itself, exit 0 (the right answer there);
+- ``answered``: a valid input at the edge (a 20,000-node chain), exit 0 within the timeout
+  (the right answer there);
 - ``traceback``: an exception escaped;
 - ``accepted``: exit 0 for a bad input (silently accepted);
 - ``wrong``: anything else (status 1, several lines, the wrong message, a hang).
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bad_input_cases import Case, Workspace, cases
+from bench.bad_input_probe import probe_cases
 from bench.bad_input_stores import store_cases
 from bench.bad_input_workloads import workload_cases
 
@@ -56,7 +59,7 @@ def classify(case: Case, status: int | None, stderr: str, raised: str) -> tuple[
         return "traceback", (raised or stderr).strip().splitlines()[-1]
     first = lines[0] if lines else ""
     if status == 0:
-        return ("healed" if case.heal else "accepted"), first
+        return ("healed" if case.heal else "answered" if case.answer else "accepted"), first
     if case.heal:  # a cache that does not heal itself leaves the user to delete it by hand
         return "wrong", f"status {status} (expected a rebuild): {first}"
     if status is None:
@@ -110,7 +113,7 @@ def campaign(only: str = "", select: Callable[[Case], bool] | None = None) -> li
     with tempfile.TemporaryDirectory(prefix="hwgen-bad-") as tmp:
         ws = Workspace(Path(tmp))
         return [run_case(ws, case, Path(tmp) / "cases" / f"{i:03d}")
-                for i, case in enumerate(cases() + workload_cases() + store_cases())
+                for i, case in enumerate(cases() + workload_cases() + store_cases() + probe_cases())
                 if only in case.name and (select is None or select(case))]
 
 
@@ -124,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{o.case.name:<{width}}  {o.kind:<9}  {o.seconds:5.2f} s  {o.line[:150]}")
     counts = Counter(o.kind for o in outcomes)
     print(f"\n{len(outcomes)} cases in {time.perf_counter() - began:.0f} s: "
-          + ", ".join(f"{counts[k]} {k}" for k in ("clean", "healed", "traceback", "accepted",
-                                                   "wrong")))
+          + ", ".join(f"{counts[k]} {k}" for k in ("clean", "healed", "answered", "traceback",
+                                                   "accepted", "wrong")))
     print(f"tracebacks: {counts['traceback']}; silently accepted: {counts['accepted']}")
     return 1 if counts["traceback"] or counts["accepted"] or counts["wrong"] else 0
 

@@ -7,7 +7,7 @@ from bench.bad_inputs import campaign
 
 #: Cases that run no simulation: what the compiler and the command line's edge refuse.
 EDGE = ("json:", "inspect", "compile", "--input", "generate", "onnx", "unknown", "missing",
-        "option", "workload", "report", "store:")
+        "option", "workload", "report", "store:", "probe:")
 
 
 @pytest.mark.slow

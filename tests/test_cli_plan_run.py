@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.bad_input_probe import forge_source, forge_weights
 from hwgen.cli import build_parser, main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -94,3 +95,27 @@ def test_compile_options_with_a_plan_are_refused(variant_dir, plan_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("hwgen: error: --no-fusion, --min-gain cannot change a compiled plan")
     assert "\n" not in err
+
+
+def test_a_plan_with_other_weights_and_resealed_hashes_is_refused_with_its_model(
+        variant_dir, plan_dir, capsys):
+    # Every hash in the folder matches the edit (what a determined editor does), so only
+    # deriving the graph from MODEL again tells that the plan does not compute the model.
+    name = forge_weights(plan_dir)
+    _refused(["run", str(EXAMPLES / "qop_mlp.onnx"), "--plan", str(plan_dir), "--variant",
+              str(variant_dir)], capsys, "is not what hwgen compile makes of",
+             f"initializer {name!r}", "hwgen compile")
+
+
+def test_a_plan_claiming_another_models_hash_is_refused_with_that_model(variant_dir, plan_dir,
+                                                                        capsys):
+    other = EXAMPLES / "qdq_cnn.onnx"
+    forge_source(plan_dir, other)
+    _refused(["run", str(other), "--plan", str(plan_dir), "--variant", str(variant_dir)],
+             capsys, "is not the model plan", "hwgen compile")
+
+
+def test_run_help_says_what_the_plan_hashes_protect_against():
+    help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["run"]
+                         .format_help().split())
+    assert "accidents" in help_text and "not a deliberate edit" in help_text

@@ -262,6 +262,35 @@ def order_and_place(graph: Graph, config: VariantConfig, kernels: Sequence[Kerne
     return order, plan_memory(config, order, regions, last_use)
 
 
+def after_passes(graph: Graph, config: VariantConfig, options: CompileOptions = DEFAULT, *,
+                 optimized: bool = False) -> Graph:
+    """The graph :func:`compile_model` compiles: ``graph`` pruned and legalized
+    (:func:`fusion.passes.driver.optimize`), then in the variant's own form of global pools.
+
+    A plan read with its model derives it again (:mod:`fusion.compiler.plan_reader`): the
+    passes only, no pricing.
+
+    Parameters
+    ----------
+    graph : Graph
+        As imported (or already through the passes, with ``optimized=True``).
+    config : VariantConfig
+    options : CompileOptions
+    optimized : bool
+
+    Returns
+    -------
+    Graph
+    """
+    from fusion.passes import global_pool_window
+    from fusion.passes.driver import optimize
+
+    g = graph if optimized else optimize(graph, legalize=True)
+    if config.window_unit and options.window_unit:  # the target's own form of global pools
+        g = global_pool_window.for_variant(g)
+    return g
+
+
 def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
                   model: CostModel | None = None, fusion: bool = True,
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
@@ -307,12 +336,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         a compute op on the host with ``host_fallback=False``, or a model that does not fit
         the variant's memory; the message names what and why.
     """
-    from fusion.passes import global_pool_window
-    from fusion.passes.driver import optimize
-
-    g = graph if optimized else optimize(graph, legalize=True)
-    if config.window_unit and options.window_unit:  # the target's own form of global pools
-        g = global_pool_window.for_variant(g)
+    g = after_passes(graph, config, options, optimized=optimized)
     platform = PlatformConfig() if platform is None else platform
     model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()

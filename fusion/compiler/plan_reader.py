@@ -4,13 +4,16 @@ that :func:`fusion.runtime.run.run_compiled` runs, without recompiling.
 Nothing is used before it is checked, in this order:
 
 1. ``plan.json``: its size, JSON, shape (``{}`` or ``[1, 2]`` are refused by name), format tag
-   and version, and its own digest (a hand-edited plan is refused);
+   and version, and its own digest;
 2. the plan's variant key and gateware digest against the variant it is to run on, and the
    source model's SHA-256 when a model is given;
 3. every file ``plan.json`` lists (exactly the graph, the explanation and each kernel's
    ``.bin`` and ``.asm``): its size against the record and a bound before it is read, then
    its SHA-256;
-4. the graph (``graph.json``) against the plan's graph signature;
+4. the graph (``graph.json``) against the plan's graph signature; with a model, against the
+   graph the compile of that model gives: the model imported with the plan's batch and input
+   shapes and run through the passes with its options (no candidate is priced), compared
+   node by node, tensor by tensor and constant by constant;
 5. the steps: each host step is a host node of the graph (or a node of a chain the host may
    run instead, :data:`fusion.compiler.lower.HOST_ALTERNATIVES`), each kernel the segment of
    a chain the lowering finds, with its kind and params; together they cover every node once, in the
@@ -18,6 +21,12 @@ Nothing is used before it is checked, in this order:
 6. the memory plan, recomputed from those steps, against every recorded placement;
 7. each kernel's metadata against what its kind, params and placement give
    (:func:`fusion.kernels.program.restore_kernel`).
+
+The digest and the SHA-256s are unkeyed: they catch accidents (a truncated or damaged file, a
+plan for another variant or gateware, files of two compiles mixed), not a deliberate edit,
+since whoever changes a file can compute them again. Only a model given with the plan (step
+4) tells that the graph is the model's; without one, a plan is as trustworthy as the place it
+came from.
 
 What is not recomputed is what a compile chooses (the cover of each chain, a GEMM's tiling:
 taken from the plan and checked to be one the kind offers) and builds (the programs: taken
@@ -43,6 +52,7 @@ from fusion.compiler.plan import (
     CompiledModel,
     HostStep,
     KernelStep,
+    after_passes,
     host_step,
     order_and_place,
 )
@@ -62,6 +72,8 @@ from fusion.compiler.plan_folder import (
 from fusion.compiler.store_layout import kmajor_producers
 from fusion.cost.host import HostCostModel
 from fusion.frontend.json_format import from_dict as graph_from_dict
+from fusion.frontend.load import load_model
+from fusion.ir.compare import first_difference
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.kernels.cache import CacheEntry
 from fusion.kernels.program import restore_kernel
@@ -87,7 +99,7 @@ def read_plan(folder: Path | str, config: VariantConfig, *, model: Path | str | 
         The variant it is to run on; the plan must have been compiled for it.
     model : path, optional
         The model file it is said to come from; refused unless its SHA-256 is the one the
-        plan recorded.
+        plan recorded and the graph its compile gives (import and passes) is the plan's.
     variant : str, optional
         The variant folder, named in the fix of an error message.
 
@@ -158,9 +170,12 @@ class _Reader:
                             f"edited or damaged after hwgen compile wrote it")
         self.check_variant(data)
         if model is not None:
+            self.model = str(model)
             self.check_source(data, Path(model))
         files = self.read_files(data)
         graph = self.read_graph(data, files[GRAPH_FILE])
+        if model is not None:
+            self.derive(data, graph, Path(model))
         return self.rebuild(data, graph, files)
 
     def check_variant(self, data: dict[str, Any]) -> None:
@@ -183,6 +198,39 @@ class _Reader:
         if file_sha256(model) != source["sha256"]:
             raise self.fail(f"{model} is not the model plan {self.folder} was compiled from "
                             f"({source.get('path')}, SHA-256 {source['sha256'][:16]}...)")
+
+    def derive(self, data: dict[str, Any], graph: Graph, model: Path) -> None:
+        """Refuse ``graph`` unless it is what the compile of ``model`` makes of it, with the
+        plan's batch, input shapes and options: import and passes, no pricing. The hashes
+        only tell a plan from a damaged copy of itself; anyone can recompute them."""
+        options, batch = self.options_of(data), self.batch_of(data)
+        # --input-shape gives shapes at batch 1; a JSON graph takes none (its shapes are static)
+        shapes = ({name: (1, *graph.tensors[name].shape[1:]) if batch != 1 else
+                   graph.tensors[name].shape for name in graph.inputs}
+                  if model.suffix.lower() == ".onnx" else None)
+        try:
+            derived = after_passes(load_model(model, shapes, batch), self.config, options)
+        except ValueError as exc:  # GraphError, CompileError
+            raise self.fail(f"{model} is not the model plan {self.folder} was compiled from "
+                            f"(imported with the plan's batch {batch} and input shapes: {exc})"
+                            ) from None
+        why = first_difference(derived, graph)
+        if why:
+            raise self.fail(f"plan {self.folder} is not what hwgen compile makes of {model}: "
+                            f"in its {GRAPH_FILE}, {why}")
+
+    def options_of(self, data: dict[str, Any]) -> CompileOptions:
+        try:  # plans written before the options had every technique
+            return CompileOptions.from_dict(data.get("options", {}))
+        except ValueError as exc:
+            raise self.fail(f"{self.plan_path}: {exc}") from None
+
+    def batch_of(self, data: dict[str, Any]) -> int:
+        batch = data.get("batch", 1)  # plans written before batches ran one inference
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise self.fail(f"{self.plan_path}: batch must be a whole number of at least 1, "
+                            f"not {batch!r}")
+        return batch
 
     def expected_files(self, data: dict[str, Any]) -> list[str]:
         steps = self.get(data, "steps", list, "")
@@ -254,11 +302,7 @@ class _Reader:
 
     def rebuild(self, data: dict[str, Any], graph: Graph,
                 files: dict[str, bytes]) -> CompiledModel:
-        try:  # plans written before the options had every technique
-            options = CompileOptions.from_dict(data.get("options", {}))
-        except ValueError as exc:
-            raise self.fail(f"{self.plan_path}: {exc}") from None
-        self.options = options
+        options = self.options = self.options_of(data)
         found, host_nodes = chains(graph)
         host = {n.name: n for n in host_nodes}
         # the engine may have put these on the host (cheaper, or refused by the accelerator)
@@ -324,11 +368,8 @@ class _Reader:
             placement = memory.placements[step.name]
             steps.append(self.kernel_step(step, entry, placement, files, i))
         fusion = self.get(data, "fusion", bool, "")
-        batch = data.get("batch", 1)  # plans written before batches ran one inference
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise self.fail(f"{self.plan_path}: batch must be a whole number of at least 1, "
-                            f"not {batch!r}")
-        return CompiledModel(graph, self.config, steps, memory, [], fusion, {}, batch, options)
+        return CompiledModel(graph, self.config, steps, memory, [], fusion, {},
+                             self.batch_of(data), options)
 
     def host_step(self, step: dict[str, Any], host: dict[str, Node], where: str) -> Node:
         name = self.get(step, "name", str, where)

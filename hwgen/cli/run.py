@@ -36,8 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, model_optional=True)
     p.add_argument("--plan", metavar="DIR",
                    help="run a plan folder written by 'hwgen compile' instead of compiling; its "
-                        "files are checked against their sha256 and the variant first (a MODEL "
-                        "given too must be the one it was compiled from)")
+                        "files are checked against their sha256 and the variant first. The "
+                        "hashes catch accidents (a truncated or damaged file, a plan for "
+                        "another variant), not a deliberate edit: anyone can recompute them. "
+                        "Give MODEL too to verify the plan: it is imported and run through "
+                        "the passes again (no pricing), and a plan whose graph differs is "
+                        "refused")
     p.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
                    help="an input's value (default: random, from --seed)")
     p.add_argument("--output", action="append", metavar="[NAME=]FILE.npy",
