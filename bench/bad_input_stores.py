@@ -5,6 +5,7 @@ is not a model), files that are not regular files (a FIFO blocks a reader foreve
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bad_input_cases import Case, Workspace
+from bench.bad_input_cases import Case, Workspace, write
 
 
 def profile_db(graph: Path, variant: Path, d: Path, sql: str = "") -> str:
@@ -133,7 +134,16 @@ FIFO_READERS: list[tuple[str, Callable[[Workspace, Path], list[str]], str]] = [
     ("a model", lambda ws, d: ["inspect", str(d / "m.onnx")], "m.onnx"),
     ("a workload", lambda ws, d: ["run", "--variants", str(d), "--workload",
                                   str(d / "w.json")], "w.json"),
+    ("a variant library's index", lambda ws, d: [
+        "run", "--variants", str(d), "--workload", write(d / "w.json", json.dumps(
+            {"phases": [{"model": str(ws.onnx)}]}))], "library.json"),
 ]
+
+
+def _fifo_entries(files: list[Path]) -> None:
+    for f in files:
+        f.unlink()
+        _fifo(f)
 
 
 def _with_fifo(argv: Callable[[Workspace, Path], list[str]], name: str
@@ -195,4 +205,7 @@ def store_cases() -> list[Case]:
     ]
     out += [Case(f"fifo: {what}", _with_fifo(argv, name), "is a FIFO", process=True)
             for what, argv, name in FIFO_READERS]
+    out.append(Case("fifo: kernel cache entries (rebuilt)", lambda ws, d: [
+        "compile", str(ws.json), "--variant", str(ws.variant), "-o", str(d / "p"), "--cache",
+        ws.cache_copy(d, _fifo_entries)], heal=True, process=True))
     return out

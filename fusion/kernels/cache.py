@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hwgen.atomic import write_file
+from hwgen.files import NotRegularFile, read_bytes
 
 #: Format tag and version of an entry file; bump the version when the layout changes.
 CACHE_FORMAT = "hwgen-kernel-cache"
@@ -344,10 +345,10 @@ class KernelCache:
     def _read(self, key: str, parts: Any) -> CacheEntry | None:
         path = self._path(key)
         try:
-            raw = path.read_bytes()
+            raw = read_bytes(path)  # a FIFO planted there is refused, not waited on
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except (OSError, NotRegularFile) as exc:
             self._refuse(path, CorruptEntry("unreadable", f"cannot read: {exc}"))
             return None
         try:

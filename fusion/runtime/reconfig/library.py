@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fusion.kernels.capabilities import capability_problem, covers
+from hwgen.files import check_regular
 from hwgen.gateware.folder import VariantFolder, open_variant
 
 LIBRARY_FILE = "library.json"
@@ -101,6 +102,7 @@ def open_library(path: str | Path) -> list[LibraryVariant]:
     """
     root = Path(path)
     index = root / LIBRARY_FILE
+    check_regular(index, "variant library index")
     if not index.is_file():
         raise ValueError(f"{root} is not a variant library (no {LIBRARY_FILE}); "
                          f"{_fix(root)}")

@@ -2,6 +2,7 @@
 writes, and the codegen version in the key. No Verilator."""
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -115,10 +116,16 @@ def damage_empty(path: Path) -> None:
     path.write_bytes(b"")
 
 
+def damage_fifo(path: Path) -> None:
+    # a FIFO would block its reader forever: refused unopened, and replaced by the rebuild
+    path.unlink()
+    os.mkfifo(path)
+
+
 @pytest.mark.parametrize("damage, reason", [
     (damage_truncate, "not json"), (damage_flip_a_word_digit, "checksum"),
     (damage_version, "version"), (damage_other_key, "key mismatch"),
-    (damage_empty, "not json"),
+    (damage_empty, "not json"), (damage_fifo, "unreadable"),
 ], ids=lambda v: getattr(v, "__name__", v))
 def test_a_damaged_entry_is_counted_and_rebuilt(tmp_path, damage, reason):
     KernelCache(tmp_path).get_or_build(PARTS, Builder())
