@@ -134,6 +134,12 @@ FIFO_READERS: list[tuple[str, Callable[[Workspace, Path], list[str]], str]] = [
     ("a model", lambda ws, d: ["inspect", str(d / "m.onnx")], "m.onnx"),
     ("a workload", lambda ws, d: ["run", "--variants", str(d), "--workload",
                                   str(d / "w.json")], "w.json"),
+    ("compile --profiles", lambda ws, d: [
+        "compile", str(ws.json), "--variant", str(ws.variant), "--profiles", str(d / "p.db"),
+        "-o", str(d / "plan")], "p.db"),
+    ("calibrate --candidates-of", lambda ws, d: [
+        "calibrate", "--variant", str(ws.variant), "--candidates-of", str(d / "m.onnx"),
+        "--db", str(d / "p.db")], "m.onnx"),
     ("a variant library's index", lambda ws, d: [
         "run", "--variants", str(d), "--workload", write(d / "w.json", json.dumps(
             {"phases": [{"model": str(ws.onnx)}]}))], "library.json"),

@@ -146,3 +146,15 @@ def test_an_npz_input_is_refused_in_one_line(capsys, variant_dir, tmp_path, arra
     line = one_error_line(capsys)
     assert f"--input {path} is an .npz archive (of {', '.join(arrays)}), not one array" in line
     assert "np.save" in line
+
+
+def test_a_fifo_as_compiles_profiles(capsys, variant_dir, tmp_path):
+    _refused(capsys, ["compile", EXAMPLES / "qop_mlp.onnx", "--variant", variant_dir,
+                      "--profiles", tmp_path / "p.db", "-o", tmp_path / "plan"],
+             tmp_path / "p.db")
+
+
+def test_a_fifo_as_calibrates_candidates_of(capsys, variant_dir, tmp_path):
+    _refused(capsys, ["calibrate", "--variant", variant_dir, "--candidates-of",
+                      tmp_path / "m.onnx", "--db", tmp_path / "p.db"], tmp_path / "m.onnx")
+    assert not (tmp_path / "p.db").exists()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from hwgen.cli.common import count, executor_from_args, positive_int, seed
+from hwgen.files import check_regular
 
 HELP = "measure a sweep of kernels on Verilator into a profile database"
 
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     for folder in args.variant:
         open_variant(folder)  # every folder checked before any work
     for model in args.candidates_of:
+        check_regular(model, "--candidates-of")
         if not Path(model).is_file():
             raise ValueError(f"--candidates-of {model}: no such file; give an ONNX model")
     with ProfileDB(args.db) as db:

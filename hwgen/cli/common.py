@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.files import read_text
+from hwgen.files import check_regular, read_text
 from hwgen.platform import DDR3_SPEEDGRADES, MEMORIES, REFRESH, PlatformConfig
 
 #: ``--min-gain``'s default; fusion.compiler.engine.DEFAULT_MIN_GAIN, which the CLI does not
@@ -322,6 +322,7 @@ def cost_model(args: argparse.Namespace, platform):
     if getattr(args, "profiles", None):
         from fusion.cost.profiles import ProfileDB
 
+        check_regular(args.profiles, "--profiles")
         if not Path(args.profiles).is_file():
             raise ValueError(f"no profile database at {args.profiles}; make one with "
                              f"'hwgen calibrate --db {args.profiles}' or 'hwgen run --db'")
