@@ -1,6 +1,8 @@
 """The bad-input campaign's cases of issue 29's probe that hwgen once answered wrongly with exit
-status 0: a plan whose weights were changed with every hash recomputed (run with its model,
-it must be refused), and a plan that claims another model's SHA-256.
+status 0 or far too slowly: a plan whose weights were changed with every hash recomputed (run
+with its model, it must be refused), a plan that claims another model's SHA-256, and a
+20,000-node chain of QuantizeLinear/DequantizeLinear pairs (``hwgen inspect`` must answer,
+exit 0, within the campaign's timeout; it took minutes for 4,000 nodes).
 
 :func:`forge_weights` and :func:`forge_source` are what a determined editor does to a plan
 folder; the tests use them too (``tests/test_cli_plan_run.py``).
@@ -133,4 +135,7 @@ def probe_cases() -> list[Case]:
              _forged_run(lambda ws, d, p: forge_source(p, _other_graph(ws, d)),
                          lambda ws, d: d / "other.json"),
              "is not what hwgen compile makes of"),
+        Case(f"probe: inspect a chain of {CHAIN_NODES:,} Q/DQ nodes",
+             lambda ws, d: ["inspect", str(qdq_chain(CHAIN_NODES, d / "chain.onnx"))],
+             answer=True, process=True),
     ]

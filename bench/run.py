@@ -1,5 +1,6 @@
 """``make bench``: the performance figures, measured on Verilator (then the example and real
-models, the 8x8 variant on each board memory: :mod:`bench.platforms`, the learned cost model:
+models, ``hwgen inspect``'s time on long Q/DQ chains: :mod:`bench.inspect_speed`, the 8x8
+variant on each board memory: :mod:`bench.platforms`, the learned cost model:
 :mod:`bench.calibration`, the feedback loop under drift: :mod:`bench.drift`, a variant
 library's ECP5 synthesis figures: :mod:`bench.variant_library`, and the reconfiguration
 manager on a mixed MLPerf Tiny workload: :mod:`bench.reconfig`).
@@ -91,6 +92,7 @@ def main() -> int:
         calibration,
         dram_model,
         drift,
+        inspect_speed,
         models,
         platforms,
         real_models,
@@ -98,7 +100,7 @@ def main() -> int:
         variant_library,
     )
 
-    return (models.main() or real_models.main() or platforms.main([])
+    return (models.main() or inspect_speed.main([]) or real_models.main() or platforms.main([])
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
                            "--model-threshold", "0.08", "--passes", "10"])

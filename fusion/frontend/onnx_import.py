@@ -276,18 +276,38 @@ def _topo_sort(nodes: list[Node], available: set[str]) -> list[Node]:
                 raise GraphError(f"node {node.name!r} ({node.op}) reads {name!r}, which is no "
                                  f"graph input, initializer or node output: missing "
                                  f"initializer; add {name!r} to the model's initializers")
-    order, done, pending = [], set(available), list(nodes)
-    while pending:
-        ready = [n for n in pending if all(not i or i in done for i in n.inputs)]
-        if not ready:
-            stuck = ", ".join(sorted(n.name for n in pending))
-            raise GraphError(f"the graph has a cycle through nodes {stuck}; a dataflow graph "
-                             f"must be acyclic")
-        for n in ready:
-            order.append(n)
-            done.update(n.outputs)
-        pending = [n for n in pending if n not in ready]
-    return order
+    # Waves: wave 0 is every node whose inputs are all available, wave k+1 every other node
+    # whose inputs are done once wave k has run; the order is by wave, then stored order. A
+    # name is done when its first producer has run. One pass over the edges, where peeling
+    # waves off a pending list costs nodes x depth (minutes for a 20,000-node chain).
+    readers: dict[str, list[int]] = {}
+    missing = [0] * len(nodes)
+    for i, node in enumerate(nodes):
+        for name in {x for x in node.inputs if x and x not in available}:
+            readers.setdefault(name, []).append(i)
+            missing[i] += 1
+    wave = [i for i, count in enumerate(missing) if count == 0]
+    level, done = 0, set(available)
+    order: list[tuple[int, int]] = []
+    while wave:
+        following = []
+        for i in wave:
+            order.append((level, i))
+            for name in nodes[i].outputs:
+                if name in done:
+                    continue
+                done.add(name)
+                for j in readers.get(name, ()):
+                    missing[j] -= 1
+                    if missing[j] == 0:
+                        following.append(j)
+        wave, level = following, level + 1
+    if len(order) != len(nodes):
+        placed = {i for _, i in order}
+        stuck = ", ".join(sorted(n.name for i, n in enumerate(nodes) if i not in placed))
+        raise GraphError(f"the graph has a cycle through nodes {stuck}; a dataflow graph "
+                         f"must be acyclic")
+    return [nodes[i] for _, i in sorted(order)]
 
 
 def _check_outputs(g: onnx.GraphProto, tensors: Mapping[str, Tensor]) -> None:

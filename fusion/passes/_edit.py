@@ -150,10 +150,13 @@ class Edit:
                      self.graph.name)
 
     def _resolve(self, name: str) -> str:
-        seen = set()
+        seen: dict[str, None] = {}
         while name in self.rename and name not in seen:
-            seen.add(name)
+            seen[name] = None
             name = self.rename[name]
+        if name not in self.rename:  # the end of the chain (not a cycle): remember it, so
+            for passed in seen:  # that a chain of N renames resolves in N steps, not N * N
+                self.rename[passed] = name
         return name
 
     def _renamed(self, node: Node) -> Node:

@@ -369,6 +369,35 @@ def _fold_pair(graph: Graph, node: Node) -> Graph | None:
     return bypass(graph, node, q, y)
 
 
+def _fold_pairs(graph: Graph) -> tuple[Graph, bool]:
+    """Fold every ``Q(DQ(q))`` pair that :func:`_fold_pair` folds, in one edit.
+
+    Folded one at a time, a chain of N pairs rebuilds the graph and walks it again N times:
+    quadratic (13 s for 1,000 nodes, minutes for 4,000). Here each pair's readers read its
+    source through the renames of the pairs before it, which is the graph that folding them
+    one after another in topological order gives. A pair whose output is a graph output is
+    left to the walk: its fold renames the source's producer instead (:func:`bypass`).
+    """
+    edit = Edit(graph)
+    for node in graph.topo_order():
+        if node.op not in Q_OPS:
+            continue
+        try:
+            source, target = dq_source(graph, node.inputs[0]), q_target(graph, node)
+        except Refused:
+            continue  # the walk refuses it the same way
+        if source is None or target is None:
+            continue
+        (q, qin), (y, qout) = source, target
+        if qin == qout and graph.tensors[q].dtype == graph.tensors[y].dtype and \
+                y not in graph.outputs:
+            edit.drop(node)
+            edit.replace_uses(y, q)
+    if not edit.dropped:
+        return graph, False
+    return edit.apply(), True
+
+
 def _lower(edit: Edit, graph: Graph, node: Node) -> None:
     """Record in ``edit``: an ONNX QuantizeLinear/DequantizeLinear as quantize/dequantize.
 
@@ -453,9 +482,10 @@ def run(graph: Graph) -> tuple[Graph, bool]:
         except Refused:
             return None
 
+    graph, paired = _fold_pairs(graph)
     graph, changed = rewrite_each(graph, fold)
     graph, lowered = _lower_all(graph)
-    return graph, changed or lowered
+    return graph, paired or changed or lowered
 
 
 def explain(graph: Graph) -> list[str]:

@@ -214,3 +214,31 @@ def test_softmax_of_an_old_opset_is_refused():
         import_onnx(old)
     new = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     assert import_onnx(new).nodes[0].op == "Softmax"
+
+
+def _waves(nodes, available):
+    """The importer's order as it was first written: peel the ready nodes off, wave by wave
+    (nodes x depth: minutes for a 20,000-node chain), kept here as the specification."""
+    order, done, pending = [], set(available), list(nodes)
+    while pending:
+        ready = [n for n in pending if all(not i or i in done for i in n.inputs)]
+        order += ready
+        done.update(o for n in ready for o in n.outputs)
+        pending = [n for n in pending if n not in ready]
+    return order
+
+
+def test_the_import_order_is_by_wave_then_stored_order():
+    from fusion.frontend.onnx_import import _topo_sort
+    from fusion.ir.graph import Node
+
+    rng = np.random.default_rng(29)
+    for _ in range(50):
+        count = int(rng.integers(1, 40))
+        nodes = []
+        for i in range(count):  # each reads the input or earlier outputs, some twice
+            reads = rng.integers(-1, i, size=int(rng.integers(1, 4)))
+            nodes.append(Node(f"n{i}", "Relu", tuple("x" if r < 0 else f"t{r}" for r in reads),
+                              (f"t{i}",)))
+        shuffled = [nodes[i] for i in rng.permutation(count)]
+        assert _topo_sort(shuffled, {"x"}) == _waves(shuffled, {"x"})
