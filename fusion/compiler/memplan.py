@@ -18,7 +18,7 @@ planner). The peak is the highest end address.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fusion.compiler.kernels import KernelSpec
@@ -77,22 +77,28 @@ def _align(n: int) -> int:
 
 
 def aliases(config: VariantConfig, consumer: KernelSpec, region: str,
-             producer: KernelSpec | None) -> bool:
+            producer: KernelSpec | None, shape: tuple[int, ...]) -> bool:
     """Does ``consumer`` read ``producer``'s output buffer in place for ``region``? When
     its kind reads that region as the producer's kind leaves it: the same shape and type
     (:meth:`fusion.kernels.protocol.KernelKind.inputs_in_place`) in the same layout
     (:meth:`~fusion.kernels.protocol.KernelKind.region_layout`: row-major tiles, or a GEMM's
-    K-major output read as the next GEMM's A)."""
+    K-major output read as the next GEMM's A), holding the graph tensor (of ``shape``) the
+    same way (:meth:`~fusion.kernels.protocol.KernelKind.region_view`: a max pool gathered on
+    the host stores an NCHW tensor's elements in rows of ``cols``, which a window kernel's
+    pixel rows are not, though with ``cols`` channels their operands are equal)."""
     if producer is None or region not in consumer.kind.inputs_in_place(consumer.params):
         return False
     wanted = consumer.kind.operands(config, consumer.params)[region]
     return (wanted == producer.kind.output(producer.params)
             and consumer.kind.region_layout(config, consumer.params, region)
-            == producer.kind.region_layout(config, producer.params, "out"))
+            == producer.kind.region_layout(config, producer.params, "out")
+            and consumer.kind.region_view(consumer.params, region, shape)
+            == producer.kind.region_view(producer.params, "out", shape))
 
 
 def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
-                regions: dict[str, dict[str, int]], last_use: dict[str, int]) -> MemoryPlan:
+                regions: dict[str, dict[str, int]], last_use: dict[str, int],
+                shapes: Mapping[str, tuple[int, ...]]) -> MemoryPlan:
     """Plan the buffers of ``steps`` (kernels, and host steps given by name).
 
     Parameters
@@ -105,6 +111,8 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
     last_use : dict
         Per graph tensor, the index of the last step that reads it (the end of the model for
         graph outputs).
+    shapes : mapping
+        Per graph tensor a kernel produces, its shape (:func:`aliases`).
 
     Raises
     ------
@@ -123,7 +131,8 @@ def plan_memory(config: VariantConfig, steps: Sequence[KernelSpec | str],
             if role == "input":
                 tensor = _input_tensor(step, region)
                 prod = producer_of.get(tensor) if tensor is not None else None
-                if prod is not None and aliases(config, step, region, prod[0]):
+                if prod is not None and aliases(config, step, region, prod[0],
+                                                tuple(shapes[tensor])):
                     buf = prod[1]
                     buf.users.append(f"{step.name}.{region}")
                     owner[(step.name, region)] = buf

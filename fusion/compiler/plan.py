@@ -259,7 +259,13 @@ def order_and_place(graph: Graph, config: VariantConfig, kernels: Sequence[Kerne
     for t in graph.outputs:
         last_use[t] = len(order)
     regions = {s.name: s.regions(config) for s in order if isinstance(s, KernelSpec)}
-    return order, plan_memory(config, order, regions, last_use)
+    return order, plan_memory(config, order, regions, last_use, tensor_shapes(graph))
+
+
+def tensor_shapes(graph: Graph) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape: what the memory planner and the store layouts ask of the graph
+    (:func:`fusion.compiler.memplan.aliases`)."""
+    return {name: tuple(t.shape) for name, t in graph.tensors.items()}
 
 
 def after_passes(graph: Graph, config: VariantConfig, options: CompileOptions = DEFAULT, *,
@@ -364,7 +370,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                 host.append(n)
                 reasons[n.name] = why
     # GEMMs feeding GEMMs store K-major, so that their readers take the output where it lies
-    kmajor = (kmajor_producers(config, [c[0] for c in chosen.values()])
+    kmajor = (kmajor_producers(config, [c[0] for c in chosen.values()], tensor_shapes(g))
               if options.kmajor_store else set())
     chosen = {name: (with_kmajor(spec) if name in kmajor else spec, option, d)
               for name, (spec, option, d) in chosen.items()}

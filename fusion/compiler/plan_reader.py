@@ -55,6 +55,7 @@ from fusion.compiler.plan import (
     after_passes,
     host_step,
     order_and_place,
+    tensor_shapes,
 )
 from fusion.compiler.plan_folder import (
     EXPLAIN_FILE,
@@ -338,7 +339,9 @@ class _Reader:
         flagged = {n for n, sp in specs.items() if getattr(sp.params, "kmajor_out", False)}
         plain = [sp.with_params(dataclasses.replace(sp.params, kmajor_out=False))
                  if n in flagged else sp for n, sp in specs.items()]
-        if (kmajor_producers(self.config, plain) if options.kmajor_store else set()) != flagged:
+        kmajor = (kmajor_producers(self.config, plain, tensor_shapes(graph))
+                  if options.kmajor_store else set())
+        if kmajor != flagged:
             raise self.fail(f"{self.plan_path}: the kernels' output layouts (kmajor_out) are "
                             f"not the ones the compiler chooses for these steps")
         try:

@@ -19,7 +19,7 @@ convolution as the input it gathers windows from.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.memplan import aliases
@@ -31,9 +31,10 @@ def with_kmajor(spec: KernelSpec) -> KernelSpec:
     return spec.with_params(dataclasses.replace(spec.params, kmajor_out=True))
 
 
-def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec]) -> set[str]:
+def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec],
+                     shapes: Mapping[str, tuple[int, ...]]) -> set[str]:
     """The names of the GEMMs of ``specs`` that should store their output K-major (see the
-    module docstring)."""
+    module docstring); ``shapes`` holds the shape of each graph tensor a kernel produces."""
     readers: dict[str, list[tuple[KernelSpec, str]]] = {}
     for spec in specs:
         for region, index in spec.kind.inputs_in_place(spec.params).items():
@@ -47,8 +48,10 @@ def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec]) -> set[
         if turned.kind.legality(config, turned.params) is not None:
             continue
         reads = readers.get(spec.output, [])
-        as_kmajor = sum(aliases(config, reader, region, turned) for reader, region in reads)
-        as_tiles = sum(aliases(config, reader, region, spec) for reader, region in reads)
+        shape = tuple(shapes[spec.output])
+        as_kmajor = sum(aliases(config, reader, region, turned, shape)
+                        for reader, region in reads)
+        as_tiles = sum(aliases(config, reader, region, spec, shape) for reader, region in reads)
         if as_kmajor and not as_tiles:
             chosen.add(spec.name)
     return chosen

@@ -44,7 +44,7 @@ tensor exactly when their names (and operands) agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -441,6 +441,31 @@ def layout_name(kind: str, width: int = 0) -> str:
     """The name of a region layout: ``"tiles"``, or ``"kmajor/W"`` for a K-major ``[Mb][W][R]``
     int8 matrix (an A operand of padded width ``W``, or an output stored transposed)."""
     return kind if kind == "tiles" else f"{kind}/{width}"
+
+
+#: How a region's ``M x N`` matrix holds its graph tensor (:meth:`fusion.kernels.protocol.
+#: KernelKind.region_view`): the tensor's elements in row-major order, or an NCHW tensor's
+#: pixel rows (``N*H*W x C``: one pixel's channels a row).
+ROWS, PIXELS = "rows", "pixels"
+
+
+def nchw_view(shape: Sequence[int]) -> str:
+    """The view of a matrix of pixel rows holding a tensor of ``shape``: :data:`PIXELS` for
+    an NCHW tensor, :data:`ROWS` for any other (the rows themselves, ``N x H*W x C``) and for
+    an NCHW tensor whose pixel rows are its row-major order (one channel, or one pixel an
+    image)."""
+    if len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1:
+        return PIXELS
+    return ROWS
+
+
+def pixel_rows(x: np.ndarray, channels: int) -> np.ndarray:
+    """The ``N*H*W x C`` pixel rows of ``x`` (``C = channels``): an NCHW tensor transposed,
+    any other (the rows themselves) as it is, by :func:`nchw_view`."""
+    x = np.asarray(x)
+    if nchw_view(x.shape) == PIXELS:
+        x = x.transpose(0, 2, 3, 1)
+    return x.reshape(-1, channels)
 
 
 def unpack_kmajor(dims: GemmDims, data: bytes) -> np.ndarray:

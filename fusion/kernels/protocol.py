@@ -33,7 +33,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from fusion.kernels.codegen import Program
-from fusion.kernels.layout import Region
+from fusion.kernels.layout import ROWS, Region
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 
@@ -297,8 +297,19 @@ class KernelKind(abc.ABC):
         A region may read a producer's output in place only when their layouts agree."""
         return "tiles"
 
+    def region_view(self, params: Any, region: str, shape: tuple[int, ...]) -> str:
+        """How ``region`` (an input, or ``"out"``) holds a graph tensor of ``shape`` as its
+        ``M x N`` matrix: :data:`fusion.kernels.layout.ROWS` (the tensor's elements in
+        row-major order, as :meth:`tensor_of` and the kinds' ``host_operands`` reshape it)
+        unless the kind says otherwise (:data:`~fusion.kernels.layout.PIXELS`: an NCHW
+        tensor's pixel rows). Equal operands in equal layouts may still order a tensor's
+        elements two ways (a ``72 x 8`` matrix of a ``2 x 8 x 6 x 6`` tensor): a region may
+        read a producer's output in place only when their views agree too."""
+        return ROWS
+
     def inputs_in_place(self, params: Any) -> dict[str, int]:
         """Input regions that hold graph input ``i`` exactly as a producer's output leaves
         it (tile-blocked ``M x N``): region -> ``i``. The memory planner lets such a region
-        share the producer's buffer when their :class:`Operand` agree."""
+        share the producer's buffer when their :class:`Operand`, layouts
+        (:meth:`region_layout`) and views (:meth:`region_view`) agree."""
         return {}

@@ -8,6 +8,8 @@ pool, than its GEMM over the host's transpose)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -60,3 +62,25 @@ def test_depthwise_convolutions_and_max_pools_on_the_window_unit(name, dw, pools
     assert 0 < report.sim_seconds < report.wall_seconds
     for k in report.kernels:
         assert k.cycles == pytest.approx(k.predicted_cycles, rel=0.02), k.name
+
+
+def test_qdq_cnn_depthwise_after_a_host_gathered_pool_runs_bit_exact():
+    """qdq_cnn's max pool runs as planes gathered on the host (an image's 36 output pixels
+    are not whole tiles of 8) and stores its NCHW tensor's elements in rows of 8; the
+    depthwise convolution after it on the window unit reads pixel rows. It read the pool's
+    buffer in place as if it held them (122 of 256 outputs wrong); now it is given its pixel
+    rows, and the model's outputs are those of the variant without the unit."""
+    from examples.build_models import sample_input
+    from fusion.reference import executor
+
+    path = Path(__file__).resolve().parents[2] / "examples/qdq_cnn.onnx"
+    runs = {}
+    for config in (V8W, V8):
+        compiled = compile_model(load_model(path), config, cache=KernelCache(disk=False))
+        x = sample_input("qdq_cnn", 1)
+        runs[config.window_unit] = report = run_compiled(compiled, {"x": x})
+        want = executor.run(compiled.graph, {"x": x})["y"]
+        np.testing.assert_array_equal(report.outputs["y"], want)
+    dw = next(k for k in runs[True].kernels if k.name == "conv2/qconv2d/im2col")
+    assert dw.describe.startswith("window depthwise conv")
+    np.testing.assert_array_equal(runs[True].outputs["y"], runs[False].outputs["y"])

@@ -190,15 +190,17 @@ class ConvKind(KernelKind):
                 f"stages={','.join(p.stages) or '-'}, windows gathered by the load "
                 f"engine{kmajor}")
 
+    def region_view(self, params: ConvParams, region: str, shape: tuple[int, ...]) -> str:
+        """``x`` is pixel rows: of an NCHW tensor, or the rows of a GEMM form as they are
+        (:func:`fusion.kernels.layout.nchw_view`)."""
+        return layout.nchw_view(shape) if region == "x" else layout.ROWS
+
     def host_operands(self, config: VariantConfig, params: ConvParams,
                       inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """``x`` from the input tensor: ``N x Cin x H x W``, or the ``N x H*W x Cin`` rows
-        of the GEMM that made it."""
+        of the GEMM that made it (:meth:`region_view`)."""
         p = params
-        x = np.asarray(inputs[0])
-        if x.ndim == 4:
-            x = x.transpose(0, 2, 3, 1)
-        ops = {"x": x.reshape(p.N * p.H * p.W, p.Cin)}
+        ops = {"x": layout.pixel_rows(inputs[0], p.Cin)}
         if "residual" in p.stages:
             ops["residual"] = np.asarray(inputs[1]).reshape(p.M, p.Cout)
         return ops

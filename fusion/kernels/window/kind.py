@@ -234,25 +234,30 @@ class WindowKind(KernelKind):
                 f"{f' [{ops}]' if ops else ''} stages={','.join(p.stages) or '-'}, on the "
                 f"window unit{kmajor}")
 
+    def region_view(self, params: WindowParams, region: str, shape: tuple[int, ...]) -> str:
+        """``x`` and ``out`` are pixel rows: of an NCHW tensor (``x``'s ``N x C x H x W``, a
+        pool's ``N x C x OH x OW`` output) or the rows of a GEMM form as they are
+        (:func:`fusion.kernels.layout.nchw_view`)."""
+        p = params
+        if region == "x" or (region == "out" and tuple(shape) == (p.N, p.C, p.OH, p.OW)):
+            return layout.nchw_view(shape)
+        return layout.ROWS
+
     def tensor_of(self, params: WindowParams, out: np.ndarray, shape: tuple[int, ...]
                   ) -> np.ndarray:
         """The output tensor from the ``M x C`` pixel rows: an ``N x C x OH x OW`` tensor
         (a pool's) transposed, the rows of a GEMM form (a depthwise convolution's
-        ``N x OH*OW x C``) as they are."""
+        ``N x OH*OW x C``) as they are (:meth:`region_view`)."""
         p = params
-        if tuple(shape) == (p.N, p.C, p.OH, p.OW):
+        if self.region_view(p, "out", shape) == layout.PIXELS:
             return np.asarray(out).reshape(p.N, p.OH, p.OW, p.C).transpose(0, 3, 1, 2)
         return super().tensor_of(params, out, shape)
 
     def host_operands(self, config: VariantConfig, params: WindowParams,
                       inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """``x`` from the input tensor: ``N x C x H x W``, or the ``N x H*W x C`` rows of the
-        GEMM that made it."""
-        p = params
-        x = np.asarray(inputs[0])
-        if x.ndim == 4:
-            x = x.transpose(0, 2, 3, 1)
-        return {"x": x.reshape(p.N * p.H * p.W, p.C)}
+        GEMM that made it (:meth:`region_view`)."""
+        return {"x": layout.pixel_rows(inputs[0], params.C)}
 
 
 WINDOW = WindowKind()

@@ -123,3 +123,39 @@ def test_the_global_pool_sums_on_the_window_unit_and_no_layout_step_is_left():
     assert fc.spec.inputs[0] == pool.spec.output and "a" in compiled.memory.in_place(fc.name)
     without = _compile(MOBILENET, V8)
     assert not any(k.spec.kind.name == "window" for k in without.kernels)
+
+
+QDQ_CNN = ROOT / "examples/qdq_cnn.onnx"
+
+
+def _in_place_reads(compiled):
+    """``(reader, region, producer, tensor)`` for every input region a kernel reads where its
+    producer stored it."""
+    by_output = {k.spec.output: k for k in compiled.kernels}
+    for k in compiled.kernels:
+        for region in sorted(compiled.memory.in_place(k.name)):
+            tensor = k.spec.inputs[k.spec.kind.inputs_in_place(k.spec.params)[region]]
+            yield k, region, by_output[tensor], tensor
+
+
+@pytest.mark.parametrize("path", [QDQ_CNN, LENET], ids=lambda p: p.stem)
+def test_a_region_read_in_place_holds_the_matrix_its_kind_makes_of_the_tensor(path):
+    """What a producer stored (its output matrix, as its kind maps it to the graph tensor:
+    ``tensor_of``) is, element for element, the operand the reader's kind makes of that tensor
+    (``host_operands``). qdq_cnn's max pool is gathered on the host (its 36 output pixels an
+    image are not whole tiles) and stores the NCHW tensor's elements in rows of 8; its 8
+    channels made that ``72 x 8`` matrix look like the ``N*H*W x C`` pixel rows the depthwise
+    window kernel reads, which it read in place (a shadow-check failure on the simulator)."""
+    compiled = _compile(path, V8W)
+    graph = compiled.graph
+    for reader, region, producer, tensor in _in_place_reads(compiled):
+        out = producer.spec.kind.output(producer.spec.params)
+        stored = np.arange(np.prod(out.shape)).reshape(out.shape)
+        shape = graph.tensors[tensor].shape
+        value = producer.spec.kind.tensor_of(producer.spec.params,
+                                             stored.reshape(-1)[:np.prod(shape)], shape)
+        inputs = [value if t == tensor else np.zeros(graph.tensors[t].shape, np.int64)
+                  for t in reader.spec.inputs]
+        read = reader.spec.kind.host_operands(compiled.config, reader.spec.params, inputs)
+        np.testing.assert_array_equal(read[region], stored,
+                                      err_msg=f"{reader.name}.{region} <- {producer.name}")
