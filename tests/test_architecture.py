@@ -161,7 +161,7 @@ def test_layers(importers, forbidden, allowed):
 
 
 #: Harnesses that drive the command line in-process, as a user would (like the tests do).
-CLI_DRIVERS = {"bench.bad_inputs"}
+CLI_DRIVERS = {"bench.bad_inputs", "bench.inspect_speed"}
 
 
 def test_nothing_imports_the_cli():

@@ -7,7 +7,7 @@ import pytest
 
 from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Graph, Quant
-from fusion.passes import _edit, dce, qdq_fold
+from fusion.passes import _edit, _qdq_pairs, dce, qdq_fold
 from fusion.passes.driver import PassLog, optimize
 from fusion.reference import executor
 from tests.helpers.pass_testing import assert_graphs_equal, assert_unchanged
@@ -311,7 +311,7 @@ def test_pairs_folded_in_one_edit_give_the_graph_of_one_fold_at_a_time():
             return qdq_fold._rewrite(g, node)
         except qdq_fold.Refused:
             return None
-    one_at_a_time, _ = qdq_fold._lower_all(_edit.rewrite_each(graph, one)[0])
+    one_at_a_time, _ = _qdq_pairs.lower_all(_edit.rewrite_each(graph, one)[0])
     got, changed = qdq_fold.run(graph)
     assert changed
     assert_graphs_equal(got, one_at_a_time)
