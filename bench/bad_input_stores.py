@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bad_input_cases import Case, Workspace, write
+from bench.bad_input_cases import VARIANT, Case, Workspace, write
 
 
 def profile_db(graph: Path, variant: Path, d: Path, sql: str = "") -> str:
@@ -196,6 +196,10 @@ def store_cases() -> list[Case]:
         Case("store: train -o a variant folder", _train_into(lambda ws, d: ws.variant),
              "not a learned model folder"),
         Case("store: train -o a file", _train_into(lambda ws, d: Path(ws.x)), "is a file"),
+        Case("store: generate -o a variant folder holding the user's file", lambda ws, d: [
+            "generate", *VARIANT, "-o",
+            ws.variant_copy(d, lambda f: write(f / "notes.txt", "mine\n"))],
+             "which hwgen did not write"),
         Case("--input an .npz archive", lambda ws, d: [
             "run", str(ws.onnx), "--variant", str(ws.variant), "--input", _npz(ws, d)],
             "is an .npz archive \\(of x\\), not one array"),

@@ -184,8 +184,9 @@ def check_replaceable(out_dir: Path) -> frozenset:
     Raises
     ------
     ValueError
-        If ``out_dir`` is a file, or a non-empty folder that is not a variant folder (hwgen
-        does not delete files it did not write).
+        If ``out_dir`` is a file, a non-empty folder that is not a variant folder, or a
+        variant folder that also holds files hwgen did not write there (hwgen does not delete
+        files it did not write).
     """
     checked = contents(out_dir)
     if not out_dir.exists():
@@ -199,6 +200,15 @@ def check_replaceable(out_dir: Path) -> frozenset:
             f"output folder {out_dir} is not empty and is not an hwgen variant folder (it "
             f"holds {shown}); choose a new or empty folder for -o: hwgen replaces only "
             f"variant folders")
+    # replaced whole: anything beside what hwgen writes there would go with the old variant
+    others = sorted(p.name for p in out_dir.iterdir()
+                    if p.name not in FILES and not (p.suffix == ".core" and p.is_file()))
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise ValueError(
+            f"variant folder {out_dir} also holds {shown}, which hwgen did not write and "
+            f"replacing the folder would delete; move {'them' if len(others) > 1 else 'it'} "
+            f"out, or choose another -o")
     return checked
 
 

@@ -104,6 +104,25 @@ def test_a_folder_of_someone_elses_files_is_refused_untouched(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
 
+def test_a_variant_folder_holding_the_users_files_is_refused_and_kept(tmp_path, capsys):
+    """A variant folder is replaced whole only when it holds nothing but what hwgen writes
+    there (generate's files, a library's FuseSoC core): a file of the user's beside them would
+    be deleted with the old variant."""
+    out = tmp_path / "v"
+    generate(ONE, out)
+    (out / "notes.txt").write_text("measured on the board: 12 MHz\n")
+    assert main(["generate", "--rows", "2", "--cols", "2", "--port-bytes", "4",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "notes.txt" in err and "hwgen did not write" in err
+    assert (out / "notes.txt").read_text() == "measured on the board: 12 MHz\n"
+    assert read_variant(out) == ONE
+    (out / "notes.txt").unlink()
+    (out / "v.core").write_text("CAPI=2:\n")  # a library's core: hwgen's own
+    generate(TWO, out)
+    assert read_variant(out) == TWO
+
+
 def test_an_empty_folder_and_a_file_as_output(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     generate(ONE, tmp_path / "empty")
