@@ -112,6 +112,11 @@ def _plan_with_fifo(ws: Workspace, d: Path) -> list[str]:
     return ["run", "--plan", plan, "--variant", str(ws.variant)]
 
 
+def _plan_with_fifo_kernel(ws: Workspace, d: Path) -> list[str]:
+    plan = ws.plan_copy(d, lambda p: _fifo_entries(sorted((p / "kernels").glob("*.bin"))[:1]))
+    return ["run", "--plan", plan, "--variant", str(ws.variant)]
+
+
 def _variant_with_fifo(ws: Workspace, d: Path) -> str:
     return ws.variant_copy(d, lambda f: (f / "variant.json").unlink() or _fifo(
         f / "variant.json"))
@@ -120,6 +125,9 @@ def _variant_with_fifo(ws: Workspace, d: Path) -> str:
 #: Readers given a FIFO: the command line, and the FIFO's name in the folder ``d``.
 FIFO_READERS: list[tuple[str, Callable[[Workspace, Path], list[str]], str]] = [
     ("a plan's plan.json", lambda ws, d: _plan_with_fifo(ws, d), "plan/plan.json"),
+    ("a plan's kernel file", _plan_with_fifo_kernel, ""),
+    ("the MODEL of a plan", lambda ws, d: ["run", str(d / "m.onnx"), "--plan", ws.plan,
+                                           "--variant", str(ws.variant)], "m.onnx"),
     ("report's input", lambda ws, d: ["report", str(d / "run.json"), "-o", str(d / "r.html")],
      "run.json"),
     ("--input", lambda ws, d: ["run", str(ws.onnx), "--variant", str(ws.variant), "--input",

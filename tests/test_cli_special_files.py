@@ -74,6 +74,17 @@ def test_a_fifo_as_a_plans_plan_json(capsys, variant_dir, plan_dir):
              plan_dir / "plan.json")
 
 
+def test_a_fifo_as_a_plans_kernel_file(capsys, variant_dir, plan_dir):
+    kernel = sorted((plan_dir / "kernels").glob("*.bin"))[0]
+    kernel.unlink()
+    _refused(capsys, ["run", "--plan", plan_dir, "--variant", variant_dir], kernel)
+
+
+def test_a_fifo_as_the_model_of_a_plan(capsys, variant_dir, plan_dir, tmp_path):
+    _refused(capsys, ["run", tmp_path / "m.onnx", "--plan", plan_dir, "--variant", variant_dir],
+             tmp_path / "m.onnx")
+
+
 def test_a_fifo_as_reports_input(capsys, tmp_path):
     _refused(capsys, ["report", tmp_path / "run.json", "-o", tmp_path / "r.html"],
              tmp_path / "run.json")

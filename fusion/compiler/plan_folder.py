@@ -39,7 +39,7 @@ import numpy as np
 from fusion.compiler.plan import PLAN_TAG, CompiledModel
 from fusion.frontend.json_format import to_dict as graph_to_dict
 from hwgen.atomic import contents, replacing
-from hwgen.files import NotRegularFile, loads_json, read_bytes
+from hwgen.files import NotRegularFile, loads_json, open_regular, read_bytes
 from hwgen.gateware.sources import gateware_digest
 
 PLAN_FILE = "plan.json"
@@ -71,7 +71,7 @@ def file_stem(index: int, name: str) -> str:
 
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file, read in blocks (a model may be large)."""
-    with open(path, "rb") as f:
+    with open_regular(path, "model") as f:  # a FIFO would block the read
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 

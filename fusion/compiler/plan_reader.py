@@ -80,6 +80,7 @@ from fusion.kernels.cache import CacheEntry
 from fusion.kernels.program import restore_kernel
 from fusion.kernels.protocol import Refusal
 from hwgen.config import VariantConfig
+from hwgen.files import check_regular, read_bytes
 from hwgen.gateware.sources import gateware_digest
 
 #: Bytes of ``graph.json`` allowed beyond four times the variant's external memory (base64
@@ -190,6 +191,7 @@ class _Reader:
                             f"this hwgen's {current}")
 
     def check_source(self, data: dict[str, Any], model: Path) -> None:
+        check_regular(model, "MODEL")  # a FIFO would block the hash below
         source = data.get("source")
         if not isinstance(source, dict) or not isinstance(source.get("sha256"), str):
             raise self.fail(f"plan {self.folder} records no source model to check {model} "
@@ -272,6 +274,8 @@ class _Reader:
             size = self.get(record, "bytes", int, f"files[{name!r}].")
             digest = self.get(record, "sha256", str, f"files[{name!r}].")
             path = self.folder / name
+            if not path.is_symlink():
+                check_regular(path, "plan file")  # named as such, not as missing
             if path.is_symlink() or not path.is_file():
                 raise self.fail(f"{path} is missing")
             actual = path.stat().st_size
@@ -281,7 +285,7 @@ class _Reader:
             if size > self.limit(name):
                 raise self.fail(f"{path} has {size:,} bytes, more than this variant could "
                                 f"use ({self.limit(name):,})")
-            blob = path.read_bytes()
+            blob = read_bytes(path, "plan file")
             if hashlib.sha256(blob).hexdigest() != digest:
                 raise self.fail(f"{path} does not match its SHA-256 in {PLAN_FILE}: it was "
                                 f"changed after hwgen compile wrote it")
