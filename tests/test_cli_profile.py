@@ -110,6 +110,25 @@ def test_run_db_that_refuses_the_record_is_a_database_error_after_the_outputs(
     assert np.load(out).shape
 
 
+def test_run_refuses_a_db_that_is_no_database_before_it_simulates(variant_dir, tmp_path,
+                                                                  capsys, monkeypatch):
+    """A --db that can never take the record is found before minutes of simulation, not
+    after them."""
+    import fusion.runtime.run
+
+    def simulate(*args, **kwargs):
+        raise AssertionError("simulated before the database was checked")
+
+    monkeypatch.setattr(fusion.runtime.run, "run_compiled", simulate)
+    db = tmp_path / "notes.db"
+    db.write_text("my notes, not a database\n")
+    model = Path(__file__).resolve().parents[1] / "examples" / "qop_mlp.onnx"
+    capsys.readouterr()
+    assert main(["run", str(model), "--variant", str(variant_dir), "--db", str(db)]) == 2
+    assert f"{db} is not a SQLite file" in one_error_line(capsys)
+    assert db.read_text() == "my notes, not a database\n"
+
+
 @pytest.mark.slow
 def test_calibrate_into_a_db_that_refuses_the_record_is_a_database_error(
         variant_dir, tmp_path, capsys):

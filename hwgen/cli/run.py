@@ -151,6 +151,11 @@ def run(args: argparse.Namespace) -> int:
         if not folder.is_dir():  # found now, not after minutes of simulation
             raise ValueError(f"cannot write --output {path}: no folder {folder}; create it "
                              f"first")
+    if args.db:  # a database that cannot take the record, found before the simulation too
+        from fusion.cost.profiles import ProfileDB
+
+        with ProfileDB(args.db):
+            pass
     build = build_folder(args.variant)
     try:
         report = run_compiled(compiled, inputs, build=build,
