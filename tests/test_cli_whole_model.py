@@ -2,15 +2,14 @@
 reference in the text and ``--json``, what is said without MODEL, and exit status 1 naming the
 first tensor where the graphs part (:mod:`fusion.runtime.whole_model`)."""
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from fusion.reference import executor
 from fusion.runtime import whole_model
 from hwgen.cli import main
+from tests.helpers.doctored_graph import moved_bias_check
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CNN = str(EXAMPLES / "qdq_cnn.onnx")
@@ -47,18 +46,9 @@ def test_a_plan_without_model_says_the_check_is_not_done(variant_dir, tmp_path, 
 
 @pytest.mark.slow
 def test_a_compiled_graph_that_means_something_else_exits_1(variant_dir, capsys, monkeypatch):
-    # The product is not changed: the check is handed a doctored copy of the compiled graph
-    # (its first bias moved) and that graph's outputs, as the run of such a plan would give.
-    real = whole_model.check_whole_model
-
-    def doctored_check(imported, compiled, inputs, outputs):
-        bias = next(n.inputs[1] for n in compiled.topo_order() if n.op == "bias_add")
-        inits = dict(compiled.initializers)
-        inits[bias] = (inits[bias] + 5000).astype(inits[bias].dtype)
-        doctored = dataclasses.replace(compiled, initializers=inits)
-        return real(imported, doctored, inputs, executor.run(doctored, inputs))
-
-    monkeypatch.setattr(whole_model, "check_whole_model", doctored_check)
+    # the product is not changed: the check judges a doctored copy of the compiled graph
+    monkeypatch.setattr(whole_model, "check_whole_model",
+                        moved_bias_check(whole_model.check_whole_model))
     assert main(["run", CNN, "--variant", str(variant_dir), "--shadow-inputs", "0"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hwgen: whole-model check failed: y: max ")

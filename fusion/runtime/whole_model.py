@@ -126,6 +126,15 @@ class WholeModelCheck:
                 "parted_detail": self.parted_detail or None}
 
 
+class WholeModelMismatch(RuntimeError):
+    """A run's outputs beyond the whole-model bound (exit status 1, like a shadow mismatch):
+    the run stopped there. ``check`` holds the figures and where the two graphs part."""
+
+    def __init__(self, where: str, check: WholeModelCheck) -> None:
+        super().__init__(f"{where}: {check.failure()}")
+        self.check = check
+
+
 def not_done(reason: str) -> WholeModelCheck:
     """A check that could not be made, saying why."""
     return WholeModelCheck(done=False, reason=reason)

@@ -21,6 +21,7 @@ def run_workload(args: argparse.Namespace) -> int:
     from fusion.runtime.reconfig.manager import run_workload as run
     from fusion.runtime.reconfig.workload import read_workload
     from fusion.runtime.run import ShadowMismatch
+    from fusion.runtime.whole_model import WholeModelMismatch
 
     if args.variants is None or args.workload is None:
         raise ValueError("a workload runs on a variant library: give both --variants DIR and "
@@ -52,6 +53,12 @@ def run_workload(args: argparse.Namespace) -> int:
             print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
         print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
         return 1
+    except WholeModelMismatch as exc:
+        if args.json:
+            print(json.dumps({"ok": False, "whole_model": exc.check.to_dict(),
+                              "error": str(exc)}))
+        print(f"hwgen: {exc}", file=sys.stderr)
+        return 1
     data = report.to_dict()
     if args.json:
         print(json.dumps(data))
@@ -69,7 +76,19 @@ def run_workload(args: argparse.Namespace) -> int:
           f"cycles = {data['kernel_cycles']:,} running + {data['swaps']} swaps of "
           f"{data['swap_cycles']:,}")
     print(f"static variants: {static}; offline optimum {data['offline_optimal_cycles']:,}")
+    print(_whole_model_line(data["timeline"]))
     for line in data["repeat_mismatches"]:
         print(f"hwgen: note: a repeat took other cycles than its first run: {line}",
               file=sys.stderr)
     return 0
+
+
+def _whole_model_line(timeline: list[dict]) -> str:
+    """One line for every run's whole-model check (each within its bound, or the run would
+    have stopped): the largest deviation of any output, in LSBs."""
+    done = [r["whole_model"] for r in timeline if r["whole_model"].get("done")]
+    if not done:
+        return "whole model: not checked"
+    worst = max((o.get("max_lsb", 0) for w in done for o in w["outputs"]), default=0)
+    return (f"whole model: {len(done)} of {len(timeline)} runs checked against the imported "
+            f"graph's reference, each within its bound (largest deviation {worst:g} LSB)")

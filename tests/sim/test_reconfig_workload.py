@@ -102,6 +102,32 @@ def test_json_of_the_command_is_the_report_format(library, tmp_path, capsys):
     assert "5 of 5 plots drawn" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_every_run_is_checked_against_the_model_as_imported(library, capsys, monkeypatch):
+    """As ``hwgen run`` does (tests/test_cli_whole_model.py): each run's whole-model
+    deviation is in the text and the JSON, and a run beyond the bound stops the workload with
+    status 1 naming the run and where the graphs part."""
+    argv = ["run", "--variants", str(library / "lib"), "--workload", str(library / "w.json"),
+            "--swap-cycles", "50", "--shadow-inputs", "0"]
+    assert main(argv) == 0
+    assert ("whole model: 5 of 5 runs checked against the imported graph's reference, each "
+            "within its bound (largest deviation 0 LSB)") in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    for record in json.loads(capsys.readouterr().out)["timeline"]:
+        check = record["whole_model"]
+        assert check["done"] and check["ok"] and check["outputs"][0]["max_lsb"] == 0
+    # the product is not changed: the check judges a doctored copy of the compiled graph
+    from fusion.runtime import whole_model
+    from tests.helpers.doctored_graph import moved_bias_check
+
+    monkeypatch.setattr(whole_model, "check_whole_model",
+                        moved_bias_check(whole_model.check_whole_model))
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hwgen: run 1 (qdq_cnn.onnx on ")
+    assert "whole-model check failed: y: max " in err[-1] and "first part at tensor" in err[-1]
+
+
 def test_a_descriptor_that_does_not_cover_its_kernels_is_refused_before_any_run(library,
                                                                                 tmp_path):
     """The window variant's descriptor, edited to leave out the window kind: pricing finds

@@ -15,8 +15,10 @@ library (:func:`fusion.runtime.reconfig.library.open_library`):
    ``offline`` (:func:`~fusion.runtime.reconfig.planner.offline_plan` over the whole
    workload's predictions).
 3. **Runs** each model run on the Verilator build of its variant (:func:`fusion.runtime.run.
-   run_compiled`: every kernel shadow-checked bit for bit against the reference), and adds the
-   swap's cycles where the variant changes. The first configuration is not a swap.
+   run_compiled`: every kernel shadow-checked bit for bit against the reference), checks its
+   outputs against the model as imported (:mod:`fusion.runtime.whole_model`, as ``hwgen run``
+   does), and adds the swap's cycles where the variant changes. The first configuration is not
+   a swap.
 4. **Measures the alternatives**: every (model, variant) pair the schedule did not run is run
    once, so that ``static_cycles`` (each variant running everything it can) and
    ``offline_optimal_cycles`` (the optimum over the *measured* cycles) are measured too. A
@@ -65,13 +67,15 @@ class RunRecord:
     predicted_cycles: float
     kernels: list[dict[str, Any]]
     outputs: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    #: the whole-model check of its outputs (:meth:`WholeModelCheck.to_dict`)
+    whole_model: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.step.phase, "repeat": self.step.repeat,
                 "model": self.step.model.stem, "variant": self.variant,
                 "start_cycle": self.start_cycle, "swap_cycles": self.swap_cycles,
                 "cycles": self.cycles, "predicted_cycles": round(self.predicted_cycles),
-                "kernels": self.kernels}
+                "kernels": self.kernels, "whole_model": self.whole_model}
 
 
 @dataclass
@@ -253,8 +257,11 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         whose capabilities do not cover a kernel placed on it.
     ShadowMismatch
         A kernel differs from the reference (the run stops there).
+    WholeModelMismatch
+        A run's outputs are beyond the bound of the model as imported (the run stops there).
     """
     from fusion.runtime.run import run_compiled
+    from fusion.runtime.whole_model import WholeModelMismatch, check_whole_model
     from sim.build import build_folder
 
     if policy not in POLICIES:
@@ -306,6 +313,11 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
             f"{step.repeat}) on {v.name}" + (f" after a swap of {swapped:,} cycles"
                                              if swapped else ""))
         report = run(v, compiled[model][v.name], inputs[step.phase], shadow_inputs)
+        # graphs[model] is the model as imported: compiling it made new graphs
+        whole = check_whole_model(graphs[model], compiled[model][v.name].graph,
+                                  inputs[step.phase], report.outputs)
+        if not whole.ok:
+            raise WholeModelMismatch(f"run {t + 1} ({step.model.name} on {v.name})", whole)
         cycles = sum(k.cycles for k in report.kernels)
         if measured[model][v.name] is None:
             measured[model][v.name] = cycles
@@ -314,7 +326,8 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                               f"{measured[model][v.name]}")
         timeline.append(RunRecord(step, v.name, clock + swapped, swapped, cycles,
                                   predicted[model][v.name],
-                                  [_kernel_dict(k) for k in report.kernels], report.outputs))
+                                  [_kernel_dict(k) for k in report.kernels], report.outputs,
+                                  whole.to_dict()))
         clock += swapped + cycles
     # the alternatives the schedule did not take, measured once each
     first = {m: inputs[next(i for i, p in enumerate(workload.phases) if p.model.stem == m)]
