@@ -10,13 +10,15 @@ grow the 1 LSB), and measures how far each output of the run is from it, in the 
 
 - an integer output in integer units; its bound is exactness (0 LSB);
 - a float output that a ``DequantizeLinear`` makes from a per-tensor quantized tensor in
-  units of that scale; its bound is 1 LSB with at least 99% of the elements exact (the bound
-  ``examples/real_check.py`` holds hwgen to against onnxruntime; the share only for outputs
-  of 100 elements or more). The passes compute in integers with 31-bit requantize
+  units of that scale; its bound is 1 LSB with at least 99% of the elements exact (the
+  bound ``examples/real_check.py`` holds hwgen to against the exact reference; the share
+  only for outputs of 100 elements or more). The passes compute in integers with 31-bit requantize
   multipliers, the reference in float64: the two round differently only where the real
   value is within about 1e-9 of a half;
 - any other float output (a dequantized int32 accumulator, a softmax) has no LSB to count in:
   its largest difference is reported, and not judged.
+
+An output of another shape than the reference's is beyond the bound, whatever its kind.
 
 Beyond the bound, the check names the first integer tensor, in the imported graph's
 topological order, among those both graphs keep (same name, same shape), whose values differ
@@ -63,6 +65,8 @@ class OutputDeviation:
     @property
     def within(self) -> bool:
         """Whether the deviation is within the bound of its kind (module docstring)."""
+        if self.max_diff == float("inf"):  # another shape: beyond any bound, float too
+            return False
         if self.kind == "integer":
             return self.max_diff == 0
         if self.kind == "dequantized":
@@ -206,15 +210,16 @@ def first_parting(imported: Graph, want: Mapping[str, np.ndarray],
 
 def _deviation(imported: Graph, name: str, got: np.ndarray, want: np.ndarray) -> OutputDeviation:
     got, want = np.asarray(got), np.asarray(want)
-    diff = got.astype(np.float64) - want.astype(np.float64)
-    if got.shape != want.shape:
-        return OutputDeviation(name, "integer" if want.dtype.kind in "iu" else "float",
-                               int(want.size), float("inf"), 0.0)
     kind, scale = "float", output_scale(imported, name)
     if want.dtype.kind in "iu":
         kind = "integer"
     elif scale is not None:
-        kind, diff = "dequantized", np.rint(diff / scale)
+        kind = "dequantized"
+    if got.shape != want.shape:  # before subtracting: the shapes may not even broadcast
+        return OutputDeviation(name, kind, int(want.size), float("inf"), 0.0, scale)
+    diff = got.astype(np.float64) - want.astype(np.float64)
+    if kind == "dequantized":
+        diff = np.rint(diff / scale)
     worst = float(np.abs(diff).max()) if diff.size else 0.0
     exact = float(np.mean(diff == 0)) if diff.size else 1.0
     return OutputDeviation(name, kind, int(want.size), worst, exact, scale)

@@ -94,3 +94,13 @@ def test_a_graph_of_other_inputs_is_not_checked():
     imported, compiled, inputs = _graphs("qdq_cnn.onnx")
     check = check_whole_model(imported, compiled, {"other": np.zeros(1)}, {})
     assert not check.done and check.ok and "not checked" in check.summary()
+
+
+def test_an_output_of_another_shape_is_beyond_the_bound_not_an_error():
+    imported, compiled, inputs = _graphs("qdq_cnn.onnx")
+    name = imported.outputs[0]
+    check = check_whole_model(imported, compiled, inputs, {name: np.zeros(3, np.float32)})
+    assert check.done and not check.ok
+    (out,) = check.outputs
+    assert out.kind == "dequantized" and out.max_diff == float("inf") and out.share_exact == 0
+    assert not OutputDeviation("p", "float", 10, float("inf"), 0.0).within
