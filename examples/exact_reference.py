@@ -63,15 +63,22 @@ def reference_session(model: onnx.ModelProto | str | Path) -> ReferenceEvaluator
 
 # -- exact arithmetic -------------------------------------------------------------------------
 
+def _along(value, ndim: int, axis: int) -> np.ndarray:
+    """A quantization parameter shaped to broadcast over an ``ndim`` tensor: a per-channel
+    (1-D) one along ``axis``, a per-tensor one as it is."""
+    value = np.asarray(value)
+    if value.ndim == 1 and ndim > 1:
+        shape = [1] * ndim
+        shape[axis] = value.size
+        return value.reshape(shape)
+    return value
+
+
 def dequantize(x: np.ndarray, scale, zero_point=None, axis: int = 1) -> np.ndarray:
     """``(x - zero_point) * scale`` in float64: exact (8-bit integers times a float32 scale),
     per tensor or per channel along ``axis``."""
-    scale = np.asarray(scale, np.float64)
-    zp = np.zeros((), np.int64) if zero_point is None else np.asarray(zero_point, np.int64)
-    if scale.ndim == 1 and x.ndim > 1:
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale, zp = scale.reshape(shape), (zp.reshape(shape) if zp.ndim == 1 else zp)
+    scale = _along(np.asarray(scale, np.float64), x.ndim, axis)
+    zp = 0 if zero_point is None else _along(np.asarray(zero_point, np.int64), x.ndim, axis)
     return (x.astype(np.int64) - zp).astype(np.float64) * scale
 
 
@@ -197,13 +204,8 @@ class QuantizeLinear(OpRun):
 
     def _run(self, x, y_scale, y_zp=None, axis=1, saturate=None, block_size=None,
              output_dtype=None, precision=None):
-        scale = np.asarray(y_scale, np.float64)
-        zp = np.asarray(np.uint8(0) if y_zp is None else y_zp)
-        if scale.ndim == 1 and x.ndim > 1:
-            shape = [1] * x.ndim
-            shape[axis] = scale.size
-            scale, zp = scale.reshape(shape), (zp.reshape(shape) if zp.ndim == 1 else zp)
-        return (quantize(x, scale, zp),)
+        zp = None if y_zp is None else _along(y_zp, x.ndim, axis)
+        return (quantize(x, _along(y_scale, x.ndim, axis), zp),)
 
 
 class MaxPool(OpRun):

@@ -26,8 +26,8 @@ from onnx import numpy_helper
 from examples.exact_reference import reference_session as session
 from examples.real_check import lsb_errors, output_scale, within_one_lsb
 
-__all__ = ["session", "float_path", "references", "integer_kernel_nodes", "quantized_tensors",
-           "output_scale", "lsb_errors", "check_within_one_lsb"]
+__all__ = ["session", "float_path", "as_written", "references", "integer_kernel_nodes",
+           "quantized_tensors", "output_scale", "lsb_errors", "check_within_one_lsb"]
 
 #: Standard operators onnxruntime runs with integer kernels even with its optimizations off.
 INTEGER_KERNEL_OPS = frozenset({"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger",
@@ -51,17 +51,24 @@ def float_path(model: onnx.ModelProto | str):
         If the model has a node onnxruntime runs with an integer kernel anyway: such a session
         is not exact on every CPU.
     """
-    import onnxruntime as ort
-
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
     integer = integer_kernel_nodes(proto)
     if integer:
         raise ValueError(f"onnxruntime runs {integer[0]} with an integer kernel, which is not "
                          f"exact on every CPU: use the exact reference (session)")
+    return as_written(proto)
+
+
+def as_written(model: onnx.ModelProto):
+    """An onnxruntime CPU session running ``model``'s nodes as written (every graph
+    optimization off, so that nothing is fused); its integer kernels still run integer
+    nodes (:func:`float_path` refuses those)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    return ort.InferenceSession(proto.SerializeToString(), options,
+    return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 
 

@@ -19,6 +19,7 @@ from examples.exact_reference import reference_session
 from fusion.frontend import import_onnx
 from fusion.passes.driver import optimize
 from fusion.reference import executor
+from tests.fusion.references import as_written
 
 MS = "com.microsoft"
 _TYPES = {np.dtype("int8"): TensorProto.INT8, np.dtype("uint8"): TensorProto.UINT8,
@@ -40,14 +41,7 @@ def exact_run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
+    return as_written(model).run(None, feeds)[0]
 
 
 def hwgen_run(model: onnx.ModelProto, feeds: dict, *, fold: bool = False):
