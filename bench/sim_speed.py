@@ -4,10 +4,10 @@
 job), and reports as JSON:
 
 - the first build time (into an empty cache) and the cached build time;
-- simulated cycles per wall second through :func:`sim.run.run_program` (``perf__cycles``
-  over the job's start-to-done wall time);
+- simulated cycles per wall second through :func:`sim.run.run_program` (the ``cycles``
+  counter over the job's wall time, program load over the bus included);
 - the same for the same accelerator Verilog built with ``verilator --binary`` and a Verilog
-  top that loads memory and program with ``$readmemh`` and ``$finish``-es on done (the whole
+  top that loads memory and host script with ``$readmemh`` and ``$finish``-es on done (the whole
   process is timed, so use a job of a second or more);
 - the ratio of the two.
 
@@ -38,6 +38,7 @@ from hwgen.config import VariantConfig
 from sim import build as sim_build
 from sim import run as sim_run
 from sim import toolchain
+from sim.tb import host_script
 
 
 def _hex_words(words: Sequence[tuple[int, int]], digits: int) -> str:
@@ -88,15 +89,16 @@ def _binary_run(
         raise RuntimeError(f"verilator --binary failed; see {folder / 'build.log'}")
     build_seconds = time.perf_counter() - began
 
-    mem_hex, imem_hex = folder / "mem.hex", folder / "imem.hex"
+    mem_hex, host_hex = folder / "mem.hex", folder / "host.hex"
     mem_hex.write_text(_hex_words(_memory_words(config, memory), 2 * config.port_bytes))
-    imem_hex.write_text(_hex_words(list(enumerate(int(w) for w in program)), 16))
+    host_hex.write_text(host_script.job_script(program, 0, config.imem_depth,
+                                                timeout_cycles))
     runs = {}
     for n in repeats:
         began = time.perf_counter()
         proc = subprocess.run(
-            [str(folder / "obj" / "bench"), f"+mem={mem_hex}", f"+imem={imem_hex}",
-             f"+timeout={timeout_cycles}", f"+repeat={n}"],
+            [str(folder / "obj" / "bench"), f"+mem={mem_hex}", f"+host={host_hex}",
+             f"+repeat={n}"],
             capture_output=True, text=True, cwd=folder,
         )
         wall = time.perf_counter() - began

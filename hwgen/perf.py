@@ -1,7 +1,7 @@
 """The hardware performance counters: their names, meaning and width.
 
-The gateware counts them (``hwgen.gateware.counters``) and exposes one port per name
-(``perf__<name>``); the simulator harness reads them back by these names. Like
+The gateware counts them (``hwgen.gateware.counters``) and a host reads them over the bus
+(:func:`hwgen.regmap.counter_word`); the simulator harness reports them by these names. Like
 :mod:`hwgen.config`, this module imports nothing else from the project.
 """
 

@@ -45,6 +45,7 @@ from hwgen.platform import PlatformConfig
 from sim import toolchain
 from sim.marker import BUILD_FORMAT, MARKER, marker_problem, write_marker
 from sim.memory import board_memory, memory_digest
+from sim.tb import host_script
 from sim.top import (
     CLOCK_PERIOD_NS,
     HALF_PERIOD_NS,
@@ -54,6 +55,7 @@ from sim.top import (
     BuildError,
     check_interface,
     expected_ports,
+    public_handles,
     render_top,
     render_vlt,
 )
@@ -62,7 +64,8 @@ __all__ = [
     "BUILD_FORMAT", "CLOCK_PERIOD_NS", "HALF_PERIOD_NS", "MAKE_ARGS", "MARKER", "TIMESCALE",
     "TOP", "VERILATOR_ARGS", "BuildError", "BuildInfo", "VerilogSource",
     "build_folder", "build_variant", "check_interface", "default_root", "expected_ports",
-    "folder_digest", "gateware_files", "rebuilt", "render_top", "render_vlt",
+    "folder_digest", "gateware_files", "public_handles", "rebuilt", "render_top",
+    "render_vlt",
     "source_digest", "verified",
 ]
 
@@ -186,7 +189,8 @@ def source_digest(
             files = [Path(inspect.getsourcefile(verilog)), *gateware_files()]
         else:
             files = list(sources)
-    files += [TEMPLATES / name for name in SIM_TEMPLATES]
+    # the top's templates, and the host's script format they are rendered with
+    files += [TEMPLATES / name for name in SIM_TEMPLATES] + [Path(host_script.__file__)]
     for path in files:
         h.update(f"{path.name}\n".encode())
         h.update(Path(path).read_bytes())

@@ -68,7 +68,7 @@ class SimTimeout(SimError):
     name : str
         The program's name.
     cycles : int
-        ``perf__cycles`` when the watchdog fired.
+        The ``cycles`` counter, read over the bus when the host's watchdog fired.
     limit : int
         The limit, in cycles.
     results : list of RunResult or None
@@ -324,7 +324,8 @@ def _launch(build: sim_build.BuildInfo, folder: Path) -> None:
             build_dir=build.obj_dir,
             test_dir=folder,
             plusargs=[f"+hwgen_load={folder / jobfile.LOAD_HEX}",
-                      f"+hwgen_dump={folder / jobfile.DUMP_HEX}"],
+                      f"+hwgen_dump={folder / jobfile.DUMP_HEX}",
+                      f"+hwgen_host={folder / jobfile.HOST_HEX}"],
             extra_env={
                 jobfile.ENV_VAR: str(folder),
                 # cocotb installs pytest's assertion rewriter for every module imported in the
@@ -428,6 +429,7 @@ def run_programs(
         "port_bytes": config.port_bytes,
         "clock_period_ns": sim_build.CLOCK_PERIOD_NS,
         "counters": list(COUNTERS),
+        "imem_depth": config.imem_depth,
     }
     jobfile.write_jobs(folder, header, _specs(config, jobs))
     _launch_healing(build, folder)

@@ -13,7 +13,7 @@ import jinja2
 
 import rtl_templates
 from hwgen.config import VariantConfig
-from hwgen.perf import COUNTER_BITS, COUNTERS
+from sim.tb import host_script
 
 #: The Verilog top of every simulation build; the harness's ``dut``.
 TOP = "hwgen_tb_top"
@@ -47,7 +47,8 @@ def render_top(config: VariantConfig, *, standalone: bool = False,
     ----------
     standalone : bool
         False for the cocotb build; True for a ``verilator --binary`` top that loads memory
-        and program with ``$readmemh`` and ends with ``$finish`` on done (ideal memory only).
+        and host script with ``$readmemh`` and ends with ``$finish`` when the script ends
+        (ideal memory only).
     dram : dict, optional
         A DRAM platform's :meth:`sim.memory.BoardMemory.template_context`; the ideal memory
         when None.
@@ -64,14 +65,21 @@ def render_top(config: VariantConfig, *, standalone: bool = False,
         latency=config.port_latency,
         ptr_bits=max(1, (config.port_latency - 1).bit_length()),
         half_period_ns=HALF_PERIOD_NS,
-        counters=COUNTERS,
-        counter_bits=COUNTER_BITS,
+        **host_script.template_context(config.imem_depth),
     )
+
+
+def public_handles(*, dram: bool = False) -> dict[str, str]:
+    """The signals of ``hwgen_tb_top`` the control file makes public ("rw" or "rd"): those
+    of :data:`sim.tb.host_script.TB_HANDLES`, nothing inside the accelerator."""
+    memory = host_script.MEMORY_HANDLES["dram" if dram else "ideal"]
+    return {**host_script.TB_HANDLES, **memory}
 
 
 def render_vlt(config: VariantConfig, *, dram: bool = False) -> str:
     """The Verilator control file making public only what the testbench touches."""
-    return _environment().get_template("sim_top.vlt.j2").render(key=config.key(), dram=dram)
+    return _environment().get_template("sim_top.vlt.j2").render(
+        key=config.key(), dram=dram, handles=public_handles(dram=dram))
 
 
 def expected_ports(config: VariantConfig) -> set[str]:
@@ -80,7 +88,9 @@ def expected_ports(config: VariantConfig) -> set[str]:
         "rd_addr__valid", "rd_addr__ready", "rd_addr__payload", "rd_data__valid",
         "rd_data__payload", "wr__valid", "wr__ready", "wr__payload", "idle", "refresh",
         "activates")]
-    return {"clk", "rst", "start", "done", *mem, *(f"perf__{n}" for n in COUNTERS)}
+    bus = [f"bus__{name}" for name in ("cyc", "stb", "we", "adr", "sel", "dat_w", "dat_r",
+                                       "ack")]
+    return {"clk", "rst", "irq", *bus, *mem}
 
 
 def check_interface(text: str, config: VariantConfig) -> None:
@@ -89,7 +99,7 @@ def check_interface(text: str, config: VariantConfig) -> None:
     Raises
     ------
     BuildError
-        Naming the missing module, ports, or instruction memory.
+        Naming the missing module or ports.
     """
     header = re.search(r"^module\s+hwgen_accel\s*\(([^)]*)\)", text, re.MULTILINE)
     if header is None:
@@ -100,8 +110,3 @@ def check_interface(text: str, config: VariantConfig) -> None:
     if missing:
         raise BuildError(f"module hwgen_accel lacks the port(s) {', '.join(missing)} that the "
                          f"simulation top connects (see hwgen/gateware/ports.py)")
-    seq = re.search(r"^module\s+\\hwgen_accel\.seq\s.*?^endmodule", text, re.MULTILINE | re.DOTALL)
-    if seq is None or not re.search(r"^\s*reg\s+\[63:0\]\s+imem\s*\[", seq[0], re.MULTILINE):
-        raise BuildError("the Verilog has no 64-bit memory imem in submodule seq: the testbench "
-                         "writes the program into accel.seq.imem (Amaranth submodule 'seq', "
-                         "memory submodule 'imem')")

@@ -11,8 +11,10 @@ from hwgen.gateware.compute import ComputeUnit, job_layout
 from hwgen.gateware.counters import PerfCounters
 from hwgen.gateware.dma import LoadEngine, load_cmd_layout
 from hwgen.gateware.epilogue import e_reads_signature, lanes_layout
-from hwgen.gateware.ports import counters_signature, mem_port_signature
+from hwgen.gateware.host import HostInterface
+from hwgen.gateware.ports import mem_port_signature, wishbone_signature
 from hwgen.gateware.sequencer import Sequencer
+from hwgen.regmap import bus_addr_bits
 from hwgen.timing import QUEUE_DEPTH
 
 
@@ -33,19 +35,19 @@ def _queue(m: Module, name: str, layout, producer, consumer) -> fifo.SyncFIFOBuf
 class Accelerator(wiring.Component):
     """A microcoded, output-stationary GEMM accelerator with a fused epilogue.
 
-    Ports: ``start`` (begin at instruction 0), ``done`` (the program halted and every unit is
-    idle; held until reset), ``mem`` (:func:`hwgen.gateware.ports.mem_port_signature`) and ``perf``
-    (:func:`hwgen.gateware.ports.counters_signature`). The program is written into ``seq.imem``.
+    Ports: ``bus``, the host's Wishbone bus, and ``irq`` (:class:`HostInterface`,
+    :mod:`hwgen.regmap`): the only way to write the program, start it, see it done (it
+    halted and every unit is idle) and read the counters; ``mem``, the external memory
+    (:func:`hwgen.gateware.ports.mem_port_signature`).
     """
 
     def __init__(self, config: VariantConfig):
         self._config = config
-        self.sequencer = Sequencer(config)  # holds `imem`, which testbenches write
+        self.host = HostInterface(config)
         super().__init__({
-            "start": In(1),
-            "done": Out(1),
+            "bus": In(wishbone_signature(bus_addr_bits(config.imem_depth))),
+            "irq": Out(1),
             "mem": Out(mem_port_signature(config)),
-            "perf": Out(counters_signature()),
         })
 
     @property
@@ -55,7 +57,8 @@ class Accelerator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self._config
-        m.submodules.seq = seq = self.sequencer
+        m.submodules.host = host = self.host
+        m.submodules.seq = seq = Sequencer(c)
         m.submodules.dma = dma = LoadEngine(c)
         m.submodules.compute = cu = ComputeUnit(c)
         m.submodules.counters = counters = PerfCounters(c)
@@ -91,6 +94,9 @@ class Accelerator(wiring.Component):
             rp = spad_e.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(addr), value.eq(rp.data)]
 
+        wiring.connect(m, wiring.flipped(self.bus), host.bus)
+        wiring.connect(m, host.imem, seq.imem)
+        m.d.comb += self.irq.eq(host.irq)
         wiring.connect(m, seq.csr, cu.csr)  # the epilogue's control registers
         if c.window_unit:
             # The window unit reads three A rows a cycle (an FPGA replicates the block RAM
@@ -117,7 +123,7 @@ class Accelerator(wiring.Component):
         compute_idle = cu.idle & (job_q.level == 0)
         done = Signal()
         m.d.comb += [
-            seq.start.eq(self.start),
+            seq.start.eq(host.start),
             seq.dma_idle.eq(dma_idle), seq.feed_idle.eq(feed_idle),
             seq.compute_idle.eq(compute_idle),
             # what a counted WAIT compares with its `left`: commands queued or unfinished
@@ -125,7 +131,8 @@ class Accelerator(wiring.Component):
             seq.jobs_left.eq(job_q.level + cu.feeding),
             # and the memory system: a halted program's stores are in memory
             done.eq(seq.halted & dma_idle & compute_idle & self.mem.idle),
-            self.done.eq(done),
+            host.done.eq(done),
+            host.running.eq(seq.running | (seq.halted & ~done)),
         ]
 
         # Read latency: each accepted request's time stamp waits in a FIFO (reads return in
@@ -145,6 +152,7 @@ class Accelerator(wiring.Component):
         ev = counters.events
         m.d.comb += [
             counters.running.eq((seq.running | seq.halted) & ~done),
+            counters.clear.eq(host.start),
             ev.cycles.eq(1),
             ev.array_busy.eq(cu.issue),
             ev.stall_memory.eq(~cu.issue & dma.busy),
@@ -160,5 +168,5 @@ class Accelerator(wiring.Component):
             ev.refresh_stall.eq(self.mem.refresh),
             ev.row_activates.eq(self.mem.activates),
         ]
-        wiring.connect(m, counters.perf, wiring.flipped(self.perf))
+        wiring.connect(m, counters.perf, host.counters)
         return m

@@ -18,13 +18,14 @@ class PerfCounters(wiring.Component):
     add ``port_bytes`` each; the counters of :data:`hwgen.perf.VALUE_INPUTS` add the value
     given each cycle, those of :data:`hwgen.perf.MAX_INPUTS` keep the largest value given
     while their ``valid`` flag is set (``max_valid``). The counters hold their values after
-    ``done`` until reset.
+    ``done`` until ``clear`` (the host's start) or reset.
     """
 
     def __init__(self, config: VariantConfig):
         self._config = config
         super().__init__({
             "running": In(1),
+            "clear": In(1),
             "events": In(wiring.Signature({
                 name: Out(VALUE_INPUTS.get(name, MAX_INPUTS.get(name, 1))) for name in COUNTERS})),
             "max_valid": In(wiring.Signature({name: Out(1) for name in MAX_INPUTS})),
@@ -46,5 +47,7 @@ class PerfCounters(wiring.Component):
             else:
                 with m.If(self.running & event):
                     m.d.sync += counter.eq(counter + step)
+            with m.If(self.clear):  # last: it wins over a count in the same cycle
+                m.d.sync += counter.eq(0)
         return m
 

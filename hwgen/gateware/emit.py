@@ -15,6 +15,7 @@ from hwgen.gateware.accelerator import Accelerator
 from hwgen.gateware.sources import gateware_digest
 from hwgen.isa import isa_markdown
 from hwgen.platform import PlatformConfig
+from hwgen.regmap import regmap_markdown
 
 TOP_NAME = "hwgen_accel"
 
@@ -26,11 +27,12 @@ def accelerator_verilog(config: VariantConfig) -> str:
 def generate(config: VariantConfig, out_dir: Path,
              platform: PlatformConfig | None = None,
              memory_files: Mapping[str, str] | None = None) -> dict:
-    """Write ``hwgen_accel.v``, ``variant.json`` and ``isa.md`` into ``out_dir``, atomically,
-    with the platform in the descriptor; for a DRAM ``platform`` also its memory system,
-    ``memory_files`` (:data:`folder.MEMORY_FILES`: LiteDRAM's Verilog and ``dram.json``, the
-    adapter's Verilog; :meth:`sim.memory.BoardMemory.folder_files` makes them: the gateware
-    does not import the simulation side).
+    """Write ``hwgen_accel.v``, ``variant.json``, ``isa.md`` and ``regmap.md`` into
+    ``out_dir``, atomically, with the platform in the descriptor; for a DRAM ``platform``
+    also its memory system, ``memory_files`` (:data:`folder.MEMORY_FILES`: LiteDRAM's
+    Verilog and ``dram.json``, the adapter's Verilog;
+    :meth:`sim.memory.BoardMemory.folder_files` makes them: the gateware does not import the
+    simulation side).
 
     The files are written into a temporary sibling folder that then replaces ``out_dir``
     (:func:`hwgen.gateware.folder.writing_folder`): an interrupted generate leaves the old
@@ -59,6 +61,7 @@ def generate(config: VariantConfig, out_dir: Path,
         seconds = time.perf_counter() - started
         (tmp / folder.VERILOG).write_bytes(verilog_bytes)
         (tmp / folder.ISA_DOC).write_text(isa_markdown())
+        (tmp / folder.REGMAP_DOC).write_text(regmap_markdown())
         for name, text in memory_files.items():
             (tmp / name).write_text(text)
         config.write_descriptor(

@@ -1,11 +1,11 @@
 """A variant folder, as ``hwgen generate`` writes it and every other command reads it.
 
 A folder holds ``hwgen_accel.v`` (the Verilog a user takes to synthesis and the simulator
-builds), ``variant.json`` (the descriptor, with the Verilog's sha256) and ``isa.md``. Reading
-one checks the descriptor, the gateware that made it, and that the Verilog is the file the
-descriptor names, byte for byte. Writing one is atomic: the files go to a temporary sibling
-folder that is renamed into place, so an interrupted ``hwgen generate`` leaves the old folder
-or the new one, never a mix.
+builds), ``variant.json`` (the descriptor, with the Verilog's sha256), ``isa.md`` and
+``regmap.md`` (the host's register map). Reading one checks the descriptor, the gateware
+that made it, and that the Verilog is the file the descriptor names, byte for byte. Writing
+one is atomic: the files go to a temporary sibling folder that is renamed into place, so an
+interrupted ``hwgen generate`` leaves the old folder or the new one, never a mix.
 
 Free of Amaranth imports: reading a folder must stay fast.
 """
@@ -30,11 +30,12 @@ from hwgen.platform import PlatformConfig
 DESCRIPTOR = "variant.json"
 VERILOG = "hwgen_accel.v"
 ISA_DOC = "isa.md"
+REGMAP_DOC = "regmap.md"
 #: The memory system's files, in a folder generated for a DRAM platform: LiteDRAM's
 #: controller and model, its description, and the adapter joining it to the accelerator.
 MEMORY_FILES = ("hwgen_dram.v", "dram.json", "hwgen_mem_adapter.v")
 #: Every file ``hwgen generate`` writes into a variant folder.
-FILES = (DESCRIPTOR, VERILOG, ISA_DOC, *MEMORY_FILES)
+FILES = (DESCRIPTOR, VERILOG, ISA_DOC, REGMAP_DOC, *MEMORY_FILES)
 
 
 def sha256_of(data: bytes) -> str:

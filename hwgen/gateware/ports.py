@@ -16,9 +16,10 @@ testbench and the memory model know them in advance:
     for it, so that a halted program's stores are in memory), ``refresh`` (the DRAM
     refresher holds the controller) and ``activates`` (DRAM row activations this cycle),
     for the counters. The ideal memory ties them to 1, 0 and 0.
-``perf__<name>``
-    One free-running counter of :data:`hwgen.perf.COUNTER_BITS` bits per name in
-    :data:`hwgen.perf.COUNTERS`.
+``bus__*``, ``irq``
+    The host's Wishbone bus (:func:`wishbone_signature`) and interrupt line: the only
+    way to load a program, start it, see it finish and read the counters
+    (:mod:`hwgen.regmap`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
 from hwgen.perf import COUNTER_BITS, COUNTERS, VALUE_INPUTS
+from hwgen.regmap import DATA_BITS
 
 #: Width of ``mem__activates`` (row activations a cycle: up to 4 DFI phases on DDR3).
 ACTIVATE_BITS = VALUE_INPUTS["row_activates"]
@@ -54,3 +56,24 @@ def mem_port_signature(config: VariantConfig) -> wiring.Signature:
 def counters_signature() -> wiring.Signature:
     """The performance counter outputs, one member per name in :data:`hwgen.perf.COUNTERS`."""
     return wiring.Signature({name: Out(COUNTER_BITS) for name in COUNTERS})
+
+
+def wishbone_signature(addr_bits: int) -> wiring.Signature:
+    """A Wishbone B4 classic bus with 32-bit data and word addresses, seen from the
+    initiator (the host); the accelerator takes it flipped (``In``). Verilog ports
+    ``bus__{cyc,stb,we,adr,sel,dat_w,dat_r,ack}`` (:mod:`hwgen.regmap` maps its words)."""
+    return wiring.Signature({
+        "cyc": Out(1), "stb": Out(1), "we": Out(1), "adr": Out(addr_bits),
+        "sel": Out(DATA_BITS // 8), "dat_w": Out(DATA_BITS),
+        "dat_r": In(DATA_BITS), "ack": In(1),
+    })
+
+
+def imem_write_signature(config: VariantConfig) -> wiring.Signature:
+    """A write into the instruction memory, seen from the writer (the host interface): one
+    half of a 64-bit word at a time (``en`` holds one bit per 32-bit half)."""
+    return wiring.Signature({
+        "addr": Out(range(config.imem_depth)),
+        "data": Out(2 * DATA_BITS),
+        "en": Out(2),
+    })

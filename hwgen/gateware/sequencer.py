@@ -15,10 +15,16 @@ from hwgen.config import VariantConfig
 from hwgen.gateware.compute import job_layout
 from hwgen.gateware.dma import load_cmd_layout
 from hwgen.gateware.epilogue import csr_signature
+from hwgen.gateware.ports import imem_write_signature
 from hwgen.gateware.window import geometry_layout
 from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op, window_words
 from hwgen.stages import SPECS
 from hwgen.timing import LOAD_CONTEXTS, QUEUE_DEPTH
+
+
+def _leaves(interface) -> list[Signal]:
+    """The signals of a nested interface (``csr``: stage -> register)."""
+    return [value for _path, _flow, value in interface.signature.flatten(interface)]
 
 
 def _field(word, op: Op, name: str):
@@ -40,10 +46,9 @@ class Sequencer(wiring.Component):
 
     def __init__(self, config: VariantConfig):
         self._config = config
-        #: The instruction memory; a testbench writes the program here before ``start``.
-        self.imem = memory.Memory(shape=WORD_BITS, depth=config.imem_depth, init=[])
         super().__init__({
             "start": In(1),
+            "imem": In(imem_write_signature(config)),
             "load": Out(stream.Signature(load_cmd_layout(config))),
             "job": Out(stream.Signature(job_layout(config))),
             "csr": Out(csr_signature(config)),
@@ -57,8 +62,13 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self._config
-        m.submodules.imem = self.imem
-        rd = self.imem.read_port()
+        # One write port (the host's, a 32-bit half at a time) and one synchronous read
+        # port: a true dual-port block RAM.
+        m.submodules.imem = imem = memory.Memory(shape=WORD_BITS, depth=c.imem_depth, init=[])
+        wp = imem.write_port(granularity=WORD_BITS // 2)
+        m.d.comb += [wp.addr.eq(self.imem.addr), wp.data.eq(self.imem.data),
+                     wp.en.eq(self.imem.en)]
+        rd = imem.read_port()
         regs = Array(Signal(REG_BITS, name=f"r{n}") for n in range(NUM_REGS))
         pc = Signal(range(c.imem_depth))
         pc_next = Signal(range(c.imem_depth))
@@ -109,11 +119,17 @@ class Sequencer(wiring.Component):
         if c.window_unit:  # WINDOW's pos is MATMUL's res slot, whole
             m.d.comb += [job.win.eq(op == Op.WINDOW), job.pos.eq(reg(Op.WINDOW, "pos"))]
 
+        # Every start begins from the reset state: registers, the epilogue's control
+        # registers and the window geometry, whatever the program before left in them.
+        fresh = [r.eq(0) for r in regs] + [
+            s.eq(s.init) for s in _leaves(self.csr)]
+        if c.window_unit:
+            fresh += [self.geom.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += pc_next.eq(0)
                 with m.If(self.start):
-                    m.d.sync += [r.eq(0) for r in regs]
+                    m.d.sync += fresh
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += self.running.eq(1)
@@ -172,5 +188,8 @@ class Sequencer(wiring.Component):
                         m.d.comb += pc_next.eq(pc)
                         m.next = "HALTED"
             with m.State("HALTED"):
-                m.d.comb += self.halted.eq(1)
+                m.d.comb += [self.halted.eq(1), pc_next.eq(0)]
+                with m.If(self.start):  # the host runs the next program without a reset
+                    m.d.sync += fresh
+                    m.next = "RUN"
         return m

@@ -2,11 +2,15 @@
 
 For each job: hold reset; write one ``$readmemh`` file that zeroes what the previous job wrote,
 fills the read regions with the poison byte and holds the memory segments, and pulse the top's
-``load_mem`` (a VPI write per word cost more than the simulation for a model's kernels);
-write the program through VPI; pulse ``start``, then ``await`` the rising edge of ``done``
-under a watchdog and read the counters, and the read regions through ``$writememh``
-(``dump_mem``). Python is never in the per-cycle loop: the clock is Verilog, and the only
-wake-ups are a handful of clock edges around reset and start, then ``done`` or the timer.
+``load_mem`` (a VPI write per word cost more than the simulation for a model's kernels; it
+stands for the host's DMA); write the job's host script (:mod:`sim.tb.host_script`: the
+program over the bus, start, a wait for the interrupt, the counters read back) and pulse
+``load_host``; release reset and raise ``host_go``, then ``await`` the rising edge of
+``host_done`` under a watchdog, and read the script's bus reads (``dump_host``) and the read
+regions (``dump_mem``) through ``$writememh``. Python is never in the per-cycle loop: the
+clock and the host are Verilog, and the only wake-ups are a handful of clock edges around
+reset and start, then ``host_done`` or the timer. Only the handles of
+:data:`sim.tb.host_script.TB_HANDLES` are visible: nothing reaches into the accelerator.
 
 The run folder is named by the environment variable :data:`sim.tb.jobfile.ENV_VAR`. The
 test itself always passes: what happened (done, timeout, or an exception with its
@@ -25,7 +29,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 
-from sim.tb import dram_image, jobfile
+from sim.tb import dram_image, host_script, jobfile
 
 POISON = jobfile.POISON
 
@@ -34,27 +38,19 @@ class _Handles:
     """The simulator handles, looked up once per launch."""
 
     def __init__(self, dut: Any, header: dict[str, Any]):
+        self.dram = header.get("memory", {}).get("kind") == "dram"
+        self.layout = header.get("memory")
+        self.imem_depth = header["imem_depth"]
+        names = {**host_script.TB_HANDLES,
+                 **host_script.MEMORY_HANDLES["dram" if self.dram else "ideal"]}
         try:
-            self.clk = dut.clk
-            self.rst = dut.rst
-            self.start = dut.start
-            self.done = dut.done
-            self.dram = header.get("memory", {}).get("kind") == "dram"
-            self.layout = header.get("memory")
-            if self.dram:
-                self.dump_bank = dut.dump_bank
-            else:
-                self.ext_mem = dut.ext_mem
-            self.load_mem, self.dump_mem = dut.load_mem, dut.dump_mem
-            self.dump_lo, self.dump_hi = dut.dump_lo, dut.dump_hi
-            self.imem = dut.accel.seq.imem
-            self.counters = {n: getattr(dut, f"perf__{n}") for n in header["counters"]}
+            for name in names:
+                setattr(self, name, getattr(dut, name))
         except AttributeError as exc:
             # Only what rtl_templates/sim_top.vlt.j2 makes public is visible through VPI.
             raise RuntimeError(
                 f"a testbench handle is missing ({exc}); the build's .vlt file makes public "
-                f"hwgen_tb_top's rst, start, done, clk, perf__*, ext_mem (dump_bank on a "
-                f"DRAM), load_mem, dump_mem, dump_lo, dump_hi and accel.seq.imem"
+                f"hwgen_tb_top's {', '.join(sorted(names))}"
             ) from exc
 
 
@@ -77,10 +73,12 @@ async def _pulse(signal: Any) -> None:
 
 async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int,
                 folder: Path) -> None:
-    """Write memory and program; the design is in reset, so this takes no simulated cycle."""
+    """Write memory and host script; the design is in reset, so this takes no cycle."""
+    (folder / jobfile.HOST_HEX).write_text(host_script.job_script(
+        job.program, previous_program, h.imem_depth, job.timeout_cycles))
+    await _pulse(h.load_host)
     if h.dram:
         await _load_dram(h, job, port_bytes, folder)
-        await _write_program(h, job, previous_program)
         return
     parts = []
     for addr, words in job.clear:
@@ -93,14 +91,14 @@ async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_pro
     if parts:
         (folder / jobfile.LOAD_HEX).write_text("\n".join(parts) + "\n")
         await _pulse(h.load_mem)
-    await _write_program(h, job, previous_program)
 
 
-async def _write_program(h: _Handles, job: jobfile.JobSpec, previous_program: int) -> None:
-    program = [int(w) for w in job.program]
-    # Zero the tail of the previous program so a stale word can never be fetched.
-    for i, word in enumerate(program + [0] * max(0, previous_program - len(program))):
-        h.imem[i].value = word
+async def _host_reads(h: _Handles, folder: Path) -> dict[str, int]:
+    """The counters, from the words the host script read over the bus."""
+    await _pulse(h.dump_host)
+    words = [int(line, 16) for line in (folder / jobfile.DUMP_HEX).read_text().split()
+             if not line.startswith(("//", "@"))]
+    return host_script.counters_from_reads(words)
 
 
 async def _load_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
@@ -163,7 +161,7 @@ async def _run_job(
     folder: Path
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     port_bytes = header["port_bytes"]
-    h.start.value = 0
+    h.host_go.value = 0
     h.rst.value = 1
     # Two edges in reset: the sync reset reaches the design and the memory model's pipe.
     await RisingEdge(h.clk)
@@ -175,18 +173,22 @@ async def _run_job(
     await FallingEdge(h.clk)
     h.rst.value = 0
     await FallingEdge(h.clk)
-    h.start.value = 1
-    await FallingEdge(h.clk)
-    h.start.value = 0
+    h.host_go.value = 1
     began = time.perf_counter()
-    status = "done"
-    if not h.done.value:
-        done = RisingEdge(h.done)
-        fired = await First(done, Timer(job.timeout_cycles * header["clock_period_ns"], "ns"))
-        if fired is not done:
-            status = "timeout"
+    finished = RisingEdge(h.host_done)
+    # The host's own watchdog ends the wait for the interrupt after the job's limit; this
+    # timer only catches a host that hangs on the bus (three cycles an access at most).
+    lines = 2 * (len(job.program) + previous_program) + 4 * len(header["counters"])
+    limit = job.timeout_cycles + 4 * lines + 1024
+    fired = await First(finished, Timer(limit * header["clock_period_ns"], "ns"))
+    if fired is not finished:
+        raise RuntimeError(f"the host did not finish its script within {limit} cycles: the "
+                           f"accelerator's bus stopped answering")
+    status = "timeout" if h.host_timed_out.value else "done"
     wall = time.perf_counter() - began
-    counters = {name: int(handle.value.to_unsigned()) for name, handle in h.counters.items()}
+    counters = await _host_reads(h, folder)
+    if status == "done" and not counters["cycles"]:
+        raise RuntimeError("the host saw the interrupt but the cycles counter reads 0")
     result = {
         "name": job.name,
         "status": status,

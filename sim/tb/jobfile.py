@@ -26,9 +26,11 @@ POISON = 0xA5
 #: The environment variable naming the run folder for the testbench.
 ENV_VAR = "HWGEN_SIM_RUN_DIR"
 #: The files of the run folder through which the top's $readmemh and $writememh move a job's
-#: memory (passed to the simulator as +hwgen_load and +hwgen_dump).
+#: memory and the host's script (passed to the simulator as +hwgen_load, +hwgen_dump and
+#: +hwgen_host).
 LOAD_HEX = "load.hex"
 DUMP_HEX = "dump.hex"
+HOST_HEX = "host.hex"
 JOBS_JSON, JOBS_NPZ = "jobs.json", "jobs.npz"
 RESULTS_JSON, RESULTS_NPZ = "results.json", "results.npz"
 

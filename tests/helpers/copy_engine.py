@@ -1,9 +1,9 @@
 """A tiny memory-copy engine with the accelerator's ports: a test fixture for the harness.
 
 It is not the accelerator. It has exactly the Verilog interface of ``hwgen_accel`` (``clk``,
-``rst``, ``start``, ``done``, the ``mem__*`` port and the ``perf__*`` counters) and the
-instruction memory at the same place (``seq.imem``), so the simulation build, the testbench
-and the run API can be proved without the real gateware.
+``rst``, the host's ``bus__*`` and ``irq`` through the accelerator's own
+:class:`~hwgen.gateware.host.HostInterface`, and the ``mem__*`` port), so the simulation
+build, the testbench and the run API can be proved without the real gateware.
 
 Program words (64 bits)::
 
@@ -25,7 +25,14 @@ from amaranth.lib.wiring import In, Out
 
 import hwgen
 from hwgen.config import VariantConfig
-from hwgen.gateware.ports import counters_signature, mem_port_signature
+from hwgen.gateware.host import HostInterface
+from hwgen.gateware.ports import (
+    counters_signature,
+    imem_write_signature,
+    mem_port_signature,
+    wishbone_signature,
+)
+from hwgen.regmap import bus_addr_bits
 
 OP_HALT, OP_COPY, OP_JUMP = 0, 1, 2
 
@@ -43,24 +50,25 @@ def jump(target: int) -> int:
 HALT = OP_HALT << 60
 
 
-def _signature(config: VariantConfig) -> dict:
-    return {
-        "start": In(1),
-        "done": Out(1),
-        "mem": Out(mem_port_signature(config)),
-        "perf": Out(counters_signature()),
-    }
-
-
 class _CopySequencer(wiring.Component):
     def __init__(self, config: VariantConfig):
         self._config = config
-        super().__init__(_signature(config))
+        super().__init__({
+            "start": In(1),
+            "done": Out(1),
+            "running": Out(1),
+            "imem": In(imem_write_signature(config)),
+            "mem": Out(mem_port_signature(config)),
+            "perf": Out(counters_signature()),
+        })
 
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
         m.submodules.imem = imem = memory.Memory(shape=64, depth=cfg.imem_depth, init=[])
+        wp = imem.write_port(granularity=32)
+        m.d.comb += [wp.addr.eq(self.imem.addr), wp.data.eq(self.imem.data),
+                     wp.en.eq(self.imem.en)]
         rd = imem.read_port()
 
         pc = Signal(range(cfg.imem_depth))
@@ -69,7 +77,7 @@ class _CopySequencer(wiring.Component):
         left = Signal(12)
         data = Signal(cfg.port_bits)
         running = Signal()
-        m.d.comb += rd.addr.eq(pc)
+        m.d.comb += [rd.addr.eq(pc), self.running.eq(running)]
 
         with m.If(running):
             m.d.sync += self.perf.cycles.eq(self.perf.cycles + 1)
@@ -136,12 +144,22 @@ class CopyEngine(wiring.Component):
 
     def __init__(self, config: VariantConfig):
         self._config = config
-        super().__init__(_signature(config))
+        super().__init__({
+            "bus": In(wishbone_signature(bus_addr_bits(config.imem_depth))),
+            "irq": Out(1),
+            "mem": Out(mem_port_signature(config)),
+        })
 
     def elaborate(self, platform):
         m = Module()
+        m.submodules.host = host = HostInterface(self._config)
         m.submodules.seq = seq = _CopySequencer(self._config)
-        wiring.connect(m, wiring.flipped(self), seq)
+        wiring.connect(m, wiring.flipped(self.bus), host.bus)
+        wiring.connect(m, wiring.flipped(self.mem), seq.mem)
+        wiring.connect(m, host.imem, seq.imem)
+        wiring.connect(m, seq.perf, host.counters)
+        m.d.comb += [seq.start.eq(host.start), host.done.eq(seq.done),
+                     host.running.eq(seq.running), self.irq.eq(host.irq)]
         return m
 
 
@@ -155,6 +173,9 @@ SOURCES = (
     Path(__file__),
     Path(hwgen.__file__).parent / "config.py",
     Path(hwgen.__file__).parent / "gateware" / "ports.py",
+    Path(hwgen.__file__).parent / "gateware" / "host.py",
+    Path(hwgen.__file__).parent / "regmap.py",
+    Path(hwgen.__file__).parent / "perf.py",
 )
 
 

@@ -150,8 +150,10 @@ def test_a_board_switches_to_hot_refresh_between_launches_unannounced():
     normal, hot = PLATFORMS["ddr3"], PlatformConfig(memory="ddr3", refresh="hot")
     board = Board(DRAM_TEST, normal)
     board.switch_after(2, hot)
-    # 8 loads of 250 sequential words: about 2,000 cycles, a few refreshes
-    job = Job(program=_load_program(8, 250, 256), memory=MemoryImage(writes=(), reads={}),
+    # 32 loads of 250 sequential words: about 8,000 cycles and ten refreshes, so that where
+    # the first refresh falls (the host's program load before start moves it) hardly moves
+    # the ratio
+    job = Job(program=_load_program(32, 250, 256), memory=MemoryImage(writes=(), reads={}),
               name="stream")
     runs = [run_programs(DRAM_TEST, [job], build=board)[0] for _ in range(4)]
     assert board.history == [(0, normal.key()), (2, hot.key())]
