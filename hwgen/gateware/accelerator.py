@@ -122,6 +122,7 @@ class Accelerator(wiring.Component):
         feed_idle = cu.feed_idle & (job_q.level == 0)
         compute_idle = cu.idle & (job_q.level == 0)
         done = Signal()
+        running = Signal()  # from the start until done: what the counters count
         m.d.comb += [
             seq.start.eq(host.start),
             seq.dma_idle.eq(dma_idle), seq.feed_idle.eq(feed_idle),
@@ -132,7 +133,8 @@ class Accelerator(wiring.Component):
             # and the memory system: a halted program's stores are in memory
             done.eq(seq.halted & dma_idle & compute_idle & self.mem.idle),
             host.done.eq(done),
-            host.running.eq(seq.running | (seq.halted & ~done)),
+            running.eq((seq.running | seq.halted) & ~done),
+            host.running.eq(running),
         ]
 
         # Read latency: each accepted request's time stamp waits in a FIFO (reads return in
@@ -151,7 +153,7 @@ class Accelerator(wiring.Component):
 
         ev = counters.events
         m.d.comb += [
-            counters.running.eq((seq.running | seq.halted) & ~done),
+            counters.running.eq(running),
             counters.clear.eq(host.start),
             ev.cycles.eq(1),
             ev.array_busy.eq(cu.issue),

@@ -79,7 +79,7 @@ class HostInterface(wiring.Component):
         m.d.sync += done_before.eq(self.done)
         with m.If(self.done & ~done_before):
             m.d.sync += irq_pending.eq(1)
-        m.d.comb += self.irq.eq((irq_pending & irq_enable) != 0)
+        m.d.comb += self.irq.eq(irq_pending & irq_enable)
 
         csr_write = write & ~in_imem
         start_bit = csr("CTRL").field("START").lo
@@ -96,7 +96,7 @@ class HostInterface(wiring.Component):
         status = csr("STATUS")
         readable = {
             csr("ID").word: Const(MAGIC, DATA_BITS),
-            csr("BUILD").word: Const(int(build_id(c)), DATA_BITS),
+            csr("BUILD").word: Const(build_id(c), DATA_BITS),
             status.word: (self.running << status.field("RUNNING").lo)
             | (self.done << status.field("DONE").lo),
             csr("IRQ_ENABLE").word: irq_enable,

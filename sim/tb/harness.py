@@ -72,14 +72,16 @@ async def _pulse(signal: Any) -> None:
 
 
 async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int,
-                folder: Path) -> None:
-    """Write memory and host script; the design is in reset, so this takes no cycle."""
-    (folder / jobfile.HOST_HEX).write_text(host_script.job_script(
-        job.program, previous_program, h.imem_depth, job.timeout_cycles))
+                folder: Path) -> int:
+    """Write memory and host script; the design is in reset, so this takes no cycle.
+    Returns the script's length in commands."""
+    script = host_script.job_script(job.program, previous_program, h.imem_depth,
+                                    job.timeout_cycles)
+    (folder / jobfile.HOST_HEX).write_text(script)
     await _pulse(h.load_host)
     if h.dram:
         await _load_dram(h, job, port_bytes, folder)
-        return
+        return script.count("\n")
     parts = []
     for addr, words in job.clear:
         parts.append(f"@{addr:x}\n" + _hex_lines(np.zeros(words * port_bytes, np.uint8),
@@ -91,14 +93,19 @@ async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_pro
     if parts:
         (folder / jobfile.LOAD_HEX).write_text("\n".join(parts) + "\n")
         await _pulse(h.load_mem)
+    return script.count("\n")
+
+
+def _dumped(folder: Path) -> list[str]:
+    """The words of the last ``$writememh`` dump, one hex string each."""
+    return [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
+            if not line.startswith(("//", "@"))]
 
 
 async def _host_reads(h: _Handles, folder: Path) -> dict[str, int]:
     """The counters, from the words the host script read over the bus."""
     await _pulse(h.dump_host)
-    words = [int(line, 16) for line in (folder / jobfile.DUMP_HEX).read_text().split()
-             if not line.startswith(("//", "@"))]
-    return host_script.counters_from_reads(words)
+    return host_script.counters_from_reads([int(word, 16) for word in _dumped(folder)])
 
 
 async def _load_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
@@ -125,8 +132,7 @@ async def _read_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
             h.dump_bank.value = bank
             h.dump_lo.value, h.dump_hi.value = lo, hi
             await _pulse(h.dump_mem)
-            lines = [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
-                     if not line.startswith(("//", "@"))]
+            lines = _dumped(folder)
             if len(lines) != hi - lo + 1:
                 raise RuntimeError(f"$writememh wrote {len(lines)} words of bank {bank} for "
                                    f"region {name!r}, not {hi - lo + 1}")
@@ -145,8 +151,7 @@ async def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
         words = size // port_bytes
         h.dump_lo.value, h.dump_hi.value = addr, addr + words - 1
         await _pulse(h.dump_mem)
-        lines = [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
-                 if not line.startswith(("//", "@"))]
+        lines = _dumped(folder)
         if len(lines) != words:
             raise RuntimeError(f"$writememh wrote {len(lines)} words of region {name!r}, not "
                                f"{words}")
@@ -167,7 +172,7 @@ async def _run_job(
     await RisingEdge(h.clk)
     await RisingEdge(h.clk)
     began = time.perf_counter()
-    await _load(h, job, port_bytes, previous_program, folder)
+    commands = await _load(h, job, port_bytes, previous_program, folder)
     load_seconds = time.perf_counter() - began
     # Drive on falling edges so the design samples stable values on the rising ones.
     await FallingEdge(h.clk)
@@ -178,8 +183,7 @@ async def _run_job(
     finished = RisingEdge(h.host_done)
     # The host's own watchdog ends the wait for the interrupt after the job's limit; this
     # timer only catches a host that hangs on the bus (three cycles an access at most).
-    lines = 2 * (len(job.program) + previous_program) + 4 * len(header["counters"])
-    limit = job.timeout_cycles + 4 * lines + 1024
+    limit = job.timeout_cycles + 4 * commands + 1024
     fired = await First(finished, Timer(limit * header["clock_period_ns"], "ns"))
     if fired is not finished:
         raise RuntimeError(f"the host did not finish its script within {limit} cycles: the "
