@@ -92,7 +92,8 @@ class Reg:
 
 @dataclass(frozen=True)
 class ERead:
-    """A row of the epilogue scratchpad that a stage reads for every beat (combinationally).
+    """A row of the epilogue scratchpad that a stage reads for every beat (a synchronous
+    block-RAM read as the beat enters the stage, so the stage's first cycle is the read).
 
     Attributes
     ----------
@@ -147,7 +148,10 @@ class StageSpec:
         ``out_range(lo, hi, params) -> (lo, hi)``: the range of its output for inputs in
         ``[lo, hi]``. None: int8 when :attr:`int8_out`, else any int32.
     latency : int
-        Cycles a beat spends in the stage: each stage is one pipeline register.
+        Cycles a beat spends in the stage: its pipeline registers, as the gateware builds
+        them (``hwgen.gateware.epilogue``, which refuses to build a stage whose registers
+        differ). A stage that reads the epilogue scratchpad spends its first cycle on the
+        block RAM's read; the multiplies, the rounding add and the shift get one each.
     """
 
     name: str
@@ -325,7 +329,8 @@ def _per_tensor(p: RequantParams) -> bool:
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None, regs=(),
-        reads=(ERead("bias", "bias", BIAS_ROW, "bias"),), int8_out=False, reference=_bias),
+        reads=(ERead("bias", "bias", BIAS_ROW, "bias"),), int8_out=False, reference=_bias,
+        latency=2),
     StageSpec(
         name="requant",
         doc="x = sat8(((x * mult + round) >> shift) + zp), round = 1 << (shift - 1) (0 when "
@@ -347,7 +352,7 @@ STAGES: tuple[StageSpec, ...] = (
                   lambda p: int(p.per_channel) | int(p.round_even) << 1)),
         reads=(ERead("pc_mult", "bias", REQ_MULT_ROW, "mult", _per_channel),
                ERead("pc_shift", "bias", REQ_SHIFT_ROW, "shift", _per_channel)),
-        int8_out=True, reference=_requant),
+        int8_out=True, reference=_requant, latency=6),
     StageSpec(
         name="relu", doc="x = max(x, 0)", op="relu", params=None, regs=(), reads=(),
         int8_out=False, reference=lambda x, p, o: lanes.relu(x),
@@ -394,7 +399,7 @@ STAGES: tuple[StageSpec, ...] = (
               Reg("res_hi", 14, 8, True, "scaled add: upper bound of the output",
                   lambda p: p.res_hi, _scaled)),
         reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual,
-        out_range=_residual_range),
+        out_range=_residual_range, latency=6),
 )
 
 #: The stage names, in the canonical chain order.

@@ -66,8 +66,9 @@ class Accelerator(wiring.Component):
         load_q = _queue(m, "load_queue", load_cmd_layout(c), seq.load, dma.cmd)
         job_q = _queue(m, "job_queue", job_layout(c), seq.job, cu.job)
 
-        # Scratchpads: A and B are read synchronously by the feeder; E is read
-        # combinationally by the epilogue (it is small), so stages need no prefetch.
+        # Scratchpads, all block RAM with synchronous reads: A and B read by the feeder, E
+        # by the passes and the epilogue stages (a read port each: the RAM is duplicated
+        # per read, as an FPGA does).
         m.submodules.spad_a = spad_a = memory.Memory(
             shape=c.a_row_bytes * 8, depth=c.spad_a_depth, init=[])
         m.submodules.spad_b = spad_b = memory.Memory(
@@ -86,13 +87,14 @@ class Accelerator(wiring.Component):
             ]
         wp = spad_e.write_port()
         m.d.comb += [wp.addr.eq(dma.e_addr), wp.data.eq(dma.e_data), wp.en.eq(dma.e_en)]
-        # One combinational read port for a pass's source row and one per stage read.
-        reads = [(cu.src_addr, cu.src_data)] + [
-            (getattr(cu.e, name).addr, getattr(cu.e, name).data)
+        # One read port for a pass's source row and one per stage read. Transparent to the
+        # DMA's write: a row written in the cycle of its read is read new, as it always was.
+        reads = [(cu.src_addr, 1, cu.src_data)] + [
+            (getattr(cu.e, name).addr, getattr(cu.e, name).en, getattr(cu.e, name).data)
             for name in e_reads_signature(c).members]
-        for addr, value in reads:
-            rp = spad_e.read_port(domain="comb")
-            m.d.comb += [rp.addr.eq(addr), value.eq(rp.data)]
+        for addr, en, value in reads:
+            rp = spad_e.read_port(transparent_for=(wp,))
+            m.d.comb += [rp.addr.eq(addr), rp.en.eq(en), value.eq(rp.data)]
 
         wiring.connect(m, wiring.flipped(self.bus), host.bus)
         wiring.connect(m, host.imem, seq.imem)

@@ -44,7 +44,8 @@ def job_layout(config: VariantConfig) -> data.StructLayout:
 
 class ComputeUnit(wiring.Component):
     """Ports: ``job`` (the job queue); ``a_*``/``b_*`` (synchronous scratchpad reads of the
-    feeder); ``src_*`` (the epilogue-scratchpad row a pass reads); ``csr`` and ``e``, the
+    feeder); ``src_*`` (the epilogue-scratchpad row a pass reads next cycle: a synchronous
+    read, always enabled); ``csr`` and ``e``, the
     epilogue's control registers and scratchpad reads, passed on to the
     :class:`~hwgen.gateware.epilogue.EpiloguePipeline`; ``wr`` (memory writes); idle flags and
     the counters' events. With the window unit (:mod:`hwgen.gateware.window`), also ``geom``
@@ -130,7 +131,14 @@ class ComputeUnit(wiring.Component):
         pass_job = Signal(job_layout(c))
         pass_active = Signal()
         pass_row = Signal(16)
-        m.d.comb += self.src_addr.eq(pass_job.a + pass_row)
+        take_pass = Signal()  # a pass leaves the queue this cycle
+        pass_step = Signal()  # the epilogue takes a pass row this cycle
+        # The scratchpad's read is synchronous: it is addressed at the row the pass reads
+        # next cycle, so the row is there when the pass needs it, as a combinational read
+        # of the current row would be (the port is transparent to the DMA's writes).
+        m.d.comb += self.src_addr.eq(
+            Mux(take_pass, self.job.payload.a, pass_job.a)
+            + Mux(take_pass, 0, pass_row + pass_step))
 
         # -- the window unit: its own pipeline, sharing the epilogue and the store ------------
         # One unit drains into the epilogue at a time: a WINDOW starts once the array and
@@ -165,7 +173,7 @@ class ComputeUnit(wiring.Component):
                         m.d.comb += [self.job.ready.eq(1), wu.take.eq(1)]
             with (m.Elif if c.window_unit else m.If)(self.job.payload.is_pass):
                 with m.If(unless("busy", array_empty & ~pass_active)):
-                    m.d.comb += self.job.ready.eq(1)
+                    m.d.comb += [self.job.ready.eq(1), take_pass.eq(1)]
                     m.d.sync += [pass_job.eq(self.job.payload), pass_row.eq(0),
                                  pass_active.eq(self.job.payload.k != 0)]
             with m.Elif(unless("busy", free)):
@@ -202,7 +210,8 @@ class ComputeUnit(wiring.Component):
             m.d.sync += drain_row.eq(drain_row + 1)
             with m.If(drain_row == c.rows - 1):
                 m.d.sync += [drain_active.eq(0), tile_pending.eq(0)]
-        with m.If(accepted & ~drain_active):
+        m.d.comb += pass_step.eq(accepted & ~drain_active)
+        with m.If(pass_step):
             m.d.sync += pass_row.eq(pass_row + 1)
             with m.If(pass_row == pass_job.k - 1):
                 m.d.sync += pass_active.eq(0)

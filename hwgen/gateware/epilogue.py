@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -64,8 +64,9 @@ def csr_signature(config: VariantConfig) -> wiring.Signature:
 
 
 def e_read_signature(config: VariantConfig) -> wiring.Signature:
-    """A combinational read of one epilogue-scratchpad row."""
-    return wiring.Signature({"addr": Out(ceil_log2(config.spad_e_depth)),
+    """A synchronous read of one epilogue-scratchpad row: a block RAM's read port. ``data``
+    is the row at the ``addr`` given the cycle before with ``en``, held while ``en`` is low."""
+    return wiring.Signature({"addr": Out(ceil_log2(config.spad_e_depth)), "en": Out(1),
                              "data": In(lanes_layout(config))})
 
 
@@ -83,18 +84,82 @@ def saturate(value, lo: int, hi: int):
     return Mux(value < lo, lo, Mux(value > hi, hi, value))
 
 
-#: ``lanes(m, x, csr, e) -> new lanes``: a stage's arithmetic on the lanes ``x`` of a beat,
-#: given its control registers ``csr`` (None without any) and the data of its scratchpad reads
-#: ``e`` (read name -> lanes).
-Lanes = Callable[[Module, list, object, dict], list]
+class Pipe:
+    """The registers of one stage, made as its arithmetic asks for them.
+
+    A stage's arithmetic (:data:`LANES`) is written straight through: :meth:`cut` puts a
+    register after the values it is given (the beat moves with them), and :meth:`read` is
+    the row of one of the stage's epilogue-scratchpad reads, which the block RAM delivers
+    the cycle after the beat entered the stage, so only after the first cut. Every register
+    has a valid bit of its own and loads when it is empty or the next one loads: a stage of
+    latency L times beats exactly as L stages of one register each, which is what
+    :func:`hwgen.stages.epilogue_latency` counts for the cycle model.
+
+    Attributes
+    ----------
+    x : list
+        The lanes of the beat at the current register (the stage's input before any cut).
+    csr : interface
+        The stage's control registers (constant while a job's beats are in the chain).
+    """
+
+    def __init__(self, m: Module, stage: EpilogueStage):
+        self.m, self._stage = m, stage
+        self.csr = stage.csr
+        self.levels: list[tuple[Signal, Signal, Signal]] = []  # (valid, beat, load)
+        self.valid, self.beat = stage.i.valid, stage.i.payload
+        self.x = [self.beat.lanes[c] for c in range(stage.config.cols)]
+
+    def cut(self, values: list | tuple = ()) -> list:
+        """``values`` registered, with the beat: the stage's next register."""
+        m, n = self.m, len(self.levels)
+        name = f"{self._stage.name}{n}"
+        valid, load = Signal(name=f"{name}_valid"), Signal(name=f"{name}_load")
+        beat = Signal(beat_layout(self._stage.config), name=f"{name}_beat")
+        regs = [Signal(Value.cast(v).shape(), name=f"{name}_v{k}") for k, v in enumerate(values)]
+        with m.If(load):
+            m.d.sync += [valid.eq(self.valid), beat.eq(self.beat)]
+            m.d.sync += [r.eq(v) for r, v in zip(regs, values, strict=True)]
+        self.levels.append((valid, beat, load))
+        self.valid, self.beat = valid, beat
+        self.x = [beat.lanes[c] for c in range(self._stage.config.cols)]
+        return regs
+
+    def read(self, name: str):
+        """The row of read ``name`` for the beat in the stage's first register."""
+        if not self.levels:
+            raise ValueError(f"stage {self._stage.name!r} uses its read {name!r} before its "
+                             f"first register: the block RAM delivers the row a cycle later")
+        return getattr(self._stage.e, name).data
 
 
-def _bias(m, x, csr, e):
-    """``x + bias[c]``, saturating to int32."""
-    return [saturate(v + e["bias"][c], INT32_MIN, INT32_MAX) for c, v in enumerate(x)]
+#: ``lanes(p) -> new lanes``: a stage's arithmetic on the lanes of a beat, given the
+#: :class:`Pipe` that holds them, its control registers and its scratchpad reads.
+Lanes = Callable[[Pipe], list]
 
 
-def _requant(m, x, csr, e):
+def _bias(p):
+    """``x + bias[c]``, saturating to int32: the bias row arrives with the first register."""
+    p.cut()
+    bias = p.read("bias")
+    return [saturate(v + bias[c], INT32_MIN, INT32_MAX) for c, v in enumerate(p.x)]
+
+
+def _split_product(a, b):
+    """``a * b`` of two signed 32-bit values as four products of at most 17 x 17 bits (one
+    MULT18X18D each); summed by :func:`_sum_product`. Returns the four, to be registered."""
+    al, ah = a[:16].as_unsigned(), a[16:32].as_signed()
+    bl, bh = b[:16].as_unsigned(), b[16:32].as_signed()
+    return [al * bl, al * bh, ah * bl, ah * bh]
+
+
+def _sum_product(parts):
+    """The exact 64-bit product from :func:`_split_product`'s four parts."""
+    ll, lh, hl, hh = parts
+    return ll + ((lh + hl) << 16) + (hh << 32)
+
+
+def _requant(p):
     """Fixed-point requantization to int8.
 
     ``y = sat8(((x * mult + round) >> shift) + zp)`` with ``round = 2**(shift-1)`` (0 when
@@ -108,39 +173,52 @@ def _requant(m, x, csr, e):
     (``req_mode`` bit 0), lane c's come from the bias group's rows (reads ``pc_mult`` and
     ``pc_shift``, :data:`hwgen.stages.REQ_MULT_ROW` and :data:`~hwgen.stages.REQ_SHIFT_ROW`);
     the zero point stays per tensor.
+
+    Registers: the rows' read; the four partial products (each a MULT18X18D); their sum;
+    the rounding add; the shift; then the zero point and the saturation.
     """
-    out = []
+    csr = p.csr
+    cols = len(p.x)
     per_channel, even = csr.req_mode[0], csr.req_mode[1]
-    for c, v in enumerate(x):
-        mult = Mux(per_channel, e["pc_mult"][c], csr.req_mult)
-        shift = Signal(unsigned(6), name=f"shift{c}")
-        rnd = Signal(unsigned(64), name=f"round{c}")
-        product = Signal(signed(64), name=f"product{c}")
-        m.d.comb += [shift.eq(Mux(per_channel, e["pc_shift"][c][:6], csr.req_shift)),
-                     product.eq(v * mult)]
+    p.cut()
+    pc_mult, pc_shift = p.read("pc_mult"), p.read("pc_shift")
+    parts, shifts = [], []
+    for c, v in enumerate(p.x):
+        mult = Mux(per_channel, pc_mult[c], csr.req_mult)
+        parts += _split_product(v, mult)
+        shifts.append(Mux(per_channel, pc_shift[c][:6], csr.req_shift))
+    regs = p.cut(parts + shifts)
+    parts, shifts = regs[:4 * cols], regs[4 * cols:]
+    products = [_sum_product(parts[4 * c:4 * c + 4]) for c in range(cols)]
+    regs = p.cut([v.as_signed()[:64].as_signed() for v in products] + shifts)
+    products, shifts = regs[:cols], regs[cols:]
+    sums = []
+    for product, shift in zip(products, shifts, strict=True):
         parity = (product >> shift)[0]
-        m.d.comb += rnd.eq(Mux(even & (shift != 0), (Const(1, 65) << shift >> 1) - 1 + parity,
-                               (Const(1, 65) << shift) >> 1))
-        scaled = (product + rnd) >> shift
-        out.append(saturate(scaled + csr.req_zp, INT8_MIN, INT8_MAX))
-    return out
+        half = (Const(1, 65) << shift) >> 1
+        rnd = Mux(even & (shift != 0), half - 1 + parity, half)
+        sums.append((product + rnd)[:65].as_signed())
+    regs = p.cut(sums + shifts)
+    sums, shifts = regs[:cols], regs[cols:]
+    scaled = p.cut([s >> shift for s, shift in zip(sums, shifts, strict=True)])
+    return [saturate(v + csr.req_zp, INT8_MIN, INT8_MAX) for v in scaled]
 
 
-def _relu(m, x, csr, e):
+def _relu(p):
     """``max(x, 0)``."""
-    return [Mux(v < 0, 0, v) for v in x]
+    return [Mux(v < 0, 0, v) for v in p.x]
 
 
-def _clamp(m, x, csr, e):
+def _clamp(p):
     """``min(max(x, lo), hi)``."""
     out = []
-    for v in x:
-        low = Mux(v < csr.clamp_lo, csr.clamp_lo, v)
-        out.append(Mux(low > csr.clamp_hi, csr.clamp_hi, low))
+    for v in p.x:
+        low = Mux(v < p.csr.clamp_lo, p.csr.clamp_lo, v)
+        out.append(Mux(low > p.csr.clamp_hi, p.csr.clamp_hi, low))
     return out
 
 
-def _residual(m, x, csr, e):
+def _residual(p):
     """By ``res_mode``: 0, ``sat8(x + r)``; 1, ``sat8(max(x, r))``; 2, the scaled add of two
     quantized tensors, ``min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) *
     res_r_mult) / 2**res_shift) + res_zp, res_lo), res_hi)`` (``r`` is the int8 residual
@@ -150,27 +228,45 @@ def _residual(m, x, csr, e):
     int8 store of its output is then exact, which the unfused passes rely on
     (:func:`fusion.kernels.epilogue.pass_dtypes`). For int8 ``x`` max is exactly ``max(x, r)``.
 
-    The scaled add keeps the whole sum (Amaranth widens each product to 65 bits), so it is
-    exact for any int32 ``x``. Rounding half to even is one addition: ``2**(shift-1) - 1``
-    plus bit ``shift`` of the sum (the parity of the truncated quotient) carries into the
-    quotient above a half always, at exactly a half only when the quotient is odd
+    The scaled add keeps the whole sum (each product is 65 bits), so it is exact for any
+    int32 ``x``. Rounding half to even is one addition: ``2**(shift-1) - 1`` plus bit
+    ``shift`` of the sum (the parity of the truncated quotient) carries into the quotient
+    above a half always, at exactly a half only when the quotient is odd
     (:func:`hwgen.lanes.round_shift_even` is the same rule in numpy).
+
+    Registers: the row's read; the products; their sum; the rounding add; the shift; then
+    the zero point, the bounds and the mode.
     """
-    out = []
-    half = Signal(unsigned(64), name="res_half")
-    m.d.comb += half.eq((Const(1, 65) << csr.res_shift) >> 1)
-    for c, v in enumerate(x):
-        r = e["res"][c]
-        total = Signal(signed(67), name=f"res_sum{c}")
-        m.d.comb += total.eq((v - csr.res_x_zp) * csr.res_x_mult
-                             + (r - csr.res_r_zp) * csr.res_r_mult)
+    csr = p.csr
+    cols = len(p.x)
+    p.cut()
+    res = p.read("res")
+    products, plain = [], []
+    for c, v in enumerate(p.x):
+        r = res[c]
+        products += [(v - csr.res_x_zp) * csr.res_x_mult, (r - csr.res_r_zp) * csr.res_r_mult]
+        either = Mux(csr.res_mode[0], Mux(v > r, v, r), v + r)
+        plain.append(saturate(either, INT8_MIN, INT8_MAX))
+    regs = p.cut(products + plain)
+    products, plain = regs[:2 * cols], regs[2 * cols:]
+    totals = [(products[2 * c] + products[2 * c + 1])[:67].as_signed() for c in range(cols)]
+    regs = p.cut(totals + plain)
+    totals, plain = regs[:cols], regs[cols:]
+    half = (Const(1, 65) << csr.res_shift) >> 1
+    rounded = []
+    for total in totals:
         parity = (total >> csr.res_shift)[0]
-        rounded = Mux(csr.res_shift == 0, total, (total + half - 1 + parity) >> csr.res_shift)
-        scaled = rounded + csr.res_zp
+        rounded.append(Mux(csr.res_shift == 0, total, total + half - 1 + parity)[:68].as_signed())
+    regs = p.cut(rounded + plain)
+    rounded, plain = regs[:cols], regs[cols:]
+    regs = p.cut([v >> csr.res_shift for v in rounded] + plain)
+    shifted, plain = regs[:cols], regs[cols:]
+    out = []
+    for v, pl in zip(shifted, plain, strict=True):
+        scaled = v + csr.res_zp
         bounded = Mux(scaled < csr.res_lo, csr.res_lo, Mux(scaled > csr.res_hi, csr.res_hi,
                                                            scaled))
-        plain = saturate(Mux(csr.res_mode[0], Mux(v > r, v, r), v + r), INT8_MIN, INT8_MAX)
-        out.append(Mux(csr.res_mode[1], bounded, plain))
+        out.append(Mux(csr.res_mode[1], bounded, pl))
     return out
 
 
@@ -180,37 +276,53 @@ LANES: dict[str, Lanes] = {"bias": _bias, "requant": _requant, "relu": _relu,
 
 
 class EpilogueStage(wiring.Component):
-    """One stage of the chain: one register, stream handshake, bypass when its mask bit is
-    clear. Its ports beyond the streams come from its spec: ``csr`` (its control registers)
-    and ``e`` (its epilogue-scratchpad reads, each addressed at the beat's ``bias`` or ``res``
-    row plus the read's offset); its arithmetic is ``LANES[spec.name]``.
+    """One stage of the chain: its spec's ``latency`` registers (:class:`Pipe`), stream
+    handshake, bypass when its mask bit is clear. Its ports beyond the streams come from its
+    spec: ``csr`` (its control registers) and ``e`` (its epilogue-scratchpad reads, each
+    addressed at the beat's ``bias`` or ``res`` row plus the read's offset when the beat
+    enters the stage); its arithmetic is ``LANES[spec.name]``; ``busy`` while a beat is in.
     """
 
     def __init__(self, config: VariantConfig, spec: StageSpec):
-        if spec.latency != 1:
-            raise ValueError(f"stage {spec.name!r} declares latency {spec.latency}, but the "
-                             f"gateware builds every stage as one register: give it latency 1 "
-                             f"or pipeline EpilogueStage")
         self._config, self._spec = config, spec
         self._bit = config.epilogue.index(spec.name)
         self.name = spec.name
         sig = beat_signature(config)
         super().__init__({"i": In(sig), "o": Out(sig), "csr": In(stage_csr_signature(spec)),
-                          "e": Out(e_reads_signature(config, (spec.name,)))})
+                          "e": Out(e_reads_signature(config, (spec.name,))), "busy": Out(1)})
+
+    @property
+    def config(self) -> VariantConfig:
+        return self._config
 
     def elaborate(self, platform):
         m = Module()
-        payload = self.i.payload
+        pipe = Pipe(m, self)
+        new = LANES[self._spec.name](pipe)
+        if len(pipe.levels) + 1 != self._spec.latency:
+            raise ValueError(f"stage {self.name!r} declares latency {self._spec.latency}, but "
+                             f"its gateware has {len(pipe.levels) + 1} registers: make them "
+                             f"agree (hwgen/stages.py), or the cycle model is wrong")
+        # The handshake, from the output back: a register loads when it is empty or the one
+        # after it loads.
+        load = ~self.o.valid | self.o.ready
+        busy = self.o.valid
+        for valid, _, level_load in reversed(pipe.levels):
+            m.d.comb += level_load.eq(~valid | load)
+            load = level_load
+            busy = busy | valid
+        m.d.comb += [self.i.ready.eq(load), self.busy.eq(busy)]
+        # The reads are addressed by the beat entering the first register.
+        first_load = pipe.levels[0][2] if pipe.levels else load
         for r in self._spec.reads:
-            base = getattr(payload, r.base)
-            m.d.comb += getattr(self.e, r.name).addr.eq(base + r.offset if r.offset else base)
-        x = [payload.lanes[c] for c in range(self._config.cols)]
-        e = {r.name: getattr(self.e, r.name).data for r in self._spec.reads}
-        new = LANES[self._spec.name](m, x, self.csr, e)
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
-            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(payload)]
-            with m.If(payload.mask[self._bit]):
+            base = getattr(self.i.payload, r.base)
+            port = getattr(self.e, r.name)
+            m.d.comb += [port.addr.eq(base + r.offset if r.offset else base),
+                         port.en.eq(first_load)]
+        out_load = ~self.o.valid | self.o.ready
+        with m.If(out_load):
+            m.d.sync += [self.o.valid.eq(pipe.valid), self.o.payload.eq(pipe.beat)]
+            with m.If(pipe.beat.mask[self._bit]):
                 m.d.sync += [self.o.payload.lanes[c].eq(v) for c, v in enumerate(new)]
         return m
 
@@ -247,6 +359,6 @@ class EpiloguePipeline(wiring.Component):
         wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
         busy = 0
         for stage in stages:
-            busy = busy | stage.o.valid
+            busy = busy | stage.busy
         m.d.comb += self.busy.eq(busy)
         return m

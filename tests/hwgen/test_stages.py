@@ -65,9 +65,11 @@ def test_the_bias_group_holds_every_read_at_the_bias_row():
     assert set(OPERANDS) == {"bias", "mult", "shift", "residual"}
 
 
-def test_each_stage_is_one_register():
-    assert all(s.latency == 1 for s in STAGES)
-    assert epilogue_latency(EPILOGUE_STAGES) == len(EPILOGUE_STAGES)
+def test_the_epilogue_depth_is_the_sum_of_the_stages_latencies():
+    assert epilogue_latency(EPILOGUE_STAGES) == sum(s.latency for s in STAGES)
+    assert epilogue_latency(("relu", "clamp")) == 2
+    # a stage that reads the scratchpad spends its first cycle on the read
+    assert all(s.latency >= 2 for s in STAGES if s.reads)
 
 
 def test_csr_writes_follow_the_parameters():

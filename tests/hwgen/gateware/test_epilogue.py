@@ -1,13 +1,16 @@
 """The epilogue pipeline in amaranth.sim, against the numpy reference, with back-pressure."""
 
+import dataclasses
+
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from hwgen import reference as ref
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
-from hwgen.gateware.epilogue import LANES, EpiloguePipeline, csr_signature
-from hwgen.stages import SPECS
+from hwgen.gateware.epilogue import LANES, EpiloguePipeline, EpilogueStage, csr_signature
+from hwgen.stages import SPECS, epilogue_latency
 
 CHAIN = ("bias", "requant", "relu", "clamp", "residual")
 PARAMS = ref.EpilogueParams(mult=1518500250, shift=40, zp=-7, clamp_lo=-60, clamp_hi=100)
@@ -36,21 +39,26 @@ def run_pipeline(config, rows, mask, bias, res_rows, params):
         while len(got) < len(rows) and cycle < 20 * len(rows) + 50:
             # the consumer is ready two cycles in three, so the stages see back-pressure
             ctx.set(dut.o.ready, cycle % 3 != 2)
-            if sent < len(rows):
+            # and the producer pauses one cycle in four, so registers inside a stage empty
+            # while the ones after them are held
+            if sent < len(rows) and cycle % 4 != 1:
                 ctx.set(dut.i.valid, 1)
                 ctx.set(dut.i.payload, {"lanes": [int(v) for v in rows[sent]], "mask": mask,
                                         "dt": 0, "bias": 0, "res": sent, "out": 0,
                                         "first": 0})
             else:
                 ctx.set(dut.i.valid, 0)
-            if "res" in reads:
-                row = res_rows[ctx.get(dut.e.res.addr) % len(rows)]
-                ctx.set(dut.e.res.data, [int(v) for v in row])
+            # the residual rows as a block RAM: the row addressed with en, a cycle later
+            res_row = (ctx.get(dut.e.res.en), ctx.get(dut.e.res.addr)) if "res" in reads \
+                else (0, 0)
             took = ctx.get(dut.i.valid) and ctx.get(dut.i.ready)
             out = ctx.get(dut.o.valid) and ctx.get(dut.o.ready)
             if out:
                 got.append([ctx.get(dut.o.payload.lanes[c]) for c in range(config.cols)])
             await ctx.tick()
+            if res_row[0]:
+                row = res_rows[res_row[1] % len(rows)]
+                ctx.set(dut.e.res.data, [int(v) for v in row])
             sent += int(took)
             cycle += 1
 
@@ -118,9 +126,9 @@ def test_each_stage_takes_its_specs_latency():
         sim.add_clock(1e-6)
         seen = []
 
-        async def bench(ctx, dut=dut, seen=seen):
+        async def bench(ctx, dut=dut, seen=seen, name=name):
             ctx.set(dut.o.ready, 1)
-            for cycle in range(6):
+            for cycle in range(SPECS[name].latency + 4):
                 ctx.set(dut.i.valid, cycle == 0)
                 if ctx.get(dut.o.valid):
                     seen.append(cycle)
@@ -155,17 +163,20 @@ def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
     async def bench(ctx):
         set_csrs(ctx, dut, ref.EpilogueParams(per_channel=True, zp=-5))
         ctx.set(dut.o.ready, 1)
-        for r in range(len(x) + 12):
+        for r in range(len(x) + epilogue_latency(config.epilogue) + 2):
             ctx.set(dut.i.valid, r < len(x))
             if r < len(x):
                 ctx.set(dut.i.payload, {"lanes": [int(v) for v in x[r]], "mask": 2, "dt": 0,
                                         "bias": 3, "res": 0, "out": 0, "first": 0})
-            for read in ("pc_mult", "pc_shift"):
-                port = getattr(dut.e, read)
-                ctx.set(port.data, rows.get(ctx.get(port.addr), [0] * 4))
+            # the rows as block RAMs: the row addressed with en, a cycle later
+            ports = [getattr(dut.e, read) for read in ("pc_mult", "pc_shift")]
+            asked = [(ctx.get(port.en), ctx.get(port.addr)) for port in ports]
             if ctx.get(dut.o.valid):
                 got.append([ctx.get(dut.o.payload.lanes[c]) for c in range(4)])
             await ctx.tick()
+            for port, (en, addr) in zip(ports, asked, strict=True):
+                if en:
+                    ctx.set(port.data, rows.get(addr, [0] * 4))
 
     sim.add_testbench(bench)
     sim.run()
@@ -173,3 +184,11 @@ def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
     # mostly in range: the arithmetic, not only the saturation, is checked
     assert (np.abs(expected) < 127).mean() > 0.8
     np.testing.assert_array_equal(np.array(got), expected)
+
+
+@pytest.mark.parametrize("name", EPILOGUE_STAGES)
+def test_a_spec_whose_latency_differs_from_the_gateware_is_refused(name):
+    config = VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=(name,))
+    wrong = dataclasses.replace(SPECS[name], latency=SPECS[name].latency + 1)
+    with pytest.raises(ValueError, match=rf"stage '{name}' declares latency .* registers"):
+        Fragment.get(EpilogueStage(config, wrong), None)
