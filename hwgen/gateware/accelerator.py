@@ -66,9 +66,10 @@ class Accelerator(wiring.Component):
         load_q = _queue(m, "load_queue", load_cmd_layout(c), seq.load, dma.cmd)
         job_q = _queue(m, "job_queue", job_layout(c), seq.job, cu.job)
 
-        # Scratchpads, all block RAM with synchronous reads: A and B read by the feeder, E
-        # by the passes and the epilogue stages (a read port each: the RAM is duplicated
-        # per read, as an FPGA does).
+        # Scratchpads with synchronous reads, as block RAM has: A and B read by the feeder,
+        # E by the passes and the epilogue stages (a read port each: the RAM is duplicated
+        # per read, as an FPGA does). Not yet the window unit's nine weight reads of E
+        # (combinational, below).
         m.submodules.spad_a = spad_a = memory.Memory(
             shape=c.a_row_bytes * 8, depth=c.spad_a_depth, init=[])
         m.submodules.spad_b = spad_b = memory.Memory(
