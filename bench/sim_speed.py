@@ -91,8 +91,8 @@ def _binary_run(
 
     mem_hex, host_hex = folder / "mem.hex", folder / "host.hex"
     mem_hex.write_text(_hex_words(_memory_words(config, memory), 2 * config.port_bytes))
-    host_hex.write_text(host_script.job_script(program, 0, config.imem_depth,
-                                                timeout_cycles))
+    host_hex.write_text(host_script.job_script(program, [], config.imem_depth,
+                                                timeout_cycles)[0])
     runs = {}
     for n in repeats:
         began = time.perf_counter()

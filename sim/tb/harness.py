@@ -41,6 +41,7 @@ class _Handles:
         self.dram = header.get("memory", {}).get("kind") == "dram"
         self.layout = header.get("memory")
         self.imem_depth = header["imem_depth"]
+        self.imem: list[int] = []  # what the host wrote into the instruction memory
         names = {**host_script.TB_HANDLES,
                  **host_script.MEMORY_HANDLES["dram" if self.dram else "ideal"]}
         try:
@@ -71,12 +72,11 @@ async def _pulse(signal: Any) -> None:
     await Timer(1, "ps")
 
 
-async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, previous_program: int,
-                folder: Path) -> int:
+async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, folder: Path) -> int:
     """Write memory and host script; the design is in reset, so this takes no cycle.
     Returns the script's length in commands."""
-    script = host_script.job_script(job.program, previous_program, h.imem_depth,
-                                    job.timeout_cycles)
+    script, h.imem = host_script.job_script(job.program, h.imem, h.imem_depth,
+                                            job.timeout_cycles)
     (folder / jobfile.HOST_HEX).write_text(script)
     await _pulse(h.load_host)
     if h.dram:
@@ -162,8 +162,7 @@ async def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
 
 
 async def _run_job(
-    h: _Handles, job: jobfile.JobSpec, header: dict[str, Any], previous_program: int,
-    folder: Path
+    h: _Handles, job: jobfile.JobSpec, header: dict[str, Any], folder: Path
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     port_bytes = header["port_bytes"]
     h.host_go.value = 0
@@ -172,7 +171,7 @@ async def _run_job(
     await RisingEdge(h.clk)
     await RisingEdge(h.clk)
     began = time.perf_counter()
-    commands = await _load(h, job, port_bytes, previous_program, folder)
+    commands = await _load(h, job, port_bytes, folder)
     load_seconds = time.perf_counter() - began
     # Drive on falling edges so the design samples stable values on the rising ones.
     await FallingEdge(h.clk)
@@ -214,12 +213,10 @@ async def run_jobs(dut: Any) -> None:
     try:
         header, jobs = jobfile.read_jobs(folder)
         h = _Handles(dut, header)
-        previous_program = 0
         for job in jobs:
-            result, job_outputs = await _run_job(h, job, header, previous_program, folder)
+            result, job_outputs = await _run_job(h, job, header, folder)
             results.append(result)
             outputs.append(job_outputs)
-            previous_program = len(job.program)
     except Exception:  # reported to sim.run, which raises it in the caller's process
         error = traceback.format_exc()
     jobfile.write_results(folder, results, outputs, error)

@@ -52,17 +52,20 @@ def _line(cmd: Cmd, word: int = 0, data: int = 0) -> str:
     return f"{int(cmd):x}{word:08x}{data:08x}"
 
 
-def job_script(program: Sequence[int], previous_length: int, imem_depth: int,
-               timeout_cycles: int) -> str:
-    """The ``$readmemh`` text of one job's script.
+def job_script(program: Sequence[int], imem: Sequence[int], imem_depth: int,
+               timeout_cycles: int) -> tuple[str, list[int]]:
+    """The ``$readmemh`` text of one job's script, and the instruction memory after it.
 
     Parameters
     ----------
     program : sequence of int
         The 64-bit instruction words.
-    previous_length : int
-        Words of the program run before on the same simulator: the tail beyond ``program``
-        is zeroed (the zero word is a NOP), so a stale word can never be fetched.
+    imem : sequence of int
+        What the host wrote into the instruction memory before, in the same simulator
+        (empty at first): the script writes only the halves of words that differ, as a host
+        that keeps its last program does (a kernel's jobs on its directed input sets run the
+        same program), and zeroes the words of the old program beyond the new one (the zero
+        word is a NOP), so a stale word can never be fetched.
     imem_depth : int
         The variant's instruction memory depth (the bus's address map depends on it).
     timeout_cycles : int
@@ -74,6 +77,8 @@ def job_script(program: Sequence[int], previous_length: int, imem_depth: int,
     str
         One line a command; the reads are the counters in :data:`hwgen.perf.COUNTERS`
         order, low word then high (:func:`counters_from_reads`).
+    list of int
+        The instruction memory's words as the script leaves them (the next job's ``imem``).
     """
     if not 0 < timeout_cycles < 1 << 2 * DATA_BITS:
         raise ValueError(f"timeout_cycles must be from 1 to 2**64 - 1, not {timeout_cycles}")
@@ -82,11 +87,14 @@ def job_script(program: Sequence[int], previous_length: int, imem_depth: int,
                          f"{imem_depth}")
     base = imem_base_word(imem_depth)
     mask = (1 << DATA_BITS) - 1
-    words = [int(w) for w in program] + [0] * max(0, previous_length - len(program))
+    words = [int(w) for w in program] + [0] * max(0, len(imem) - len(program))
     lines = []
     for i, word in enumerate(words):
-        lines.append(_line(Cmd.WRITE, base + 2 * i, word & mask))
-        lines.append(_line(Cmd.WRITE, base + 2 * i + 1, word >> DATA_BITS))
+        old = imem[i] if i < len(imem) else None
+        for half in (0, 1):
+            value = word >> (half * DATA_BITS) & mask
+            if old is None or old >> (half * DATA_BITS) & mask != value:
+                lines.append(_line(Cmd.WRITE, base + 2 * i + half, value))
     done_bit = 1 << csr("IRQ_ENABLE").field("DONE").lo
     lines += [
         _line(Cmd.WRITE, csr("IRQ_ENABLE").word, done_bit),
@@ -101,7 +109,7 @@ def job_script(program: Sequence[int], previous_length: int, imem_depth: int,
     lines_max, _ = capacity(imem_depth)
     if len(lines) > lines_max:  # cannot happen for a program that fits: capacity() sizes it
         raise ValueError(f"a host script of {len(lines)} lines exceeds {lines_max}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", words
 
 
 def counters_from_reads(words: Sequence[int]) -> dict[str, int]:
