@@ -129,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from fusion.reference.executor import finite_inputs
+    from fusion.runtime.clock import Clock
     from fusion.runtime.run import ShadowMismatch, random_inputs, run_compiled
+    from hwgen.gateware.folder import open_variant
     from sim.build import build_folder
 
     compiled = _compiled(args)
@@ -157,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         with ProfileDB(args.db):
             pass
     build = build_folder(args.variant)
+    clock = Clock.of(open_variant(args.variant).descriptor, build.platform.clock_hz)
     try:
         report = run_compiled(compiled, inputs, build=build,
                               shadow_inputs=(DEFAULT_SHADOW_INPUTS if args.shadow_inputs is None
@@ -180,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**report.to_dict(), "fusion": compiled.fusion,
                           "model": graph.name, "variant": compiled.config.key(),
+                          "time": clock.figures(report.total_cycles, report.batch),
                           "cache": compiled.cache_stats, "whole_model": whole.to_dict(),
                           **({} if whole.ok else {"ok": False})}))
         return _whole_model_status(whole)
@@ -209,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
           f"cycles; weight-bandwidth roofline {report.roofline_cycles:,} cycles "
           f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
           f"{report.roofline_fraction:.2f} of it reached")
+    print(clock.summary(report.total_cycles, report.batch))
     print(whole.summary())
     return _whole_model_status(whole)
 
