@@ -24,10 +24,7 @@ import numpy as np
 
 from hwgen import lanes
 from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
-
-#: What the residual stage can do with its operand (CSR ``res_mode`` 0, 1 and 2): ``add`` and
-#: ``max`` of int8 lanes, and ``scaled``, the add of two quantized tensors in the output's scale.
-RESIDUAL_OPS = ("add", "max", "scaled")
+from hwgen.stage_params import RESIDUAL_OPS, ClampParams, RequantParams, ResidualParams
 
 # -- the bias group: epilogue scratchpad rows relative to a job's ``bias`` row -------------
 
@@ -40,17 +37,6 @@ REQ_SHIFT_ROW = 2
 
 
 # -- the records ---------------------------------------------------------------------------
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _check_int32(record: object, *names: str) -> None:
-    for name in names:
-        value = getattr(record, name)
-        if not _is_int(value) or not INT32_MIN <= value <= INT32_MAX:
-            raise ValueError(f"{name} must be a signed 32-bit integer, not {value!r}")
 
 
 def _always(params: Any) -> bool:
@@ -152,6 +138,11 @@ class StageSpec:
         them (``hwgen.gateware.epilogue``, which refuses to build a stage whose registers
         differ). A stage that reads the epilogue scratchpad spends its first cycle on the
         block RAM's read; the multiplies, the rounding add and the shift get one each.
+    in_range : callable or None
+        ``in_range(params) -> (lo, hi)``: the inputs the gateware computes exactly with
+        ``params`` (its operands are only as wide as the math needs: the residual stage's
+        scaled add multiplies an int8 ``x``). None: any int32. :func:`check_inputs` refuses a
+        chain that can give a stage more.
     """
 
     name: str
@@ -164,6 +155,7 @@ class StageSpec:
     reference: Callable[[np.ndarray, Any, Mapping[str, np.ndarray | None]], np.ndarray]
     out_range: Callable[[int, int, Any], tuple[int, int]] | None = None
     latency: int = 1
+    in_range: Callable[[Any], tuple[int, int]] | None = None
 
     def output_range(self, lo: int, hi: int, params: Any) -> tuple[int, int]:
         """The range of the stage's output for inputs in ``[lo, hi]``."""
@@ -181,105 +173,6 @@ class StageSpec:
 
 
 # -- the stages ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class RequantParams:
-    """Parameters of the requantize stage.
-
-    Parameters
-    ----------
-    mult : int
-        Multiplier, signed 32-bit.
-    shift : int
-        Right shift, 0..63.
-    zp : int
-        Output zero point, signed 32-bit (useful values are -128..127).
-    per_channel : bool
-        Requantize per output channel (CSR ``req_mode`` = 1): each column of the N axis has
-        its own multiplier and shift, given as ``mult`` and ``shift`` vectors (operands of the
-        kernel, read from the bias group's rows); the ``mult`` and ``shift`` fields are then
-        unused, ``zp`` still applies to every channel.
-    round_even : bool
-        Round exact halves to even (CSR ``req_mode`` bit 1), as ONNX's ``QuantizeLinear``
-        does, instead of toward +inf (gemmlowp's and TFLite's rule).
-    """
-
-    mult: int = 1
-    shift: int = 0
-    zp: int = 0
-    per_channel: bool = False
-    round_even: bool = False
-
-    def __post_init__(self) -> None:
-        _check_int32(self, "mult", "zp")
-        if not _is_int(self.shift) or not 0 <= self.shift <= 63:
-            raise ValueError(f"shift must be an integer from 0 to 63, not {self.shift!r}")
-        for name in ("per_channel", "round_even"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClampParams:
-    """Parameters of the clamp stage: bounds, signed 32-bit, ``clamp_lo <= clamp_hi``."""
-
-    clamp_lo: int = INT32_MIN
-    clamp_hi: int = INT32_MAX
-
-    def __post_init__(self) -> None:
-        _check_int32(self, "clamp_lo", "clamp_hi")
-        if self.clamp_lo > self.clamp_hi:
-            raise ValueError(
-                f"clamp_lo ({self.clamp_lo}) must not exceed clamp_hi ({self.clamp_hi})"
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ResidualParams:
-    """Parameters of the residual stage.
-
-    Parameters
-    ----------
-    residual_op : {"add", "max", "scaled"}
-        CSR ``res_mode``: ``sat8(x + r)``, ``sat8(max(x, r))``, or the scaled add of two
-        quantized tensors (:func:`hwgen.lanes.residual_scaled`), which uses the fields below.
-    res_x_mult, res_r_mult : int
-        Multipliers of ``x - res_x_zp`` and ``r - res_r_zp``, signed 32-bit: each input's
-        scale over the output's, times ``2**res_shift``.
-    res_shift : int
-        Right shift of the sum, rounding half to even, 0..63.
-    res_x_zp, res_r_zp : int
-        The inputs' zero points in lane terms, -256..255.
-    res_zp : int
-        The output zero point in lane terms, -256..255.
-    res_lo, res_hi : int
-        Bounds of the output, int8, ``res_lo <= res_hi``: a ReLU or Clip after the add.
-    """
-
-    residual_op: str = "add"
-    res_x_mult: int = 1
-    res_r_mult: int = 1
-    res_shift: int = 0
-    res_x_zp: int = 0
-    res_r_zp: int = 0
-    res_zp: int = 0
-    res_lo: int = INT8_MIN
-    res_hi: int = INT8_MAX
-
-    def __post_init__(self) -> None:
-        if self.residual_op not in RESIDUAL_OPS:
-            raise ValueError(f"residual_op must be one of {', '.join(RESIDUAL_OPS)}, not "
-                             f"{self.residual_op!r}")
-        _check_int32(self, "res_x_mult", "res_r_mult")
-        for name, lo, hi in (("res_shift", 0, 63), ("res_x_zp", -256, 255),
-                             ("res_r_zp", -256, 255), ("res_zp", -256, 255),
-                             ("res_lo", INT8_MIN, INT8_MAX), ("res_hi", INT8_MIN, INT8_MAX)):
-            value = getattr(self, name)
-            if not _is_int(value) or not lo <= value <= hi:
-                raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
-        if self.res_lo > self.res_hi:
-            raise ValueError(f"res_lo ({self.res_lo}) must not exceed res_hi ({self.res_hi})")
 
 
 def _bias(x, params, operands):
@@ -301,6 +194,10 @@ def _residual(x, p: ResidualParams, operands):
     if operands.get("residual") is None:
         raise ValueError("the residual stage needs a residual tensor")
     if p.residual_op == "scaled":
+        x = lanes.int_array(x, "x")
+        if x.size and (x.min() < INT8_MIN or x.max() > INT8_MAX):
+            raise ValueError(f"the residual stage's scaled add takes int8 x, not values in "
+                             f"[{x.min()}, {x.max()}]: requantize to int8 before it")
         return lanes.residual_scaled(x, operands["residual"], p.res_x_mult, p.res_r_mult,
                                      p.res_shift, p.res_x_zp, p.res_r_zp, p.res_zp, p.res_lo,
                                      p.res_hi)
@@ -310,6 +207,13 @@ def _residual(x, p: ResidualParams, operands):
 
 def _scaled(p: ResidualParams) -> bool:
     return p.residual_op == "scaled"
+
+
+def _residual_inputs(p: ResidualParams) -> tuple[int, int]:
+    # The scaled add multiplies ``x - res_x_zp`` (10 bits for an int8 x) by a 32-bit
+    # multiplier: two MULT18X18D, not the four a 33-bit x would need. x is int8 wherever the
+    # compiler makes one (a qadd's inputs are quantized tensors); add and max take any int32.
+    return (INT8_MIN, INT8_MAX) if p.residual_op == "scaled" else (INT32_MIN, INT32_MAX)
 
 
 def _residual_range(lo: int, hi: int, p: ResidualParams) -> tuple[int, int]:
@@ -372,14 +276,15 @@ STAGES: tuple[StageSpec, ...] = (
         name="residual",
         doc="x = sat8(x + res[row, col]) (an int8 tensor, sign-extended); with residual_op "
             "max, sat8(max(x, res[row, col])): saturated either way, so that the stage always "
-            "ends in int8; chains of max passes make max pooling. With residual_op scaled, "
-            "x = min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) * res_r_mult) / "
-            "2**res_shift) + res_zp, res_lo), res_hi), rounding half to even: the add of two "
-            "quantized tensors in the output's scale",
+            "ends in int8; chains of max passes make max pooling. With residual_op scaled (an "
+            "int8 x), x = min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) * "
+            "res_r_mult) / 2**res_shift) + res_zp, res_lo), res_hi), rounding half to even: "
+            "the add of two quantized tensors in the output's scale",
         op="qadd", params=ResidualParams,
         regs=(Reg("res_mode", 6, 2, False,
                   "0: `sat8(x + r)`; 1: `sat8(max(x, r))` (chains of such passes make max "
-                  "pooling); 2: the scaled add of two quantized tensors (registers `res_*`)",
+                  "pooling); 2: the scaled add of two quantized tensors, x int8 "
+                  "(registers `res_*`)",
                   lambda p: RESIDUAL_OPS.index(p.residual_op)),
               Reg("res_x_mult", 7, 32, True, "scaled add: multiplier of `x - res_x_zp`",
                   lambda p: p.res_x_mult, _scaled),
@@ -399,7 +304,7 @@ STAGES: tuple[StageSpec, ...] = (
               Reg("res_hi", 14, 8, True, "scaled add: upper bound of the output",
                   lambda p: p.res_hi, _scaled)),
         reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual,
-        out_range=_residual_range, latency=6),
+        out_range=_residual_range, latency=6, in_range=_residual_inputs),
 )
 
 #: The stage names, in the canonical chain order.
@@ -430,6 +335,39 @@ def spec(name: str) -> StageSpec:
 def epilogue_latency(chain: tuple[str, ...]) -> int:
     """Cycles a beat takes through the stage registers of ``chain``."""
     return sum(SPECS[name].latency for name in chain)
+
+
+def check_inputs(stages: tuple[str, ...], params: Any, lo: int = INT32_MIN,
+                 hi: int = INT32_MAX) -> None:
+    """Refuse a chain in which a stage can get inputs its gateware does not compute exactly.
+
+    Parameters
+    ----------
+    stages : tuple of str
+        The chain, in order.
+    params : EpilogueParams
+        Its parameters (``params.stage(name)`` is a stage's record).
+    lo, hi : int
+        The range of the chain's input (any int32 for an accumulator, int8 for an int8
+        tensor).
+
+    Raises
+    ------
+    ValueError
+        Naming the stage, the range it can get, the range it takes, and the fix.
+    """
+    for name in stages:
+        if name not in SPECS:
+            return  # not a stage: check_stages (hwgen.reference) names it
+        s, p = SPECS[name], params.stage(name)
+        if s.in_range is not None:
+            want_lo, want_hi = s.in_range(p)
+            if lo < want_lo or hi > want_hi:
+                raise ValueError(
+                    f"the {name} stage takes inputs in [{want_lo}, {want_hi}] with these "
+                    f"parameters, but the chain ({', '.join(stages)}) can give it "
+                    f"[{lo}, {hi}]: requantize to int8 before it")
+        lo, hi = s.output_range(lo, hi, p)
 
 
 def _check() -> None:

@@ -35,7 +35,9 @@ import numpy as np
 from fusion.kernels.codegen import Program
 from fusion.kernels.layout import ROWS, Region
 from hwgen.config import VariantConfig
+from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
 from hwgen.reference import EpilogueParams
+from hwgen.stages import check_inputs
 
 
 class Operand(NamedTuple):
@@ -123,15 +125,20 @@ def check_sizes(**sizes: Any) -> None:
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
 
 
-def check_per_channel(stages: Sequence[str], params: EpilogueParams) -> None:
-    """Refuse per-channel requantize without the requant stage (its vectors would be unused):
-    a malformed params object, not a refusal.
+def check_per_channel(stages: Sequence[str], params: EpilogueParams,
+                      src_dtype: str = "int32") -> None:
+    """Refuse per-channel requantize without the requant stage (its vectors would be unused),
+    and a chain whose stage can get inputs its gateware does not take
+    (:func:`hwgen.stages.check_inputs`, for a ``src_dtype`` input): a malformed params
+    object, not a refusal.
 
     Raises
     ------
     ValueError
         Naming the stages and the fix.
     """
+    lo, hi = (INT8_MIN, INT8_MAX) if src_dtype == "int8" else (INT32_MIN, INT32_MAX)
+    check_inputs(tuple(stages), params, lo, hi)
     if params.per_channel and "requant" not in stages:
         raise ValueError(f"per-channel requantize (params.per_channel) needs the requant stage, "
                          f"but the stages are ({', '.join(stages) or 'none'}); add requant or "

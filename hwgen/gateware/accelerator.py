@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,6 +14,7 @@ from hwgen.gateware.epilogue import e_reads_signature, lanes_layout
 from hwgen.gateware.host import HostInterface
 from hwgen.gateware.ports import mem_port_signature, wishbone_signature
 from hwgen.gateware.sequencer import Sequencer
+from hwgen.gateware.window import taps_layout
 from hwgen.regmap import bus_addr_bits
 from hwgen.timing import QUEUE_DEPTH
 
@@ -68,8 +69,7 @@ class Accelerator(wiring.Component):
 
         # Scratchpads with synchronous reads, as block RAM has: A and B read by the feeder,
         # E by the passes and the epilogue stages (a read port each: the RAM is duplicated
-        # per read, as an FPGA does). Not yet the window unit's nine weight reads of E
-        # (combinational, below).
+        # per read, as an FPGA does).
         m.submodules.spad_a = spad_a = memory.Memory(
             shape=c.a_row_bytes * 8, depth=c.spad_a_depth, init=[])
         m.submodules.spad_b = spad_b = memory.Memory(
@@ -103,15 +103,25 @@ class Accelerator(wiring.Component):
         wiring.connect(m, seq.csr, cu.csr)  # the epilogue's control registers
         if c.window_unit:
             # The window unit reads three A rows a cycle (an FPGA replicates the block RAM
-            # for them) and its nine taps' weights from the epilogue scratchpad.
+            # for them) and its nine taps' weights: only their low bytes, from a block RAM of
+            # their own that every write of the epilogue scratchpad writes too (replicated
+            # for the nine reads: a 64-bit row is two DP16KD, where a copy of the 256-bit
+            # epilogue scratchpad would be eight).
             m.d.comb += cu.geom.eq(seq.geom)
             for n in range(len(cu.wa_addr)):
                 rp = spad_a.read_port(transparent_for=())
                 m.d.comb += [rp.addr.eq(cu.wa_addr[n]), cu.wa_data[n].eq(rp.data),
                              rp.en.eq(cu.wa_en)]
+            m.submodules.spad_taps = spad_taps = memory.Memory(
+                shape=taps_layout(c), depth=c.spad_e_depth, init=[])
+            tp = spad_taps.write_port()
+            m.d.comb += [tp.addr.eq(dma.e_addr), tp.en.eq(dma.e_en),
+                         tp.data.eq(Cat(dma.e_data[c.acc_bits * n:c.acc_bits * n + 8]
+                                          for n in range(c.cols)))]
             for n in range(len(cu.ww_addr)):
-                rp = spad_e.read_port(domain="comb")
-                m.d.comb += [rp.addr.eq(cu.ww_addr[n]), cu.ww_data[n].eq(rp.data)]
+                rp = spad_taps.read_port(transparent_for=(tp,))
+                m.d.comb += [rp.addr.eq(cu.ww_addr[n]), rp.en.eq(cu.ww_en),
+                             cu.ww_data[n].eq(rp.data)]
 
         # Memory port: reads belong to the DMA, writes to the store unit.
         wiring.connect(m, dma.rd_addr, wiring.flipped(self.mem.rd_addr))

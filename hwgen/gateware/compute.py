@@ -25,7 +25,7 @@ from hwgen.gateware.epilogue import (
 )
 from hwgen.gateware.ports import write_layout
 from hwgen.gateware.transpose import Transposer
-from hwgen.gateware.window import TAPS, WindowUnit, geometry_layout
+from hwgen.gateware.window import TAPS, WindowUnit, geometry_layout, taps_layout
 from hwgen.timing import array_latency
 
 
@@ -63,7 +63,7 @@ class ComputeUnit(wiring.Component):
                 "wa_addr": Out(data.ArrayLayout(SPAD_ADDR_BITS, TAPS)),
                 "wa_data": In(data.ArrayLayout(c.a_row_bytes * 8, TAPS)), "wa_en": Out(1),
                 "ww_addr": Out(data.ArrayLayout(e_bits, TAPS * TAPS)),
-                "ww_data": In(data.ArrayLayout(lanes_layout(c), TAPS * TAPS)),
+                "ww_data": In(data.ArrayLayout(taps_layout(c), TAPS * TAPS)), "ww_en": Out(1),
             }
         super().__init__({
             **window,
@@ -160,7 +160,7 @@ class ComputeUnit(wiring.Component):
                 wu.job.drain.mask.eq(job.mask), wu.job.drain.dt.eq(job.dt),
                 wu.job.drain.tr.eq(job.tr),
                 self.wa_addr.eq(wu.a_addr), wu.a_data.eq(self.wa_data), self.wa_en.eq(wu.a_en),
-                self.ww_addr.eq(wu.w_addr), wu.w_data.eq(self.ww_data),
+                self.ww_addr.eq(wu.w_addr), wu.w_data.eq(self.ww_data), self.ww_en.eq(wu.w_en),
             ]
 
         # -- taking the next job ------------------------------------------------------------

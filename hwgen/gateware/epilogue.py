@@ -218,6 +218,13 @@ def _clamp(p):
     return out
 
 
+def _narrow_product(d, mult):
+    """``d * mult`` of a narrow signed ``d`` (at most 18 bits) and a signed 32-bit ``mult``
+    as two products of at most 18 x 17 bits (one MULT18X18D each): the low and the high
+    half of ``mult``. Summed by ``lo + (hi << 16)``."""
+    return [d * mult[:16].as_unsigned(), d * mult[16:32].as_signed()]
+
+
 def _residual(p):
     """By ``res_mode``: 0, ``sat8(x + r)``; 1, ``sat8(max(x, r))``; 2, the scaled add of two
     quantized tensors, ``min(max(rne(((x - res_x_zp) * res_x_mult + (r - res_r_zp) *
@@ -228,38 +235,50 @@ def _residual(p):
     int8 store of its output is then exact, which the unfused passes rely on
     (:func:`fusion.kernels.epilogue.pass_dtypes`). For int8 ``x`` max is exactly ``max(x, r)``.
 
-    The scaled add keeps the whole sum (each product is 65 bits), so it is exact for any
-    int32 ``x``. Rounding half to even is one addition: ``2**(shift-1) - 1`` plus bit
-    ``shift`` of the sum (the parity of the truncated quotient) carries into the quotient
-    above a half always, at exactly a half only when the quotient is odd
+    The scaled add takes an int8 ``x`` (its spec's ``in_range``: a qadd's inputs are
+    quantized tensors) and keeps the whole sum, so it is exact: ``x - res_x_zp`` and
+    ``r - res_r_zp`` have 10 bits, each times a 32-bit multiplier is two MULT18X18D, and the
+    sum has 42 bits. A shift beyond the sum's width gives 0 however far it goes (the sum is
+    under half of ``2**shift``), so the rounding and the shift are as wide as the sum.
+    Rounding half to even is one addition: ``2**(shift-1) - 1`` plus bit ``shift`` of the
+    sum (the parity of the truncated quotient) carries into the quotient above a half
+    always, at exactly a half only when the quotient is odd
     (:func:`hwgen.lanes.round_shift_even` is the same rule in numpy).
 
-    Registers: the row's read; the products; their sum; the rounding add; the shift; then
-    the zero point, the bounds and the mode.
+    Registers: the row's read; the four partial products; their sum; the rounding add; the
+    shift; then the zero point, the bounds and the mode.
     """
     csr = p.csr
     cols = len(p.x)
     p.cut()
     res = p.read("res")
-    products, plain = [], []
+    parts, plain = [], []
     for c, v in enumerate(p.x):
         r = res[c]
-        products += [(v - csr.res_x_zp) * csr.res_x_mult, (r - csr.res_r_zp) * csr.res_r_mult]
+        dx = v[:8].as_signed() - csr.res_x_zp
+        dr = r[:8].as_signed() - csr.res_r_zp
+        parts += _narrow_product(dx, csr.res_x_mult) + _narrow_product(dr, csr.res_r_mult)
         either = Mux(csr.res_mode[0], Mux(v > r, v, r), v + r)
         plain.append(saturate(either, INT8_MIN, INT8_MAX))
-    regs = p.cut(products + plain)
-    products, plain = regs[:2 * cols], regs[2 * cols:]
-    totals = [(products[2 * c] + products[2 * c + 1])[:67].as_signed() for c in range(cols)]
+    regs = p.cut(parts + plain)
+    parts, plain = regs[:4 * cols], regs[4 * cols:]
+    totals = []
+    for c in range(cols):
+        xl, xh, rl, rh = parts[4 * c:4 * c + 4]
+        totals.append(((xl + rl) + ((xh + rh) << 16))[:SCALED_BITS].as_signed())
     regs = p.cut(totals + plain)
     totals, plain = regs[:cols], regs[cols:]
-    half = (Const(1, 65) << csr.res_shift) >> 1
+    shift = Signal(range(SCALED_BITS + 1))  # a constant of the job: no path through it
+    p.m.d.comb += shift.eq(Mux(csr.res_shift > SCALED_BITS, SCALED_BITS, csr.res_shift))
+    half = (Const(1, SCALED_BITS + 1) << shift)[:SCALED_BITS + 1] >> 1
     rounded = []
     for total in totals:
-        parity = (total >> csr.res_shift)[0]
-        rounded.append(Mux(csr.res_shift == 0, total, total + half - 1 + parity)[:68].as_signed())
+        parity = (total >> shift)[0]
+        rounded.append(Mux(shift == 0, total, total + half - 1 + parity)
+                       [:SCALED_BITS + 1].as_signed())
     regs = p.cut(rounded + plain)
     rounded, plain = regs[:cols], regs[cols:]
-    regs = p.cut([v >> csr.res_shift for v in rounded] + plain)
+    regs = p.cut([v >> shift for v in rounded] + plain)
     shifted, plain = regs[:cols], regs[cols:]
     out = []
     for v, pl in zip(shifted, plain, strict=True):
@@ -268,6 +287,10 @@ def _residual(p):
                                                            scaled))
         out.append(Mux(csr.res_mode[1], bounded, pl))
     return out
+
+
+#: Bits of the scaled add's exact sum: two 10-bit differences times 32-bit multipliers.
+SCALED_BITS = 42
 
 
 #: Stage name -> its arithmetic (:data:`Lanes`); everything else about a stage is its spec's.

@@ -16,7 +16,8 @@ Pipeline, per window column (``hwgen.isa`` WINDOW for the meaning):
   ``a + iy*win + ix``) and notes which lie inside the input;
 - stage 1 shifts the column into the window (``fill`` for rows outside the input);
 - stage 2, after an output's last column, reduces the window (mac: the taps times their
-  weights, read from the epilogue scratchpad; max: the largest tap) into the tile's row.
+  weights, read from the taps scratchpad, a copy of the low bytes of the epilogue
+  scratchpad's rows; max: the largest tap) into the tile's row.
 
 An output's first column is its window's first (``kw`` columns) at the start of a tile and
 of an output row; otherwise only the ``min(stride, kw)`` new columns are read. Sum mode reads
@@ -55,6 +56,11 @@ def drain_layout(config: VariantConfig) -> data.StructLayout:
                               "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1})
 
 
+def taps_layout(config: VariantConfig) -> data.ArrayLayout:
+    """One row of tap weights: the low byte of each lane of an epilogue-scratchpad row."""
+    return data.ArrayLayout(signed(8), config.cols)
+
+
 def window_job_layout(config: VariantConfig) -> data.StructLayout:
     """What the unit needs of a queued WINDOW; ``drain`` travels with the tile."""
     return data.StructLayout({
@@ -66,8 +72,9 @@ def window_job_layout(config: VariantConfig) -> data.StructLayout:
 class WindowUnit(wiring.Component):
     """Ports: ``geom`` (the last WCFG); ``take``/``job`` (the compute unit hands a job over
     the cycle ``take`` is high, only when ``ready``); ``a_addr``/``a_data``/``a_en`` (three
-    synchronous A scratchpad reads); ``w_addr``/``w_data`` (nine combinational epilogue
-    scratchpad reads, the taps' weights); ``res_valid``, ``res_job``, ``res_row`` and
+    synchronous A scratchpad reads); ``w_addr``/``w_data``/``w_en`` (nine synchronous reads
+    of the taps' weights: the low byte of each lane of the epilogue scratchpad's rows, a
+    block RAM of their own); ``res_valid``, ``res_job``, ``res_row`` and
     ``res_ack`` (the tile being drained, a row at a time, and its job's drain fields);
     ``reading`` (a queued job may still read a scratchpad: until then WAIT FEED waits) and
     ``busy``."""
@@ -83,7 +90,7 @@ class WindowUnit(wiring.Component):
             "a_addr": Out(data.ArrayLayout(SPAD_ADDR_BITS, TAPS)),
             "a_data": In(data.ArrayLayout(c.a_row_bytes * 8, TAPS)), "a_en": Out(1),
             "w_addr": Out(data.ArrayLayout(e_bits, TAPS * TAPS)),
-            "w_data": In(data.ArrayLayout(lanes, TAPS * TAPS)),
+            "w_data": In(data.ArrayLayout(taps_layout(c), TAPS * TAPS)), "w_en": Out(1),
             "res_valid": Out(1), "res_job": Out(drain_layout(c)), "res_row": Out(lanes),
             "res_first": Out(1),
             "res_ack": In(1),
@@ -149,12 +156,12 @@ class WindowUnit(wiring.Component):
 
         # -- stage 1: the column enters the window ---------------------------------------------
         s1 = Signal(data.StructLayout({"valid": 1, "inside": TAPS, "last_col": 1, "r": 5,
-                                       "last_out": 1, "first": 1, "count": 5,
+                                       "last_out": 1, "first": 1, "count": 5, "w": SPAD_ADDR_BITS,
                                        "drain": drain_layout(c)}))
         with m.If(~hold):
             m.d.sync += [s1.valid.eq(step), s1.inside.eq(inside), s1.last_col.eq(last_col),
                          s1.r.eq(r), s1.last_out.eq(last_out), s1.first.eq(i == 0),
-                         s1.count.eq(cur.count), s1.drain.eq(cur.drain)]
+                         s1.count.eq(cur.count), s1.w.eq(cur.w), s1.drain.eq(cur.drain)]
         fill = Cat(*[g.fill] * lanes)
         words = [Mux(s1.inside[ky], self.a_data[ky], fill) for ky in range(TAPS)]
         window = [[Signal(c.a_row_bytes * 8, name=f"win_{ky}_{kx}") for kx in range(TAPS)]
@@ -173,7 +180,10 @@ class WindowUnit(wiring.Component):
         with m.If(~hold):
             m.d.sync += s2.eq(s1)
         computed = s2.valid & s2.last_col
-        # tap (ky, kx) sits in window column kx + 3 - kw; its weight row is w + 3*ky + kx
+        # tap (ky, kx) sits in window column kx + 3 - kw; its weight row is w + 3*ky + kx.
+        # The weights are read as block RAM reads: addressed by the output in stage 1, they
+        # arrive with it in stage 2 (and hold with it).
+        m.d.comb += self.w_en.eq(~hold)
         result = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))
         terms = []
         for ky in range(TAPS):
@@ -181,7 +191,7 @@ class WindowUnit(wiring.Component):
                 n = ky * TAPS + wc
                 used = Signal(name=f"used_{ky}_{wc}")  # one signal, read by every lane
                 m.d.comb += used.eq((ky < g.kh) & (wc + g.kw >= TAPS))
-                m.d.comb += self.w_addr[n].eq(cur.w + ky * TAPS + wc + g.kw - TAPS)
+                m.d.comb += self.w_addr[n].eq(s1.w + ky * TAPS + wc + g.kw - TAPS)
                 terms.append((used, window[ky][wc], self.w_data[n]))
         for lane in range(lanes):
             acc = 0
@@ -189,7 +199,7 @@ class WindowUnit(wiring.Component):
             best_v = -(1 << 8)
             for t, (used, word, weight) in enumerate(terms):
                 x = word[8 * lane:8 * lane + 8].as_signed()
-                acc = acc + Mux(used, x * weight[lane][0:8].as_signed(), 0)
+                acc = acc + Mux(used, x * weight[lane], 0)
                 # Each step of the running max is a signal of its own: as an expression it is
                 # read twice by the next step, and Amaranth writes an expression out at every
                 # use, so the chain of 9 grew to 2**9 comparators a lane in the Verilog (yosys

@@ -84,15 +84,14 @@ def test_every_single_stage_pass_is_bit_exact_from_int32_and_int8(variant):
                       src_dtype, "int8"))
         cases.append((("requant",), EpilogueParams(per_channel=True, round_even=True),
                       src_dtype, "int8"))
-        # the scaled add: exact halves (x/2 + r/4), bounds and zero points; and 31-bit
-        # multipliers of no particular ratio on int32 lanes (a 65-bit product)
-        cases.append((("residual",), EpilogueParams(
-            residual_op="scaled", res_x_mult=1 << 30, res_r_mult=1 << 29, res_shift=31,
-            res_x_zp=-3, res_r_zp=5, res_zp=7, res_lo=-100, res_hi=90), src_dtype, "int8"))
-        cases.append((("residual",), EpilogueParams(
-            residual_op="scaled", res_x_mult=1_999_999_999, res_r_mult=-1_234_567_891,
-            res_shift=37 if src_dtype == "int32" else 30, res_x_zp=255, res_r_zp=-256,
-            res_zp=-256), src_dtype, "int8"))
+    # the scaled add (its x is int8: hwgen.stages.check_inputs): exact halves (x/2 + r/4),
+    # bounds and zero points; and 31-bit multipliers of no particular ratio
+    cases.append((("residual",), EpilogueParams(
+        residual_op="scaled", res_x_mult=1 << 30, res_r_mult=1 << 29, res_shift=31,
+        res_x_zp=-3, res_r_zp=5, res_zp=7, res_lo=-100, res_hi=90), "int8", "int8"))
+    cases.append((("residual",), EpilogueParams(
+        residual_op="scaled", res_x_mult=1_999_999_999, res_r_mult=-1_234_567_891,
+        res_shift=30, res_x_zp=255, res_r_zp=-256, res_zp=-256), "int8", "int8"))
     kernels, jobs, values = [], [], []
     for i, (stages, params, src_dtype, out_dtype) in enumerate(cases):
         kern = compiled_pass(cfg, m, n, stages=stages, params=params, src_dtype=src_dtype,

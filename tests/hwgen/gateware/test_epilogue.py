@@ -1,6 +1,7 @@
 """The epilogue pipeline in amaranth.sim, against the numpy reference, with back-pressure."""
 
 import dataclasses
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from amaranth.sim import Simulator
 from hwgen import reference as ref
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.gateware.epilogue import LANES, EpiloguePipeline, EpilogueStage, csr_signature
-from hwgen.stages import SPECS, epilogue_latency
+from hwgen.stages import SPECS, check_inputs, epilogue_latency
 
 CHAIN = ("bias", "requant", "relu", "clamp", "residual")
 PARAMS = ref.EpilogueParams(mult=1518500250, shift=40, zp=-7, clamp_lo=-60, clamp_hi=100)
@@ -100,6 +101,46 @@ def test_residual_max_mode_matches_the_reference(stages):
     if stages == ("residual",):  # the data tells max from add
         add = ref.epilogue(x, stages, PARAMS, residual=res)
         assert (expected != add).mean() > 0.5
+
+
+def _scaled_add(x, r, p):
+    """The scaled add in exact rationals, rounding half to even (Python's ``round``)."""
+    total = (int(x) - p.res_x_zp) * p.res_x_mult + (int(r) - p.res_r_zp) * p.res_r_mult
+    y = round(Fraction(total, 2 ** p.res_shift)) + p.res_zp
+    return min(max(y, p.res_lo), p.res_hi)
+
+
+@pytest.mark.parametrize(("x_mult", "r_mult", "shift", "zps"), [
+    (ref.INT32_MAX, ref.INT32_MAX, 0, (-100, 60)), (ref.INT32_MIN, ref.INT32_MIN, 33, (-100, 60)),
+    (1 << 30, 1 << 29, 31, (-100, 60)), (1_999_999_999, -1_234_567_891, 32, (-100, 60)),
+    (-7, 3, 2, (-100, 60)), (ref.INT32_MAX, ref.INT32_MAX, 40, (-256, 255)),
+    (ref.INT32_MIN, ref.INT32_MAX, 41, (255, -256)),
+    (ref.INT32_MAX, ref.INT32_MIN, 42, (-256, 255)),
+    (ref.INT32_MAX, ref.INT32_MIN, 43, (-256, 255)), (ref.INT32_MAX, 1, 63, (-100, 60))])
+def test_scaled_add_of_int8_inputs_is_exact_for_any_multipliers_and_shift(x_mult, r_mult, shift,
+                                                                          zps):
+    config = VariantConfig(rows=2, cols=4, port_bytes=8, epilogue=CHAIN)
+    params = ref.EpilogueParams(residual_op="scaled", res_x_mult=x_mult, res_r_mult=r_mult,
+                                res_shift=shift, res_x_zp=zps[0], res_r_zp=zps[1], res_zp=-3,
+                                res_lo=-128, res_hi=127)
+    rng = np.random.default_rng(shift)
+    x = rng.integers(-128, 127, (12, 4), endpoint=True)
+    res = rng.integers(-128, 127, (12, 4), endpoint=True)
+    x[0], res[0] = [127, -128, 127, -128], [127, -128, -128, 127]  # the largest sums
+    got = run_pipeline(config, x, config.stage_bit("residual"), np.zeros(4), res, params)
+    want = np.array([[_scaled_add(a, b, params) for a, b in zip(xr, rr, strict=True)]
+                     for xr, rr in zip(x, res, strict=True)])
+    np.testing.assert_array_equal(got, want)
+    assert len(set(want.ravel().tolist())) > 1 or shift >= 40  # the data moves the result
+
+
+def test_a_scaled_add_of_a_wider_input_is_refused():
+    params = ref.EpilogueParams(residual_op="scaled", res_x_mult=3, res_r_mult=2, res_shift=1)
+    with pytest.raises(ValueError, match="requantize to int8 before it"):
+        check_inputs(("bias", "residual"), params)
+    check_inputs(("bias", "requant", "residual"), params)  # requant makes it int8
+    with pytest.raises(ValueError, match="takes int8 x"):
+        ref.epilogue(np.array([[200]]), ("residual",), params, residual=np.array([[1]]))
 
 
 def test_chain_order_is_the_variants():

@@ -211,3 +211,12 @@ def test_passes_are_cached_by_signature(tmp_path):
                            out_dtype="int8")
     assert parts["op"] == "pass" and parts["params"]["shape"] == [13, 27]
     assert parts["placement"] is None
+
+
+def test_a_scaled_add_pass_from_int32_is_refused_and_from_int8_compiles():
+    params = EpilogueParams(residual_op="scaled", res_x_mult=3, res_r_mult=2, res_shift=1)
+    with pytest.raises(ValueError, match="requantize to int8 before it"):
+        compiled_pass(SMALL, 4, 4, stages=("residual",), params=params, src_dtype="int32",
+                      out_dtype="int8")
+    compiled_pass(SMALL, 4, 4, stages=("residual",), params=params, src_dtype="int8",
+                  out_dtype="int8")
