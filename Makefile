@@ -42,7 +42,7 @@ mutate: setup
 	$(PY) -m bench.mutate
 
 lint: setup
-	$(VENV)/bin/ruff check hwgen fusion sim tests bench
+	$(VENV)/bin/ruff check hwgen fusion sim synth tests bench
 
 clean:
 	rm -rf build .pytest_cache

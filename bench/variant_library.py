@@ -2,7 +2,7 @@
 platform, each synthesized with yosys for ECP5 and placed with nextpnr.
 
 ``python -m bench.variant_library [--jobs J] [--pnr-timeout S] [--no-pnr] [-o DIR]``:
-builds (:func:`sim.variant_library.build_library`, what ``hwgen variants build`` runs)
+builds (:func:`synth.library.build_library`, what ``hwgen variants build`` runs)
 
 - ``8x8:bias,requant,relu,clamp,residual+window``: the whole chain and the window unit
   (depthwise convolutions and pools: DS-CNN's layers), port 8 bytes (= rows, as the unit
@@ -26,9 +26,10 @@ import time
 from bench.output import write_results
 from hwgen.platform import PlatformConfig
 from sim.build import default_root
-from sim.synthesis import DEFAULT_PNR_TIMEOUT, SynthesisCache
 from sim.toolchain import terminate_interrupts
-from sim.variant_library import build_library, read_specs, summary_row
+from synth.cache import SynthesisCache
+from synth.flow import DEFAULT_PNR_TIMEOUT
+from synth.library import build_library, read_specs, summary_row
 
 SPECS = ("8x8:bias,requant,relu,clamp,residual+window",
          "4x4:bias,requant,relu,clamp,residual+window",

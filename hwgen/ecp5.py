@@ -1,6 +1,6 @@
 """The Lattice ECP5 parts a variant is synthesized for: their capacities, their bitstream
 sizes and how fast a board loads one. Pure data, defined once: ``hwgen variants build``
-(:mod:`sim.synthesis`) picks the smallest part a variant fits and prices its reconfiguration
+(:mod:`synth.flow`) picks the smallest part a variant fits and prices its reconfiguration
 with it; ``docs/variants.md`` gives the sources.
 
 Capacities are the ECP5 family data sheet's (Lattice FPGA-DS-02012, Table 1.1: 24K, 44K and
@@ -131,6 +131,14 @@ def demand(cells: Mapping[str, int]) -> dict[str, int]:
             "ram_slices": ram}
 
 
+def shortfall(cells: Mapping[str, int], p: Part) -> str | None:
+    """What part ``p`` lacks to hold ``cells`` (``"30000 luts > 24288, ..."``), or None when
+    it holds them."""
+    need = demand(cells)
+    over = [f"{need[k]} {k} > {getattr(p, k)}" for k in need if need[k] > getattr(p, k)]
+    return ", ".join(over) or None
+
+
 def smallest_part(cells: Mapping[str, int]) -> tuple[Part | None, str]:
     """The smallest part whose every resource holds ``cells`` (:func:`demand`), and why.
 
@@ -142,14 +150,11 @@ def smallest_part(cells: Mapping[str, int]) -> tuple[Part | None, str]:
     """
     need = demand(cells)
     for p in PARTS:
-        short = [k for k, v in need.items() if v > getattr(p, k)]
-        if not short:
+        if shortfall(cells, p) is None:
             return p, (f"smallest ECP5 part that holds {need['luts']} LUT4, {need['ffs']} FF, "
                        f"{need['dsps']} DSP, {need['brams']} BRAM")
     largest = PARTS[-1]
-    over = ", ".join(f"{need[k]} {k} > {getattr(largest, k)}" for k in need
-                     if need[k] > getattr(largest, k))
-    return None, f"fits no ECP5 part: {over} on the {largest.name}"
+    return None, f"fits no ECP5 part: {shortfall(cells, largest)} on the {largest.name}"
 
 
 def reconfiguration(p: Part, clock_hz: int) -> dict[str, Any]:

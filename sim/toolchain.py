@@ -25,6 +25,8 @@ from pathlib import Path
 
 from cocotb_tools import runner as cocotb_runner
 
+from hwgen.process import run_command
+
 #: cocotb 2 needs Verilator 5.036 or newer.
 MIN_VERILATOR = (5, 36)
 
@@ -193,46 +195,6 @@ def tool_env(verilator: Verilator, base: Mapping[str, str] | None = None) -> dic
     env["PATH"] = os.pathsep.join([str(verilator.executable.parent), env.get("PATH", "")])
     env["MAKEFLAGS"] = MAKEFLAGS
     return env
-
-
-def run_command(cmd: Sequence[str], *, cwd: str | os.PathLike, env: Mapping[str, str],
-                stdout=None, timeout: float | None = None) -> int:
-    """Run ``cmd`` to its end in a process group of its own, and return its exit status.
-
-    Verilator's make starts a g++ per source file. ``subprocess.run`` (what cocotb's runner
-    uses) kills only its direct child when interrupted, so a Ctrl-C or an exception used to
-    leave compilers writing into a build folder that was being deleted. Here any exception
-    while waiting (``KeyboardInterrupt`` included) kills the whole group before it propagates,
-    and so does the normal end, for stragglers the command left behind.
-
-    Parameters
-    ----------
-    cmd : sequence of str
-        The program and its arguments.
-    cwd, env
-        Its working folder and complete environment.
-    stdout : file, optional
-        Where its output and errors go (both); inherited when None.
-    timeout : float, optional
-        Seconds to wait; past them the group is killed and ``subprocess.TimeoutExpired``
-        raised.
-    """
-    stderr = None if stdout is None else subprocess.STDOUT
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env), stdout=stdout, stderr=stderr,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout)
-    finally:
-        kill_group(proc.pid)
-        proc.wait()
-
-
-def kill_group(pgid: int) -> None:
-    """Kill every process of group ``pgid`` (started by :func:`run_command`), if any is left."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @functools.cache

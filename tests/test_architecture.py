@@ -151,7 +151,9 @@ def test_the_contract_imports_nothing_but_the_contract():
     ("sim.toolchain", ("fusion",), ()),
     ("sim.build", ("fusion",), ()),
     ("sim.run", ("fusion",), ()),
-    ("sim.synthesis", ("fusion",), ()),
+    ("synth.flow", ("fusion", "sim"), ()),
+    ("synth.cache", ("fusion", "sim"), ()),
+    ("synth.library", ("sim",), ()),
     ("sim.tb", ("fusion",), ()),
     ("sim.dram", ("fusion", "hwgen.gateware"), ()),
 ])

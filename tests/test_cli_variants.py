@@ -1,6 +1,6 @@
 """``hwgen variants build`` and ``hwgen variants list`` at the command line: the table, its
 JSON, and one error line (exit 2) for every bad spec or folder. Synthesis is faked
-(tests/sim/test_synthesis.py runs the real tools)."""
+(tests/synth/test_flow.py runs the real tools)."""
 
 import json
 

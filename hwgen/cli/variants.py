@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from sim.build import default_root
-    from sim.synthesis import SynthesisCache
     from sim.toolchain import terminate_interrupts
-    from sim.variant_library import build_library, read_specs, summary_row
+    from synth.cache import SynthesisCache
+    from synth.library import build_library, read_specs, summary_row
 
     specs = read_specs(args.specs, args.spec_file)
     platform = platform_from_args(args)
@@ -128,7 +128,7 @@ def _fmax(row: dict) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     from hwgen.gateware.folder import open_variant
-    from sim.variant_library import read_library, summary_row
+    from synth.library import read_library, summary_row
 
     library = read_library(args.library)
     rows = []

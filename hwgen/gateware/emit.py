@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from amaranth.back import verilog
 
@@ -26,7 +27,8 @@ def accelerator_verilog(config: VariantConfig) -> str:
 
 def generate(config: VariantConfig, out_dir: Path,
              platform: PlatformConfig | None = None,
-             memory_files: Mapping[str, str] | None = None) -> dict:
+             memory_files: Mapping[str, str] | None = None,
+             describe: Callable[[str], Mapping[str, Any]] | None = None) -> dict:
     """Write ``hwgen_accel.v``, ``variant.json``, ``isa.md`` and ``regmap.md`` into
     ``out_dir``, atomically, with the platform in the descriptor; for a DRAM ``platform``
     also its memory system, ``memory_files`` (:data:`folder.MEMORY_FILES`: LiteDRAM's
@@ -38,6 +40,9 @@ def generate(config: VariantConfig, out_dir: Path,
     (:func:`hwgen.gateware.folder.writing_folder`): an interrupted generate leaves the old
     folder or the new one, never the Verilog of one variant beside the descriptor of another.
 
+    ``describe``, given the Verilog text, returns more descriptor fields (``hwgen generate
+    --fit`` adds its synthesis figures); what it raises leaves nothing written.
+
     Returns
     -------
     dict
@@ -47,7 +52,7 @@ def generate(config: VariantConfig, out_dir: Path,
     ------
     ValueError
         If the epilogue chain is out of order, or ``out_dir`` is a non-empty folder that is
-        not a variant folder; nothing is written then.
+        not a variant folder (or ``describe`` refuses the variant); nothing is written then.
     """
     config.check_chain_order()
     platform = PlatformConfig() if platform is None else platform
@@ -64,6 +69,7 @@ def generate(config: VariantConfig, out_dir: Path,
         (tmp / folder.REGMAP_DOC).write_text(regmap_markdown())
         for name, text in memory_files.items():
             (tmp / name).write_text(text)
+        more = dict(describe(verilog_bytes.decode())) if describe is not None else {}
         config.write_descriptor(
             tmp / folder.DESCRIPTOR,
             platform=platform.to_dict(),
@@ -73,6 +79,7 @@ def generate(config: VariantConfig, out_dir: Path,
             verilog_sha256=folder.sha256_of(verilog_bytes),
             gateware_digest=gateware_digest(),
             generate_seconds=round(seconds, 3),
+            **more,
         )
         descriptor = json.loads((tmp / folder.DESCRIPTOR).read_text())
     return descriptor

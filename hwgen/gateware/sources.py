@@ -15,7 +15,7 @@ HWGEN = Path(__file__).resolve().parent.parent
 
 #: Modules of ``hwgen/`` (outside ``gateware/``) that do not affect the generated Verilog.
 NOT_GATEWARE = frozenset({"asm.py", "reference.py", "presets.py", "atomic.py", "files.py",
-                          "platform.py", "ecp5.py", "specs.py", "__init__.py"})
+                          "platform.py", "ecp5.py", "specs.py", "process.py", "__init__.py"})
 #: Modules of ``hwgen/gateware/`` that do not affect the generated Verilog.
 NOT_GATEWARE_HERE = frozenset({"sources.py", "folder.py", "fusesoc.py", "__init__.py"})
 

@@ -1,6 +1,6 @@
 """The reconfiguration manager on Verilator: a two-phase workload on two small variants, where
 each phase is best on another variant. The manager swaps, every kernel is bit-exact, and the
-swaps' cost is in the total. Synthesis is faked (tests/sim/test_synthesis.py runs the tools);
+swaps' cost is in the total. Synthesis is faked (tests/synth/test_flow.py runs the tools);
 the simulations are real."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ SPEC = "2x2:bias,requant,relu,clamp,residual"
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> Path:
     """A library of one 2x2 variant, as ``hwgen variants build`` writes it (yosys and
-    nextpnr faked: tests/sim/test_synthesis.py runs them)."""
+    nextpnr faked: tests/synth/test_flow.py runs them)."""
     root = tmp_path_factory.mktemp("lib")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HWGEN_BUILD_DIR", str(root / "build"))

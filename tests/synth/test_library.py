@@ -1,6 +1,6 @@
-"""Variant libraries (sim/variant_library.py): each folder is what 'hwgen generate' writes plus
+"""Variant libraries (synth/library.py): each folder is what 'hwgen generate' writes plus
 the library's fields, library.json lists them, and building again adds or replaces variants
-safely. Synthesis is faked here (tests/sim/test_synthesis.py runs the real tools)."""
+safely. Synthesis is faked here (tests/synth/test_flow.py runs the real tools)."""
 
 import json
 
@@ -9,8 +9,8 @@ import pytest
 from fusion.kernels.capabilities import capabilities
 from hwgen.gateware.folder import open_variant
 from hwgen.platform import PlatformConfig
-from sim.synthesis import SynthesisCache
-from sim.variant_library import build_library, read_library, read_specs
+from synth.cache import SynthesisCache
+from synth.library import build_library, read_library, read_specs
 from tests.helpers.fake_synthesis import FakeTools
 
 SPECS = ["1x1:none", "2x2:bias,requant,relu,residual+window"]

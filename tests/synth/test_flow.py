@@ -1,4 +1,4 @@
-"""Synthesis figures and their cache (sim/synthesis.py): a second build runs no tool, an
+"""Synthesis figures and their cache (synth/flow.py): a second build runs no tool, an
 unusable entry is recomputed with one notice, a placement that timed out is retried only with
 more time; the real yosys and nextpnr in slow tests."""
 
@@ -7,8 +7,9 @@ import stat
 
 import pytest
 
-from sim import synthesis
-from sim.synthesis import SynthesisCache, SynthesisJob, synthesize
+from synth import flow as synthesis
+from synth.cache import SynthesisCache
+from synth.flow import SynthesisJob, synthesize
 from tests.helpers.fake_synthesis import FakeTools
 
 
@@ -111,7 +112,9 @@ def _not_installed(name):
 
 @pytest.mark.slow
 def test_yosys_and_nextpnr_on_the_smallest_variant(tmp_path):
-    # real tools: about 10 s of yosys and 25 s of nextpnr on a 1x1 array
+    # real tools: about 10 s of yosys and a minute of nextpnr on a 1x1 array. The clock is
+    # one this variant meets today (the sequencer's fetch sets it near 40 MHz); it rises with
+    # the gateware's Fmax.
     from hwgen.config import VariantConfig
     from hwgen.gateware.emit import accelerator_verilog
     from hwgen.gateware.folder import sha256_of
@@ -119,13 +122,18 @@ def test_yosys_and_nextpnr_on_the_smallest_variant(tmp_path):
     verilog = accelerator_verilog(VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=()))
     result, = synthesize([SynthesisJob(name="1x1", verilog=verilog,
                                        sha256=sha256_of(verilog.encode()), top="hwgen_accel",
-                                       clock_hz=100_000_000, pnr_timeout=300)],
+                                       clock_hz=25_000_000, pnr_timeout=600)],
                          cache=SynthesisCache(tmp_path))
     res = result["resources"]
     assert 500 < res["LUT"] < 24288 and 100 < res["FF"] < 24288  # ranges: yosys versions vary
-    assert 1 <= res["DSP"] <= 28 and res["BRAM"] <= 56
+    assert 1 <= res["DSP"] <= 28 and 1 <= res["BRAM"] <= 56  # the imem is block RAM
     assert result["status"] == "ok" and result["error"] is None
-    assert result["part"] == "LFE5U-25F"
-    assert result["pnr"]["status"] == "ok" and 10 < result["fmax_mhz"] < 500
+    assert result["part"] == "LFE5U-25F"  # the smallest that holds it; routed on the 85F:
+    pnr = result["pnr"]
+    assert (pnr["device"], pnr["package"], pnr["speed"]) == ("85k", "CABGA381", 6)
+    assert pnr["status"] == "ok" and pnr["meets_target"] and 25 <= result["fmax_mhz"] < 500
+    path = pnr["critical_path"]
+    assert path["from"] and path["to"] and path["through"]
+    assert abs(path["delay_ns"] - 1000 / result["fmax_mhz"]) < 0.3 * 1000 / result["fmax_mhz"]
     assert result["seconds"]["yosys"] > 0 and result["seconds"]["nextpnr"] > 0
     assert set(result["tools"]) == {"yosys", "nextpnr-ecp5"}
