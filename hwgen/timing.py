@@ -48,10 +48,12 @@ LOAD_TAIL = 2
 def array_latency(config: VariantConfig) -> int:
     """Cycles from presenting a tile's last operands until its whole result is in the array.
 
-    Operands reach cell (i, j) ``i + j`` cycles after they enter (the skew registers and the
-    cell-to-cell registers of ``hwgen.gateware.array``), and the cell captures one cycle later.
+    Operands reach cell (i, j) ``i + j + 1`` cycles after they enter (the input register,
+    which keeps the scratchpads' block RAM outputs off the multipliers, then the skew
+    registers and the cell-to-cell registers of ``hwgen.gateware.array``), and the cell
+    captures one cycle later.
     """
-    return config.rows + config.cols - 1
+    return config.rows + config.cols
 
 
 #: Registers between a window column's read and its output's row in the tile

@@ -16,7 +16,9 @@ class SystolicArray(wiring.Component):
     Each cycle the feeder presents one k-slice: ``a[i] = A[i, k]`` for the array rows and
     ``b[j] = B[k, j]`` for the columns, unskewed; the array delays row ``i`` by ``i`` cycles
     and column ``j`` by ``j`` so that the operands of the same k meet in every cell. Zeros
-    are bubbles. ``last`` marks the tile's final k-slice. Finished results leave through
+    are bubbles. ``last`` marks the tile's final k-slice. Every operand is registered as it
+    enters (the feeder presents a block RAM's output, whose clock-to-output time would
+    otherwise run on into the first cells' multipliers). Finished results leave through
     ``top`` (row 0 first) while ``shift`` is high. A tile's result is complete
     :func:`hwgen.timing.array_latency` cycles after its last operands were presented.
     """
@@ -48,14 +50,14 @@ class SystolicArray(wiring.Component):
                 m.submodules[f"pe_{i}_{j}"] = pe = pes[i][j]
                 if j == 0:
                     m.d.comb += [
-                        pe.a_in.eq(self._delay(m, self.a[i], i, f"a{i}")),
-                        pe.last_in.eq(self._delay(m, self.last, i, f"last{i}")),
+                        pe.a_in.eq(self._delay(m, self.a[i], i + 1, f"a{i}")),
+                        pe.last_in.eq(self._delay(m, self.last, i + 1, f"last{i}")),
                     ]
                 else:
                     m.d.comb += [pe.a_in.eq(pes[i][j - 1].a_out),
                                  pe.last_in.eq(pes[i][j - 1].last_out)]
                 if i == 0:
-                    m.d.comb += pe.b_in.eq(self._delay(m, self.b[j], j, f"b{j}"))
+                    m.d.comb += pe.b_in.eq(self._delay(m, self.b[j], j + 1, f"b{j}"))
                 else:
                     m.d.comb += pe.b_in.eq(pes[i - 1][j].b_out)
                 m.d.comb += pe.shift.eq(self.shift)

@@ -62,28 +62,45 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self._config
-        # One write port (the host's, a 32-bit half at a time) and one synchronous read
-        # port: a true dual-port block RAM.
+        # The host's write port (a 32-bit half at a time) and two synchronous read ports:
+        # two block RAMs, each written by the host. The word that executes is a register
+        # (``ir``), never the block RAM's slow output, and no address depends on what the
+        # executing word computes through the registers: port A reads the word after the
+        # one that executes next, port B the branch target of the one that executes next.
+        # So the next word is always at hand, the branch's taken or not, and a branch costs
+        # no cycle, as when the word was fetched from ``pc_next`` (fusion.cost.machine).
         m.submodules.imem = imem = memory.Memory(shape=WORD_BITS, depth=c.imem_depth, init=[])
         wp = imem.write_port(granularity=WORD_BITS // 2)
         m.d.comb += [wp.addr.eq(self.imem.addr), wp.data.eq(self.imem.data),
                      wp.en.eq(self.imem.en)]
-        rd = imem.read_port()
+        rd_a, rd_b = imem.read_port(), imem.read_port()
         regs = Array(Signal(REG_BITS, name=f"r{n}") for n in range(NUM_REGS))
-        pc = Signal(range(c.imem_depth))
-        pc_next = Signal(range(c.imem_depth))
-        m.d.comb += [rd.addr.eq(pc_next), pc_next.eq(pc)]
-        m.d.sync += pc.eq(pc_next)
-        word = rd.data
+        pc = Signal(range(c.imem_depth))  # the address of ``ir``; 0 while not running
+        ir = Signal(WORD_BITS)  # the word that executes
+        ir_next = Signal(WORD_BITS)
+        advance = Signal()  # the word retires and the next follows it
+        jump = Signal()  # the word retires and the next is its branch target
+        restart = Signal()  # not running, or halting: the next program starts at word 0
+        fetch1 = Signal()  # ... and starts now: word 0 executes next, port A reads word 1
+        word = ir
         op = word[SLOTS["op"][0]:SLOTS["op"][0] + SLOTS["op"][1]]
+        target = _field(word, Op.BNZD, "target")
+        # The next word's address and the one after it: the candidates are sums of
+        # registers, so only the choice between them waits for what the word decides.
+        m.d.comb += [
+            ir_next.eq(Mux(jump, rd_b.data, Mux(advance | restart, rd_a.data, ir))),
+            rd_a.addr.eq(Mux(restart, fetch1, Mux(jump, target + 1,
+                                                  Mux(advance, pc + 2, pc + 1)))),
+            rd_b.addr.eq(_field(ir_next, Op.BNZD, "target")),
+        ]
+        m.d.sync += [ir.eq(ir_next),
+                     pc.eq(Mux(restart, 0, Mux(jump, target, Mux(advance, pc + 1, pc))))]
 
         def reg(o: Op, name: str):
             return regs[_field(word, o, name)]
 
         retire = Signal()
         m.d.comb += self.retire.eq(retire)
-        with m.If(retire):
-            m.d.comb += pc_next.eq(pc + 1)
 
         # LOAD command and compute job, assembled from the current word.
         ld = self.load.payload
@@ -127,17 +144,18 @@ class Sequencer(wiring.Component):
             fresh += [self.geom.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += pc_next.eq(0)
+                # port A holds word 0, which executes the cycle after the start
+                m.d.comb += [restart.eq(1), fetch1.eq(self.start)]
                 with m.If(self.start):
                     m.d.sync += fresh
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += self.running.eq(1)
+                m.d.comb += [self.running.eq(1), advance.eq(retire)]
                 with m.Switch(op):
                     with m.Case(Op.NOP):
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.HALT):
-                        m.d.comb += [retire.eq(1), pc_next.eq(pc)]
+                        m.d.comb += [retire.eq(1), restart.eq(1)]
                         m.next = "HALTED"
                     with m.Case(Op.WAIT):
                         units = _field(word, Op.WAIT, "units")  # bits: hwgen.isa.Unit
@@ -156,11 +174,11 @@ class Sequencer(wiring.Component):
                             reg(Op.ADDI, "rs") + _field(word, Op.ADDI, "imm"))
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.BNZD):
-                        count = reg(Op.BNZD, "rc") - 1
-                        m.d.sync += reg(Op.BNZD, "rc").eq(count)
+                        counter = reg(Op.BNZD, "rc")
+                        m.d.sync += counter.eq(counter - 1)
                         m.d.comb += retire.eq(1)
-                        with m.If(count[:REG_BITS] != 0):
-                            m.d.comb += pc_next.eq(_field(word, Op.BNZD, "target"))
+                        with m.If(counter != 1):  # the count left is not 0: taken
+                            m.d.comb += jump.eq(1)
                     with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]
                     with m.Case(*((Op.MATMUL, Op.EPIPASS, Op.WINDOW) if c.window_unit
@@ -185,10 +203,10 @@ class Sequencer(wiring.Component):
                     with m.Default():
                         # An unknown opcode stops the program; the decoder refuses such
                         # words before they get here, so this is only a safe landing.
-                        m.d.comb += pc_next.eq(pc)
+                        m.d.comb += restart.eq(1)
                         m.next = "HALTED"
             with m.State("HALTED"):
-                m.d.comb += [self.halted.eq(1), pc_next.eq(0)]
+                m.d.comb += [self.halted.eq(1), restart.eq(1), fetch1.eq(self.start)]
                 with m.If(self.start):  # the host runs the next program without a reset
                     m.d.sync += fresh
                     m.next = "RUN"

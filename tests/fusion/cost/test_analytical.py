@@ -121,13 +121,22 @@ def test_monotonic_in_k(variant, tiling):
     assert predictions[-1] > predictions[0]
 
 
+#: Where fusing is slower, and by how many cycles the model says: a memory-bound GEMV with the
+#: residual stage on the 2x2, whose fused program waits for each chunk's drain (the array's
+#: latency and the stages') before it reloads the chunk's residual buffer. Measured on
+#: Verilator since the array registers its operands (one more cycle of latency a chunk):
+#: fused 5,094 cycles, unfused 5,090. The engine prices both and runs the faster.
+FUSED_SLOWER = {("2x2", (1, 256, 32), ("requant", "residual")): 2}
+
+
 @pytest.mark.parametrize("variant", sorted(DEFAULT_VARIANTS))
 @pytest.mark.parametrize("shape", [(64, 64, 64), (8, 8, 128), (128, 16, 128), (1, 256, 32)])
 @pytest.mark.parametrize("stages", STAGE_SETS[1:], ids=",".join)
 def test_fused_is_never_slower_than_unfused(variant, shape, stages):
     cfg = DEFAULT_VARIANTS[variant]
     unfused = MODEL.predict(features(cfg, *shape, stages, fused=False))
-    assert MODEL.predict(features(cfg, *shape, stages, fused=True)) <= unfused
+    fused = MODEL.predict(features(cfg, *shape, stages, fused=True))
+    assert fused - unfused <= FUSED_SLOWER.get((variant, shape, tuple(stages)), 0)
 
 
 @given(variant=st.sampled_from(sorted(DEFAULT_VARIANTS)), m=st.integers(1, 200),
