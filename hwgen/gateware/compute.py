@@ -135,7 +135,7 @@ class ComputeUnit(wiring.Component):
         pass_step = Signal()  # the epilogue takes a pass row this cycle
         # The scratchpad's read is synchronous: it is addressed at the row the pass reads
         # next cycle, so the row is there when the pass needs it, as a combinational read
-        # of the current row would be (the port is transparent to the DMA's writes).
+        # of the current row would be.
         m.d.comb += self.src_addr.eq(
             Mux(take_pass, self.job.payload.a, pass_job.a)
             + Mux(take_pass, 0, pass_row + pass_step))
