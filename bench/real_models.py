@@ -10,7 +10,9 @@ run is measured against its weight-bandwidth
 roofline (weight bytes / port bytes per cycle), the fair limit of a chain of GEMVs.
 
 Per model: kernels, layout host steps, host ops, kernel cycles, the MACs the model asks for,
-utilization of MACs / (rows * cols), the model's cycles per wall second of ``run_compiled``,
+utilization of MACs / (rows * cols), the latency in us and inferences per second at the
+platform's clock (``time``: this variant has no routed Fmax, it fits no ECP5 yet), the model's
+cycles per wall second of ``run_compiled``,
 wall seconds, the simulator launch's share of them and its own speed (every job it simulated,
 the directed shadow sets included, per second of the launch), and the
 activation bytes the host wrote into the accelerator's memory (the model's input, and what
@@ -44,12 +46,17 @@ from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
+from fusion.runtime.clock import Clock
 from fusion.runtime.run import run_compiled
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.presets import ALL_STAGES
 
 #: With the window unit, so that the table shows what it brings (``--without window_unit``).
 VARIANT = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
+#: The clock the figures' time is at: the ideal platform's, since this variant has no routed
+#: Fmax (it fits no ECP5 yet: docs/variants.md); ``hwgen run`` on a built folder gives both.
+CLOCK = Clock(platform_hz=PlatformConfig().clock_hz)
 #: (bundled model, batch): the QDQ form of each network, and the autoencoder batched.
 RUNS = (("resnet8_qdq", 1), ("ds_cnn_qdq", 1), ("mobilenet_v1_025_qdq", 1),
         ("fc_autoencoder_qdq", 1), ("fc_autoencoder_qdq", 32), ("lenet5_qdq", 1))
@@ -102,6 +109,7 @@ def run_one(name: str, batch: int, options: CompileOptions = DEFAULT) -> dict:
         "ideal_cycles": report.ideal_cycles, "utilization": round(report.utilization, 4),
         "roofline_fraction": round(report.roofline_fraction, 4),
         "inferences_per_mcycle": round(report.inferences_per_mcycle, 2),
+        "time": CLOCK.figures(report.total_cycles, batch),
         "wall_seconds": round(wall, 2),
         "cycles_per_wall_second": round(report.total_cycles / wall),
         # the one simulator launch: its share of the run, and its own speed (the directed
@@ -117,14 +125,16 @@ def main() -> int:
     print(f"Real models on {VARIANT.rows}x{VARIANT.cols}, all stages (every kernel "
           f"shadow-checked, outputs against the exact reference) ...", flush=True)
     print(f"  {'model':<22} {'batch':>5} {'kernels':>7} {'cycles':>10} {'util':>5} "
-          f"{'roofline':>8} {'inf/Mcyc':>9} {'wall s':>7} {'cyc/s':>8} {'sim':>4} "
+          f"{'roofline':>8} {'inf/Mcyc':>9} {'us':>9} {'inf/s':>8} {'wall s':>7} "
+          f"{'cyc/s':>8} {'sim':>4} "
           f"{'sim cyc/s':>9}  vs the exact reference")
     for name, batch in RUNS:
         row = run_one(name, batch)
         rows.append(row)
         print(f"  {name:<22} {batch:>5} {row['kernels']:>7} {row['cycles']:>10,} "
               f"{row['utilization']:>5.2f} {row['roofline_fraction']:>8.2f} "
-              f"{row['inferences_per_mcycle']:>9.1f} {row['wall_seconds']:>7.1f} "
+              f"{row['inferences_per_mcycle']:>9.1f} {row['time']['latency_us']:>9,.1f} "
+              f"{row['time']['inferences_per_second']:>8,.0f} {row['wall_seconds']:>7.1f} "
               f"{row['cycles_per_wall_second']:>8,} {row['sim_share']:>4.0%} "
               f"{row['simulated_cycles_per_second']:>9,}  {row['reference']}", flush=True)
     print("With and without each technique (batch 1; util = MACs/64 over kernel cycles):",
