@@ -53,10 +53,13 @@ def response_layout() -> data.StructLayout:
 
 def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
     """A queued LOAD or LOADW command: ``len`` words a segment (row), ``wstep`` words apart
-    (1 for LOAD); a window load (``win``) also has its lane selection, fill and ``keep``."""
+    (1 for LOAD), ``words`` = ``count * len`` in all (the sequencer multiplies the
+    instruction's fields as it queues the command: from registers, not on the engine's path
+    from the queue to its contexts); a window load (``win``) also has its lane selection,
+    fill and ``keep``."""
     return data.StructLayout({
         "dst": 2, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
-        "stride": config.mem_addr_bits, "count": 16, "len": 16,
+        "stride": config.mem_addr_bits, "count": 16, "len": 16, "words": 32,
         "win": 1, "keep": 1, "wstep": config.mem_addr_bits, "shift": 4, "step": 2,
         "mask": 16, "fill": 8,
     })
@@ -193,7 +196,7 @@ class LoadEngine(wiring.Component):
         m.d.comb += self.cmd.ready.eq((~issuing | last_request) & room)
         ctx = Signal(ctx_layout)
         words = Signal(32)
-        m.d.comb += [words.eq(new.count * new.len),
+        m.d.comb += [words.eq(new.words),
                      ctx.dst.eq(new.dst), ctx.spad.eq(new.spad), ctx.win.eq(new.win),
                      ctx.keep.eq(new.keep),
                      ctx.shift.eq(new.shift), ctx.step.eq(new.step), ctx.mask.eq(new.mask),

@@ -122,6 +122,7 @@ class Sequencer(wiring.Component):
                 ld.count.eq(_field(word, Op.LOAD, "count")),
                 ld.len.eq(_field(word, Op.LOAD, "len")),
             ]
+        m.d.comb += ld.words.eq(ld.count * ld.len)
         job = self.job.payload
         is_pass = op == Op.EPIPASS
         m.d.comb += [
