@@ -223,13 +223,13 @@ def run_job(job: SynthesisJob) -> dict[str, Any]:
         else:
             part, why = ecp5.smallest_part(cells)
             route = ecp5.part(ROUTE_PART)
+            short = ecp5.shortfall(cells, route)
             if not job.pnr:
                 pnr = {"status": "skipped", "fmax_mhz": None, "seconds": None,
                        "reason": "not run (--no-pnr)"}
-            elif ecp5.shortfall(cells, route) is not None:
+            elif short is not None:
                 pnr = {"status": "no_part", "fmax_mhz": None, "seconds": None,
-                       "reason": f"does not fit the {ROUTE_PART} it is routed on: "
-                                 f"{ecp5.shortfall(cells, route)}"}
+                       "reason": f"does not fit the {ROUTE_PART} it is routed on: {short}"}
             else:
                 pnr = _nextpnr(job, work, route)
     resources = None

@@ -6,11 +6,12 @@ EPIPASS, a WAIT; a grid of jobs as the templates' hardware loops run it). The ru
 off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the contract's
 (:mod:`hwgen.timing`), which the gateware is built from or names at the registers they count:
 
-- **sequencer**: one instruction a cycle, no branch penalty (the next word is fetched from
-  ``pc_next``); a WAIT retires the cycle its units are idle. A counted WAIT (``left`` = n)
-  retires once every LOAD but the newest n has finished (the cycle after its last row is
-  written: a cycle before the engine's idle flag drops, :data:`LOAD_TAIL`) and every job but
-  the newest n has read its operands (a MATMUL's last slice issued).
+- **sequencer**: one instruction a cycle, no branch penalty (both possible next words are
+  fetched ahead, :mod:`hwgen.gateware.sequencer`); a WAIT retires the cycle its units are
+  idle. A counted WAIT (``left`` = n) retires once every LOAD but the newest n has finished
+  (the cycle after its last row is written: a cycle before the engine's idle flag drops,
+  :data:`LOAD_TAIL`) and every job but the newest n has read its operands (a MATMUL's last
+  slice issued).
 - **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
   buffered FIFO, then the unit's command register); the job queue holds
   :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array. A

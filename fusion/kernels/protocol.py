@@ -125,8 +125,8 @@ def check_sizes(**sizes: Any) -> None:
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
 
 
-def check_per_channel(stages: Sequence[str], params: EpilogueParams,
-                      src_dtype: str = "int32") -> None:
+def check_epilogue(stages: Sequence[str], params: EpilogueParams,
+                   src_dtype: str = "int32") -> None:
     """Refuse per-channel requantize without the requant stage (its vectors would be unused),
     and a chain whose stage can get inputs its gateware does not take
     (:func:`hwgen.stages.check_inputs`, for a ``src_dtype`` input): a malformed params

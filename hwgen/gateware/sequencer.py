@@ -68,7 +68,7 @@ class Sequencer(wiring.Component):
         # executing word computes through the registers: port A reads the word after the
         # one that executes next, port B the branch target of the one that executes next.
         # So the next word is always at hand, the branch's taken or not, and a branch costs
-        # no cycle, as when the word was fetched from ``pc_next`` (fusion.cost.machine).
+        # no cycle (fusion.cost.machine counts none).
         m.submodules.imem = imem = memory.Memory(shape=WORD_BITS, depth=c.imem_depth, init=[])
         wp = imem.write_port(granularity=WORD_BITS // 2)
         m.d.comb += [wp.addr.eq(self.imem.addr), wp.data.eq(self.imem.data),

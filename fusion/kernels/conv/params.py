@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from fusion.kernels.layout import ceil_div
-from fusion.kernels.protocol import check_per_channel, check_sizes
+from fusion.kernels.protocol import check_epilogue, check_sizes
 from hwgen.config import VariantConfig
 from hwgen.reference import EpilogueParams
 
@@ -68,7 +68,7 @@ class ConvParams:
                              f"input with pads {self.pads}")
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "kmajor_out", bool(self.kmajor_out))
-        check_per_channel(self.stages, self.epilogue)
+        check_epilogue(self.stages, self.epilogue)
 
     @property
     def OH(self) -> int:  # noqa: N802 - the customary names

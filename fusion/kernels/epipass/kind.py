@@ -48,7 +48,7 @@ from fusion.kernels.protocol import (
     KernelKind,
     Operand,
     Refusal,
-    check_per_channel,
+    check_epilogue,
     check_sizes,
     stage_refusal,
 )
@@ -113,7 +113,7 @@ class PassParams:
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "src_dtype", lane_dtype(self.src_dtype, "src_dtype"))
         object.__setattr__(self, "out_dtype", lane_dtype(self.out_dtype, "out_dtype"))
-        check_per_channel(self.stages, self.epilogue, self.src_dtype)
+        check_epilogue(self.stages, self.epilogue, self.src_dtype)
 
 
 @dataclass(frozen=True, eq=False)

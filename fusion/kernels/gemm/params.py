@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusion.kernels.protocol import check_per_channel, check_sizes
+from fusion.kernels.protocol import check_epilogue, check_sizes
 from fusion.kernels.tiling import Tiling
 from hwgen.reference import EpilogueParams
 
@@ -69,5 +69,5 @@ class GemmParams:
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "fused", bool(self.fused))
         object.__setattr__(self, "kmajor_out", bool(self.kmajor_out))
-        check_per_channel(self.stages, self.epilogue)
+        check_epilogue(self.stages, self.epilogue)
 
