@@ -104,6 +104,14 @@ class VariantConfig:
         It needs ``port_bytes == rows == cols <= 16`` (an A row is one pixel's channels).
         Off, the unit adds nothing to the Verilog, and the key is the one the variant had
         before the option existed.
+    epilogue_share : int
+        Cycles the epilogue spends on one row: its stages have ``cols / epilogue_share``
+        lanes (:attr:`epilogue_lanes`) and take a row's lanes in that many beats. Sharing
+        divides the stages' multipliers and logic (the requantize and residual stages' four
+        MULT18X18D a lane) by it, and slows only what drains faster than a row in that many
+        cycles (tiles of a short K, passes, the window unit's tiles), which the cost model
+        prices. A power of two dividing ``cols``; at 1 (no sharing) the key is the one the
+        variant had before the option existed.
     """
 
     rows: int = 4
@@ -119,6 +127,7 @@ class VariantConfig:
     mem_addr_bits: int = 17
     imem_depth: int = 2048
     window_unit: bool = False
+    epilogue_share: int = 1
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -174,6 +183,12 @@ class VariantConfig:
                 raise ValueError(f"{name} must be an integer from 2 to 65536, not {value!r}")
         if not isinstance(self.window_unit, bool):
             raise ValueError(f"window_unit must be true or false, not {self.window_unit!r}")
+        share = self.epilogue_share
+        if (not isinstance(share, int) or isinstance(share, bool) or not _is_pow2(share)
+                or self.cols % share):
+            raise ValueError(
+                f"epilogue_share must be a power of two dividing cols={self.cols} (the "
+                f"epilogue's lanes are cols / epilogue_share), not {share!r}")
         if self.window_unit and not (self.window_loads and self.rows == self.cols):
             raise ValueError(
                 f"the window unit needs port_bytes == rows == cols <= 16 (one pixel's channels "
@@ -233,6 +248,12 @@ class VariantConfig:
         return self.cols * 4
 
     @property
+    def epilogue_lanes(self) -> int:
+        """Lanes of the epilogue's stages and of each beat through them: a row of ``cols``
+        lanes is ``epilogue_share`` beats."""
+        return self.cols // self.epilogue_share
+
+    @property
     def mem_words(self) -> int:
         """Words in the external memory address space."""
         return 1 << self.mem_addr_bits
@@ -272,8 +293,11 @@ class VariantConfig:
         """The parameters as plain JSON types."""
         data = dataclasses.asdict(self)
         data["epilogue"] = list(self.epilogue)
-        if not self.window_unit:  # a variant without the unit keeps the key it always had
+        # a variant without these options keeps the key it always had
+        if not self.window_unit:
             del data["window_unit"]
+        if self.epilogue_share == 1:
+            del data["epilogue_share"]
         return data
 
     def key(self) -> str:

@@ -14,12 +14,15 @@ ALL_STAGES = EPILOGUE_STAGES
 
 #: The variants the simulation tests build and ``sim.calibrate`` sweeps by default: square and
 #: non-square arrays, 4- and 8-byte ports, port latencies 3, 4 and 6, and a port wider than a
-#: scratchpad row (4x4 with 8 bytes), each with the whole epilogue chain.
+#: scratchpad row (4x4 with 8 bytes), each with the whole epilogue chain; the 2x2 and the 4x8
+#: share their epilogue's lanes (two and four cycles a row), the 4x4 does not.
 SIM_VARIANTS = {
     "2x2": VariantConfig(rows=2, cols=2, port_bytes=4, port_latency=3, epilogue=ALL_STAGES,
-                         spad_a_depth=512, spad_b_depth=512, spad_e_depth=128),
+                         spad_a_depth=512, spad_b_depth=512, spad_e_depth=128,
+                         epilogue_share=2),
     "4x4": VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES),
-    "4x8": VariantConfig(rows=4, cols=8, port_bytes=8, port_latency=6, epilogue=ALL_STAGES),
+    "4x8": VariantConfig(rows=4, cols=8, port_bytes=8, port_latency=6, epilogue=ALL_STAGES,
+                         epilogue_share=4),
 }
 
 #: A non-square array with small scratchpads (so that kernels tile a lot) and a deep

@@ -11,9 +11,11 @@ Grammar (``docs/variants.md``)::
              | "port" N                      port_bytes = N (default: rows with +window, else
                                              8, or a whole output tile when that is smaller)
              | "addr" N                      mem_addr_bits = N
+             | "share" N                     epilogue_share = N (the epilogue's stages have
+                                             cols / N lanes, N cycles a row)
 
 Every other field is :class:`~hwgen.config.VariantConfig`'s default. A spec is normalised:
-stages always written, options in the order window, port, addr and only where they differ
+stages always written, options in the order window, port, addr, share and only where they differ
 from the default (``4x4+addr18+window`` becomes ``4x4:bias,requant,relu+window+addr18``).
 Its name, a folder name and a FuseSoC core name, is that spec in letters, digits and
 underscores (``4x4_bias_requant_relu_window_addr18``).
@@ -29,11 +31,12 @@ from dataclasses import dataclass
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 
 #: What a bad spec's message points at.
-GRAMMAR = ("RxC[:stage,stage,...|:none][+window][+portN][+addrN], e.g. "
+GRAMMAR = ("RxC[:stage,stage,...|:none][+window][+portN][+addrN][+shareN], e.g. "
            "8x8:bias,requant,relu+port16")
 
 _SHAPE = re.compile(r"(\d+)x(\d+)")
-_OPTION = re.compile(r"(window)|(port|addr)(\d+)")
+_OPTION = re.compile(r"(window)|(port|addr|share)(\d+)")
+_FIELDS = {"port": "port_bytes", "addr": "mem_addr_bits", "share": "epilogue_share"}
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def parse_spec(text: str) -> VariantSpec:
         m = _OPTION.fullmatch(option)
         if m is None:
             raise ValueError(f"variant spec {text!r}: unknown option {option!r}; the options "
-                             f"are +window, +portN, +addrN ({GRAMMAR})")
+                             f"are +window, +portN, +addrN, +shareN ({GRAMMAR})")
         what = m[1] or m[2]
         if what in seen:
             raise ValueError(f"variant spec {text!r} gives +{what} twice; give it once")
@@ -78,7 +81,7 @@ def parse_spec(text: str) -> VariantSpec:
         if m[1]:
             fields["window_unit"] = True
         else:
-            fields["port_bytes" if what == "port" else "mem_addr_bits"] = int(m[3])
+            fields[_FIELDS[what]] = int(m[3])
     if "port_bytes" not in fields:
         fields["port_bytes"] = _implied_port(fields["rows"], fields["cols"],
                                              fields.get("window_unit", False))
@@ -104,7 +107,7 @@ def _stages(text: str, stage_text: str) -> tuple[str, ...]:
 
 def normal_text(config: VariantConfig) -> str:
     """The spec of ``config`` in normal form: the stages always (``none`` for none), then the
-    options in the order window, port, addr, each only where it differs from what a spec
+    options in the order window, port, addr, share, each only where it differs from what a spec
     without it gets."""
     default = VariantConfig()
     out = f"{config.rows}x{config.cols}:{','.join(config.epilogue) or 'none'}"
@@ -114,6 +117,8 @@ def normal_text(config: VariantConfig) -> str:
         out += f"+port{config.port_bytes}"
     if config.mem_addr_bits != default.mem_addr_bits:
         out += f"+addr{config.mem_addr_bits}"
+    if config.epilogue_share != default.epilogue_share:
+        out += f"+share{config.epilogue_share}"
     return out
 
 

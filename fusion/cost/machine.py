@@ -27,15 +27,16 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
 - **array**: a k-slice a cycle, back to back across MATMULs. A tile is complete
   :func:`~hwgen.timing.array_latency` cycles after its final slice and drains a row a cycle, from
   :data:`TILE_GAP` cycles later, into the epilogue's stage registers (each stage's
-  ``latency``, :mod:`hwgen.stages`).
-- **store unit**: takes a row every ``max(1, cols * lane_bytes / port_bytes)`` cycles (a
+  ``latency``, :mod:`hwgen.stages`). With lane sharing (``epilogue_share`` = P) a row is P
+  beats of ``cols / P`` lanes, a beat a cycle, and everything below counts beats.
+- **store unit**: takes a beat every ``max(1, lanes * lane_bytes / port_bytes)`` cycles (a
   word a cycle on the write port); when it falls behind, the stage registers fill and hold
   the drain back.
 - **transposing store** (MATMUL ``tr``, :mod:`hwgen.gateware.transpose`): the rows go into
   one of two tile buffers as they would go to the store; once the tile's last row is in, the
-  store takes its ``C`` columns from the next cycle, at the store's rate. A buffer is free
-  again the cycle after its last column left; until then the next-but-one tile waits in the
-  stage registers.
+  store takes its ``C`` columns (P beats each) from the next cycle, at the store's rate. A
+  buffer is free again the cycle after its last column left; until then the next-but-one
+  tile waits in the stage registers.
 - **stall rule**: only one finished tile drains at a time, so a tile's final slice waits
   until the previous tile's last row has entered the epilogue (``stall_epilogue``).
 - **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
@@ -94,6 +95,8 @@ class Machine(SharedPort):
         self.memory = memory  # a DRAM port (fusion.cost.memory); None: the ideal memory
         self.latency = memory.read_latency if memory is not None else c.port_latency
         self.c, self.R, self.C, self.W = c, c.rows, c.cols, c.port_bytes
+        # a row is P beats of `lanes` lanes through the epilogue and to the store
+        self.P, self.lanes = c.epilogue_share, c.epilogue_lanes
         self.L = array_latency(c)
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
         self.seq = 0  # cycle the next instruction retires
@@ -198,42 +201,44 @@ class Machine(SharedPort):
     # -- the store unit ----------------------------------------------------------------------
 
     def store_cycles(self, lane_bytes: int) -> float:
-        """Cycles the store unit spends on one row of ``cols`` lanes of ``lane_bytes``; on a
-        DRAM port no fewer than the port takes to write them (a fraction: a drain's rows
-        are rounded once, together)."""
-        s = max(1, self.C * lane_bytes // self.W)
+        """Cycles the store unit spends on one beat (``epilogue_lanes`` lanes of
+        ``lane_bytes``); on a DRAM port no fewer than the port takes to write them (a
+        fraction: a drain's beats are rounded once, together)."""
+        s = max(1, self.lanes * lane_bytes // self.W)
         if self.memory is None:
             return s
-        return max(s, self.memory.store_cycles(self.C * lane_bytes / self.W))
+        return max(s, self.memory.store_cycles(self.lanes * lane_bytes / self.W))
 
     def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False,
                 out: int | None = None) -> int:
-        """Rows offered to the epilogue one a cycle from ``first``; returns the cycle after
-        the last one entered. The store takes row j ``E`` cycles after it enters, at most
-        one every ``s`` cycles; when it falls behind, the stage registers fill and hold
-        the rows back (row j enters when row ``j - E`` goes to the store). Transposed
-        (``tr``), a tile buffer takes the rows instead, one a cycle, and the store its
-        columns once the last row is in."""
+        """Rows offered to the epilogue from ``first``, a beat a cycle (a row is ``P`` beats
+        with lane sharing); returns the cycle after the last beat entered. The store takes
+        beat j ``E`` cycles after it enters, at most one every ``s`` cycles; when it falls
+        behind, the stage registers fill and hold the beats back (beat j enters when beat
+        ``j - E`` goes to the store). Transposed (``tr``), a tile buffer takes the beats
+        instead, one a cycle, and the store its columns (``P`` beats each) once the last
+        row is in."""
         s = self.store_cycles(lane_bytes)
+        beats = rows * self.P
         if tr:
             st0 = max(first + self.E, self.turn0)  # the buffer this tile fills is free
-            full = st0 + rows  # the tile is whole; its columns go out from here
+            full = st0 + beats  # the tile is whole; its columns go out from here
             w0 = max(full, self.store)  # its first column's write
-            st_last = w0 + round((self.C - 1) * s)
+            st_last = w0 + round((self.C * self.P - 1) * s)
             self.turn0, self.turn1 = self.turn1, st_last + 1
             step = 1
         else:
             st0 = max(first + self.E, self.store)
-            st_last = st0 + round((rows - 1) * s)
+            st_last = st0 + round((beats - 1) * s)
             step = s
             w0 = st0
-        enter_last = first + rows - 1
-        if rows - 1 - self.E >= 0:
-            enter_last = max(enter_last, st0 + round((rows - 1 - self.E) * step))
+        enter_last = first + beats - 1
+        if beats - 1 - self.E >= 0:
+            enter_last = max(enter_last, st0 + round((beats - 1 - self.E) * step))
         if self.memory is not None:
-            row_bytes = (self.R if tr else self.C) * lane_bytes  # a row (or column) stored
+            beat_bytes = self.lanes * lane_bytes  # a row's (or column's) beat stored
             self._writes(w0, st_last, rows * self.C * lane_bytes / self.W,
-                         spacing=self.W / row_bytes * s if row_bytes < self.W else 1.0,
+                         spacing=self.W / beat_bytes * s if beat_bytes < self.W else 1.0,
                          joined=w0 <= self.store + JOIN_GAP, out=out)
         self.store = st_last + round(s)
         self.idle = max(self.idle, st_last + round(s) + 1)

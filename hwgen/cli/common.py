@@ -85,7 +85,8 @@ def config_from_args(args: argparse.Namespace) -> VariantConfig:
         return VariantConfig.from_dict(data)
     fields = {}
     for name in ("rows", "cols", "port_bytes", "port_latency", "spad_a_depth", "spad_b_depth",
-                 "spad_e_depth", "imem_depth", "mem_addr_bits", "window_unit"):
+                 "spad_e_depth", "imem_depth", "mem_addr_bits", "window_unit",
+                 "epilogue_share"):
         value = getattr(args, name, None)
         if value is not None:
             fields[name] = value

@@ -33,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
                    help="add the window unit: depthwise convolutions and pools in hardware "
                         "(needs --port-bytes == --rows == --cols)")
+    p.add_argument("--epilogue-share", dest="epilogue_share", type=int, metavar="N",
+                   help="the epilogue's stages get cols/N lanes and take N cycles a row: "
+                        "N times fewer of their multipliers, slower only where rows drain "
+                        "faster (a power of two dividing --cols; default 1)")
     add_platform_arguments(p)
     p.add_argument("--fit", metavar="PART",
                    help="synthesize the variant (yosys, then nextpnr on the LFE5U-85F for "

@@ -21,6 +21,7 @@ from hwgen.gateware.epilogue import (
     EpiloguePipeline,
     csr_signature,
     e_reads_signature,
+    lane_part,
     lanes_layout,
 )
 from hwgen.gateware.ports import write_layout
@@ -182,17 +183,28 @@ class ComputeUnit(wiring.Component):
                              running.eq(self.job.payload.k != 0)]
 
         # -- the epilogue's input: a drained row or a pass row -------------------------------
+        # With lane sharing a row enters as epilogue_share beats of epilogue_lanes lanes, one
+        # a cycle (`part`); the row's source moves on after its last part.
         beat = epi.i.payload
+        share = c.epilogue_share
+        part = Signal(range(share)) if share > 1 else 0
+        last_part = part == share - 1 if share > 1 else 1
+        took = epi.i.valid & epi.i.ready
+        if share > 1:
+            m.d.comb += beat.part.eq(part)
+            with m.If(took):
+                m.d.sync += part.eq(Mux(last_part, 0, part + 1))
         src = data.View(job_layout(c), Mux(drain_active, tile_job.as_value(), pass_job.as_value()))
         row = Mux(drain_active, drain_row, pass_row)
         m.d.comb += [
             epi.i.valid.eq(drain_active | pass_active),
             beat.mask.eq(src.mask), beat.dt.eq(src.dt), beat.out.eq(src.out),
-            beat.bias.eq(src.bias), beat.res.eq(src.res + row), beat.first.eq(row == 0),
-            beat.tr.eq(src.tr),
+            beat.bias.eq(src.bias), beat.res.eq(src.res + row),
+            beat.first.eq((row == 0) & (part == 0)), beat.tr.eq(src.tr),
         ]
-        for j in range(c.cols):
-            m.d.comb += beat.lanes[j].eq(Mux(drain_active, array.top[j], self.src_data[j]))
+        lanes = lane_part([Mux(drain_active, array.top[j], self.src_data[j])
+                           for j in range(c.cols)], part, c)
+        m.d.comb += [beat.lanes[j].eq(v) for j, v in enumerate(lanes)]
         if c.window_unit:
             # a window tile drains like an array tile (no residual: its row is never read)
             with m.If(wu.res_valid):
@@ -200,11 +212,12 @@ class ComputeUnit(wiring.Component):
                 m.d.comb += [
                     epi.i.valid.eq(1), beat.mask.eq(d.mask), beat.dt.eq(d.dt),
                     beat.out.eq(d.out), beat.bias.eq(d.bias), beat.res.eq(0),
-                    beat.first.eq(wu.res_first), beat.tr.eq(d.tr),
-                    wu.res_ack.eq(epi.i.ready),
+                    beat.first.eq(wu.res_first & (part == 0)), beat.tr.eq(d.tr),
+                    wu.res_ack.eq(epi.i.ready & last_part),
                 ]
-                m.d.comb += [beat.lanes[j].eq(wu.res_row[j]) for j in range(c.cols)]
-        accepted = unless("res_valid", epi.i.valid & epi.i.ready)
+                m.d.comb += [beat.lanes[j].eq(v)
+                             for j, v in enumerate(lane_part(wu.res_row, part, c))]
+        accepted = unless("res_valid", took) & last_part  # a row's last part went in
         with m.If(accepted & drain_active):
             m.d.comb += array.shift.eq(1)
             m.d.sync += drain_row.eq(drain_row + 1)

@@ -356,8 +356,9 @@ class LoadEngine(wiring.Component):
 
 
 class StoreUnit(wiring.Component):
-    """Packs epilogue rows (``cols`` lanes, stored as int32 or as their low bytes) into
-    memory words on the write channel, at consecutive addresses from the job's ``out``."""
+    """Packs epilogue beats (``epilogue_lanes`` lanes, stored as int32 or as their low
+    bytes) into memory words on the write channel, at consecutive addresses from the job's
+    ``out``: a row's beats hold its lanes in order, so they pack as its bytes would."""
 
     def __init__(self, config: VariantConfig):
         self._config = config
@@ -372,15 +373,17 @@ class StoreUnit(wiring.Component):
         c = self._config
         wbytes = c.port_bytes
         addr = Signal(c.mem_addr_bits)
-        row8 = Cat(*(self.i.payload.lanes[i][:8] for i in range(c.cols)))
-        row32 = Cat(*(self.i.payload.lanes[i] for i in range(c.cols)))
+        lanes = c.epilogue_lanes
+        row8 = Cat(*(self.i.payload.lanes[i][:8] for i in range(lanes)))
+        row32 = Cat(*(self.i.payload.lanes[i] for i in range(lanes)))
+        bytes8, bytes32 = lanes, 4 * lanes  # of a beat stored as int8, as int32
 
         # The word being written, and how many more words the held row still holds.
         word = Signal(wbytes * 8)
         word_valid = Signal()
-        held = Signal(max(c.e_row_bytes, wbytes) * 8)
-        held_words = Signal(range(c.e_row_bytes // min(wbytes, c.e_row_bytes) + 1))
-        fill = Signal(range(max(1, wbytes // c.b_row_bytes) + 1))  # int8 rows packed so far
+        held = Signal(max(bytes32, wbytes) * 8)
+        held_words = Signal(range(bytes32 // min(wbytes, bytes32) + 1))
+        fill = Signal(range(max(1, wbytes // bytes8) + 1))  # int8 beats packed so far
 
         m.d.comb += [self.wr.valid.eq(word_valid), self.wr.payload.data.eq(word),
                      self.wr.payload.addr.eq(addr)]
@@ -402,7 +405,7 @@ class StoreUnit(wiring.Component):
                     # addr is advanced by `wrote` in the same cycle only for the old job,
                     # whose words are all out by now (rows are whole words per job)
                     m.d.sync += addr.eq(self.i.payload.out)
-                for dt, row, nbytes in ((0, row32, c.e_row_bytes), (1, row8, c.b_row_bytes)):
+                for dt, row, nbytes in ((0, row32, bytes32), (1, row8, bytes8)):
                     with m.If(self.i.payload.dt == dt):
                         if nbytes >= wbytes:
                             m.d.sync += [word.eq(row[:wbytes * 8]), word_valid.eq(1),

@@ -2,7 +2,9 @@
 scratchpad) and the store unit.
 
 Every beat is one row of ``cols`` int32 lanes plus the job it belongs to (enable mask, store
-type, addresses), so beats of two tiles can be in the pipeline at once. A stage whose bit is
+type, addresses), so beats of two tiles can be in the pipeline at once; with lane sharing
+(``VariantConfig.epilogue_share`` = P > 1) a row is P beats of ``cols / P`` lanes, its
+``part`` field saying which, and the stages have that many lanes. A stage whose bit is
 clear in the beat's mask passes the lanes through unchanged: the same chain runs fused (all
 bits) and as standalone memory-to-memory passes (one bit each).
 
@@ -27,15 +29,37 @@ from hwgen.stages import SPECS, StageSpec
 
 
 def lanes_layout(config: VariantConfig) -> data.ArrayLayout:
-    """One row of int32 lanes."""
+    """One row of ``cols`` int32 lanes (of the array, of an epilogue-scratchpad row)."""
     return data.ArrayLayout(signed(config.acc_bits), config.cols)
+
+
+def beat_lanes_layout(config: VariantConfig) -> data.ArrayLayout:
+    """The lanes of one beat: ``cols / epilogue_share`` int32 lanes."""
+    return data.ArrayLayout(signed(config.acc_bits), config.epilogue_lanes)
+
+
+def lane_part(row, part, config: VariantConfig) -> list:
+    """Lanes ``part * L .. part * L + L - 1`` of a row of ``cols`` lanes (``L`` =
+    ``epilogue_lanes``): the beat ``part`` of it. Without sharing, the row."""
+    lanes, share = config.epilogue_lanes, config.epilogue_share
+    if share == 1:
+        return [row[c] for c in range(lanes)]
+    out = []
+    for c in range(lanes):
+        value = row[c]
+        for p in range(1, share):
+            value = Mux(part == p, row[p * lanes + c], value)
+        out.append(value)
+    return out
 
 
 def beat_layout(config: VariantConfig) -> data.StructLayout:
     """Payload of one epilogue beat."""
     e_bits = ceil_log2(config.spad_e_depth)
+    part = {"part": ceil_log2(config.epilogue_share)} if config.epilogue_share > 1 else {}
     return data.StructLayout({
-        "lanes": lanes_layout(config),
+        **part,  # which lanes of the row the beat holds (lane sharing)
+        "lanes": beat_lanes_layout(config),
         "mask": len(EPILOGUE_STAGES),
         "dt": 1,  # hwgen.isa.Dt: 0 int32, 1 int8
         "bias": e_bits,  # epilogue-scratchpad row of the bias vector
@@ -108,7 +132,7 @@ class Pipe:
         self.csr = stage.csr
         self.levels: list[tuple[Signal, Signal, Signal]] = []  # (valid, beat, load)
         self.valid, self.beat = stage.i.valid, stage.i.payload
-        self.x = [self.beat.lanes[c] for c in range(stage.config.cols)]
+        self.x = [self.beat.lanes[c] for c in range(stage.config.epilogue_lanes)]
 
     def cut(self, values: list | tuple = ()) -> list:
         """``values`` registered, with the beat: the stage's next register."""
@@ -122,15 +146,19 @@ class Pipe:
             m.d.sync += [r.eq(v) for r, v in zip(regs, values, strict=True)]
         self.levels.append((valid, beat, load))
         self.valid, self.beat = valid, beat
-        self.x = [beat.lanes[c] for c in range(self._stage.config.cols)]
+        self.x = [beat.lanes[c] for c in range(self._stage.config.epilogue_lanes)]
         return regs
 
-    def read(self, name: str):
-        """The row of read ``name`` for the beat in the stage's first register."""
+    def read(self, name: str) -> list:
+        """The lanes of read ``name`` for the beat in the stage's first register: the
+        row's lanes that beat holds (all of them without lane sharing)."""
         if not self.levels:
             raise ValueError(f"stage {self._stage.name!r} uses its read {name!r} before its "
                              f"first register: the block RAM delivers the row a cycle later")
-        return getattr(self._stage.e, name).data
+        config = self._stage.config
+        first_beat = self.levels[0][1]
+        part = first_beat.part if config.epilogue_share > 1 else 0
+        return lane_part(getattr(self._stage.e, name).data, part, config)
 
 
 #: ``lanes(p) -> new lanes``: a stage's arithmetic on the lanes of a beat, given the
@@ -178,7 +206,7 @@ def _requant(p):
     the rounding add; the shift; then the zero point and the saturation.
     """
     csr = p.csr
-    cols = len(p.x)
+    lanes = len(p.x)
     per_channel, even = csr.req_mode[0], csr.req_mode[1]
     p.cut()
     pc_mult, pc_shift = p.read("pc_mult"), p.read("pc_shift")
@@ -188,10 +216,10 @@ def _requant(p):
         parts += _split_product(v, mult)
         shifts.append(Mux(per_channel, pc_shift[c][:6], csr.req_shift))
     regs = p.cut(parts + shifts)
-    parts, shifts = regs[:4 * cols], regs[4 * cols:]
-    products = [_sum_product(parts[4 * c:4 * c + 4]) for c in range(cols)]
+    parts, shifts = regs[:4 * lanes], regs[4 * lanes:]
+    products = [_sum_product(parts[4 * c:4 * c + 4]) for c in range(lanes)]
     regs = p.cut([v.as_signed()[:64].as_signed() for v in products] + shifts)
-    products, shifts = regs[:cols], regs[cols:]
+    products, shifts = regs[:lanes], regs[lanes:]
     sums = []
     for product, shift in zip(products, shifts, strict=True):
         parity = (product >> shift)[0]
@@ -199,7 +227,7 @@ def _requant(p):
         rnd = Mux(even & (shift != 0), half - 1 + parity, half)
         sums.append((product + rnd)[:65].as_signed())
     regs = p.cut(sums + shifts)
-    sums, shifts = regs[:cols], regs[cols:]
+    sums, shifts = regs[:lanes], regs[lanes:]
     scaled = p.cut([s >> shift for s, shift in zip(sums, shifts, strict=True)])
     return [saturate(v + csr.req_zp, INT8_MIN, INT8_MAX) for v in scaled]
 
@@ -249,7 +277,7 @@ def _residual(p):
     shift; then the zero point, the bounds and the mode.
     """
     csr = p.csr
-    cols = len(p.x)
+    lanes = len(p.x)
     p.cut()
     res = p.read("res")
     parts, plain = [], []
@@ -261,13 +289,13 @@ def _residual(p):
         either = Mux(csr.res_mode[0], Mux(v > r, v, r), v + r)
         plain.append(saturate(either, INT8_MIN, INT8_MAX))
     regs = p.cut(parts + plain)
-    parts, plain = regs[:4 * cols], regs[4 * cols:]
+    parts, plain = regs[:4 * lanes], regs[4 * lanes:]
     totals = []
-    for c in range(cols):
+    for c in range(lanes):
         xl, xh, rl, rh = parts[4 * c:4 * c + 4]
         totals.append(((xl + rl) + ((xh + rh) << 16))[:SCALED_BITS].as_signed())
     regs = p.cut(totals + plain)
-    totals, plain = regs[:cols], regs[cols:]
+    totals, plain = regs[:lanes], regs[lanes:]
     shift = Signal(range(SCALED_BITS + 1))  # a constant of the job: no path through it
     p.m.d.comb += shift.eq(Mux(csr.res_shift > SCALED_BITS, SCALED_BITS, csr.res_shift))
     half = (Const(1, SCALED_BITS + 1) << shift)[:SCALED_BITS + 1] >> 1
@@ -277,9 +305,9 @@ def _residual(p):
         rounded.append(Mux(shift == 0, total, total + half - 1 + parity)
                        [:SCALED_BITS + 1].as_signed())
     regs = p.cut(rounded + plain)
-    rounded, plain = regs[:cols], regs[cols:]
+    rounded, plain = regs[:lanes], regs[lanes:]
     regs = p.cut([v >> shift for v in rounded] + plain)
-    shifted, plain = regs[:cols], regs[cols:]
+    shifted, plain = regs[:lanes], regs[lanes:]
     out = []
     for v, pl in zip(shifted, plain, strict=True):
         scaled = v + csr.res_zp

@@ -25,11 +25,24 @@ def test_defaults_are_valid_and_key_is_stable():
         ({"rows": 2, "cols": 2, "port_bytes": 8}, "must be a whole number of memory words"),
         ({"spad_a_depth": 1}, "spad_a_depth must be an integer from 2 to 65536"),
         ({"port_latency": 0}, "port_latency must be from 1 to 64"),
+        ({"cols": 4, "epilogue_share": 8}, "epilogue_share must be a power of two dividing "
+                                           "cols=4"),
+        ({"epilogue_share": 3}, "epilogue_share must be a power of two"),
+        ({"epilogue_share": 0}, "epilogue_share must be a power of two"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_message(fields, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         VariantConfig(**fields)
+
+
+def test_lane_sharing_keeps_unshared_keys_and_divides_the_lanes():
+    # a variant without sharing keeps the key it had before the option existed
+    assert "epilogue_share" not in VariantConfig().to_dict()
+    shared = VariantConfig(cols=8, epilogue_share=4)
+    assert shared.epilogue_lanes == 2
+    assert shared.key() != VariantConfig(cols=8).key()
+    assert VariantConfig.from_dict(shared.to_dict()) == shared
 
 
 def test_descriptor_round_trip(tmp_path):

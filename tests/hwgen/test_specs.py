@@ -23,6 +23,9 @@ from hwgen.specs import parse_spec
     # a small array's default port is its output tile
     ("2x2:none", "2x2:none", "2x2_none", {"port_bytes": 4, "epilogue": ()}),
     (" 4x8:bias ", "4x8:bias", "4x8_bias", {"rows": 4, "cols": 8}),
+    ("4x4:bias,requant+share4+port4", "4x4:bias,requant+port4+share4",
+     "4x4_bias_requant_port4_share4", {"epilogue_share": 4, "port_bytes": 4}),
+    ("4x4+share1", "4x4:bias,requant,relu", "4x4_bias_requant_relu", {"epilogue_share": 1}),
 ])
 def test_a_spec_parses_to_its_normal_form_and_name(text, normal, name, fields):
     spec = parse_spec(text)
@@ -44,6 +47,7 @@ def test_a_spec_parses_to_its_normal_form_and_name(text, normal, name, fields):
     ("4x8+window", "the window unit needs port_bytes == rows == cols"),
     ("8x8+window+port16", "the window unit needs port_bytes == rows == cols"),
     ("4x4+addr99", "mem_addr_bits must be from 8 to 24"),
+    ("4x4+share8", "epilogue_share must be a power of two dividing cols=4"),
 ])
 def test_a_bad_spec_is_one_line_naming_it(text, message):
     with pytest.raises(ValueError) as exc:
