@@ -91,7 +91,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "total + half)\n",
              "the scaled add rounds ties up instead of to even"),
     Mutation("per-channel-shift", EPI,
-             "shifts.append(Mux(per_channel, pc_shift[c][:6], csr.req_shift))",
+             "shifts.append(Mux(per_channel, pc_shift[c], csr.req_shift))",
              "shifts.append(csr.req_shift)",
              "per-channel requantize takes the per-tensor shift register"),
     Mutation("mac-sign", "hwgen/gateware/pe.py",

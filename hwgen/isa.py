@@ -269,8 +269,18 @@ MAX_LEFT = (1 << next(f.width for f in OPCODES[Op.WAIT][0] if f.name == "left"))
 def window_words(rows: int, shift, step):
     """Memory words one LOADW row reads on a variant of ``rows`` array rows (whose memory word
     is one A row, ``port_bytes == rows``): through its last lane's byte
-    ``shift + (rows - 1) * step``. Works on ints and on Amaranth values alike."""
-    return ((shift + (rows - 1) * step) >> (rows.bit_length() - 1)) + 1
+    ``shift + (rows - 1) * step``. Works on ints and on Amaranth values alike (the product
+    by a constant as shifted adds: synthesis gives a ``*`` a multiplier block however small).
+    """
+    return ((shift + times_const(step, rows - 1)) >> (rows.bit_length() - 1)) + 1
+
+
+def times_const(value, k: int):
+    """``value * k`` for a constant ``k >= 0``, as a sum of shifted copies of ``value`` (one
+    per set bit of ``k``): yosys maps every ``$mul`` to a MULT18X18D, even one of a few bits
+    by a constant, where these adds cost a few LUTs. Works on ints and Amaranth values."""
+    terms = [value << i for i in range(k.bit_length()) if k >> i & 1]
+    return sum(terms[1:], terms[0]) if terms else 0
 
 
 class IsaError(ValueError):

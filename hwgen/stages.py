@@ -234,7 +234,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(
         name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None, regs=(),
         reads=(ERead("bias", "bias", BIAS_ROW, "bias"),), int8_out=False, reference=_bias,
-        latency=2),
+        latency=3),
     StageSpec(
         name="requant",
         doc="x = sat8(((x * mult + round) >> shift) + zp), round = 1 << (shift - 1) (0 when "
@@ -256,7 +256,7 @@ STAGES: tuple[StageSpec, ...] = (
                   lambda p: int(p.per_channel) | int(p.round_even) << 1)),
         reads=(ERead("pc_mult", "bias", REQ_MULT_ROW, "mult", _per_channel),
                ERead("pc_shift", "bias", REQ_SHIFT_ROW, "shift", _per_channel)),
-        int8_out=True, reference=_requant, latency=6),
+        int8_out=True, reference=_requant, latency=7),
     StageSpec(
         name="relu", doc="x = max(x, 0)", op="relu", params=None, regs=(), reads=(),
         int8_out=False, reference=lambda x, p, o: lanes.relu(x),
@@ -304,7 +304,7 @@ STAGES: tuple[StageSpec, ...] = (
               Reg("res_hi", 14, 8, True, "scaled add: upper bound of the output",
                   lambda p: p.res_hi, _scaled)),
         reads=(ERead("res", "res", 0, "residual"),), int8_out=True, reference=_residual,
-        out_range=_residual_range, latency=6, in_range=_residual_inputs),
+        out_range=_residual_range, latency=7, in_range=_residual_inputs),
 )
 
 #: The stage names, in the canonical chain order.

@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from hwgen.config import VariantConfig
 from hwgen.gateware.epilogue import beat_signature
 from hwgen.gateware.ports import write_layout
-from hwgen.isa import Dst
+from hwgen.isa import Dst, times_const
 from hwgen.timing import LOAD_CONTEXTS
 
 SPAD_ADDR_BITS = 16
@@ -179,7 +179,9 @@ class LoadEngine(wiring.Component):
         word = Signal(16)
         seg = Signal(16)
         issuing = Signal()
-        pending = Signal(32)  # words requested but not yet received
+        # words requested and not yet taken by the word stage: on their way, or waiting in
+        # the read buffer (one counter, so the credit check is one compare of a register)
+        used = Signal(range(c.read_credits + 1))
         wait = Signal(range(c.port_bytes + 1))  # issue interval counter
         interval = Signal(range(c.port_bytes + 1))
         m.d.comb += interval.eq(Mux(
@@ -213,7 +215,7 @@ class LoadEngine(wiring.Component):
                             m.d.comb += ctx.rows.eq(words * (c.port_bytes // width))
         # A credit: the words requested and not yet received, plus those waiting in the read
         # buffer, stay below its depth, so whatever arrives has room.
-        credit = (pending + rbuf.level) < c.read_credits
+        credit = used < c.read_credits
         m.d.comb += [self.rd_addr.valid.eq(issuing & (wait == 0) & credit),
                      self.rd_addr.payload.eq(word_addr)]
         with m.If(wait != 0):
@@ -235,10 +237,6 @@ class LoadEngine(wiring.Component):
             with m.If(words != 0):  # a command without words has nothing to wait for
                 m.d.comb += [ififo.w_en.eq(1), ififo.w_data.eq(ctx),
                              ofifo.w_en.eq(1), ofifo.w_data.eq(ctx)]
-        with m.If(requested & ~self.rd_valid):
-            m.d.sync += pending.eq(pending + 1)
-        with m.Elif(~requested & self.rd_valid):
-            m.d.sync += pending.eq(pending - 1)
 
         # -- read buffer: the word stage takes a word when no gearbox is still cutting one ---
         m.d.comb += self.read_beat.eq(self.rd_valid)
@@ -248,6 +246,10 @@ class LoadEngine(wiring.Component):
                 cutting = cutting | box.busy
         word_valid = Signal()
         word_data = Signal(c.port_bits)
+        with m.If(requested & ~word_valid):
+            m.d.sync += used.eq(used + 1)
+        with m.Elif(~requested & word_valid):
+            m.d.sync += used.eq(used - 1)
         m.d.comb += [word_valid.eq(~cutting & (rbuf.r_rdy | self.rd_valid)),
                      word_data.eq(Mux(rbuf.r_rdy, rbuf.r_data, self.rd_data)),
                      rbuf.r_en.eq(~cutting),
@@ -290,7 +292,7 @@ class LoadEngine(wiring.Component):
                     lanes = []
                     for r in range(c.rows):
                         pick = Signal(8, name=f"win_lane{r}")
-                        at = cur.shift + r * cur.step
+                        at = cur.shift + times_const(cur.step, r)
                         with m.Switch(cur.len):
                             for n, bits in strings.items():
                                 with m.Case(n):
@@ -348,7 +350,7 @@ class LoadEngine(wiring.Component):
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
         working = (issuing | ififo.r_rdy | ofifo.r_rdy | (wleft != 0) | (rleft != 0)
-                   | (pending != 0) | rbuf.r_rdy | gear_busy | win_valid | (got != 0))
+                   | (used != 0) | gear_busy | win_valid | (got != 0))
         lingering = Signal()
         m.d.sync += lingering.eq(working)
         m.d.comb += self.busy.eq(working | lingering)

@@ -75,6 +75,10 @@ class Sequencer(wiring.Component):
                      wp.en.eq(self.imem.en)]
         rd_a, rd_b = imem.read_port(), imem.read_port()
         regs = Array(Signal(REG_BITS, name=f"r{n}") for n in range(NUM_REGS))
+        # Whether each register holds 1, kept beside it as it is written: a BNZD decides
+        # whether it branches from one bit, not from a 32-bit compare after the register
+        # file's read multiplexer (the branch decides the next fetch address).
+        ones = Array(Signal(name=f"r{n}_is_1") for n in range(NUM_REGS))
         pc = Signal(range(c.imem_depth))  # the address of ``ir``; 0 while not running
         ir = Signal(WORD_BITS)  # the word that executes
         ir_next = Signal(WORD_BITS)
@@ -139,7 +143,7 @@ class Sequencer(wiring.Component):
 
         # Every start begins from the reset state: registers, the epilogue's control
         # registers and the window geometry, whatever the program before left in them.
-        fresh = [r.eq(0) for r in regs] + [
+        fresh = [r.eq(0) for r in regs] + [r.eq(0) for r in ones] + [
             s.eq(s.init) for s in _leaves(self.csr)]
         if c.window_unit:
             fresh += [self.geom.eq(0)]
@@ -168,17 +172,23 @@ class Sequencer(wiring.Component):
                               & ((~units[2]) | self.compute_idle))
                         m.d.comb += retire.eq(ok)
                     with m.Case(Op.LI):
-                        m.d.sync += reg(Op.LI, "rd").eq(_field(word, Op.LI, "imm"))
+                        imm = _field(word, Op.LI, "imm")
+                        m.d.sync += [reg(Op.LI, "rd").eq(imm),
+                                     ones[_field(word, Op.LI, "rd")].eq(imm == 1)]
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.ADDI):
-                        m.d.sync += reg(Op.ADDI, "rd").eq(
-                            reg(Op.ADDI, "rs") + _field(word, Op.ADDI, "imm"))
+                        total = Signal(REG_BITS)
+                        m.d.comb += total.eq(reg(Op.ADDI, "rs") + _field(word, Op.ADDI, "imm"))
+                        m.d.sync += [reg(Op.ADDI, "rd").eq(total),
+                                     ones[_field(word, Op.ADDI, "rd")].eq(total == 1)]
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.BNZD):
                         counter = reg(Op.BNZD, "rc")
-                        m.d.sync += counter.eq(counter - 1)
+                        m.d.sync += [counter.eq(counter - 1),
+                                     ones[_field(word, Op.BNZD, "rc")].eq(counter == 2)]
                         m.d.comb += retire.eq(1)
-                        with m.If(counter != 1):  # the count left is not 0: taken
+                        # the count left is not 0: taken
+                        with m.If(~ones[_field(word, Op.BNZD, "rc")]):
                             m.d.comb += jump.eq(1)
                     with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]

@@ -124,9 +124,10 @@ def test_monotonic_in_k(variant, tiling):
 #: Where fusing is slower, and by how many cycles the model says: a memory-bound GEMV with the
 #: residual stage on the 2x2, whose fused program waits for each chunk's drain (the array's
 #: latency and the stages') before it reloads the chunk's residual buffer. Measured on
-#: Verilator since the array registers its operands (one more cycle of latency a chunk):
-#: fused 5,094 cycles, unfused 5,090. The engine prices both and runs the faster.
-FUSED_SLOWER = {("2x2", (1, 256, 32), ("requant", "residual")): 2}
+#: Verilator (``hwgen gemm``) since the 2x2 shares its epilogue's lanes and the stages
+#: register their scratchpad rows: fused 5,169 cycles, unfused 5,163 (the model: 5,169 and
+#: 5,165). The engine prices both and runs the faster.
+FUSED_SLOWER = {("2x2", (1, 256, 32), ("requant", "residual")): 4}
 
 
 @pytest.mark.parametrize("variant", sorted(DEFAULT_VARIANTS))
