@@ -337,6 +337,14 @@ def epilogue_latency(chain: tuple[str, ...]) -> int:
     return sum(SPECS[name].latency for name in chain)
 
 
+def epilogue_credits(chain: tuple[str, ...]) -> int:
+    """Beats the epilogue of ``chain`` holds at most (in its stage registers and the queue
+    after them, :class:`hwgen.gateware.epilogue.EpiloguePipeline`): its registers and one
+    more, so that a beat enters in every cycle while none waits (the credit a beat frees
+    comes back the cycle after it leaves)."""
+    return epilogue_latency(chain) + 1
+
+
 def check_inputs(stages: tuple[str, ...], params: Any, lo: int = INT32_MIN,
                  hi: int = INT32_MAX) -> None:
     """Refuse a chain in which a stage can get inputs its gateware does not compute exactly.

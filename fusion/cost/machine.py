@@ -30,13 +30,14 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
   ``latency``, :mod:`hwgen.stages`). With lane sharing (``epilogue_share`` = P) a row is P
   beats of ``cols / P`` lanes, a beat a cycle, and everything below counts beats.
 - **store unit**: takes a beat every ``max(1, lanes * lane_bytes / port_bytes)`` cycles (a
-  word a cycle on the write port); when it falls behind, the stage registers fill and hold
-  the drain back.
+  word a cycle on the write port); when it falls behind, beats wait in the epilogue's
+  queue, and the drain holds once the epilogue has no credit left (``epilogue_credits``
+  beats inside: its stage registers and one).
 - **transposing store** (MATMUL ``tr``, :mod:`hwgen.gateware.transpose`): the rows go into
   one of two tile buffers as they would go to the store; once the tile's last row is in, the
   store takes its ``C`` columns (P beats each) from the next cycle, at the store's rate. A
   buffer is free again the cycle after its last column left; until then the next-but-one
-  tile waits in the stage registers.
+  tile waits in the epilogue's queue.
 - **stall rule**: only one finished tile drains at a time, so a tile's final slice waits
   until the previous tile's last row has entered the epilogue (``stall_epilogue``).
 - **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
@@ -60,7 +61,7 @@ from fusion.cost.memory import MemoryModel
 from fusion.cost.shared_port import JOIN_GAP, SharedPort
 from hwgen.config import VariantConfig
 from hwgen.isa import MAX_LEFT
-from hwgen.stages import epilogue_latency
+from hwgen.stages import epilogue_credits, epilogue_latency
 from hwgen.timing import (
     ISSUE_LATENCY,
     LOAD_TAIL,
@@ -99,6 +100,7 @@ class Machine(SharedPort):
         self.P, self.lanes = c.epilogue_share, c.epilogue_lanes
         self.L = array_latency(c)
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
+        self.F = epilogue_credits(c.epilogue)  # beats inside the epilogue at most
         self.seq = 0  # cycle the next instruction retires
         self.dma = 0  # cycle the load engine is next idle
         self.dma_take = 0  # first cycle the engine may take the next load
@@ -214,10 +216,11 @@ class Machine(SharedPort):
         """Rows offered to the epilogue from ``first``, a beat a cycle (a row is ``P`` beats
         with lane sharing); returns the cycle after the last beat entered. The store takes
         beat j ``E`` cycles after it enters, at most one every ``s`` cycles; when it falls
-        behind, the stage registers fill and hold the beats back (beat j enters when beat
-        ``j - E`` goes to the store). Transposed (``tr``), a tile buffer takes the beats
-        instead, one a cycle, and the store its columns (``P`` beats each) once the last
-        row is in."""
+        behind, the beats wait in the epilogue's queue, and a beat enters only with a credit
+        (``F`` beats inside at most, :func:`hwgen.stages.epilogue_credits`): beat j enters
+        the cycle after beat ``j - F`` leaves. Transposed (``tr``), a tile buffer takes the
+        beats instead, one a cycle, and the store its columns (``P`` beats each) once the
+        last row is in."""
         s = self.store_cycles(lane_bytes)
         beats = rows * self.P
         if tr:
@@ -233,8 +236,8 @@ class Machine(SharedPort):
             step = s
             w0 = st0
         enter_last = first + beats - 1
-        if beats - 1 - self.E >= 0:
-            enter_last = max(enter_last, st0 + round((beats - 1 - self.E) * step))
+        if beats - 1 - self.F >= 0:
+            enter_last = max(enter_last, st0 + round((beats - 1 - self.F) * step) + 1)
         if self.memory is not None:
             beat_bytes = self.lanes * lane_bytes  # a row's (or column's) beat stored
             self._writes(w0, st_last, rows * self.C * lane_bytes / self.W,

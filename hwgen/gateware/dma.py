@@ -176,8 +176,13 @@ class LoadEngine(wiring.Component):
         cmd = Signal(load_cmd_layout(c))
         seg_base = Signal(c.mem_addr_bits)
         word_addr = Signal(c.mem_addr_bits)
-        word = Signal(16)
-        seg = Signal(16)
+        # Requests left after the current one, in its segment and in the command, counted
+        # down, with registered flags for "this request ends its segment" and "... the
+        # command": the command take waits on them, so they are bits, not compares.
+        words_left = Signal(16)
+        segs_left = Signal(16)
+        seg_end = Signal()
+        cmd_end = Signal()
         issuing = Signal()
         # words requested and not yet taken by the word stage: on their way, or waiting in
         # the read buffer (one counter, so the credit check is one compare of a register)
@@ -192,7 +197,7 @@ class LoadEngine(wiring.Component):
         new = self.cmd.payload
         room = ififo.w_rdy & ofifo.w_rdy
         requested = self.rd_addr.valid & self.rd_addr.ready
-        last_request = requested & (word == cmd.len - 1) & (seg == cmd.count - 1)
+        last_request = requested & seg_end & cmd_end
         # The next command is taken in the cycle of this one's last request, so a run of
         # loads requests back to back (a streamed GEMM's chunks lose no cycle between them).
         m.d.comb += self.cmd.ready.eq((~issuing | last_request) & room)
@@ -223,17 +228,21 @@ class LoadEngine(wiring.Component):
         next_base = seg_base + cmd.stride  # the next segment's first word
         with m.If(requested):
             m.d.sync += wait.eq(interval)
-            with m.If(word == cmd.len - 1):
-                m.d.sync += [word.eq(0), seg.eq(seg + 1), seg_base.eq(next_base),
-                             word_addr.eq(next_base)]
-                with m.If(seg == cmd.count - 1):
+            with m.If(seg_end):
+                m.d.sync += [words_left.eq(cmd.len - 1), seg_end.eq(cmd.len == 1),
+                             segs_left.eq(segs_left - 1), cmd_end.eq(segs_left == 1),
+                             seg_base.eq(next_base), word_addr.eq(next_base)]
+                with m.If(cmd_end):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [word.eq(word + 1), word_addr.eq(word_addr + cmd.wstep)]
+                m.d.sync += [words_left.eq(words_left - 1), seg_end.eq(words_left == 1),
+                             word_addr.eq(word_addr + cmd.wstep)]
         # after the request's updates: a command taken in its last request's cycle wins
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [cmd.eq(new), seg_base.eq(new.ext), word_addr.eq(new.ext),
-                         word.eq(0), seg.eq(0), issuing.eq(words != 0)]
+                         words_left.eq(new.len - 1), seg_end.eq(new.len == 1),
+                         segs_left.eq(new.count - 1), cmd_end.eq(new.count == 1),
+                         issuing.eq(words != 0)]
             with m.If(words != 0):  # a command without words has nothing to wait for
                 m.d.comb += [ififo.w_en.eq(1), ififo.w_data.eq(ctx),
                              ofifo.w_en.eq(1), ofifo.w_data.eq(ctx)]

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth import Const, Module, Mux, Shape, Signal, Value, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.lanes import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
-from hwgen.stages import SPECS, StageSpec
+from hwgen.stages import SPECS, StageSpec, epilogue_credits
 
 
 def lanes_layout(config: VariantConfig) -> data.ArrayLayout:
@@ -381,7 +381,15 @@ class EpilogueStage(wiring.Component):
 
 
 class EpiloguePipeline(wiring.Component):
-    """The variant's stages in order, joined by ``wiring.connect``.
+    """The variant's stages in order, joined by ``wiring.connect``, and the queue after them.
+
+    The stages never stall: every register moves on every cycle, and what the consumer (the
+    store, the transposer) does not take at once waits in a queue after the last stage (a
+    first-word-fall-through FIFO: a beat the consumer takes as it arrives passes it by). A
+    beat enters only with a credit: at most ``credits`` = (the stages' registers) + 1 beats
+    are inside, so the queue never overflows. The back-pressure is one registered count,
+    not a ready signal through every register of the chain (19 of them with every stage),
+    which set the clock.
 
     Ports: ``i``/``o`` beat streams; ``csr`` (:func:`csr_signature`), the control registers;
     ``e`` (:func:`e_reads_signature`), the stages' epilogue-scratchpad reads; ``busy`` while
@@ -406,11 +414,31 @@ class EpiloguePipeline(wiring.Component):
                 wiring.connect(m, wiring.flipped(getattr(self.csr, stage.name)), stage.csr)
             for name in stage.e.signature.members:
                 wiring.connect(m, getattr(stage.e, name), wiring.flipped(getattr(self.e, name)))
-        wiring.connect(m, wiring.flipped(self.i), stages[0].i)
+        credits = epilogue_credits(self._config.epilogue)
+        inside = Signal(range(credits + 1))  # beats entered and not yet taken at the output
+        credit = Signal()
+        m.d.comb += credit.eq(inside < credits)
+        first, last = stages[0], stages[-1]
+        m.d.comb += [first.i.valid.eq(self.i.valid & credit), first.i.payload.eq(self.i.payload),
+                     self.i.ready.eq(credit)]
         for up, down in zip(stages, stages[1:], strict=False):
             wiring.connect(m, up.o, down.i)
-        wiring.connect(m, stages[-1].o, wiring.flipped(self.o))
-        busy = 0
+        m.submodules.queue = queue = fifo.SyncFIFO(
+            width=Shape.cast(beat_layout(self._config)).width, depth=credits)
+        arriving = last.o.payload.as_value()
+        m.d.comb += [
+            last.o.ready.eq(1),  # so every register of the chain moves every cycle
+            self.o.valid.eq(queue.r_rdy | last.o.valid),
+            self.o.payload.eq(Mux(queue.r_rdy, queue.r_data, arriving)),
+            queue.r_en.eq(self.o.ready),
+            # a beat the consumer does not take as it arrives waits, behind any before it
+            queue.w_en.eq(last.o.valid & (queue.r_rdy | ~self.o.ready)),
+            queue.w_data.eq(arriving),
+        ]
+        entered = self.i.valid & credit
+        taken = self.o.valid & self.o.ready
+        m.d.sync += inside.eq(inside + entered - taken)
+        busy = queue.r_rdy
         for stage in stages:
             busy = busy | stage.busy
         m.d.comb += self.busy.eq(busy)
