@@ -7,11 +7,12 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
 (:mod:`hwgen.timing`), which the gateware is built from or names at the registers they count:
 
 - **sequencer**: one instruction a cycle, no branch penalty (both possible next words are
-  fetched ahead, :mod:`hwgen.gateware.sequencer`); a WAIT retires the cycle its units are
-  idle. A counted WAIT (``left`` = n) retires once every LOAD but the newest n has finished
-  (the cycle after its last row is written: a cycle before the engine's idle flag drops,
-  :data:`LOAD_TAIL`) and every job but the newest n has read its operands (a MATMUL's last
-  slice issued).
+  fetched ahead, :mod:`hwgen.gateware.sequencer`); a WAIT retires the cycle after its
+  units are idle (it sees their flags registered), or at once if they were idle before it.
+  A counted WAIT (``left`` = n) retires the cycle after every LOAD but the newest n has
+  finished (the cycle after its last row is written: a cycle before the engine's idle flag
+  drops, :data:`LOAD_TAIL`) and every job but the newest n has read its operands (a
+  MATMUL's last slice issued).
 - **queues**: a command reaches its unit :data:`ISSUE_LATENCY` cycles after it retires (a
   buffered FIFO, then the unit's command register); the job queue holds
   :data:`QUEUE_DEPTH` jobs, so the sequencer runs at most that far ahead of the array. A
@@ -102,23 +103,25 @@ class Machine(SharedPort):
         self.E = epilogue_latency(c.epilogue)  # cycles through the stage registers
         self.F = epilogue_credits(c.epilogue)  # beats inside the epilogue at most
         self.seq = 0  # cycle the next instruction retires
-        self.dma = 0  # cycle the load engine is next idle
+        # The units a WAIT looks at were idle before the start (a WAIT sees their flags a
+        # cycle late: one at word 0 retires at once)
+        self.dma = -1  # cycle the load engine is next idle
         self.dma_take = 0  # first cycle the engine may take the next load
         self.dma_issue = 0  # first cycle the next load may make its first request
         self.loads_taken: list[int] = []  # cycles after the last QUEUE_DEPTH loads were taken
         self.rows_started: list[int] = []  # cycles the last CONTEXTS loads' first rows came
-        self.feed_end = 0  # cycle after the last slice issued (feed idle)
+        self.feed_end = -1  # cycle after the last slice issued (feed idle)
         self.clear = 0  # cycle the draining tile's last row has entered the epilogue
         self.pass_free = 0  # cycle the compute unit may take the next epilogue pass
         self.store = 0  # cycle the store unit may take its next row
-        self.idle = 0  # cycle the compute unit (array, epilogue, store) is idle
+        self.idle = -1  # cycle the compute unit (array, epilogue, store) is idle
         self.turn0 = self.turn1 = 0  # cycles the transposer's next two tile buffers are free
         self.w_free = 0  # cycle the window unit may read the next WINDOW's first column
         self.w_clear = 0  # first cycle the window unit's drain registers are free again
         # the last WINDOW's last row: computed, and moved to the drain registers (later when
         # the tile before still drained: the unit held from the one to the other)
         self.w_computed = self.w_capture = 0
-        self.w_read = 0  # cycle the window unit has read every scratchpad row it will
+        self.w_read = -1  # cycle the window unit has read every scratchpad row it will
         self.taken: list[int] = []  # cycles after the last QUEUE_DEPTH jobs left the queue
         # cycles the newest loads stop counting for a counted WAIT (their last row is in),
         # and the newest jobs (they have read their operands), oldest first
@@ -152,18 +155,21 @@ class Machine(SharedPort):
     # -- repetition --------------------------------------------------------------------------
 
     def _settle(self) -> tuple[int, ...]:
-        """Move every time already past up to ``seq`` and return the times relative to it.
+        """Move every time already past up to ``seq - 1`` and return the times relative to
+        ``seq``.
 
-        Each rule takes the max of a unit's time with a time at or after ``seq``, so a time
-        already past is as good as ``seq`` itself: what follows depends only on the result.
+        Each rule takes the max of a unit's time plus c with a time at or after ``seq`` plus
+        c (a WAIT: the unit's time plus one with ``seq``), so a time before ``seq`` is as
+        good as ``seq - 1``: what follows depends only on the result.
         """
+        past = self.seq - 1
         for name in self.TIMES:
-            setattr(self, name, max(getattr(self, name), self.seq))
-        self.taken = [max(t, self.seq) for t in self.taken]
-        self.loads_taken = [max(t, self.seq) for t in self.loads_taken]
-        self.rows_started = [max(t, self.seq) for t in self.rows_started]
-        self.loads_done = [max(t, self.seq) for t in self.loads_done]
-        self.jobs_fed = [max(t, self.seq) for t in self.jobs_fed]
+            setattr(self, name, max(getattr(self, name), past))
+        self.taken = [max(t, past) for t in self.taken]
+        self.loads_taken = [max(t, past) for t in self.loads_taken]
+        self.rows_started = [max(t, past) for t in self.rows_started]
+        self.loads_done = [max(t, past) for t in self.loads_done]
+        self.jobs_fed = [max(t, past) for t in self.jobs_fed]
         queues = (self.taken, self.loads_taken, self.rows_started, self.loads_done,
                   self.jobs_fed)
         return tuple(getattr(self, n) - self.seq for n in self.TIMES) + tuple(
@@ -274,17 +280,19 @@ class Machine(SharedPort):
     def wait(self, load: bool = False, feed: bool = False, epi: bool = False,
              left: int = 0) -> None:
         """A WAIT on the units named; ``left`` > 0: a counted WAIT (the load and feed units'
-        newest ``left`` commands may still pend)."""
+        newest ``left`` commands may still pend). The sequencer sees the units' flags a cycle
+        late (registered), so a WAIT retires the cycle after they are done, or at once when
+        they were done before it came."""
         t = self.seq
         if left:
             if load and len(self.loads_done) > left:
-                t = max(t, self.loads_done[-left - 1])
+                t = max(t, self.loads_done[-left - 1] + 1)
             if feed and len(self.jobs_fed) > left:
-                t = max(t, self.jobs_fed[-left - 1])
+                t = max(t, self.jobs_fed[-left - 1] + 1)
         else:
-            t = max(t, self.dma) if load else t
-            t = max(t, self.feed_end, self.w_read) if feed else t
-        t = max(t, self.idle) if epi else t
+            t = max(t, self.dma + 1) if load else t
+            t = max(t, self.feed_end + 1, self.w_read + 1) if feed else t
+        t = max(t, self.idle + 1) if epi else t
         self.seq = t
         self.instrs(1)
 

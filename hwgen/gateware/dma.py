@@ -43,11 +43,14 @@ SPAD_ADDR_BITS = 16
 CONTEXTS = LOAD_CONTEXTS
 
 
-def response_layout() -> data.StructLayout:
-    """What the word and row stages keep of a command: where its words go and how many."""
+def response_layout(config: VariantConfig) -> data.StructLayout:
+    """What the word and row stages keep of a command: where its words go and how many;
+    for a window load, the byte each lane of a row picks from the row's words (``at``,
+    computed as the command is taken, not on the words' path)."""
+    at = {"at": data.ArrayLayout(6, config.rows)} if config.window_loads else {}
     return data.StructLayout({
         "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "shift": 4, "step": 2,
-        "mask": 16, "fill": 8, "len": 16, "words": 32, "rows": 32,
+        "mask": 16, "fill": 8, "len": 16, "words": 32, "rows": 32, **at,
     })
 
 
@@ -159,7 +162,7 @@ class LoadEngine(wiring.Component):
         for width in sorted(set(widths.values())):
             boxes[width] = Gearbox(c.port_bytes, width)
             m.submodules[f"gearbox_{width}"] = boxes[width]
-        ctx_layout = response_layout()
+        ctx_layout = response_layout(c)
         # Each command's response context, in both the word stage (which gearbox or window
         # a word goes to) and the row stage (which scratchpad row a finished row is written
         # to): responses come back in order, so each stage takes the next context when the
@@ -208,6 +211,9 @@ class LoadEngine(wiring.Component):
                      ctx.keep.eq(new.keep),
                      ctx.shift.eq(new.shift), ctx.step.eq(new.step), ctx.mask.eq(new.mask),
                      ctx.fill.eq(new.fill), ctx.len.eq(new.len), ctx.words.eq(words)]
+        if c.window_loads:
+            m.d.comb += [ctx.at[r].eq(new.shift + times_const(new.step, r))
+                         for r in range(c.rows)]
         with m.If(new.win):
             m.d.comb += ctx.rows.eq(new.count)
         with m.Else():
@@ -269,13 +275,15 @@ class LoadEngine(wiring.Component):
         # -- word stage: each word to its context's gearbox, or its window row -------------
         wctx = Signal(ctx_layout)
         wleft = Signal(32)  # words of wctx still to come; 0: the next word starts the next
-        cur = data.View(ctx_layout, Mux(wleft == 0, ififo.r_data, wctx.as_value()))
+        wnew = Signal(init=1)  # wleft == 0, registered: it chooses where every word goes
+        cur = data.View(ctx_layout, Mux(wnew, ififo.r_data, wctx.as_value()))
         with m.If(word_valid):
-            with m.If(wleft == 0):
+            with m.If(wnew):
                 m.d.comb += ififo.r_en.eq(1)
-                m.d.sync += [wctx.eq(ififo.r_data), wleft.eq(cur.words - 1)]
+                m.d.sync += [wctx.eq(ififo.r_data), wleft.eq(cur.words - 1),
+                             wnew.eq(cur.words == 1)]
             with m.Else():
-                m.d.sync += wleft.eq(wleft - 1)
+                m.d.sync += [wleft.eq(wleft - 1), wnew.eq(wleft == 1)]
         for width, box in boxes.items():
             chosen = 0
             for dst, w in widths.items():
@@ -301,7 +309,7 @@ class LoadEngine(wiring.Component):
                     lanes = []
                     for r in range(c.rows):
                         pick = Signal(8, name=f"win_lane{r}")
-                        at = cur.shift + times_const(cur.step, r)
+                        at = cur.at[r]
                         with m.Switch(cur.len):
                             for n, bits in strings.items():
                                 with m.Case(n):
@@ -317,19 +325,21 @@ class LoadEngine(wiring.Component):
         # -- row stage: each finished row to its context's scratchpad row ---------------
         rctx = Signal(ctx_layout)
         rleft = Signal(32)  # rows of rctx still to come; 0: the next row starts the next
+        rnew = Signal(init=1)  # rleft == 0, registered
         row = Signal(SPAD_ADDR_BITS)  # the row the next row of rctx goes to
-        out = data.View(ctx_layout, Mux(rleft == 0, ofifo.r_data, rctx.as_value()))
+        out = data.View(ctx_layout, Mux(rnew, ofifo.r_data, rctx.as_value()))
         row_out = win_valid
         for box in boxes.values():
             row_out = row_out | box.o_valid  # rows come out one at a time, in order
-        at_row = Mux(rleft == 0, out.spad, row)
+        at_row = Mux(rnew, out.spad, row)
         with m.If(row_out):
-            with m.If(rleft == 0):
+            with m.If(rnew):
                 m.d.comb += ofifo.r_en.eq(1)
                 m.d.sync += [rctx.eq(ofifo.r_data), rleft.eq(out.rows - 1),
+                             rnew.eq(out.rows == 1),
                              row.eq(out.spad + 1)]
             with m.Else():
-                m.d.sync += [rleft.eq(rleft - 1), row.eq(row + 1)]
+                m.d.sync += [rleft.eq(rleft - 1), rnew.eq(rleft == 1), row.eq(row + 1)]
         a_box, b_box, e_box = boxes[widths[Dst.A]], boxes[widths[Dst.B]], boxes[widths[Dst.E32]]
         # int8 epilogue rows are sign-extended into the int32 lanes
         lanes = [b_box.o_data[8 * i:8 * i + 8].as_signed() for i in range(c.cols)]
@@ -350,7 +360,7 @@ class LoadEngine(wiring.Component):
         # Commands taken and not finished: those whose context still waits for its first
         # row, and the one whose rows are being written. A command's count drops the cycle
         # after its last row is written (a command without words never counts).
-        m.d.comb += self.unfinished.eq(ofifo.level + (rleft != 0))
+        m.d.comb += self.unfinished.eq(ofifo.level + ~rnew)
 
         # Busy from the cycle after a command is taken until its last row is written, and
         # one cycle more (hwgen.timing.LOAD_TAIL: the gearbox's output register and this
@@ -358,7 +368,7 @@ class LoadEngine(wiring.Component):
         gear_busy = 0
         for box in boxes.values():
             gear_busy = gear_busy | box.busy | box.o_valid
-        working = (issuing | ififo.r_rdy | ofifo.r_rdy | (wleft != 0) | (rleft != 0)
+        working = (issuing | ififo.r_rdy | ofifo.r_rdy | ~wnew | ~rnew
                    | (used != 0) | gear_busy | win_valid | (got != 0))
         lingering = Signal()
         m.d.sync += lingering.eq(working)

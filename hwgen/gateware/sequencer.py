@@ -141,6 +141,23 @@ class Sequencer(wiring.Component):
         if c.window_unit:  # WINDOW's pos is MATMUL's res slot, whole
             m.d.comb += [job.win.eq(op == Op.WINDOW), job.pos.eq(reg(Op.WINDOW, "pos"))]
 
+        # What a WAIT looks at, registered: the units' idle flags and counts are wide ORs and
+        # sums across the design, and a WAIT's decision chooses the next fetch address. So
+        # a WAIT sees each unit as it was the cycle before, with what this sequencer issued
+        # that cycle counted in (a command it issued is in a queue now, whatever the flag
+        # said then): a WAIT retires the cycle after its units are done
+        # (fusion.cost.machine counts it so).
+        issued_load = self.load.valid & self.load.ready
+        issued_job = self.job.valid & self.job.ready
+        dma_idle, feed_idle, compute_idle = Signal(), Signal(), Signal()
+        loads_left = Signal(len(self.loads_left) + 1)
+        jobs_left = Signal(len(self.jobs_left) + 1)
+        m.d.sync += [dma_idle.eq(self.dma_idle & ~issued_load),
+                     feed_idle.eq(self.feed_idle & ~issued_job),
+                     compute_idle.eq(self.compute_idle & ~issued_job),
+                     loads_left.eq(self.loads_left + issued_load),
+                     jobs_left.eq(self.jobs_left + issued_job)]
+
         # Every start begins from the reset state: registers, the epilogue's control
         # registers and the window geometry, whatever the program before left in them.
         fresh = [r.eq(0) for r in regs] + [r.eq(0) for r in ones] + [
@@ -166,10 +183,10 @@ class Sequencer(wiring.Component):
                         units = _field(word, Op.WAIT, "units")  # bits: hwgen.isa.Unit
                         left = _field(word, Op.WAIT, "left")
                         # left = 0: idle (the busy flags); else the newest `left` may pend
-                        load_ok = Mux(left == 0, self.dma_idle, self.loads_left <= left)
-                        feed_ok = Mux(left == 0, self.feed_idle, self.jobs_left <= left)
+                        load_ok = Mux(left == 0, dma_idle, loads_left <= left)
+                        feed_ok = Mux(left == 0, feed_idle, jobs_left <= left)
                         ok = (((~units[0]) | load_ok) & ((~units[1]) | feed_ok)
-                              & ((~units[2]) | self.compute_idle))
+                              & ((~units[2]) | compute_idle))
                         m.d.comb += retire.eq(ok)
                     with m.Case(Op.LI):
                         imm = _field(word, Op.LI, "imm")
