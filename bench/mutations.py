@@ -111,7 +111,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "li rd=r12, imm={{ g.n_inner - 1 }}",
              "the inner loop of a job grid runs one iteration short"),
     Mutation("wait-ignores-compute", "hwgen/gateware/sequencer.py",
-             "& ((~units[2]) | self.compute_idle))",
+             "& ((~units[2]) | compute_idle))",
              ")",
              "WAIT does not wait for the compute unit (epilogue and stores)"),
     Mutation("bytes-written-beats", "hwgen/gateware/counters.py",

@@ -194,10 +194,13 @@ class Sequencer(wiring.Component):
                                      ones[_field(word, Op.LI, "rd")].eq(imm == 1)]
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.ADDI):
-                        total = Signal(REG_BITS)
-                        m.d.comb += total.eq(reg(Op.ADDI, "rs") + _field(word, Op.ADDI, "imm"))
-                        m.d.sync += [reg(Op.ADDI, "rd").eq(total),
-                                     ones[_field(word, Op.ADDI, "rd")].eq(total == 1)]
+                        rs, imm = reg(Op.ADDI, "rs"), _field(word, Op.ADDI, "imm")
+                        # rs + imm == 1 (wrapping) is rs == 1 - imm: a compare beside the
+                        # add, not after it
+                        one_at = Signal(REG_BITS)
+                        m.d.comb += one_at.eq(1 - imm)
+                        m.d.sync += [reg(Op.ADDI, "rd").eq(rs + imm),
+                                     ones[_field(word, Op.ADDI, "rd")].eq(rs == one_at)]
                         m.d.comb += retire.eq(1)
                     with m.Case(Op.BNZD):
                         counter = reg(Op.BNZD, "rc")
