@@ -19,6 +19,7 @@ from hwgen.gateware.array import SystolicArray
 from hwgen.gateware.dma import SPAD_ADDR_BITS, StoreUnit
 from hwgen.gateware.epilogue import (
     EpiloguePipeline,
+    beat_part,
     csr_signature,
     e_reads_signature,
     lane_part,
@@ -186,14 +187,10 @@ class ComputeUnit(wiring.Component):
         # With lane sharing a row enters as epilogue_share beats of epilogue_lanes lanes, one
         # a cycle (`part`); the row's source moves on after its last part.
         beat = epi.i.payload
-        share = c.epilogue_share
-        part = Signal(range(share)) if share > 1 else 0
-        last_part = part == share - 1 if share > 1 else 1
         took = epi.i.valid & epi.i.ready
-        if share > 1:
+        part, last_part = beat_part(m, c, took, "part")
+        if c.epilogue_share > 1:
             m.d.comb += beat.part.eq(part)
-            with m.If(took):
-                m.d.sync += part.eq(Mux(last_part, 0, part + 1))
         src = data.View(job_layout(c), Mux(drain_active, tile_job.as_value(), pass_job.as_value()))
         row = Mux(drain_active, drain_row, pass_row)
         m.d.comb += [

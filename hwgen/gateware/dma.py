@@ -49,8 +49,8 @@ def response_layout(config: VariantConfig) -> data.StructLayout:
     computed as the command is taken, not on the words' path)."""
     at = {"at": data.ArrayLayout(6, config.rows)} if config.window_loads else {}
     return data.StructLayout({
-        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "shift": 4, "step": 2,
-        "mask": 16, "fill": 8, "len": 16, "words": 32, "rows": 32, **at,
+        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "mask": 16, "fill": 8,
+        "len": 16, "words": 32, "rows": 32, **at,
     })
 
 
@@ -208,8 +208,7 @@ class LoadEngine(wiring.Component):
         words = Signal(32)
         m.d.comb += [words.eq(new.words),
                      ctx.dst.eq(new.dst), ctx.spad.eq(new.spad), ctx.win.eq(new.win),
-                     ctx.keep.eq(new.keep),
-                     ctx.shift.eq(new.shift), ctx.step.eq(new.step), ctx.mask.eq(new.mask),
+                     ctx.keep.eq(new.keep), ctx.mask.eq(new.mask),
                      ctx.fill.eq(new.fill), ctx.len.eq(new.len), ctx.words.eq(words)]
         if c.window_loads:
             m.d.comb += [ctx.at[r].eq(new.shift + times_const(new.step, r))

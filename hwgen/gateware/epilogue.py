@@ -53,6 +53,20 @@ def lane_part(row, part, config: VariantConfig) -> list:
     return out
 
 
+def beat_part(m: Module, config: VariantConfig, step, name: str) -> tuple:
+    """Which beat of its row a stream is at, with lane sharing: ``(part, last)``, ``part``
+    counting 0 .. ``epilogue_share - 1`` and moving on in each cycle ``step`` is high, and
+    ``last`` while it is the row's last beat. Without sharing, the constants 0 and 1."""
+    share = config.epilogue_share
+    if share == 1:
+        return 0, 1
+    part = Signal(range(share), name=name)
+    last = part == share - 1
+    with m.If(step):
+        m.d.sync += part.eq(Mux(last, 0, part + 1))
+    return part, last
+
+
 def beat_layout(config: VariantConfig) -> data.StructLayout:
     """Payload of one epilogue beat."""
     e_bits = ceil_log2(config.spad_e_depth)

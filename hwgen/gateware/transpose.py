@@ -22,7 +22,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
-from hwgen.gateware.epilogue import beat_layout, beat_signature, lane_part
+from hwgen.gateware.epilogue import beat_layout, beat_part, beat_signature, lane_part
 
 
 class Transposer(wiring.Component):
@@ -48,14 +48,13 @@ class Transposer(wiring.Component):
         wsel, rsel = Signal(), Signal()
         wrow = Signal(range(n))
         rcol = Signal(range(n))
-        wpart, rpart = (Signal(range(share)), Signal(range(share))) if share > 1 else (0, 0)
-        w_last, r_last = (wpart == share - 1, rpart == share - 1) if share > 1 else (1, 1)
 
         # -- write side: transposed beats fill the buffer wsel, one row per share beats -------
         packed = Cat(*(self.i.payload.lanes[j][:8] for j in range(lanes)))
         w_full = Mux(wsel, full[1], full[0])
-        held = full[0] | full[1] | (wrow != 0) | (wpart != 0)
         take_tr = self.i.valid & self.i.payload.tr & ~w_full
+        wpart, w_last = beat_part(m, c, take_tr, "wpart")
+        held = full[0] | full[1] | (wrow != 0) | (wpart != 0)
         with m.If(take_tr):
             for b in (0, 1):
                 with m.If(wsel == b):
@@ -68,8 +67,6 @@ class Transposer(wiring.Component):
                         m.d.sync += meta[b].eq(self.i.payload)
                     with m.If((wrow == n - 1) & w_last):
                         m.d.sync += full[b].eq(1)
-            if share > 1:
-                m.d.sync += wpart.eq(Mux(w_last, 0, wpart + 1))
             with m.If(w_last):
                 with m.If(wrow == n - 1):
                     m.d.sync += [wrow.eq(0), wsel.eq(~wsel)]
@@ -78,6 +75,7 @@ class Transposer(wiring.Component):
 
         # -- read side: the full buffer rsel goes out column by column -----------------------
         r_full = Mux(rsel, full[1], full[0])
+        rpart, r_last = beat_part(m, c, r_full & self.o.ready, "rpart")
         out = data.View(beat_layout(c), Mux(rsel, meta[1].as_value(), meta[0].as_value()))
         beat = self.o.payload
         with m.If(r_full):
@@ -95,8 +93,6 @@ class Transposer(wiring.Component):
                 col.append(byte.as_signed())
             m.d.comb += [beat.lanes[j].eq(v) for j, v in enumerate(lane_part(col, rpart, c))]
             with m.If(self.o.ready):
-                if share > 1:
-                    m.d.sync += rpart.eq(Mux(r_last, 0, rpart + 1))
                 with m.If(r_last):
                     with m.If(rcol == n - 1):
                         m.d.sync += [rcol.eq(0), rsel.eq(~rsel)]
