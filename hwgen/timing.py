@@ -57,8 +57,9 @@ def array_latency(config: VariantConfig) -> int:
 
 
 #: Registers between a window column's read and its output's row in the tile
-#: (``hwgen.gateware.window``: stage 1 shifts the column into the window, stage 2 reduces it).
-WINDOW_STAGES = 2
+#: (``hwgen.gateware.window``: stage 1 shifts the column into the window, stage 2 multiplies
+#: the taps, stage 3 sums them).
+WINDOW_STAGES = 3
 
 
 def window_columns(*, mode: str, kh: int, kw: int, stride: int, hin: int, win: int,

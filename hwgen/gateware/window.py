@@ -15,9 +15,14 @@ Pipeline, per window column (``hwgen.isa`` WINDOW for the meaning):
 - stage 0 addresses the three rows ``ky`` of the column (input pixel ``(iy, ix)`` at A row
   ``a + iy*win + ix``) and notes which lie inside the input;
 - stage 1 shifts the column into the window (``fill`` for rows outside the input);
-- stage 2, after an output's last column, reduces the window (mac: the taps times their
-  weights, read from the taps scratchpad, a copy of the low bytes of the epilogue
-  scratchpad's rows; max: the largest tap) into the tile's row.
+- stage 2, after an output's last column, registers each tap times its weight (read from the
+  taps scratchpad, a copy of the low bytes of the epilogue scratchpad's rows), each window
+  row's largest tap, and a sum's running total;
+- stage 3 reduces them (mac: the sum of the products; max: the largest of the rows') into
+  the tile's row.
+
+The ``9 * cols`` products are LUT multipliers (:mod:`hwgen.gateware.products`): the DSP
+blocks of an ECP5 go to the array and the epilogue.
 
 An output's first column is its window's first (``kw`` columns) at the start of a tile and
 of an output row; otherwise only the ``min(stride, kw)`` new columns are read. Sum mode reads
@@ -31,13 +36,14 @@ cycle after the last one's last column: tiles stream back to back.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 from hwgen.gateware.dma import SPAD_ADDR_BITS
+from hwgen.gateware.products import BOOTH_OFFSET, booth_terms
 from hwgen.isa import WMode
 
 #: Rows and columns of the window register: the largest kernel the unit runs.
@@ -166,25 +172,19 @@ class WindowUnit(wiring.Component):
         words = [Mux(s1.inside[ky], self.a_data[ky], fill) for ky in range(TAPS)]
         window = [[Signal(c.a_row_bytes * 8, name=f"win_{ky}_{kx}") for kx in range(TAPS)]
                   for ky in range(TAPS)]
-        total = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))  # sum mode's running sum
         with m.If(s1.valid & ~hold):
             for ky in range(TAPS):
                 m.d.sync += [window[ky][0].eq(window[ky][1]), window[ky][1].eq(window[ky][2]),
                              window[ky][2].eq(words[ky])]
-            for lane in range(lanes):
-                x = words[0][8 * lane:8 * lane + 8].as_signed()
-                m.d.sync += total[lane].eq(Mux(s1.first, 0, total[lane]) + x)
 
-        # -- stage 2: an output's window is whole; reduce it into the tile --------------------
+        # -- stage 2: an output's window is whole; its products and partial maxima -----------
         s2 = Signal.like(s1)
         with m.If(~hold):
             m.d.sync += s2.eq(s1)
-        computed = s2.valid & s2.last_col
         # tap (ky, kx) sits in window column kx + 3 - kw; its weight row is w + 3*ky + kx.
         # The weights are read as block RAM reads: addressed by the output in stage 1, they
         # arrive with it in stage 2 (and hold with it).
         m.d.comb += self.w_en.eq(~hold)
-        result = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))
         terms = []
         for ky in range(TAPS):
             for wc in range(TAPS):
@@ -193,21 +193,51 @@ class WindowUnit(wiring.Component):
                 m.d.comb += used.eq((ky < g.kh) & (wc + g.kw >= TAPS))
                 m.d.comb += self.w_addr[n].eq(s1.w + ky * TAPS + wc + g.kw - TAPS)
                 terms.append((used, window[ky][wc], self.w_data[n]))
+        # Stage 3's registers: per lane, each tap's product (less BOOTH_OFFSET: LUT
+        # multipliers, hwgen.gateware.products), each window row's largest tap, and the sum
+        # mode's total. The products are unsigned, so a lane's 9 sum to at most 19 bits.
+        products = [[Signal(16, name=f"prod{lane}_{t}") for t in range(len(terms))]
+                    for lane in range(lanes)]
+        row_max = [[Signal(signed(9), name=f"max{lane}_{ky}") for ky in range(TAPS)]
+                   for lane in range(lanes)]
+        total = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))  # sum mode's running sum
+        with m.If(~hold):
+            for lane in range(lanes):
+                for t, (used, word, weight) in enumerate(terms):
+                    x = word[8 * lane:8 * lane + 8].as_signed()
+                    # the window's byte is recoded: it is in a register a cycle before the
+                    # weight leaves its block RAM
+                    m.d.sync += products[lane][t].eq(
+                        sum(booth_terms(weight[lane], Mux(used, x, 0))))
+                for ky in range(TAPS):
+                    # Each step of the running max is a signal of its own: as an expression it
+                    # is read twice by the next step, and Amaranth writes an expression out at
+                    # every use (2**9 comparators a lane for a chain of 9).
+                    best = Const(-(1 << 8), signed(9))
+                    for wc in range(TAPS):
+                        used, word, _ = terms[ky * TAPS + wc]
+                        x = word[8 * lane:8 * lane + 8].as_signed()
+                        step = Signal(signed(9), name=f"max{lane}_{ky}_{wc}")
+                        m.d.comb += step.eq(Mux(used & (x > best), x, best))
+                        best = step
+                    m.d.sync += row_max[lane][ky].eq(best)
+                with m.If(s2.valid):  # a sum's pixel arrived in window column 2 in stage 1
+                    x = window[0][2][8 * lane:8 * lane + 8].as_signed()
+                    m.d.sync += total[lane].eq(Mux(s2.first, 0, total[lane]) + x)
+
+        # -- stage 3: reduce the output's window into the tile --------------------------------
+        s3 = Signal.like(s1)
+        with m.If(~hold):
+            m.d.sync += s3.eq(s2)
+        computed = s3.valid & s3.last_col
+        result = Signal(data.ArrayLayout(signed(c.acc_bits), lanes))
         for lane in range(lanes):
-            acc = 0
-            best = Signal(signed(9), name=f"max{lane}")
-            best_v = -(1 << 8)
-            for t, (used, word, weight) in enumerate(terms):
-                x = word[8 * lane:8 * lane + 8].as_signed()
-                acc = acc + Mux(used, x * weight[lane], 0)
-                # Each step of the running max is a signal of its own: as an expression it is
-                # read twice by the next step, and Amaranth writes an expression out at every
-                # use, so the chain of 9 grew to 2**9 comparators a lane in the Verilog (yosys
-                # merged them again, but its ABC ran out of memory on an 8x8 unit).
-                step = Signal(signed(9), name=f"max{lane}_{t}")
-                m.d.comb += step.eq(Mux(used & (x > best_v), x, best_v))
-                best_v = step
-            m.d.comb += best.eq(best_v)
+            acc = sum(products[lane]) + len(terms) * BOOTH_OFFSET
+            best = row_max[lane][0]
+            for ky in range(1, TAPS):
+                step = Signal(signed(9), name=f"best{lane}_{ky}")
+                m.d.comb += step.eq(Mux(row_max[lane][ky] > best, row_max[lane][ky], best))
+                best = step
             m.d.comb += result[lane].eq(Mux(g.mode == WMode.MAC, acc,
                                             Mux(g.mode == WMode.MAX, best, total[lane])))
 
@@ -218,17 +248,17 @@ class WindowUnit(wiring.Component):
                for n in range(c.rows)]
         res_valid = Signal()
         drain_row = Signal(range(c.rows))
-        capture = computed & s2.last_out
+        capture = computed & s3.last_out
         m.d.comb += hold.eq(capture & res_valid)
         with m.If(computed & ~hold):
             for n in range(c.rows):
-                with m.If(s2.r == n):
+                with m.If(s3.r == n):
                     m.d.sync += rows[n].eq(result)
-            with m.If(s2.last_out):
+            with m.If(s3.last_out):
                 # rows from `count` on are 0 (hwgen.isa WINDOW)
-                m.d.sync += [res[n].eq(Mux(s2.r == n, result, Mux(n < s2.count, rows[n], 0)))
+                m.d.sync += [res[n].eq(Mux(s3.r == n, result, Mux(n < s3.count, rows[n], 0)))
                              for n in range(c.rows)]
-                m.d.sync += [res_valid.eq(1), drain_row.eq(0), self.res_job.eq(s2.drain)]
+                m.d.sync += [res_valid.eq(1), drain_row.eq(0), self.res_job.eq(s3.drain)]
         m.d.comb += [self.res_valid.eq(res_valid), self.res_first.eq(drain_row == 0)]
         m.d.comb += self.res_row.eq(res[0])
         with m.Switch(drain_row):
@@ -239,6 +269,8 @@ class WindowUnit(wiring.Component):
             m.d.sync += drain_row.eq(drain_row + 1)
             with m.If(drain_row == c.rows - 1):
                 m.d.sync += res_valid.eq(0)
-        m.d.comb += [self.reading.eq(active | s1.valid | s2.valid),
-                     self.busy.eq(active | s1.valid | s2.valid | res_valid)]
+        # Stage 3 reads no scratchpad, but a tile counts as reading until its last row is
+        # computed: one rule for the cycle model (hwgen.timing.WINDOW_STAGES), one cycle late.
+        m.d.comb += [self.reading.eq(active | s1.valid | s2.valid | s3.valid),
+                     self.busy.eq(active | s1.valid | s2.valid | s3.valid | res_valid)]
         return m
