@@ -26,6 +26,7 @@ from pathlib import Path
 from cocotb_tools import runner as cocotb_runner
 
 from hwgen.process import run_command
+from sim.runtime_cache import RuntimeObjects
 
 #: cocotb 2 needs Verilator 5.036 or newer.
 MIN_VERILATOR = (5, 36)
@@ -279,6 +280,17 @@ class VerilatorBuilder(GroupedCommands, cocotb_runner.Verilator):
         verilate, make = super()._build_command()
         return [[arg for arg in verilate if arg != "--public-flat-rw"],
                 [*make, *self._make_args]]
+
+    def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
+        """Verilate, then make with Verilator's runtime objects from
+        :mod:`sim.runtime_cache` (and store those make compiled)."""
+        verilate, make = cmds
+        super()._execute_cmds([verilate], cwd, stdout)
+        runtime = RuntimeObjects.of(make, self.env)
+        restored = runtime.restore(Path(self.build_dir)) if runtime else set()
+        super()._execute_cmds([make], cwd, stdout)
+        if runtime:
+            runtime.save(Path(self.build_dir), restored)
 
 
 def _interrupt(signum, frame):

@@ -184,3 +184,17 @@ def build_copy_engine(config: VariantConfig, root: Path | None = None):
     from sim.build import build_variant
 
     return build_variant(config, verilog=copy_engine_verilog, sources=SOURCES, root=root)
+
+
+def copies_correctly(build, config: VariantConfig) -> bool:
+    """Does ``build`` (of the copy engine for ``config``) copy 4 words adding 1 to each?"""
+    import numpy as np
+
+    from sim.run import MemoryImage, run_program
+
+    data = bytes(range(32))
+    memory = MemoryImage(writes=((0, data),), reads={"out": (16, 32)})
+    out = run_program(config, [copy(0, 16, 4), HALT], memory, build=build).outputs["out"]
+    want = [(int.from_bytes(data[i:i + 8], "little") + 1).to_bytes(8, "little")
+            for i in range(0, 32, 8)]
+    return np.array_equal(out, np.frombuffer(b"".join(want), np.uint8))

@@ -15,14 +15,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from hwgen.config import VariantConfig
 from sim import build as sim_build
 from sim.marker import sha256_file
-from sim.run import MemoryImage, SimError, run_program
-from tests.helpers.copy_engine import HALT, SOURCES, build_copy_engine, copy, copy_engine_verilog
+from sim.run import SimError
+from tests.helpers.copy_engine import (
+    SOURCES,
+    build_copy_engine,
+    copy_engine_verilog,
+)
+from tests.helpers.copy_engine import copies_correctly as copies_engine
 
 pytestmark = pytest.mark.slow
 
@@ -45,12 +49,7 @@ def copied(pristine: sim_build.BuildInfo, root: Path, name: str | None = None) -
 
 
 def copies_correctly(build: sim_build.BuildInfo, config: VariantConfig = CFG) -> bool:
-    data = bytes(range(32))
-    memory = MemoryImage(writes=((0, data),), reads={"out": (16, 32)})
-    out = run_program(config, [copy(0, 16, 4), HALT], memory, build=build).outputs["out"]
-    want = [(int.from_bytes(data[i:i + 8], "little") + 1).to_bytes(8, "little")
-            for i in range(0, 32, 8)]
-    return np.array_equal(out, np.frombuffer(b"".join(want), np.uint8))
+    return copies_engine(build, config)
 
 
 def notices(err: str) -> list[str]:
