@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Const, Module, Mux, Shape, Signal, Value, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -202,6 +202,29 @@ def _sum_product(parts):
     return ll + ((lh + hl) << 16) + (hh << 32)
 
 
+def _half(shift, width: int):
+    """``2**(shift-1)`` (0 for ``shift`` 0) in ``width`` bits: a decoder, no adder."""
+    return (Const(1, width + 1) << shift)[:width + 1] >> 1
+
+
+def _below_half(shift, width: int):
+    """``2**(shift-1) - 1`` (0 for ``shift`` 0) in ``width`` bits: the bits below
+    ``shift - 1``, a shifted mask rather than a subtraction."""
+    return (~(Const(-1, width + 1) << shift))[:width + 1] >> 1
+
+
+def _round_add(value, base, carry, width: int):
+    """``value + base + carry`` (``carry`` one bit) in ``width`` bits, signed, as one carry
+    chain: ``carry`` enters below the sum's lowest bit, where ``2*value + 1`` plus
+    ``2*base + carry`` carries exactly when it is set. (Written as a three-term sum, yosys
+    builds two chained adders: the rounding paths of the requantize and residual stages were
+    the 2x2's critical path.)"""
+    value = value.as_signed()
+    extended = Cat(value, value[-1].replicate(width - len(value)))
+    wide = Cat(Const(1, 1), extended) + Cat(carry, base[:width])
+    return wide[1:width + 1].as_signed()
+
+
 def _requant(p):
     """Fixed-point requantization to int8.
 
@@ -239,9 +262,9 @@ def _requant(p):
     sums = []
     for product, shift in zip(products, shifts, strict=True):
         parity = (product >> shift)[0]
-        half = (Const(1, 65) << shift) >> 1
-        rnd = Mux(even & (shift != 0), half - 1 + parity, half)
-        sums.append((product + rnd)[:65].as_signed())
+        odd = even & (shift != 0)
+        sums.append(_round_add(product, Mux(odd, _below_half(shift, 65), _half(shift, 65)),
+                               odd & parity, 65))
     regs = p.cut(sums + shifts)
     sums, shifts = regs[:lanes], regs[lanes:]
     scaled = p.cut([s >> shift for s, shift in zip(sums, shifts, strict=True)])
@@ -314,12 +337,11 @@ def _residual(p):
     totals, plain = regs[:lanes], regs[lanes:]
     shift = Signal(range(SCALED_BITS + 1))  # a constant of the job: no path through it
     p.m.d.comb += shift.eq(Mux(csr.res_shift > SCALED_BITS, SCALED_BITS, csr.res_shift))
-    half = (Const(1, SCALED_BITS + 1) << shift)[:SCALED_BITS + 1] >> 1
+    below = _below_half(shift, SCALED_BITS + 1)
     rounded = []
     for total in totals:
         parity = (total >> shift)[0]
-        rounded.append(Mux(shift == 0, total, total + half - 1 + parity)
-                       [:SCALED_BITS + 1].as_signed())
+        rounded.append(_round_add(total, below, (shift != 0) & parity, SCALED_BITS + 1))
     regs = p.cut(rounded + plain)
     rounded, plain = regs[:lanes], regs[lanes:]
     regs = p.cut([v >> shift for v in rounded] + plain)

@@ -189,20 +189,18 @@ def test_the_control_registers_are_shaped_by_the_specs():
             assert (shape.width, shape.signed) == (reg.width, reg.signed)
 
 
-def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
+def run_per_channel(x, mults, shifts, params):
+    """The requantize stage of a 2x4 variant, per channel: lane c's multiplier and shift in
+    the bias group's rows (at bias row 3), ``x`` a row a cycle."""
     config = VariantConfig(rows=2, cols=4, port_bytes=8, epilogue=CHAIN)
-    rng = np.random.default_rng(7)
-    x = rng.integers(-(1 << 20), 1 << 20, (6, 4))
-    mults = [1 << 30, 1518500250, -2000000000, 7]
-    shifts = [44, 45, 43, 16]
-    rows = {3: [0, 0, 0, 0], 4: mults, 5: shifts}  # the group at bias row 3
+    rows = {3: [0, 0, 0, 0], 4: list(mults), 5: list(shifts)}
     dut = EpiloguePipeline(config)
     sim = Simulator(dut)
     sim.add_clock(1e-6)
     got = []
 
     async def bench(ctx):
-        set_csrs(ctx, dut, ref.EpilogueParams(per_channel=True, zp=-5))
+        set_csrs(ctx, dut, params)
         ctx.set(dut.o.ready, 1)
         for r in range(len(x) + epilogue_latency(config.epilogue) + 2):
             ctx.set(dut.i.valid, r < len(x))
@@ -221,10 +219,58 @@ def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
 
     sim.add_testbench(bench)
     sim.run()
+    return np.array(got)
+
+
+def test_per_channel_requant_reads_lane_parameters_from_the_row_group():
+    rng = np.random.default_rng(7)
+    x = rng.integers(-(1 << 20), 1 << 20, (6, 4))
+    mults = [1 << 30, 1518500250, -2000000000, 7]
+    shifts = [44, 45, 43, 16]
+    got = run_per_channel(x, mults, shifts, ref.EpilogueParams(per_channel=True, zp=-5))
     expected = np.stack([ref.requantize(x[:, c], mults[c], shifts[c], -5) for c in range(4)], 1)
     # mostly in range: the arithmetic, not only the saturation, is checked
     assert (np.abs(expected) < 127).mean() > 0.8
-    np.testing.assert_array_equal(np.array(got), expected)
+    np.testing.assert_array_equal(got, expected)
+
+
+def rounded(n: Fraction, even: bool) -> int:
+    """``n`` to an integer, halves up or to even: the independent reference."""
+    low = n.numerator // n.denominator
+    rest = n - low
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and (not even or low % 2)):
+        return low + 1
+    return low
+
+
+@pytest.mark.parametrize("even", [False, True])
+def test_requant_rounds_exact_halves_at_every_shift(even):
+    """Every shift 0..63 (four lanes a run), on products that are exact halves, one below
+    and one above, of both signs: the rounding add's carry-in and its shifted masks."""
+    rng = np.random.default_rng(int(even))
+    for first in range(0, 64, 4):
+        shifts = list(range(first, first + 4))
+        # mult 2**k (at most 2**30, a signed 32-bit multiplier) puts a half, and a step of
+        # one multiplier either side of it, within x's 32 bits; the quotient keeps the
+        # product within 62 bits
+        ks = [min(30, max(0, s - 24)) for s in shifts]
+        mults = [1 << k for k in ks]
+        x = np.zeros((12, 4), np.int64)
+        for c, (s, k) in enumerate(zip(shifts, ks, strict=True)):
+            top = min(60, (1 << max(0, 61 - s)) - 1)
+            quotients = rng.integers(-top, top + 1, 4)
+            half = (1 << s) // 2 if s <= 61 else 0  # (over 2**61 x * mult cannot reach)
+            for q in range(4):
+                for d, delta in enumerate((0, -1, 1)):
+                    product = (int(quotients[q]) << s) + half + delta * (1 << k) * (s > 0)
+                    assert product % (1 << k) == 0 and abs(product >> k) < 1 << 31
+                    x[3 * q + d, c] = product >> k
+        params = ref.EpilogueParams(per_channel=True, zp=3, round_even=even)
+        got = run_per_channel(x, mults, shifts, params)
+        want = [[max(-128, min(127, rounded(Fraction(int(x[r, c]) * mults[c], 1 << shifts[c]),
+                                            even) + 3)) for c in range(4)]
+                for r in range(len(x))]
+        np.testing.assert_array_equal(got, np.array(want), err_msg=f"shifts {shifts}")
 
 
 @pytest.mark.parametrize("name", EPILOGUE_STAGES)
