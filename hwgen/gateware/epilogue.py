@@ -277,12 +277,13 @@ def _relu(p):
 
 
 def _clamp(p):
-    """``min(max(x, lo), hi)``."""
-    out = []
-    for v in p.x:
-        low = Mux(v < p.csr.clamp_lo, p.csr.clamp_lo, v)
-        out.append(Mux(low > p.csr.clamp_hi, p.csr.clamp_hi, low))
-    return out
+    """``min(max(x, lo), hi)``, with both compares on ``x``, side by side: a compare of
+    ``max(x, lo)`` would wait for the first's multiplexer (two carry chains in a row: 15.9 ns
+    on the shared 4x4). ``hi`` wins where ``x > hi`` and wherever ``lo > hi``."""
+    lo, hi = p.csr.clamp_lo, p.csr.clamp_hi
+    empty = Signal(name="clamp_empty")  # a compare of two control registers
+    p.m.d.comb += empty.eq(lo > hi)
+    return [Mux(empty | (v > hi), hi, Mux(v < lo, lo, v)) for v in p.x]
 
 
 def _narrow_product(d, mult):

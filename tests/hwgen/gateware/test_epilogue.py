@@ -2,6 +2,7 @@
 
 import dataclasses
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -82,6 +83,32 @@ def test_stages_on_and_off_match_the_reference(stages):
     got = run_pipeline(config, x, mask, bias, res, PARAMS)
     expected = ref.epilogue(x, stages, PARAMS, bias=bias, residual=res)
     np.testing.assert_array_equal(got, expected)
+
+
+class CrossedBounds:
+    """PARAMS with clamp bounds that EpilogueParams refuses but a program's CSRWI can
+    write."""
+
+    def __init__(self, lo: int, hi: int):
+        self.bounds = SimpleNamespace(clamp_lo=lo, clamp_hi=hi)
+
+    def stage(self, name: str):
+        return self.bounds if name == "clamp" else PARAMS.stage(name)
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-60, 100), (5, 5), (10, -10),
+                                        (ref.INT32_MIN, ref.INT32_MAX)])
+def test_clamp_is_min_of_max_for_any_bounds(lo, hi):
+    """Bounds that cross (``lo > hi``: always ``hi``) and the int32 extremes, on values at
+    and beside each bound."""
+    config = VariantConfig(rows=2, cols=4, port_bytes=8, epilogue=CHAIN)
+    edges = [lo - 1, lo, lo + 1, hi - 1, hi, hi + 1, 0, ref.INT32_MIN, ref.INT32_MAX]
+    x = np.clip(np.array(edges * 4, np.int64), ref.INT32_MIN, ref.INT32_MAX).reshape(9, 4)
+    params = CrossedBounds(lo, hi) if lo > hi else \
+        dataclasses.replace(PARAMS, clamp_lo=lo, clamp_hi=hi)
+    got = run_pipeline(config, x, config.stage_bit("clamp"), np.zeros(4, np.int64),
+                       np.zeros((9, 4), np.int64), params)
+    np.testing.assert_array_equal(got, [[min(max(int(v), lo), hi) for v in row] for row in x])
 
 
 @pytest.mark.parametrize("stages", [("residual",), ("requant", "residual"), CHAIN])
