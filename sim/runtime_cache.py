@@ -6,7 +6,8 @@ variant's build takes. Nothing in them depends on the design, so a build takes t
 cache and make compiles only the model.
 
 An object is keyed by the exact command make would run for it (flags, defines, paths), the
-compiler's identity and the source file's bytes: a change in any of them misses the cache.
+compiler's identity and the bytes of Verilator's whole include folder (the source and every
+header it may include): a change in any of them misses the cache.
 Its file name ends with the digest of its bytes, checked before use; a damaged object is
 deleted and compiled again. The cache is ``$HWGEN_RUNTIME_CACHE`` (empty turns it off), else
 ``hwgen/verilator-runtime`` in ``$XDG_CACHE_HOME`` or ``~/.cache``. It only saves time: a
@@ -53,6 +54,18 @@ def _compiler(command: Sequence[str], env: Mapping[str, str]) -> str:
     return proc.stdout if proc.returncode == 0 else ""
 
 
+def _folder_digest(folder: Path) -> str:
+    """A digest of every file under Verilator's include folder (1.5 MB: the runtime's
+    sources and the headers they include), or "" when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
 def _runtime_source(args: Sequence[str]) -> Path | None:
     """The one ``verilated*.cpp`` of Verilator's include folder a compile command builds."""
     sources = [Path(a) for a in args if a.endswith(".cpp")]
@@ -95,6 +108,7 @@ class RuntimeObjects:
             return None
         keys: dict[str, str] = {}
         compilers: dict[str, str] = {}
+        folders: dict[Path, str] = {}
         for line in proc.stdout.splitlines():
             try:
                 args = shlex.split(line)
@@ -107,11 +121,11 @@ class RuntimeObjects:
                 compilers[args[0]] = _compiler(args, env)
             if not compilers[args[0]]:
                 return None  # a compiler we cannot name: its objects cannot be keyed
-            try:
-                source = src.read_bytes()
-            except OSError:
+            if src.parent not in folders:
+                folders[src.parent] = _folder_digest(src.parent)
+            if not folders[src.parent]:
                 continue
-            key = _sha256("\0".join([line, compilers[args[0]], _sha256(source)]).encode())
+            key = _sha256("\0".join([line, compilers[args[0]], folders[src.parent]]).encode())
             keys[args[args.index("-o") + 1]] = key[:_DIGEST]
         return cls(root, keys)
 
