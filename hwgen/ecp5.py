@@ -157,9 +157,12 @@ def smallest_part(cells: Mapping[str, int]) -> tuple[Part | None, str]:
     return None, f"fits no ECP5 part: {shortfall(cells, largest)} on the {largest.name}"
 
 
-def reconfiguration(p: Part, clock_hz: int) -> dict[str, Any]:
+def reconfiguration(p: Part, clock_hz: int, bitstream_bytes: int | None = None
+                    ) -> dict[str, Any]:
     """The cost of loading a full bitstream of part ``p``, in seconds and in cycles of a
     ``clock_hz`` clock (the platform's: the clock the accelerator's cycles are counted in).
+    ``bitstream_bytes`` is a real bitstream file's size (``hwgen build --board``): the cost
+    of loading that file, compressed or not, rather than of every frame.
 
     Returns
     -------
@@ -168,7 +171,10 @@ def reconfiguration(p: Part, clock_hz: int) -> dict[str, Any]:
         ``seconds``, ``clock_hz``, ``cycles``, ``source``.
     """
     bandwidth = CONFIG_CLOCK_HZ * CONFIG_BITS_PER_CLOCK
-    seconds = p.bitstream_bits / bandwidth
-    return {"part": p.name, "bitstream_bits": p.bitstream_bits, "config_port": CONFIG_PORT,
+    bits = p.bitstream_bits if bitstream_bytes is None else 8 * bitstream_bytes
+    source = SOURCE if bitstream_bytes is None else (
+        "bitstream: the size of the built file; " + SOURCE.split("; ", 2)[2])
+    seconds = bits / bandwidth
+    return {"part": p.name, "bitstream_bits": bits, "config_port": CONFIG_PORT,
             "config_bandwidth_bits_per_s": bandwidth, "seconds": round(seconds, 6),
-            "clock_hz": clock_hz, "cycles": round(seconds * clock_hz), "source": SOURCE}
+            "clock_hz": clock_hz, "cycles": round(seconds * clock_hz), "source": source}

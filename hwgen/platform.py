@@ -120,31 +120,40 @@ class PortFigures:
         return page % self.banks, page // self.banks
 
 
-#: The characterized ports, by (memory, module, speedgrade, port bits): the normal-refresh
+#: The characterized ports, by (memory, module, speedgrade, port bits, clock Hz): the normal-refresh
 #: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
 #: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock; the figures of loads and
 #: stores sharing the port from ``python -m sim.dram_interplay`` on the 8x8 variant of
 #: ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones, within the noise of a
 #: slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's down-converter (eight
 #: 16-bit DRAM words a port word).
-PORT_FIGURES: dict[tuple[str, str, str | None, int], PortFigures] = {
-    ("ddr3", "MT41K128M16", "800", 128): PortFigures(
+#: The SDR ports at 50 MHz are the ULX3S board's (``hwgen build --board ulx3s-85f``):
+#: ``python -m sim.dram.characterize --memory sdr --clock-hz 50000000 --data-width 32`` (and
+#: 64) ``--reads 200000``; their load/store interplay figures were not measured (0).
+PORT_FIGURES: dict[tuple[str, str, str | None, int, int], PortFigures] = {
+    ("ddr3", "MT41K128M16", "800", 128, 100_000_000): PortFigures(
         sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
         read_latency=17.3, refresh_hold=22, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=9.9, write_word=0.88,
         write_word_same=10.09, write_word_spaced=4.0, write_word_same_spaced=13.94,
         write_settle=22),
-    ("ddr3", "MT41K128M16", "1600", 128): PortFigures(
+    ("ddr3", "MT41K128M16", "1600", 128, 100_000_000): PortFigures(
         sequential=1.124, bank_stride=12.22, row_conflict=8.46, write=1.143,
         read_latency=17.5, refresh_hold=38, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=6.7, write_word=0.88,
         write_word_same=10.38, write_word_spaced=4.0, write_word_same_spaced=14.19,
         write_settle=19),
-    ("sdr", "IS42S16160", None, 128): PortFigures(
+    ("sdr", "IS42S16160", None, 128, 100_000_000): PortFigures(
         sequential=9.127, bank_stride=16.21, row_conflict=12.25, write=9.206,
         read_latency=16.7, refresh_hold=12, refresh_interval=782, words_per_row=64,
         banks=4, load_switch=1.14, load_activate=0.0, write_turn=15.63, write_word=0.0,
         write_word_same=0.0, write_settle=29),
+    ("sdr", "IS42S16160", None, 32, 50_000_000): PortFigures(
+        sequential=3.011, bank_stride=8.146, row_conflict=4.116, write=3.055,
+        read_latency=10.46, refresh_hold=8, refresh_interval=391, words_per_row=256, banks=4),
+    ("sdr", "IS42S16160", None, 64, 50_000_000): PortFigures(
+        sequential=5.047, bank_stride=10.156, row_conflict=6.174, write=5.121,
+        read_latency=12.63, refresh_hold=8, refresh_interval=391, words_per_row=128, banks=4),
 }
 
 
@@ -278,13 +287,14 @@ class PlatformConfig:
         """
         if not self.is_dram:
             return None
-        key = (self.memory, self.module, self.speedgrade, port_bytes * 8)
-        if self.clock_hz != 100_000_000 or key not in PORT_FIGURES:
-            known = ", ".join(f"{m} {mod} {g or ''} {b}-bit" for m, mod, g, b in PORT_FIGURES)
+        key = (self.memory, self.module, self.speedgrade, port_bytes * 8, self.clock_hz)
+        if key not in PORT_FIGURES:
+            known = ", ".join(f"{m} {mod} {g or ''} {b}-bit at {hz / 1e6:g} MHz"
+                              for m, mod, g, b, hz in PORT_FIGURES)
             raise ValueError(
                 f"no characterized port figures for {self.memory} {self.module} "
                 f"{self.speedgrade or ''} with {port_bytes}-byte words at {self.clock_hz} Hz "
-                f"(known, at 100 MHz: {known}); measure it with python -m sim.dram.characterize "
+                f"(known: {known}); measure it with python -m sim.dram.characterize "
                 f"and add it to hwgen.platform.PORT_FIGURES")
         return PORT_FIGURES[key]
 

@@ -379,10 +379,12 @@ def run_programs(
         The variant; it is built first if needed (:func:`sim.build.build_variant`).
     jobs : sequence of Job
         The programs, run in order.
-    build : BuildInfo or sim.board.Board, optional
+    build : BuildInfo or sim.board.Board or hwgen.board.runtime.BoardRunner, optional
         A build to use instead of the variant's default one (tests pass a small design; the
         CLI passes :func:`sim.build.build_folder` of a variant folder), or a board whose
-        build for this launch is asked for (:meth:`sim.board.Board.launch`). It is checked against
+        build for this launch is asked for (:meth:`sim.board.Board.launch`), or an FPGA
+        board's session, which runs the jobs over its host link
+        (:meth:`hwgen.board.runtime.BoardRunner.run_jobs`). It is checked against
         its marker first (:func:`sim.build.verified`), and a simulator that dies without
         writing results is rebuilt once (:func:`sim.build.rebuilt`), each with a one-line
         notice on stderr.
@@ -410,6 +412,8 @@ def run_programs(
         raise ValueError("run_programs needs at least one job")
     for job in jobs:
         _check_job(config, job)
+    if build is not None and hasattr(build, "run_jobs"):  # a real or simulated FPGA board
+        return build.run_jobs(config, jobs)  # (hwgen.board.runtime.BoardRunner)
     if build is not None and hasattr(build, "launch"):  # a sim.board.Board
         if build.config != config:
             raise ValueError(f"the board runs variant {build.config.key()}, not "

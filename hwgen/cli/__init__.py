@@ -12,6 +12,7 @@ import sys
 from typing import NoReturn
 
 from hwgen.cli import (
+    build,
     calibrate,
     compile,
     doctor,
@@ -27,9 +28,9 @@ from hwgen.cli import (
 
 #: The commands, in the order ``hwgen --help`` lists them. Each module owns its options
 #: (``add_arguments``), its one-line ``HELP`` and its ``run(args) -> exit status``.
-COMMANDS = {"doctor": doctor, "generate": generate, "gemm": gemm, "inspect": inspect,
-            "compile": compile, "run": run, "calibrate": calibrate, "profile": profile,
-            "train": train, "report": report, "variants": variants}
+COMMANDS = {"doctor": doctor, "generate": generate, "build": build, "gemm": gemm,
+            "inspect": inspect, "compile": compile, "run": run, "calibrate": calibrate,
+            "profile": profile, "train": train, "report": report, "variants": variants}
 
 
 class Parser(argparse.ArgumentParser):

@@ -72,6 +72,30 @@ def seed(text: str) -> int:
     return _whole_number(text, 0, (1 << 32) - 1, f"a whole number from 0 to {(1 << 32) - 1}")
 
 
+def add_variant_arguments(p: argparse.ArgumentParser) -> None:
+    """The variant's options (``hwgen generate``, ``hwgen build``; :func:`config_from_args`
+    reads them)."""
+    p.add_argument("--config", help="a JSON file of VariantConfig fields (or a descriptor)")
+    p.add_argument("--rows", type=int)
+    p.add_argument("--cols", type=int)
+    p.add_argument("--epilogue", type=stage_list,
+                   help=f"comma-separated stages in order, from {','.join(EPILOGUE_STAGES)}")
+    p.add_argument("--port-bytes", dest="port_bytes", type=int)
+    p.add_argument("--port-latency", dest="port_latency", type=int)
+    p.add_argument("--spad-a-depth", dest="spad_a_depth", type=int)
+    p.add_argument("--spad-b-depth", dest="spad_b_depth", type=int)
+    p.add_argument("--spad-e-depth", dest="spad_e_depth", type=int)
+    p.add_argument("--imem-depth", dest="imem_depth", type=int)
+    p.add_argument("--mem-addr-bits", dest="mem_addr_bits", type=int)
+    p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
+                   help="add the window unit: depthwise convolutions and pools in hardware "
+                        "(needs --port-bytes == --rows == --cols)")
+    p.add_argument("--epilogue-share", dest="epilogue_share", type=int, metavar="N",
+                   help="the epilogue's stages get cols/N lanes and take N cycles a row: "
+                        "N times fewer of their multipliers, slower only where rows drain "
+                        "faster (a power of two dividing --cols; default 1)")
+
+
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
     if args.config:
         try:

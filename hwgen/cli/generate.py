@@ -7,36 +7,17 @@ from pathlib import Path
 
 from hwgen.cli.common import (
     add_platform_arguments,
+    add_variant_arguments,
     config_from_args,
     platform_files,
     platform_from_args,
-    stage_list,
 )
-from hwgen.config import EPILOGUE_STAGES
 
 HELP = "generate a variant: Verilog, descriptor, ISA doc"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="a JSON file of VariantConfig fields (or a descriptor)")
-    p.add_argument("--rows", type=int)
-    p.add_argument("--cols", type=int)
-    p.add_argument("--epilogue", type=stage_list,
-                   help=f"comma-separated stages in order, from {','.join(EPILOGUE_STAGES)}")
-    p.add_argument("--port-bytes", dest="port_bytes", type=int)
-    p.add_argument("--port-latency", dest="port_latency", type=int)
-    p.add_argument("--spad-a-depth", dest="spad_a_depth", type=int)
-    p.add_argument("--spad-b-depth", dest="spad_b_depth", type=int)
-    p.add_argument("--spad-e-depth", dest="spad_e_depth", type=int)
-    p.add_argument("--imem-depth", dest="imem_depth", type=int)
-    p.add_argument("--mem-addr-bits", dest="mem_addr_bits", type=int)
-    p.add_argument("--window-unit", dest="window_unit", action="store_true", default=None,
-                   help="add the window unit: depthwise convolutions and pools in hardware "
-                        "(needs --port-bytes == --rows == --cols)")
-    p.add_argument("--epilogue-share", dest="epilogue_share", type=int, metavar="N",
-                   help="the epilogue's stages get cols/N lanes and take N cycles a row: "
-                        "N times fewer of their multipliers, slower only where rows drain "
-                        "faster (a power of two dividing --cols; default 1)")
+    add_variant_arguments(p)
     add_platform_arguments(p)
     p.add_argument("--fit", metavar="PART",
                    help="synthesize the variant (yosys, then nextpnr on the LFE5U-85F for "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -75,6 +76,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare-unfused", dest="compare_unfused", action="store_true",
                    help="with --variants: also run each model unfused once, for the report's "
                         "fused-versus-unfused plot")
+    p.add_argument("--board-port", dest="board_port", metavar="DEVICE",
+                   help="run on an FPGA board over its UART (a serial device such as "
+                        "/dev/ttyUSB0, or a pyserial URL), --variant being the folder 'hwgen "
+                        "build --board' wrote; 'sim' runs the same host runtime against the "
+                        "board's design simulated by Verilator (docs/boards.md)")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -158,22 +164,32 @@ def run(args: argparse.Namespace) -> int:
 
         with ProfileDB(args.db):
             pass
-    build = build_folder(args.variant)
-    clock = Clock.of(open_variant(args.variant).descriptor, build.platform.clock_hz)
-    try:
-        report = run_compiled(compiled, inputs, build=build,
-                              shadow_inputs=(DEFAULT_SHADOW_INPUTS if args.shadow_inputs is None
-                                             else args.shadow_inputs), seed=args.seed)
-    except ShadowMismatch as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
-        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
-        return 1
+    board = None
+    with contextlib.ExitStack() as stack:
+        if args.board_port is not None:
+            from hwgen.board.session import open_session
+
+            build = board = stack.enter_context(open_session(args.variant, args.board_port))
+            platform = board.folder.platform
+        else:
+            build = build_folder(args.variant)
+            platform = build.platform
+        clock = Clock.of(open_variant(args.variant).descriptor, platform.clock_hz)
+        try:
+            report = run_compiled(compiled, inputs, build=build,
+                                  shadow_inputs=(DEFAULT_SHADOW_INPUTS
+                                                 if args.shadow_inputs is None
+                                                 else args.shadow_inputs), seed=args.seed)
+        except ShadowMismatch as exc:
+            if args.json:
+                print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
+            print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
+            return 1
     for name, path in outputs.items():
         np.save(path, report.outputs[name], allow_pickle=False)
     if args.db:
         try:
-            _record(args.db, compiled, report, build.platform, args.seed)
+            _record(args.db, compiled, report, platform, args.seed)
         except ValueError as exc:
             # a database error, not a result that differs (status 1): the run itself is done
             raise ValueError(f"{exc}; the run itself passed"
@@ -185,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
                           "model": graph.name, "variant": compiled.config.key(),
                           "time": clock.figures(report.total_cycles, report.batch),
                           "cache": compiled.cache_stats, "whole_model": whole.to_dict(),
+                          **({} if board is None else {"board": board.figures()}),
                           **({} if whole.ok else {"ok": False})}))
         return _whole_model_status(whole)
     rows = [("kernel", "cycles", "predicted", "MACs", "ideal", "util", "ops")]
@@ -214,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
           f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
           f"{report.roofline_fraction:.2f} of it reached")
     print(clock.summary(report.total_cycles, report.batch))
+    if board is not None:
+        print(board.summary())
     print(whole.summary())
     return _whole_model_status(whole)
 

@@ -1,0 +1,297 @@
+"""The board's system on chip: the accelerator, its DRAM and a UART host bridge, as Verilog.
+
+A LiteX ``SoCMini`` (no CPU) built in Migen and converted to one Verilog module,
+:data:`MODULE`, whose ports are the board's pins (the clock and reset come from the board
+top's PLL, :mod:`hwgen.board.top`). Inside it:
+
+- **the host bridge**: LiteX's ``UARTBone`` (a UART-to-Wishbone master) at the board's baud
+  rate. Its protocol (:mod:`hwgen.board.link`) reads and writes 32-bit words anywhere on the
+  bus; it is the only way in, as a soft CPU's loads and stores would be;
+- **the DRAM**: LiteDRAM's controller and crossbar behind the board's PHY (``GENSDRPHY`` for
+  SDR; LiteDRAM's ``SDRAMPHYModel``, the DRAM chip as logic, in a simulation build), with
+  its initialization registers (``DFII``) on the bus as LiteDRAM defines them, and the
+  memory itself at :data:`DRAM_BASE` through a Wishbone-to-native port;
+- **the accelerator**, ``hwgen_accel``, with its Wishbone target at :data:`ACCEL_BASE` and
+  its memory port on a native port of its own through ``hwgen_mem_adapter``
+  (:mod:`hwgen.gateware.native`), exactly as the accelerator-only DRAM simulation joins
+  them (``rtl_templates/sim_top.sv.j2``);
+- **the build identity** at :data:`IDENT_BASE`: :data:`IDENT_MAGIC`, then the eight words
+  of the SHA-256 of the board design (:func:`hwgen.board.design.BoardDesign.digest`), which
+  the host runtime reads first to refuse a bitstream that is not the folder's.
+
+The CSR map (DFII's addresses) is LiteX's own and goes into ``soc.json`` beside the Verilog,
+so the host never guesses an address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hwgen.config import VariantConfig
+from hwgen.regmap import DATA_BITS, bus_addr_bits
+
+#: The Verilog module name of the system on chip.
+MODULE = "hwgen_board_soc"
+#: Bus byte addresses of the regions (LiteX decodes the top bits).
+ACCEL_BASE = 0x1000_0000
+IDENT_BASE = 0x2000_0000
+DRAM_BASE = 0x4000_0000
+CSR_BASE = 0xF000_0000
+#: What the first identity word reads: "HWGB" in ASCII.
+IDENT_MAGIC = 0x48574742
+#: Words of the identity region: the magic, then the design digest's eight words.
+IDENT_WORDS = 9
+#: The SoC's Verilog ports, by role.
+PORTS = {"clk": "sys_clk", "rst": "sys_rst", "tx": "serial_tx", "rx": "serial_rx"}
+
+
+@dataclass(frozen=True)
+class SocVerilog:
+    """A generated system on chip.
+
+    Attributes
+    ----------
+    verilog : str
+        Module :data:`MODULE` (LiteX's, with the accelerator and adapter as instances).
+    spec : dict
+        What ``soc.json`` holds: ``module``, ``ports``, ``regions`` (byte address and size of
+        ``accel``, ``ident``, ``dram``, ``csr``), ``csr_registers`` (LiteX's name -> byte
+        address, size in words), ``constants``, ``baud``, ``clock_hz``, ``sim``, ``dram``
+        (what the host needs to initialize it: module, memtype, phase count, the init
+        sequence's commands).
+    """
+
+    verilog: str
+    spec: dict[str, Any]
+
+
+def _ios(sim: bool, sdram_pads: list) -> list:
+    from litex.build.generic_platform import Pins, Subsignal
+
+    ios = [
+        (PORTS["clk"], 0, Pins(1)),
+        (PORTS["rst"], 0, Pins(1)),
+        ("serial", 0, Subsignal("tx", Pins(1)), Subsignal("rx", Pins(1))),
+    ]
+    if not sim:
+        ios.append(("sdram", 0, *sdram_pads))
+    return ios
+
+
+def _sdr_pads(module) -> list:
+    from litex.build.generic_platform import Pins, Subsignal
+
+    geom = module.geom_settings
+    return [
+        Subsignal("a", Pins(geom.addressbits)),
+        Subsignal("ba", Pins(geom.bankbits)),
+        Subsignal("cs_n", Pins(1)),
+        Subsignal("cke", Pins(1)),
+        Subsignal("ras_n", Pins(1)),
+        Subsignal("cas_n", Pins(1)),
+        Subsignal("we_n", Pins(1)),
+        Subsignal("dq", Pins(16)),
+        Subsignal("dm", Pins(2)),
+    ]
+
+
+def _build(config: VariantConfig, *, memory: str, module_name: str, clock_hz: int, baud: int,
+           sim: bool, ident: list[int], device: str):
+    """The LiteX SoC (not yet finalized) and its platform."""
+    from litedram import modules as dram_modules
+    from litedram.phy import GENSDRPHY
+    from litedram.phy.model import SDRAMPHYModel, get_sdram_phy_settings
+    from litex.build.lattice import LatticePlatform
+    from litex.soc.integration.soc import SoCRegion
+    from litex.soc.integration.soc_core import SoCMini
+    from litex.soc.interconnect import wishbone
+    from migen import Case, ClockDomain, Instance, Signal
+
+    from sim.dram.generate import ACTIVATE_BITS, drop_litex_shims
+
+    drop_litex_shims()
+    if memory != "sdr":
+        raise ValueError(f"a board with {memory} memory is not supported yet; the boards with "
+                         f"SDR SDRAM are")
+    module = getattr(dram_modules, module_name)(clock_hz, "1:1")
+    platform = LatticePlatform(device, _ios(sim, _sdr_pads(module)), toolchain="trellis")
+
+    soc = SoCMini(platform, clk_freq=clock_hz, ident="", ident_version=False,
+                  with_ctrl=False, bus_timeout=None)
+    soc.mem_map.update({"csr": CSR_BASE, "main_ram": DRAM_BASE})
+
+    # One clock domain: the board top's PLL makes it, and holds reset until it locks.
+    soc.cd_sys = ClockDomain("sys")
+    soc.comb += [soc.cd_sys.clk.eq(platform.request(PORTS["clk"])),
+                 soc.cd_sys.rst.eq(platform.request(PORTS["rst"]))]
+
+    soc.add_uartbone(name="uartbone", uart_name="serial", baudrate=baud)
+
+    if sim:
+        phy = SDRAMPHYModel(module, get_sdram_phy_settings(
+            memtype=module.memtype, data_width=16, clk_freq=clock_hz), clk_freq=clock_hz)
+    else:
+        phy = GENSDRPHY(platform.request("sdram"), sys_clk_freq=clock_hz)
+    soc.sdrphy = phy
+    soc.add_sdram("sdram", phy=phy, module=module, l2_cache_size=0)
+
+    # The accelerator's memory port: a native port of the variant's width, through the
+    # adapter that the accelerator-only DRAM simulation uses.
+    port = soc.sdram.crossbar.get_port(data_width=config.port_bits)
+    ctrl = soc.sdram.controller
+    acts = [~p.cs_n[0] & ~p.ras_n & p.cas_n & p.we_n for p in ctrl.dfi.phases]
+    aw, pb = config.mem_addr_bits, config.port_bits
+    rd_addr = dict(valid=Signal(), ready=Signal(), payload=Signal(aw))
+    rd_data = dict(valid=Signal(), payload=Signal(pb))
+    wr = dict(valid=Signal(), ready=Signal(), payload=Signal(aw + pb))
+    idle, refresh, activates = Signal(), Signal(), Signal(ACTIVATE_BITS)
+    mem = {
+        "rd_addr__valid": rd_addr["valid"], "rd_addr__ready": rd_addr["ready"],
+        "rd_addr__payload": rd_addr["payload"], "rd_data__valid": rd_data["valid"],
+        "rd_data__payload": rd_data["payload"], "wr__valid": wr["valid"],
+        "wr__ready": wr["ready"], "wr__payload": wr["payload"], "idle": idle,
+        "refresh": refresh, "activates": activates,
+    }
+    refresh_in, activates_in = Signal(), Signal(ACTIVATE_BITS)
+    soc.comb += [refresh_in.eq(ctrl.refresher.cmd.valid),
+                 activates_in.eq(sum(acts[1:], acts[0]))]
+    soc.specials += Instance(
+        "hwgen_mem_adapter",
+        i_clk=soc.cd_sys.clk, i_rst=soc.cd_sys.rst,
+        **{("i_" if role in ("rd_addr__valid", "rd_addr__payload", "wr__valid",
+                             "wr__payload") else "o_") + f"mem__{role}": sig
+           for role, sig in mem.items()},
+        o_cmd_valid=port.cmd.valid, i_cmd_ready=port.cmd.ready, o_cmd_we=port.cmd.we,
+        o_cmd_last=port.cmd.last, o_cmd_addr=port.cmd.addr,
+        o_wdata_valid=port.wdata.valid, i_wdata_ready=port.wdata.ready,
+        o_wdata_data=port.wdata.data, o_wdata_we=port.wdata.we,
+        i_rdata_valid=port.rdata.valid, o_rdata_ready=port.rdata.ready,
+        i_rdata_data=port.rdata.data,
+        i_refresh_in=refresh_in, i_activates_in=activates_in,
+    )
+
+    # The accelerator's host bus, a region of the SoC's.
+    bits = bus_addr_bits(config.imem_depth)
+    accel_bus = wishbone.Interface(data_width=DATA_BITS, address_width=32, addressing="word")
+    soc.bus.add_slave("accel", accel_bus, SoCRegion(origin=ACCEL_BASE, size=4 << bits,
+                                                    cached=False))
+    irq = Signal()
+    soc.specials += Instance(
+        "hwgen_accel",
+        i_clk=soc.cd_sys.clk, i_rst=soc.cd_sys.rst,
+        i_bus__cyc=accel_bus.cyc, i_bus__stb=accel_bus.stb, i_bus__we=accel_bus.we,
+        i_bus__adr=accel_bus.adr[:bits], i_bus__sel=accel_bus.sel,
+        i_bus__dat_w=accel_bus.dat_w, o_bus__dat_r=accel_bus.dat_r, o_bus__ack=accel_bus.ack,
+        o_irq=irq,
+        **{("o_" if role in ("rd_addr__valid", "rd_addr__payload", "wr__valid",
+                             "wr__payload") else "i_") + f"mem__{role}": sig
+           for role, sig in mem.items()},
+    )
+
+    # The identity: constants read through a bus target of its own (LiteX's ROM would put
+    # them in an initialization file beside the Verilog).
+    ident_bus = wishbone.Interface(data_width=DATA_BITS, address_width=32, addressing="word")
+    soc.bus.add_slave("ident", ident_bus, SoCRegion(origin=IDENT_BASE, size=4 * 16,
+                                                    cached=False, mode="r"))
+    words = [IDENT_MAGIC, *ident]
+    soc.sync += [
+        ident_bus.ack.eq(ident_bus.cyc & ident_bus.stb & ~ident_bus.ack),
+        Case(ident_bus.adr[:4], {**{i: ident_bus.dat_r.eq(w) for i, w in enumerate(words)},
+                                 "default": ident_bus.dat_r.eq(0)}),
+    ]
+    soc.native_address_width = len(port.cmd.addr)
+    return soc, platform, module, phy
+
+
+def _init_sequence(phy, module) -> list[dict[str, Any]]:
+    """The DRAM's initialization as commands for DFII (LiteDRAM's own sequence, which its
+    BIOS would play): ``{"name", "a", "ba", "cmd", "delay_us"}``."""
+    from litedram.init import get_sdram_phy_init_sequence
+
+    seq, _mr = get_sdram_phy_init_sequence(phy.settings, module.timing_settings)
+    return [{"name": name, "a": a, "ba": ba, "cmd": cmd, "delay_us": delay}
+            for name, a, ba, cmd, delay in seq]
+
+
+def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, baud: int,
+             ident: list[int], sim: bool = False,
+             device: str = "LFE5U-85F-6BG381C") -> SocVerilog:
+    """The Verilog of :data:`MODULE` for ``config`` on a board.
+
+    Parameters
+    ----------
+    config : VariantConfig
+        The accelerator.
+    memory, module : str
+        The DRAM kind (``"sdr"``) and part (a ``litedram.modules`` class name).
+    clock_hz : int
+        The system clock (accelerator, controller and UART): LiteDRAM's timings in cycles
+        and the UART's divider come from it.
+    baud : int
+        The UART's bit rate.
+    ident : list of int
+        The eight 32-bit words of the design digest that :data:`IDENT_BASE` + 4 holds.
+    sim : bool
+        LiteDRAM's simulation PHY (the DRAM as logic) instead of the board's PHY and pins.
+    device : str
+        The FPGA, for LiteX's platform (its primitives for the PHY's registers).
+
+    Raises
+    ------
+    ValueError
+        For a memory kind no board has yet, or an identity of the wrong size.
+    """
+    from litex.soc.integration import export
+    from migen.fhdl.verilog import convert  # noqa: F401 - LiteX converts through it
+
+    if len(ident) != IDENT_WORDS - 1 or any(not 0 <= w < 1 << 32 for w in ident):
+        raise ValueError("the identity is eight 32-bit words (a SHA-256 digest)")
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), _quiet_logs():
+        soc, platform, dram_module, phy = _build(
+            config, memory=memory, module_name=module, clock_hz=clock_hz, baud=baud, sim=sim,
+            ident=ident, device=device)
+        soc.finalize()
+        out = platform.get_verilog(soc, name=MODULE, regular_comb=False)
+        if out.data_files:
+            raise RuntimeError(f"the system on chip needs data files "
+                               f"({', '.join(out.data_files)}) beside its Verilog")
+        verilog = out.main_source
+        csr = json.loads(export.get_csr_json(soc.csr_regions, soc.constants, soc.mem_regions))
+    spec = {
+        "module": MODULE,
+        "ports": dict(PORTS),
+        "regions": {
+            "accel": [ACCEL_BASE, 4 << bus_addr_bits(config.imem_depth)],
+            "ident": [IDENT_BASE, 4 * IDENT_WORDS],
+            "dram": [DRAM_BASE, csr["memories"]["main_ram"]["size"]],
+            "csr": [CSR_BASE, csr["memories"]["csr"]["size"]],
+        },
+        "csr_registers": {name: [reg["addr"], reg["size"]]
+                          for name, reg in csr["csr_registers"].items()},
+        "native_address_width": soc.native_address_width,
+        "clock_hz": clock_hz,
+        "baud": baud,
+        "sim": sim,
+        "dram": {
+            "memory": memory, "module": module,
+            "memtype": phy.settings.memtype, "nphases": phy.settings.nphases,
+            "init": _init_sequence(phy, dram_module),
+        },
+    }
+    return SocVerilog(verilog=verilog, spec=spec)
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    import logging
+
+    logging.disable(logging.INFO)  # LiteX logs its whole bus and CSR map as it builds
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)

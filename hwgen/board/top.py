@@ -1,0 +1,92 @@
+"""The board's top: the system on chip on the pins of an ``amaranth-boards`` platform.
+
+The top is Amaranth, so that the pins, their I/O standards and the constraints file come
+from the board's ``amaranth-boards`` definition. It holds what LiteX's system on chip
+(:mod:`hwgen.board.soc`) leaves to the board:
+
+- the **PLL** (``EHXPLLL``, :mod:`hwgen.board.pll`) from the board's oscillator to the system
+  clock, whose frequency constraint nextpnr times the design against;
+- the **reset**: held from power-up until the PLL has locked and a further
+  :data:`POR_CYCLES` have passed (the board's buttons are not a reset: no board's is wired
+  alike, and a host link must not depend on one);
+- the **SDRAM clock**: the system clock inverted through an output DDR register
+  (``ODDRX1F``), so the SDRAM samples commands and data in the middle of their cycle, as
+  LiteX's SDR boards do;
+- the pins of the UART and the SDRAM, passed to the system on chip unbuffered (its PHY has
+  its own I/O registers and tristates).
+"""
+
+from __future__ import annotations
+
+from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.lib.cdc import FFSynchronizer
+
+from hwgen.board import soc
+from hwgen.board.design import BoardDesign
+from hwgen.board.pll import solve
+
+#: Cycles of the system clock the reset is held after the PLL locks.
+POR_CYCLES = 4096
+#: amaranth-boards' SDRAM subsignal -> the system on chip's port.
+SDRAM_PORTS = {"a": "sdram_a", "ba": "sdram_ba", "cs": "sdram_cs_n", "clk_en": "sdram_cke",
+               "ras": "sdram_ras_n", "cas": "sdram_cas_n", "we": "sdram_we_n",
+               "dq": "sdram_dq", "dqm": "sdram_dm"}
+#: Which of them the system on chip drives (the rest it reads or drives both ways).
+SDRAM_OUTPUTS = {"a", "ba", "cs", "clk_en", "ras", "cas", "we", "dqm"}
+
+
+class BoardTop(Elaboratable):
+    """The top of one board design (module ``top``).
+
+    Parameters
+    ----------
+    design : BoardDesign
+    clock_input_hz : int
+        The board oscillator's frequency.
+    """
+
+    def __init__(self, design: BoardDesign, clock_input_hz: int):
+        self.design = design
+        self.pll = solve(clock_input_hz, design.clock_hz)
+
+    def elaborate(self, platform):
+        m = Module()
+        board = self.design.board
+        clk_in = platform.request(board.clock_resource, 0)
+        sys_clk, locked = Signal(), Signal()
+        m.submodules.pll = Instance(
+            "EHXPLLL", **self.pll.parameters(),
+            i_CLKI=clk_in.i, o_CLKOP=sys_clk, i_CLKFB=sys_clk, o_LOCK=locked,
+            i_RST=Const(0), i_STDBY=Const(0), i_PHASESEL0=Const(0), i_PHASESEL1=Const(0),
+            i_PHASEDIR=Const(0), i_PHASESTEP=Const(0), i_PHASELOADREG=Const(0),
+            i_PLLWAKESYNC=Const(0), i_ENCLKOP=Const(0))
+        platform.add_clock_constraint(sys_clk, self.design.clock_hz)
+
+        # A reset-less domain counts the cycles since lock; the system's reset is its output.
+        m.domains.por = ClockDomain("por", reset_less=True)
+        m.d.comb += ClockSignal("por").eq(sys_clk)
+        locked_sync = Signal()
+        m.submodules.lock_sync = FFSynchronizer(locked, locked_sync, o_domain="por")
+        count = Signal(range(POR_CYCLES + 1))
+        sys_rst = Signal(init=1)
+        with m.If(~locked_sync):
+            m.d.por += count.eq(0)
+        with m.Elif(count != POR_CYCLES):
+            m.d.por += count.eq(count + 1)
+        m.d.por += sys_rst.eq(count != POR_CYCLES)
+
+        uart = platform.request("uart", 0)
+        sdram = platform.request("sdram", 0, dir="-")
+        conn = {}
+        for sub, port in SDRAM_PORTS.items():
+            pins = getattr(sdram, sub)
+            conn[("o_" if sub in SDRAM_OUTPUTS else "io_") + port] = pins.io
+        m.submodules.sdram_clk = Instance(
+            "ODDRX1F", i_SCLK=sys_clk, i_RST=Const(0), i_D0=Const(0), i_D1=Const(1),
+            o_Q=sdram.clk.io)
+        m.submodules.soc = Instance(
+            soc.MODULE,
+            **{f"i_{soc.PORTS['clk']}": sys_clk, f"i_{soc.PORTS['rst']}": sys_rst,
+               f"i_{soc.PORTS['rx']}": uart.rx.i, f"o_{soc.PORTS['tx']}": uart.tx.o},
+            **conn)
+        return m
