@@ -156,6 +156,8 @@ def test_the_contract_imports_nothing_but_the_contract():
     ("synth.library", ("sim",), ()),
     ("sim.tb", ("fusion",), ()),
     ("sim.dram", ("fusion", "hwgen.gateware"), ()),
+    ("hwgen.board", ("fusion", "hwgen.cli"), ()),
+    ("sim.board_sim", ("fusion",), ()),
 ])
 def test_layers(importers, forbidden, allowed):
     bad = _violations(importers, forbidden, allowed)

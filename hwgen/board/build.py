@@ -158,8 +158,8 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
     ValueError
         ``out_dir`` holds something else, or the variant does not fit the board's memory.
     """
-    from hwgen.cli.common import platform_files
     from hwgen.gateware import emit
+    from sim.memory import board_memory
 
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir())
@@ -176,7 +176,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
     say(f"generating the Verilog of {design.config.key()} on {design.board.name}")
     variant_dir = work / "variant"
     emit.generate(design.config, variant_dir, design.platform,
-                  platform_files(design.config, design.platform))
+                  board_memory(design.config, design.platform).folder_files())
     files, soc_spec = gateware_files(design)
     from hwgen.board.top import BoardTop
 

@@ -42,7 +42,12 @@ class UartBone:
     baud : int
         The bridge's bit rate (the board folder's).
     timeout : float
-        Seconds a read's reply may take before the board counts as gone.
+        Seconds a read's reply may take before the board counts as gone, beyond the time
+        the bytes before it take on the wire (a reply comes after the bridge has worked
+        through every write sent before its command).
+    byte_seconds : float, optional
+        The time one byte takes on the wire, with a margin: twice its ten bits at ``baud`` by
+        default; a simulated board, whose clock runs slower than real time, takes longer.
 
     Attributes
     ----------
@@ -52,8 +57,11 @@ class UartBone:
         Wall time spent in transfers (the link's share of a run).
     """
 
-    def __init__(self, port: str, baud: int, *, timeout: float = 5.0):
+    def __init__(self, port: str, baud: int, *, timeout: float = 5.0,
+                 byte_seconds: float | None = None):
         self.port, self.baud, self.timeout = port, baud, timeout
+        self.byte_seconds = 20 / baud if byte_seconds is None else byte_seconds
+        self._queued = 0  # bytes sent since the last reply: on the wire before the next one
         self.bytes_out = self.bytes_in = 0
         self.seconds = 0.0
         self._serial = None
@@ -94,6 +102,7 @@ class UartBone:
             raise LinkError(f"the board's serial port {self.port} failed while writing: "
                             f"{exc}") from None
         self.bytes_out += len(data)
+        self._queued += len(data)
 
     @staticmethod
     def _header(cmd: int, addr: int, words: int) -> bytes:
@@ -128,16 +137,19 @@ class UartBone:
         for i in range(0, count, BURST):
             n = min(BURST, count - i)
             self._send(self._header(READ, addr + 4 * i, n))
+            wait = self.timeout + (self._queued + 4 * n) * self.byte_seconds
             try:
+                self._serial.timeout = wait
                 reply = self._serial.read(4 * n)
             except (serial.SerialException, OSError) as exc:
                 raise LinkError(f"the board's serial port {self.port} failed while reading: "
                                 f"{exc}") from None
             self.bytes_in += len(reply)
+            self._queued = 0
             if len(reply) != 4 * n:
                 raise LinkError(
                     f"the board on {self.port} sent {len(reply)} of {4 * n} bytes within "
-                    f"{self.timeout:g} s of a read at {addr + 4 * i:#x}: is it powered, "
+                    f"{wait:.3g} s of a read at {addr + 4 * i:#x}: is it powered, "
                     f"flashed with this folder's bitstream (see docs/boards.md) and at "
                     f"{self.baud} baud?")
             out[i:i + n] = np.frombuffer(reply, dtype=">u4")

@@ -166,22 +166,26 @@ class BoardRunner:
     port : str
         Its serial port or pyserial URL.
     timeout : float
-        Seconds a reply may take.
+        Seconds a reply may take (beyond the bytes queued before it).
+    byte_seconds : float, optional
+        What a byte takes on the wire (:class:`~hwgen.board.link.UartBone`).
 
     Attributes
     ----------
     link : UartBone
-    wall_seconds : float
-        Wall time of the session's jobs.
+    seconds : dict of str to float
+        Wall time of the session's jobs: ``load`` (memory and program in), ``run`` (start
+        to done, polling) and ``read`` (results out).
     """
 
-    def __init__(self, folder: BoardFolder, port: str, *, timeout: float = 5.0):
+    def __init__(self, folder: BoardFolder, port: str, *, timeout: float = 5.0,
+                 byte_seconds: float | None = None):
         self.folder = folder
         self.config = folder.config
-        self.link = UartBone(port, folder.baud, timeout=timeout)
+        self.link = UartBone(port, folder.baud, timeout=timeout, byte_seconds=byte_seconds)
         self._imem: list[int] = []
         self._touched: list[tuple[int, int]] = []
-        self.wall_seconds = 0.0
+        self.seconds = {"load": 0.0, "run": 0.0, "read": 0.0}
         self._accel = folder.region("accel")
         self._dram = folder.region("dram")
 
@@ -306,26 +310,30 @@ class BoardRunner:
                     (a, n // pb) for a, n in spec.reads.values()]
                 clear = _uncovered(self._touched, touched)
             first = False
+            t0 = time.perf_counter()
             for addr, words in clear:
                 self._fill(addr, words * pb, 0)
             for addr, nbytes in spec.reads.values():
                 self._fill(addr, nbytes, POISON)
             for addr, data in spec.writes:
                 self.link.write_bytes(self._mem(addr), data.tobytes())
-            started = time.perf_counter()
-            status, counters = self._run_program([int(w) for w in spec.program],
-                                                 spec.timeout_cycles, spec.name)
-            wall = time.perf_counter() - started
+            self._write_program([int(w) for w in spec.program])
+            t1 = time.perf_counter()
+            status, counters = self._start_and_wait(spec.timeout_cycles)
+            t2 = time.perf_counter()
             outputs = {name: np.frombuffer(self.link.read_bytes(self._mem(addr), nbytes),
                                            dtype=np.uint8).copy()
                        for name, (addr, nbytes) in spec.reads.items()}
+            self.seconds["load"] += t1 - t0
+            self.seconds["run"] += t2 - t1
+            self.seconds["read"] += time.perf_counter() - t2
+            wall = t2 - t1
             results.append(RunResult(outputs=outputs, counters=counters, wall_seconds=wall))
             if status == "timeout":
                 timeouts.append((spec.name, counters["cycles"], spec.timeout_cycles))
             touched = [(a, len(d) // pb) for a, d in spec.writes] + [
                 (a, n // pb) for a, n in spec.reads.values()]
             self._touched = self._touched + touched if job.keep_memory else touched
-            self.wall_seconds += wall
         if timeouts:
             name, cycles, limit = timeouts[0]
             exc = SimTimeout(name, cycles, limit)
@@ -333,8 +341,10 @@ class BoardRunner:
             raise exc
         return results
 
-    def _run_program(self, program: list[int], timeout_cycles: int, name: str
-                     ) -> tuple[str, dict[str, int]]:
+    def _write_program(self, program: list[int]) -> None:
+        """Write ``program`` into the instruction memory: the halves that differ from what
+        this session wrote before (a kernel's directed input sets run the same program), and
+        zeros over the rest of the previous program (a NOP: no stale word is ever fetched)."""
         c = self.config
         base = imem_base_word(c.imem_depth)
         words = program + [0] * max(0, len(self._imem) - len(program))
@@ -356,6 +366,10 @@ class BoardRunner:
         if run:
             self.link.write(self._accel + 4 * run_start, run)
         self._imem = words
+
+    def _start_and_wait(self, timeout_cycles: int) -> tuple[str, dict[str, int]]:
+        """Start the program, wait for done (or ``timeout_cycles`` on its cycle counter), and
+        read every counter: ``("done" | "timeout", counters)``."""
         done = 1 << csr("IRQ_ENABLE").field("DONE").lo
         reg = lambda n: self._accel + 4 * csr(n).word  # noqa: E731
         self.link.write(reg("IRQ_ENABLE"), [done])

@@ -16,6 +16,11 @@ from hwgen.board.runtime import BoardRunner, open_board_folder
 
 #: What ``--board-port`` takes for the simulated board.
 SIMULATED = "sim"
+#: The simulated board's clock runs some hundred times slower than the board's (a few
+#: hundred thousand cycles a second for a design with an 8x8 array): a byte on its UART takes
+#: milliseconds, and a reply may wait seconds behind the writes before it.
+SIMULATED_BYTE_SECONDS = 0.01
+SIMULATED_TIMEOUT = 60.0
 
 
 class Session(BoardRunner):
@@ -30,13 +35,16 @@ class Session(BoardRunner):
         return {"port": self.link.port, "board": self.folder.descriptor["board"],
                 "design": self.folder.digest, "bytes_out": self.link.bytes_out,
                 "bytes_in": self.link.bytes_in, "link_seconds": round(self.link.seconds, 3),
-                "session_seconds": round(wall, 3), "kernel_seconds": round(self.wall_seconds, 3)}
+                "session_seconds": round(wall, 3),
+                **{f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}}
 
     def summary(self) -> str:
         f = self.figures()
         return (f"board {f['board']} on {f['port']} (design {str(f['design'])[:16]}): "
-                f"{f['bytes_out']:,} B out, {f['bytes_in']:,} B in over the UART in "
-                f"{f['link_seconds']:.1f} s of a {f['session_seconds']:.1f} s session")
+                f"{f['bytes_out']:,} B out, {f['bytes_in']:,} B in over the UART; of the "
+                f"{f['session_seconds']:.1f} s session, {f['load_seconds']:.1f} s loading "
+                f"memory and programs, {f['run_seconds']:.1f} s from start to done, "
+                f"{f['read_seconds']:.1f} s reading results")
 
 
 @contextlib.contextmanager
@@ -70,7 +78,10 @@ def open_session(folder_path: str | Path, port: str, *, timeout: float = 5.0
                     f"it: rebuild the folder with 'hwgen build --board {design.board.name}'")
             simulated = stack.enter_context(SimulatedBoard(design))
             port = simulated.url
-        session = Session(folder, port, timeout=timeout)
+            session = Session(folder, port, timeout=SIMULATED_TIMEOUT,
+                              byte_seconds=SIMULATED_BYTE_SECONDS)
+        else:
+            session = Session(folder, port, timeout=timeout)
         session.started = time.perf_counter()
         stack.enter_context(session)
         yield session

@@ -19,6 +19,7 @@ from the board's ``amaranth-boards`` definition. It holds what LiteX's system on
 from __future__ import annotations
 
 from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.lib import io
 from amaranth.lib.cdc import FFSynchronizer
 
 from hwgen.board import soc
@@ -52,8 +53,9 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         board = self.design.board
-        clk_in = platform.request(board.clock_resource, 0)
-        sys_clk, locked = Signal(), Signal()
+        m.submodules.clk_in = clk_in = io.Buffer(
+            "i", platform.request(board.clock_resource, 0, dir="-"))
+        sys_clk, locked = Signal(name="sys_clk"), Signal(name="pll_locked")
         m.submodules.pll = Instance(
             "EHXPLLL", **self.pll.parameters(),
             i_CLKI=clk_in.i, o_CLKOP=sys_clk, i_CLKFB=sys_clk, o_LOCK=locked,
@@ -75,7 +77,9 @@ class BoardTop(Elaboratable):
             m.d.por += count.eq(count + 1)
         m.d.por += sys_rst.eq(count != POR_CYCLES)
 
-        uart = platform.request("uart", 0)
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
         sdram = platform.request("sdram", 0, dir="-")
         conn = {}
         for sub, port in SDRAM_PORTS.items():
@@ -87,6 +91,6 @@ class BoardTop(Elaboratable):
         m.submodules.soc = Instance(
             soc.MODULE,
             **{f"i_{soc.PORTS['clk']}": sys_clk, f"i_{soc.PORTS['rst']}": sys_rst,
-               f"i_{soc.PORTS['rx']}": uart.rx.i, f"o_{soc.PORTS['tx']}": uart.tx.o},
+               f"i_{soc.PORTS['rx']}": rx.i, f"o_{soc.PORTS['tx']}": tx.o},
             **conn)
         return m

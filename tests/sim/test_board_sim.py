@@ -1,0 +1,78 @@
+"""The board path end to end in simulation: ``hwgen build --board --sim-only``, then ``hwgen
+run --board-port sim``: the board design's system on chip under Verilator, its UART on a
+socket, driven by the host runtime that drives a real board (identity check, DRAM
+initialization through LiteDRAM's DFII, memory, programs and counters over UARTBone).
+
+The model's outputs must be bit-exact (every kernel shadow-checked, the whole model against
+the imported graph), and the counters must agree with the accelerator-only simulation of
+the same variant on the same memory: exactly for what the program alone decides, within 2%
+for cycles (the board's DRAM refreshes at another phase, and its host port shares the
+crossbar).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hwgen.board import boards
+from hwgen.board.design import BoardDesign
+from hwgen.board.runtime import BoardMismatch, BoardRunner, open_board_folder
+from hwgen.cli import main
+from hwgen.specs import parse_spec
+
+pytestmark = pytest.mark.slow
+
+SPEC = "4x4:bias,requant,relu+port4"
+#: Counters the program and its data alone decide: equal on any memory.
+EXACT = ("array_busy", "bytes_read", "bytes_written", "instret", "stall_epilogue")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("board") / "b"
+    assert main(["build", "--board", "ulx3s-85f", "--spec", SPEC, "--sim-only",
+                 "-o", str(out)]) == 0
+    return out
+
+
+def _run(capsys, *args):
+    status = main(["run", "examples/qdq_cnn.onnx", *args, "--json"])
+    out = capsys.readouterr().out
+    return status, json.loads(out)
+
+
+def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp_path,
+                                                                     capsys):
+    status, board = _run(capsys, "--variant", str(folder), "--board-port", "sim",
+                         "--output", f"y={tmp_path / 'board.npy'}")
+    assert status == 0 and board["whole_model"]["ok"]
+    status, alone = _run(capsys, "--variant", str(folder),
+                         "--output", f"y={tmp_path / 'alone.npy'}")
+    assert status == 0
+    assert np.array_equal(np.load(tmp_path / "board.npy"), np.load(tmp_path / "alone.npy"))
+    assert [k["name"] for k in board["kernels"]] == [k["name"] for k in alone["kernels"]]
+    for kb, ka in zip(board["kernels"], alone["kernels"], strict=True):
+        for name in EXACT:
+            assert kb["counters"][name] == ka["counters"][name], (kb["name"], name)
+        assert abs(kb["cycles"] - ka["cycles"]) <= 0.02 * ka["cycles"], kb["name"]
+    link = board["board"]
+    assert link["design"] == open_board_folder(folder).digest
+    assert link["bytes_out"] > 40_000 and link["bytes_in"] > 4_000  # weights in, results out
+
+
+def test_a_board_running_another_design_is_refused_before_anything_is_written(folder):
+    from sim.board_sim.board import SimulatedBoard
+
+    other = BoardDesign(parse_spec("2x2:bias,requant,relu+port4").config,
+                        boards.board("ulx3s-85f"), 50_000_000, 3_000_000)
+    theirs = open_board_folder(folder)
+    with SimulatedBoard(other) as board:
+        runner = BoardRunner(theirs, board.url)
+        with pytest.raises(BoardMismatch, match=rf"runs design {other.digest()[:16]}, not this "
+                                                rf"folder's {theirs.digest[:16]}"):
+            with runner:
+                pass
+        assert runner.link.bytes_out < 64  # the identity read, nothing more
