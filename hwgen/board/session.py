@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from hwgen.board.link import LinkError
 from hwgen.board.runtime import BoardRunner, open_board_folder
 
 #: What ``--board-port`` takes for the simulated board.
@@ -63,6 +64,7 @@ def open_session(folder_path: str | Path, port: str, *, timeout: float = 5.0
         The board cannot be opened or does not answer.
     """
     folder = open_board_folder(folder_path)
+    simulated = None
     with contextlib.ExitStack() as stack:
         if port == SIMULATED:
             from hwgen.board.boards import board
@@ -83,5 +85,11 @@ def open_session(folder_path: str | Path, port: str, *, timeout: float = 5.0
         else:
             session = Session(folder, port, timeout=timeout)
         session.started = time.perf_counter()
-        stack.enter_context(session)
-        yield session
+        try:
+            stack.enter_context(session)
+            yield session
+        except LinkError as exc:
+            if simulated is not None and simulated.exited() is not None:
+                raise LinkError(f"{exc}; the simulated board had stopped (exit status "
+                                f"{simulated.exited()}): {simulated.log[-500:]}") from None
+            raise

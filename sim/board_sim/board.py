@@ -128,6 +128,10 @@ class SimulatedBoard:
                 self.cycles = int(line.split()[1])
         self._proc = None
 
+    def exited(self) -> int | None:
+        """The simulator's exit status if it has stopped, else None."""
+        return None if self._proc is None else self._proc.poll()
+
     @property
     def log(self) -> str:
         """What the simulator wrote on stderr."""

@@ -138,10 +138,15 @@ def cycles(stdout: str) -> int:
     return int(match[1])
 
 
-def test_echo_of_300_bytes_over_pyserial(echo_sim):
+@pytest.mark.parametrize("rate", [
+    ("--divisor", str(DIVISOR)),
+    # the same bit time as a clock and a baud rate (the path of a fractional one)
+    ("--clock-hz", str(DIVISOR * 1_000_000), "--baud", "1000000"),
+])
+def test_echo_of_300_bytes_over_pyserial(echo_sim, rate):
     data = bytes([0x00, 0xFF, 0x55, 0xAA]) + bytes(range(256)) + bytes(range(255, 215, -1))
     assert len(data) == 300
-    with running(echo_sim, "--divisor", str(DIVISOR)) as (proc, port):
+    with running(echo_sim, *rate) as (proc, port):
         link = serial.serial_for_url(f"socket://127.0.0.1:{port}", timeout=5)
         try:
             link.write(data)
@@ -193,7 +198,11 @@ def test_no_client_within_the_idle_timeout_is_status_3(echo_sim):
 @pytest.mark.parametrize("args, message", [
     (["--divisor", "3"], "error: --divisor must be an integer >= 4"),
     (["--divisor", "8x"], "error: --divisor must be an integer >= 4"),
-    ([], "error: --divisor is required"),
+    ([], "error: --divisor (or --clock-hz with --baud) is required"),
+    (["--clock-hz", "50000000"], "error: --clock-hz and --baud go together"),
+    (["--clock-hz", "1000", "--baud", "300"], "error: --clock-hz must be at least 4 x --baud"),
+    (["--divisor", "8", "--clock-hz", "8000", "--baud", "1000"],
+     "error: give --divisor or --clock-hz with --baud, not both"),
     (["--divisor", "8", "--port", "70000"], "error: --port must be an integer in 0..65535"),
     (["--divisor", "8", "--speed", "1"], "error: unknown argument '--speed'"),
 ])
