@@ -174,9 +174,6 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     say(f"generating the Verilog of {design.config.key()} on {design.board.name}")
-    variant_dir = work / "variant"
-    emit.generate(design.config, variant_dir, design.platform,
-                  board_memory(design.config, design.platform).folder_files())
     files, soc_spec = gateware_files(design)
     from hwgen.board.top import BoardTop
 
@@ -201,6 +198,16 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
         bitstream = {"file": f"{name}.bit", "sha256": hashlib.sha256(bit).hexdigest(),
                      "bytes": len(bit)}
         reconfiguration = ecp5.reconfiguration(part, design.clock_hz, len(bit))
+    # The folder is a variant folder too; its descriptor gets the bitstream's reconfiguration
+    # cost (from the real file's size), where a variant library's gets the part's.
+    variant_dir = work / "variant"
+    board_fields = {"board": {"name": design.board.name, "digest": design.digest(),
+                              "bitstream": bitstream}}
+    if reconfiguration is not None:
+        board_fields["reconfiguration"] = reconfiguration
+    emit.generate(design.config, variant_dir, design.platform,
+                  board_memory(design.config, design.platform).folder_files(),
+                  describe=lambda verilog: board_fields)
     seconds["total"] = round(time.perf_counter() - started, 1)
     descriptor = {
         "format": FORMAT,

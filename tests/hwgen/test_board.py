@@ -129,7 +129,10 @@ def test_a_sim_only_folder_is_a_variant_folder_too(sim_folder):
 
     folder = open_board_folder(sim_folder)
     assert folder.descriptor["bitstream"] is None and folder.digest == _design().digest()
-    assert open_variant(sim_folder).config == SMALL
+    variant = open_variant(sim_folder)
+    assert variant.config == SMALL
+    assert variant.descriptor["board"] == {"name": "ulx3s-85f", "digest": folder.digest,
+                                           "bitstream": None}
     assert folder.platform.memory == "sdr" and folder.platform.clock_hz == 50_000_000
 
 

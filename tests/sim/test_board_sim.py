@@ -21,7 +21,6 @@ from hwgen.board import boards
 from hwgen.board.design import BoardDesign
 from hwgen.board.runtime import BoardMismatch, BoardRunner, open_board_folder
 from hwgen.cli import main
-from hwgen.specs import parse_spec
 
 pytestmark = pytest.mark.slow
 
@@ -63,16 +62,26 @@ def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp
     assert link["bytes_out"] > 40_000 and link["bytes_in"] > 4_000  # weights in, results out
 
 
-def test_a_board_running_another_design_is_refused_before_anything_is_written(folder):
+def test_a_board_running_another_design_is_refused_before_anything_is_written(folder,
+                                                                               tmp_path):
+    """The folder says one design, the board runs another: here the simulated board of the
+    folder's design, and a copy of the folder that records another digest (as a folder
+    rebuilt for another variant would)."""
+    import shutil
+
     from sim.board_sim.board import SimulatedBoard
 
-    other = BoardDesign(parse_spec("2x2:bias,requant,relu+port4").config,
-                        boards.board("ulx3s-85f"), 50_000_000, 3_000_000)
-    theirs = open_board_folder(folder)
-    with SimulatedBoard(other) as board:
-        runner = BoardRunner(theirs, board.url)
-        with pytest.raises(BoardMismatch, match=rf"runs design {other.digest()[:16]}, not this "
-                                                rf"folder's {theirs.digest[:16]}"):
+    ours = open_board_folder(folder)
+    design = BoardDesign(ours.config, boards.board("ulx3s-85f"), ours.clock_hz, ours.baud)
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    desc = json.loads((other / "board.json").read_text())
+    desc["digest"] = "0" * 64
+    (other / "board.json").write_text(json.dumps(desc))
+    with SimulatedBoard(design) as board:
+        runner = BoardRunner(open_board_folder(other), board.url)
+        with pytest.raises(BoardMismatch, match=rf"runs design {ours.digest[:16]}, not this "
+                                                rf"folder's 0000000000000000"):
             with runner:
                 pass
         assert runner.link.bytes_out < 64  # the identity read, nothing more
