@@ -119,6 +119,10 @@ def _check_input_shape(name: str, path: str, got: tuple[int, ...], want: tuple[i
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.board_port is not None and (args.variants is not None or args.workload is not None):
+        raise ValueError("--board-port runs one model on the board of --variant DIR (a folder "
+                         "of 'hwgen build --board'); a workload on a variant library runs in "
+                         "simulation: drop --board-port, or --variants and --workload")
     if args.variants is not None or args.workload is not None:
         from hwgen.cli.run_workload import run_workload
 

@@ -231,3 +231,21 @@ def test_link_bursts_are_at_most_255_words():
     second = 6 + 4 * 255
     assert sent[second:second + 6] == bytes([0x01, 45]) + (0x1000_0000 + 255).to_bytes(4, "big")
     assert len(sent) == 2 * 6 + 4 * 300
+
+
+def test_a_workload_on_a_library_is_not_for_a_board(sim_folder, capsys):
+    assert main(["run", "--variants", str(sim_folder), "--workload", "w.json",
+                 "--board-port", "sim"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--board-port runs one model" in err[0]
+
+
+def test_a_variant_folder_that_is_not_a_board_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["generate", "--rows", "2", "--cols", "2", "--port-bytes", "4",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", "examples/qdq_cnn.onnx", "--variant", str(out),
+                 "--board-port", "sim"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a board folder (no board.json)" in err[0]
