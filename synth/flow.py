@@ -149,17 +149,18 @@ def _yosys(job: SynthesisJob, work: Path) -> tuple[dict[str, int] | None, float,
             None)
 
 
-def critical_path(report: dict[str, Any]) -> dict[str, Any] | None:
+def critical_path(report: dict[str, Any], *, inside: str = "") -> dict[str, Any] | None:
     """The worst path of nextpnr's ``--report``: its start and end cells and ports, its delay
     in ns, and the units it crosses in order (each cell's first two name parts, the
-    accelerator's submodules: ``seq.imem``, ``compute.epilogue``); None without one."""
+    accelerator's submodules: ``seq.imem``, ``compute.epilogue``, after the prefix ``inside``
+    when the accelerator sits in a larger design); None without one."""
     paths = report.get("critical_paths") or []
     steps = paths[0].get("path", []) if paths else []
     if not steps:
         return None
     through: list[str] = []
     for step in steps:
-        unit = ".".join(step["to"]["cell"].split(".")[:2]).split("_")[0]
+        unit = ".".join(step["to"]["cell"].removeprefix(inside).split(".")[:2]).split("_")[0]
         if not through or through[-1] != unit:
             through.append(unit)
     return {"from": f"{steps[0]['from']['cell']}.{steps[0]['from']['port']}",

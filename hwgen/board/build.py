@@ -278,5 +278,6 @@ def _implement(design: BoardDesign, gw: Path, name: str, allow_timing_fail: bool
     from synth.flow import critical_path
 
     timing = {"target_mhz": target, "fmax_mhz": fmax, "clock_net": clock_net,
-              "meets_clock": meets, "seed": seed, "critical_path": critical_path(report)}
+              "meets_clock": meets, "seed": seed,
+              "critical_path": critical_path(report, inside="soc.hwgen_accel.")}
     return bit, resources, timing
