@@ -205,6 +205,11 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
                               "bitstream": bitstream}}
     if reconfiguration is not None:
         board_fields["reconfiguration"] = reconfiguration
+        # the routed Fmax, so that run reports give time at the clock the board can run
+        board_fields["synthesis"] = {
+            "scope": f"the whole {design.board.name} design (hwgen build --board)",
+            "part": resources["part"], "cells": resources["cells"],
+            "fmax_mhz": timing["fmax_mhz"], "critical_path": timing["critical_path"]}
     emit.generate(design.config, variant_dir, design.platform,
                   board_memory(design.config, design.platform).folder_files(),
                   describe=lambda verilog: board_fields)

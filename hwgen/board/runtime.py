@@ -318,6 +318,7 @@ class BoardRunner:
             for addr, data in spec.writes:
                 self.link.write_bytes(self._mem(addr), data.tobytes())
             self._write_program([int(w) for w in spec.program])
+            self._check_idle()  # also waits for the bridge to take every byte sent
             t1 = time.perf_counter()
             status, counters = self._start_and_wait(spec.timeout_cycles)
             t2 = time.perf_counter()
@@ -366,6 +367,16 @@ class BoardRunner:
         if run:
             self.link.write(self._accel + 4 * run_start, run)
         self._imem = words
+
+    def _check_idle(self) -> None:
+        """Refuse to start while a program runs (one a session that was cut short left
+        running would ignore the start, and the results would be its)."""
+        status = csr("STATUS")
+        value = int(self.link.read(self._accel + 4 * status.word, 1)[0])
+        if value >> status.field("RUNNING").lo & 1:
+            raise LinkError(f"the board on {self.link.port} is still running a program (left "
+                            f"by an interrupted session?); reset it (press PWR, or flash the "
+                            f"bitstream again) and run again")
 
     def _start_and_wait(self, timeout_cycles: int) -> tuple[str, dict[str, int]]:
         """Start the program, wait for done (or ``timeout_cycles`` on its cycle counter), and
