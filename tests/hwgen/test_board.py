@@ -190,7 +190,8 @@ class _Device:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        conn, _ = self.server.accept()
+        with self.server:
+            conn, _ = self.server.accept()
         with conn:
             while True:
                 head = conn.recv(6)
