@@ -120,6 +120,10 @@ def _fmax(report: dict[str, Any], clock_hz: int) -> tuple[float, str]:
     if not clocks:
         raise BuildFailed("nextpnr reported no clock")
     name = min(clocks, key=lambda c: abs(clocks[c]["constraint"] - clock_hz / 1e6))
+    if abs(clocks[name]["constraint"] - clock_hz / 1e6) > 1e-3 * clock_hz / 1e6:
+        timed = ", ".join(f"{c} at {v['constraint']:g} MHz" for c, v in clocks.items())
+        raise BuildFailed(f"nextpnr timed no clock at {clock_hz / 1e6:g} MHz (it timed "
+                          f"{timed}); the PLL's output was not recognised")
     return round(clocks[name]["achieved"], 2), name
 
 

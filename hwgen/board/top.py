@@ -5,7 +5,8 @@ from the board's ``amaranth-boards`` definition. It holds what LiteX's system on
 (:mod:`hwgen.board.soc`) leaves to the board:
 
 - the **PLL** (``EHXPLLL``, :mod:`hwgen.board.pll`) from the board's oscillator to the system
-  clock, whose frequency constraint nextpnr times the design against;
+  clock; nextpnr derives the system clock's constraint from the oscillator's and the
+  dividers, and :mod:`hwgen.board.build` checks that it timed that clock;
 - the **reset**: held from power-up until the PLL has locked and a further
   :data:`POR_CYCLES` have passed (the board's buttons are not a reset: no board's is wired
   alike, and a host link must not depend on one);
@@ -62,7 +63,9 @@ class BoardTop(Elaboratable):
             i_RST=Const(0), i_STDBY=Const(0), i_PHASESEL0=Const(0), i_PHASESEL1=Const(0),
             i_PHASEDIR=Const(0), i_PHASESTEP=Const(0), i_PHASELOADREG=Const(0),
             i_PLLWAKESYNC=Const(0), i_ENCLKOP=Const(0))
-        platform.add_clock_constraint(sys_clk, self.design.clock_hz)
+        # No constraint of its own: nextpnr derives the PLL output's from the oscillator's
+        # (amaranth-boards constrains the pin) and the PLL's dividers; a FREQUENCY NET on
+        # this signal would name a net that synthesis renames, and be ignored.
 
         # A reset-less domain counts the cycles since lock; the system's reset is its output.
         m.domains.por = ClockDomain("por", reset_less=True)
