@@ -25,8 +25,9 @@ from hwgen.cli import main
 pytestmark = pytest.mark.slow
 
 SPEC = "4x4:bias,requant,relu+port4"
-#: Counters the program and its data alone decide: equal on any memory.
-EXACT = ("array_busy", "bytes_read", "bytes_written", "instret", "stall_epilogue")
+#: Counters the program and its data alone decide: equal on any memory (the stalls are not:
+#: ResNet-8's stall_epilogue differs by a few cycles between the two, as the cycles do).
+EXACT = ("array_busy", "bytes_read", "bytes_written", "instret")
 
 
 @pytest.fixture(scope="module")
