@@ -127,9 +127,10 @@ class PortFigures:
 #: ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones, within the noise of a
 #: slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's down-converter (eight
 #: 16-bit DRAM words a port word).
-#: The SDR ports at 50 MHz are the ULX3S board's (``hwgen build --board ulx3s-85f``):
-#: ``python -m sim.dram.characterize --memory sdr --clock-hz 50000000 --data-width 32`` (and
-#: 64) ``--reads 200000``; their load/store interplay figures were not measured (0).
+#: The SDR ports at 50 and 45 MHz are the ULX3S board's (``hwgen build --board ulx3s-85f``,
+#: ``--clock-mhz 45`` for the 8x8): ``python -m sim.dram.characterize --memory sdr --clock-hz
+#: 50000000 --data-width 32`` (and 64, and at 45000000) ``--reads 200000``; their load/store
+#: interplay figures were not measured (0).
 PORT_FIGURES: dict[tuple[str, str, str | None, int, int], PortFigures] = {
     ("ddr3", "MT41K128M16", "800", 128, 100_000_000): PortFigures(
         sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
@@ -154,6 +155,12 @@ PORT_FIGURES: dict[tuple[str, str, str | None, int, int], PortFigures] = {
     ("sdr", "IS42S16160", None, 64, 50_000_000): PortFigures(
         sequential=5.047, bank_stride=10.156, row_conflict=6.174, write=5.121,
         read_latency=12.63, refresh_hold=8, refresh_interval=391, words_per_row=128, banks=4),
+    ("sdr", "IS42S16160", None, 32, 45_000_000): PortFigures(
+        sequential=3.011, bank_stride=8.186, row_conflict=4.130, write=3.058,
+        read_latency=10.52, refresh_hold=8, refresh_interval=352, words_per_row=256, banks=4),
+    ("sdr", "IS42S16160", None, 64, 45_000_000): PortFigures(
+        sequential=5.042, bank_stride=10.203, row_conflict=6.193, write=5.133,
+        read_latency=12.71, refresh_hold=8, refresh_interval=352, words_per_row=128, banks=4),
 }
 
 
