@@ -268,15 +268,16 @@ def _uncovered(ranges: Sequence[tuple[int, int]], cover: Sequence[tuple[int, int
     return out
 
 
-def _specs(config: VariantConfig, jobs: Sequence[Job]) -> list[jobfile.JobSpec]:
-    specs, previous = [], []
-    pb = config.port_bytes
+def _specs(config: VariantConfig, jobs: Sequence[Job],
+           previous: Sequence[tuple[int, int]] = ()) -> list[jobfile.JobSpec]:
+    """The jobs as the testbench (or a board's runtime) runs them; ``previous``: the word
+    ranges ``(addr, words)`` that jobs before these left in memory (none in a new simulator;
+    a board session's earlier jobs)."""
+    specs, previous = [], list(previous)
     for job in jobs:
         mem = job.memory
         timeout = job.timeout_cycles or default_timeout_cycles(job.program, mem, config)
-        touched = [(a, len(d) // pb) for a, d in mem.writes] + [
-            (a, n // pb) for a, n in mem.reads.values()
-        ]
+        touched = touched_words(config, job)
         specs.append(jobfile.JobSpec(
             name=job.name,
             program=np.array([int(w) for w in job.program], dtype=np.uint64),
@@ -291,6 +292,13 @@ def _specs(config: VariantConfig, jobs: Sequence[Job]) -> list[jobfile.JobSpec]:
         # a job that keeps memory leaves the words of the jobs before it for the next one too
         previous = previous + touched if job.keep_memory else touched
     return specs
+
+
+def touched_words(config: VariantConfig, job: Job) -> list[tuple[int, int]]:
+    """The word ranges ``(addr, words)`` a job writes or reads back."""
+    pb = config.port_bytes
+    return [(a, len(d) // pb) for a, d in job.memory.writes] + [
+        (a, n // pb) for a, n in job.memory.reads.values()]
 
 
 def _run_folder(build: sim_build.BuildInfo, name: str) -> Path:

@@ -41,7 +41,7 @@ from hwgen.config import VariantConfig
 from hwgen.files import read_bytes
 from hwgen.perf import COUNTERS
 from hwgen.platform import PlatformConfig
-from hwgen.regmap import MAGIC, counter_word, csr, imem_base_word
+from hwgen.regmap import MAGIC, counter_word, csr
 
 #: DFII's control and command bits (LiteDRAM's ``dfii.py`` field order).
 DFII_CONTROL = {"SEL": 1, "CKE": 2, "ODT": 4, "RESET_N": 8}
@@ -292,26 +292,19 @@ class BoardRunner:
         LinkError
             If the board stopped answering.
         """
-        from sim.run import RunResult, SimTimeout, _specs
+        from sim.run import RunResult, SimTimeout, _specs, touched_words
         from sim.tb.jobfile import POISON
 
         if config != self.config:
             raise ValueError(f"the board runs variant {self.config.key()}, not {config.key()}")
-        specs = _specs(config, jobs)
+        # the board's memory keeps what this session's earlier jobs left: zeroed as the
+        # testbench zeroes what the job before wrote
+        specs = _specs(config, jobs, previous=self._touched)
         pb = config.port_bytes
         results, timeouts = [], []
-        first = True
         for job, spec in zip(jobs, specs, strict=True):
-            clear = spec.clear
-            if first and not job.keep_memory:
-                from sim.run import _uncovered
-
-                touched = [(a, len(d) // pb) for a, d in spec.writes] + [
-                    (a, n // pb) for a, n in spec.reads.values()]
-                clear = _uncovered(self._touched, touched)
-            first = False
             t0 = time.perf_counter()
-            for addr, words in clear:
+            for addr, words in spec.clear:
                 self._fill(addr, words * pb, 0)
             for addr, nbytes in spec.reads.values():
                 self._fill(addr, nbytes, POISON)
@@ -332,8 +325,7 @@ class BoardRunner:
             results.append(RunResult(outputs=outputs, counters=counters, wall_seconds=wall))
             if status == "timeout":
                 timeouts.append((spec.name, counters["cycles"], spec.timeout_cycles))
-            touched = [(a, len(d) // pb) for a, d in spec.writes] + [
-                (a, n // pb) for a, n in spec.reads.values()]
+            touched = touched_words(config, job)
             self._touched = self._touched + touched if job.keep_memory else touched
         if timeouts:
             name, cycles, limit = timeouts[0]
@@ -343,30 +335,21 @@ class BoardRunner:
         return results
 
     def _write_program(self, program: list[int]) -> None:
-        """Write ``program`` into the instruction memory: the halves that differ from what
-        this session wrote before (a kernel's directed input sets run the same program), and
-        zeros over the rest of the previous program (a NOP: no stale word is ever fetched)."""
-        c = self.config
-        base = imem_base_word(c.imem_depth)
-        words = program + [0] * max(0, len(self._imem) - len(program))
-        # Only the halves that changed, in runs of consecutive bus words.
+        """Write ``program`` into the instruction memory as the testbench's host does
+        (:func:`sim.tb.host_script.imem_writes`), consecutive words as one burst."""
+        from sim.tb.host_script import imem_writes
+
+        writes, self._imem = imem_writes(program, self._imem, self.config.imem_depth)
         run_start, run = None, []
-        for i, word in enumerate(words):
-            old = self._imem[i] if i < len(self._imem) else None
-            for half in (0, 1):
-                value = word >> (32 * half) & 0xFFFF_FFFF
-                addr = base + 2 * i + half
-                if old is not None and old >> (32 * half) & 0xFFFF_FFFF == value:
-                    if run:
-                        self.link.write(self._accel + 4 * run_start, run)
-                    run_start, run = None, []
-                    continue
-                if not run:
-                    run_start = addr
-                run.append(value)
+        for addr, value in writes:
+            if run and addr != run_start + len(run):
+                self.link.write(self._accel + 4 * run_start, run)
+                run = []
+            if not run:
+                run_start = addr
+            run.append(value)
         if run:
             self.link.write(self._accel + 4 * run_start, run)
-        self._imem = words
 
     def _check_idle(self) -> None:
         """Refuse to start while a program runs (one a session that was cut short left

@@ -52,6 +52,32 @@ def _line(cmd: Cmd, word: int = 0, data: int = 0) -> str:
     return f"{int(cmd):x}{word:08x}{data:08x}"
 
 
+def imem_writes(program: Sequence[int], imem: Sequence[int], imem_depth: int
+                ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The bus writes that put ``program`` in an instruction memory holding ``imem``: the
+    32-bit halves that differ (a kernel's directed input sets run the same program), and zeros
+    over the rest of the old program (the zero word is a NOP: no stale word is fetched).
+
+    Returns
+    -------
+    list of (int, int)
+        ``(bus word address, value)`` in address order.
+    list of int
+        The instruction memory's words after them.
+    """
+    base = imem_base_word(imem_depth)
+    mask = (1 << DATA_BITS) - 1
+    words = [int(w) for w in program] + [0] * max(0, len(imem) - len(program))
+    writes = []
+    for i, word in enumerate(words):
+        old = imem[i] if i < len(imem) else None
+        for half in (0, 1):
+            value = word >> (half * DATA_BITS) & mask
+            if old is None or old >> (half * DATA_BITS) & mask != value:
+                writes.append((base + 2 * i + half, value))
+    return writes, words
+
+
 def job_script(program: Sequence[int], imem: Sequence[int], imem_depth: int,
                timeout_cycles: int) -> tuple[str, list[int]]:
     """The ``$readmemh`` text of one job's script, and the instruction memory after it.
@@ -85,16 +111,9 @@ def job_script(program: Sequence[int], imem: Sequence[int], imem_depth: int,
     if len(program) > imem_depth:
         raise ValueError(f"a program of {len(program)} words does not fit an imem of "
                          f"{imem_depth}")
-    base = imem_base_word(imem_depth)
     mask = (1 << DATA_BITS) - 1
-    words = [int(w) for w in program] + [0] * max(0, len(imem) - len(program))
-    lines = []
-    for i, word in enumerate(words):
-        old = imem[i] if i < len(imem) else None
-        for half in (0, 1):
-            value = word >> (half * DATA_BITS) & mask
-            if old is None or old >> (half * DATA_BITS) & mask != value:
-                lines.append(_line(Cmd.WRITE, base + 2 * i + half, value))
+    writes, words = imem_writes(program, imem, imem_depth)
+    lines = [_line(Cmd.WRITE, addr, value) for addr, value in writes]
     done_bit = 1 << csr("IRQ_ENABLE").field("DONE").lo
     lines += [
         _line(Cmd.WRITE, csr("IRQ_ENABLE").word, done_bit),
