@@ -270,9 +270,7 @@ def _uncovered(ranges: Sequence[tuple[int, int]], cover: Sequence[tuple[int, int
 
 def _specs(config: VariantConfig, jobs: Sequence[Job],
            previous: Sequence[tuple[int, int]] = ()) -> list[jobfile.JobSpec]:
-    """The jobs as the testbench (or a board's runtime) runs them; ``previous``: the word
-    ranges ``(addr, words)`` that jobs before these left in memory (none in a new simulator;
-    a board session's earlier jobs)."""
+    """The jobs as a host runs them; ``previous``: word ranges earlier jobs left in memory."""
     specs, previous = [], list(previous)
     for job in jobs:
         mem = job.memory
@@ -420,8 +418,8 @@ def run_programs(
         raise ValueError("run_programs needs at least one job")
     for job in jobs:
         _check_job(config, job)
-    if build is not None and hasattr(build, "run_jobs"):  # a real or simulated FPGA board
-        return build.run_jobs(config, jobs)  # (hwgen.board.runtime.BoardRunner)
+    if build is not None and hasattr(build, "run_jobs"):  # an FPGA board's BoardRunner
+        return build.run_jobs(config, jobs)
     if build is not None and hasattr(build, "launch"):  # a sim.board.Board
         if build.config != config:
             raise ValueError(f"the board runs variant {build.config.key()}, not "
