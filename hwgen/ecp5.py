@@ -80,6 +80,13 @@ PARTS: tuple[Part, ...] = (
     Part(name="LFE5U-85F", nextpnr_device="85k", luts=83640, ffs=83640, dsps=156, brams=208,
          ram_slices=10455, frames=13294, frame_bits=1136),
 )
+#: Parts that boards carry but that ``hwgen variants build`` does not choose among: the
+#: ECP5-5G 85F (the ECPIX-5's), the LFE5U-85F's die with faster SERDES, so its capacities
+#: and configuration frames are the 85F's (Project Trellis lists the same frames for both).
+BOARD_PARTS: tuple[Part, ...] = (
+    Part(name="LFE5UM5G-85F", nextpnr_device="um5g-85k", luts=83640, ffs=83640, dsps=156,
+         brams=208, ram_slices=10455, frames=13294, frame_bits=1136),
+)
 #: The package every part is placed in (the 381-ball caBGA all three come in).
 PACKAGE = "CABGA381"
 
@@ -104,11 +111,11 @@ def part(name: str) -> Part:
     ValueError
         An unknown part, naming the known ones.
     """
-    for p in PARTS:
+    for p in (*PARTS, *BOARD_PARTS):
         if name in (p.name, p.nextpnr_device):
             return p
     raise ValueError(f"unknown ECP5 part {name!r}; the parts are "
-                     f"{', '.join(p.name for p in PARTS)}")
+                     f"{', '.join(p.name for p in (*PARTS, *BOARD_PARTS))}")
 
 
 def demand(cells: Mapping[str, int]) -> dict[str, int]:

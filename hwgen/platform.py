@@ -27,9 +27,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "ddr3": ("MT41K128M16", "MT41K64M16", "MT41K256M16"),
 }
 
-#: Controller clock to DRAM clock ratio, as LiteDRAM spells it: SDR runs the DRAM at the
-#: system clock; DDR3 at four times it (a 1:4 PHY, four DFI phases a cycle).
-RATES: dict[str, str] = {"sdr": "1:1", "ddr3": "1:4"}
+#: Controller clock to DRAM clock ratios each DRAM memory's PHY can have, as LiteDRAM spells
+#: them; the first is the default. SDR runs the DRAM at the system clock. DDR3 runs it at four
+#: times it (a 1:4 PHY, four DFI phases a cycle, as LiteDRAM's Xilinx PHYs) or at twice it
+#: (1:2: the ECP5's DDR3 PHY, ``ECP5DDRPHY``, two phases a cycle, what DDR3 boards with an
+#: ECP5 have).
+RATES: dict[str, tuple[str, ...]] = {"sdr": ("1:1",), "ddr3": ("1:4", "1:2")}
 
 #: DDR3 speed grades (MT/s) LiteDRAM has timings for on the modules of :data:`MODULES`.
 DDR3_SPEEDGRADES: tuple[str, ...] = ("800", "1066", "1333", "1600")
@@ -38,7 +41,7 @@ DDR3_SPEEDGRADES: tuple[str, ...] = ("800", "1066", "1333", "1600")
 #: the refresh interval tREFI (the same divisor applies to SDR, as a stress setting).
 REFRESH: tuple[str, ...] = ("normal", "hot")
 
-#: Controller clock range in Hz; DDR3's upper bound is its fastest grade (1600 MT/s at 1:4).
+#: Controller clock range in Hz; DDR3's upper bound is its fastest grade at 1:4 (1600 MT/s).
 CLOCK_RANGE: dict[str, tuple[int, int]] = {
     "ideal": (1_000_000, 1_000_000_000),
     "sdr": (10_000_000, 166_000_000),
@@ -120,54 +123,65 @@ class PortFigures:
         return page % self.banks, page // self.banks
 
 
-#: The characterized ports, by (memory, module, speedgrade, port bits, clock Hz): the normal-refresh
-#: rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize --memory ddr3`` and
-#: ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock; the figures of loads and
-#: stores sharing the port from ``python -m sim.dram_interplay`` on the 8x8 variant of
-#: ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones, within the noise of a
-#: slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's down-converter (eight
-#: 16-bit DRAM words a port word).
+#: The characterized ports, by (memory, rate, module, speedgrade, port bits, clock Hz): the
+#: normal-refresh rows of ``docs/memory.md``'s table (``python -m sim.dram.characterize
+#: --memory ddr3`` and ``--memory sdr --data-width 128 --reads 200000``), 100 MHz clock;
+#: the figures of loads and stores sharing the port from ``python -m sim.dram_interplay`` on
+#: the 8x8 variant of ``bench.platforms``, the ``_spaced`` ones on a 4x4 (negative ones,
+#: within the noise of a slow port, as 0). The SDR port of 128 bits goes through LiteDRAM's
+#: down-converter (eight 16-bit DRAM words a port word).
 #: The SDR ports at 50 and 45 MHz are the ULX3S board's (``hwgen build --board ulx3s-85f``,
 #: ``--clock-mhz 45`` for the 8x8): ``python -m sim.dram.characterize --memory sdr --clock-hz
 #: 50000000 --data-width 32`` (and 64, and at 45000000) ``--reads 200000``; their load/store
 #: interplay figures were not measured (0).
-PORT_FIGURES: dict[tuple[str, str, str | None, int, int], PortFigures] = {
-    ("ddr3", "MT41K128M16", "800", 128, 100_000_000): PortFigures(
+#: The DDR3 port at 1:2 and 50 MHz is the ECPIX-5 board's (``hwgen build --board
+#: ecpix5-85f``): ``python -m sim.dram.characterize --memory ddr3 --rate 1:2 --module
+#: MT41K256M16 --clock-hz 50000000 --data-width 128 --reads 200000``. Its refresh holds the
+#: controller 75 cycles in 391 (19%): LiteDRAM counts the part's tRFC in the clocks of its
+#: speed grade, 1.4 us here against the 260 ns the part needs, and the board's controller
+#: does the same. Narrower ports go through LiteDRAM's up-converter, which keeps one
+#: controller read in flight (6.6 cycles a 32-bit word, 12.2 a 64-bit one): a DDR3 board's
+#: variant has a 16-byte port.
+PORT_FIGURES: dict[tuple[str, str, str, str | None, int, int], PortFigures] = {
+    ("ddr3", "1:4", "MT41K128M16", "800", 128, 100_000_000): PortFigures(
         sequential=1.100, bank_stride=12.03, row_conflict=8.29, write=1.118,
         read_latency=17.3, refresh_hold=22, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=9.9, write_word=0.88,
         write_word_same=10.09, write_word_spaced=4.0, write_word_same_spaced=13.94,
         write_settle=22),
-    ("ddr3", "MT41K128M16", "1600", 128, 100_000_000): PortFigures(
+    ("ddr3", "1:4", "MT41K128M16", "1600", 128, 100_000_000): PortFigures(
         sequential=1.124, bank_stride=12.22, row_conflict=8.46, write=1.143,
         read_latency=17.5, refresh_hold=38, refresh_interval=782, words_per_row=128,
         banks=8, load_switch=2.7, load_activate=5.12, write_turn=6.7, write_word=0.88,
         write_word_same=10.38, write_word_spaced=4.0, write_word_same_spaced=14.19,
         write_settle=19),
-    ("sdr", "IS42S16160", None, 128, 100_000_000): PortFigures(
+    ("sdr", "1:1", "IS42S16160", None, 128, 100_000_000): PortFigures(
         sequential=9.127, bank_stride=16.21, row_conflict=12.25, write=9.206,
         read_latency=16.7, refresh_hold=12, refresh_interval=782, words_per_row=64,
         banks=4, load_switch=1.14, load_activate=0.0, write_turn=15.63, write_word=0.0,
         write_word_same=0.0, write_settle=29),
-    ("sdr", "IS42S16160", None, 32, 50_000_000): PortFigures(
+    ("sdr", "1:1", "IS42S16160", None, 32, 50_000_000): PortFigures(
         sequential=3.011, bank_stride=8.146, row_conflict=4.116, write=3.055,
         read_latency=10.46, refresh_hold=8, refresh_interval=391, words_per_row=256, banks=4),
-    ("sdr", "IS42S16160", None, 64, 50_000_000): PortFigures(
+    ("sdr", "1:1", "IS42S16160", None, 64, 50_000_000): PortFigures(
         sequential=5.047, bank_stride=10.156, row_conflict=6.174, write=5.121,
         read_latency=12.63, refresh_hold=8, refresh_interval=391, words_per_row=128, banks=4),
-    ("sdr", "IS42S16160", None, 32, 45_000_000): PortFigures(
+    ("sdr", "1:1", "IS42S16160", None, 32, 45_000_000): PortFigures(
         sequential=3.011, bank_stride=8.186, row_conflict=4.130, write=3.058,
         read_latency=10.52, refresh_hold=8, refresh_interval=352, words_per_row=256, banks=4),
-    ("sdr", "IS42S16160", None, 64, 45_000_000): PortFigures(
+    ("sdr", "1:1", "IS42S16160", None, 64, 45_000_000): PortFigures(
         sequential=5.042, bank_stride=10.203, row_conflict=6.193, write=5.133,
         read_latency=12.71, refresh_hold=8, refresh_interval=352, words_per_row=128, banks=4),
+    ("ddr3", "1:2", "MT41K256M16", "800", 128, 50_000_000): PortFigures(
+        sequential=2.565, bank_stride=11.937, row_conflict=6.266, write=2.712,
+        read_latency=35.06, refresh_hold=75, refresh_interval=391, words_per_row=128, banks=8),
 }
 
 
-def ddr3_rate_mts(clock_hz: int) -> float:
-    """The DDR3 data rate (MT/s) at controller clock ``clock_hz``: 1:4 PHY, two transfers a
-    DRAM clock."""
-    return clock_hz * 4 * 2 / 1e6
+def ddr3_rate_mts(clock_hz: int, rate: str = "1:4") -> float:
+    """The DDR3 data rate (MT/s) at controller clock ``clock_hz`` through a PHY of clock ratio
+    ``rate``: two transfers a DRAM clock."""
+    return clock_hz * int(rate.split(":")[1]) * 2 / 1e6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +209,10 @@ class PlatformConfig:
     refresh : str
         ``"normal"``, or ``"hot"``: tREFI halved (DDR3's doubled refresh rate above 85 C).
         The ideal memory does not refresh.
+    rate : str, optional
+        The PHY's clock ratio, from :data:`RATES` (the memory's first by default; the ideal
+        memory has none). DDR3 at ``"1:2"`` is the ECP5's PHY: the simulation uses that PHY's
+        own latencies, and the DRAM clock is twice the controller's.
     """
 
     memory: str = "ideal"
@@ -202,6 +220,7 @@ class PlatformConfig:
     clock_hz: int = 100_000_000
     speedgrade: str | None = None
     refresh: str = "normal"
+    rate: str | None = None
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORIES:
@@ -218,7 +237,8 @@ class PlatformConfig:
             raise ValueError(
                 f"refresh must be one of {', '.join(REFRESH)}, not {self.refresh!r}")
         if self.memory == "ideal":
-            for name, allowed in (("module", None), ("speedgrade", None), ("refresh", "normal")):
+            for name, allowed in (("module", None), ("speedgrade", None), ("refresh", "normal"),
+                                  ("rate", None)):
                 if getattr(self, name) != allowed:
                     raise ValueError(
                         f"{name} must be {allowed!r} for the ideal memory (it has no DRAM), "
@@ -231,13 +251,19 @@ class PlatformConfig:
             raise ValueError(
                 f"module must be one of {', '.join(modules)} for memory {self.memory}, "
                 f"not {self.module!r}")
+        if self.rate is None:
+            object.__setattr__(self, "rate", RATES[self.memory][0])
+        elif self.rate not in RATES[self.memory]:
+            raise ValueError(
+                f"rate must be one of {', '.join(RATES[self.memory])} for memory "
+                f"{self.memory}, not {self.rate!r}")
         if self.memory == "sdr":
             if self.speedgrade is not None:
                 raise ValueError(
                     f"speedgrade must be None for memory sdr (its modules have one set of "
                     f"timings), not {self.speedgrade!r}")
             return
-        rate = ddr3_rate_mts(self.clock_hz)
+        rate = ddr3_rate_mts(self.clock_hz, self.rate)
         if self.speedgrade is None:
             fitting = [g for g in DDR3_SPEEDGRADES if int(g) >= rate]
             object.__setattr__(self, "speedgrade", fitting[0])  # CLOCK_RANGE keeps one
@@ -248,7 +274,7 @@ class PlatformConfig:
         elif int(self.speedgrade) < rate:
             raise ValueError(
                 f"speedgrade {self.speedgrade} is too slow for clock_hz={self.clock_hz} "
-                f"({rate:g} MT/s at 1:4): use a speedgrade of at least {rate:g}")
+                f"({rate:g} MT/s at {self.rate}): use a speedgrade of at least {rate:g}")
 
     # -- derived: computed here once, read everywhere else -------------------------------
 
@@ -266,19 +292,6 @@ class PlatformConfig:
         return self.memory != "ideal"
 
     @property
-    def rate(self) -> str:
-        """LiteDRAM's clock ratio for the memory (``"1:1"``, ``"1:4"``).
-
-        Raises
-        ------
-        ValueError
-            For the ideal memory, which has no DRAM clock.
-        """
-        if not self.is_dram:
-            raise ValueError("the ideal memory has no DRAM clock ratio; use memory sdr or ddr3")
-        return RATES[self.memory]
-
-    @property
     def refresh_divisor(self) -> int:
         """What the module's tREFI is divided by: 2 when hot, else 1."""
         return 2 if self.refresh == "hot" else 1
@@ -294,12 +307,13 @@ class PlatformConfig:
         """
         if not self.is_dram:
             return None
-        key = (self.memory, self.module, self.speedgrade, port_bytes * 8, self.clock_hz)
+        key = (self.memory, self.rate, self.module, self.speedgrade, port_bytes * 8,
+               self.clock_hz)
         if key not in PORT_FIGURES:
-            known = ", ".join(f"{m} {mod} {g or ''} {b}-bit at {hz / 1e6:g} MHz"
-                              for m, mod, g, b, hz in PORT_FIGURES)
+            known = ", ".join(f"{m} {r} {mod} {g or ''} {b}-bit at {hz / 1e6:g} MHz"
+                              for m, r, mod, g, b, hz in PORT_FIGURES)
             raise ValueError(
-                f"no characterized port figures for {self.memory} {self.module} "
+                f"no characterized port figures for {self.memory} {self.rate} {self.module} "
                 f"{self.speedgrade or ''} with {port_bytes}-byte words at {self.clock_hz} Hz "
                 f"(known: {known}); measure it with python -m sim.dram.characterize "
                 f"and add it to hwgen.platform.PORT_FIGURES")
@@ -309,8 +323,12 @@ class PlatformConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as plain JSON types (defaults filled in, so equal platforms give
-        equal dicts)."""
-        return dataclasses.asdict(self)
+        equal dicts). The default ``rate`` is left out: platforms from before it existed keep
+        their keys, which name build folders and sit in descriptors and caches."""
+        data = dataclasses.asdict(self)
+        if self.rate is None or self.rate == RATES[self.memory][0]:
+            del data["rate"]
+        return data
 
     def key(self) -> str:
         """A stable content hash of the parameters (16 hex digits), like

@@ -25,7 +25,10 @@ class Board:
     litex_device : str
         The same FPGA as LiteX names it (its primitives for the DRAM PHY's I/O registers).
     memory, dram_module : str
-        The DRAM kind (``sdr``) and part (a ``litedram.modules`` class name).
+        The DRAM kind (``sdr``, ``ddr3``) and part (a ``litedram.modules`` class name).
+    dram_rate : str or None
+        The DRAM PHY's clock ratio (:data:`hwgen.platform.RATES`): ``"1:2"`` for DDR3, the
+        ECP5's PHY; None for the memory's default.
     clock_resource : str
         The board oscillator's resource; the PLL makes the system clock from it.
     clock_hz : int
@@ -54,6 +57,7 @@ class Board:
     uart_note: str
     loader_board: str
     ecppack_options: tuple[str, ...] = ()
+    dram_rate: str | None = None
 
     def amaranth_platform(self):
         """A new instance of the board's ``amaranth-boards`` platform.
@@ -82,6 +86,14 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           uart_note="FT231X: 3 Mbaud is its highest rate (its baud generator divides 48 MHz "
                     "by 16 or more)",
           loader_board="ulx3s", ecppack_options=("--compress",)),
+    Board(name="ecpix5-85f", platform="amaranth_boards.ecpix5:ECPIX585Platform",
+          device="um5g-85k", package="CABGA554", speed=8, litex_device="LFE5UM5G-85F-8BG554I",
+          memory="ddr3", dram_module="MT41K256M16", dram_rate="1:2", clock_resource="clk100",
+          clock_hz=50_000_000, baud=6_000_000,
+          uart_note="FT2232H: 12 Mbaud at most, but the UART takes at most an eighth of the "
+                    "system clock; 6 Mbaud is the FT2232H's next rate (its 12 MHz divided by "
+                    "2), 8.3 clock cycles a bit at 50 MHz",
+          loader_board="ecpix5"),
 )}
 
 

@@ -68,7 +68,9 @@ def program(name: str) -> str:
 
 def _inout(verilog: str, port: str) -> str:
     """Migen declares a pad that only a ``TRELLIS_IO``'s ``B`` touches as an input; it is
-    both ways (the SDRAM's data): declare it so."""
+    both ways (the SDRAM's data): declare it so (a pad already ``inout`` is left alone)."""
+    if re.search(rf"^\s*inout\s+wire\s+(?:\[[^\]]*\]\s*)?{port},", verilog, re.MULTILINE):
+        return verilog
     text, n = re.subn(rf"^(\s*)input(\s+wire\s+(?:\[[^\]]*\]\s*)?{port},)", r"\1inout\2",
                       verilog, count=1, flags=re.MULTILINE)
     if n != 1:
@@ -83,11 +85,12 @@ def gateware_files(design: BoardDesign, *, sim: bool = False) -> tuple[dict[str,
     from hwgen.gateware.emit import accelerator_verilog
     from hwgen.gateware.native import ADAPTER_MODULE, adapter_verilog
 
-    made = soc.generate(design.config, memory=design.board.memory,
-                        module=design.board.dram_module, clock_hz=design.clock_hz,
-                        baud=design.baud, ident=design.ident_words(), sim=sim,
-                        device=design.board.litex_device)
-    verilog = made.verilog if sim else _inout(made.verilog, "sdram_dq")
+    made = soc.generate(design.config, platform=design.platform, baud=design.baud,
+                        ident=design.ident_words(), sim=sim, device=design.board.litex_device)
+    verilog = made.verilog
+    if not sim:
+        for port in soc.INOUT_PORTS[design.board.memory]:
+            verilog = _inout(verilog, port)
     files = {
         f"{soc.MODULE}.v": verilog,
         "hwgen_accel.v": accelerator_verilog(design.config),

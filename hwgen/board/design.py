@@ -25,6 +25,9 @@ DESIGN_FORMAT = 1
 GATEWARE_PACKAGES = ("amaranth", "amaranth-boards", "litex", "litedram", "migen")
 
 
+#: The port width (bytes) of a DDR3 board's variant: the controller's word (BL8 of x16).
+DDR3_PORT_BYTES = 16
+
 #: The modules of this package that make the board's gateware.
 BOARD_GATEWARE = ("soc.py", "top.py", "pll.py")
 
@@ -58,6 +61,12 @@ class BoardDesign:
     baud: int
 
     def __post_init__(self) -> None:
+        if self.board.memory == "ddr3" and self.config.port_bytes != DDR3_PORT_BYTES:
+            raise ValueError(
+                f"the {self.board.name}'s DDR3 controller reads {DDR3_PORT_BYTES}-byte words; a "
+                f"{self.config.port_bytes}-byte port would go through LiteDRAM's up-converter, "
+                f"which keeps one read in flight (2.6x to 4.8x slower, docs/boards.md): build "
+                f"a variant with +port{DDR3_PORT_BYTES}")
         if not isinstance(self.baud, int) or not 9600 <= self.baud <= self.clock_hz // 8:
             raise ValueError(f"the baud rate must be from 9600 to an eighth of the "
                              f"{self.clock_hz / 1e6:g} MHz clock ({self.clock_hz // 8}), not "
@@ -67,7 +76,7 @@ class BoardDesign:
     def platform(self) -> PlatformConfig:
         """The memory as the accelerator-only simulation models it (same part, same clock)."""
         return PlatformConfig(memory=self.board.memory, module=self.board.dram_module,
-                              clock_hz=self.clock_hz)
+                              clock_hz=self.clock_hz, rate=self.board.dram_rate)
 
     def identity(self) -> dict[str, object]:
         """What the digest covers."""

@@ -186,6 +186,8 @@ class BoardRunner:
         self._imem: list[int] = []
         self._touched: list[tuple[int, int]] = []
         self.seconds = {"load": 0.0, "run": 0.0, "read": 0.0}
+        #: What DDR3 read leveling chose, lane by lane (empty without it).
+        self.leveling: list[dict] = []
         self._accel = folder.region("accel")
         self._dram = folder.region("dram")
 
@@ -273,6 +275,19 @@ class BoardRunner:
         if int(self.link.read(control, 1)[0]) & DFII_CONTROL["SEL"] == 0:
             raise LinkError(f"the board on {self.link.port} did not take the DRAM controller "
                             f"out of initialization")
+        shape = self.folder.soc["dram"].get("read_leveling")
+        if shape:
+            from hwgen.board.leveling import PATTERN_WORDS, LevelingFailed, ReadLeveler
+
+            leveler = ReadLeveler(self.link.write, self.link.read, self._csr, self._dram,
+                                  lanes=shape["modules"], bitslips=shape["bitslips"],
+                                  delays=shape["delays"])
+            try:
+                self.leveling = [lane.to_dict() for lane in leveler.level()]
+            except LevelingFailed as exc:
+                raise LinkError(f"the board on {self.link.port}: {exc}") from None
+            # The pattern's words are zeroed before the first job, as a job's are.
+            self._touched = [(0, -(-PATTERN_WORDS * 4 // self.config.port_bytes))]
 
     # -- jobs ----------------------------------------------------------------------------
     def _mem(self, word: int) -> int:

@@ -37,7 +37,8 @@ class Session(BoardRunner):
                 "design": self.folder.digest, "bytes_out": self.link.bytes_out,
                 "bytes_in": self.link.bytes_in, "link_seconds": round(self.link.seconds, 3),
                 "session_seconds": round(wall, 3),
-                **{f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()}}
+                **{f"{k}_seconds": round(v, 3) for k, v in self.seconds.items()},
+                "read_leveling": self.leveling}
 
     def summary(self) -> str:
         f = self.figures()

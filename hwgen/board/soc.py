@@ -8,9 +8,15 @@ top's PLL, :mod:`hwgen.board.top`). Inside it:
   rate. Its protocol (:mod:`hwgen.board.link`) reads and writes 32-bit words anywhere on the
   bus; it is the only way in, as a soft CPU's loads and stores would be;
 - **the DRAM**: LiteDRAM's controller and crossbar behind the board's PHY (``GENSDRPHY`` for
-  SDR; LiteDRAM's ``SDRAMPHYModel``, the DRAM chip as logic, in a simulation build), with
-  its initialization registers (``DFII``) on the bus as LiteDRAM defines them, and the
-  memory itself at :data:`DRAM_BASE` through a Wishbone-to-native port;
+  SDR, ``ECP5DDRPHY`` for DDR3; LiteDRAM's ``SDRAMPHYModel``, the DRAM chip as logic with
+  the board PHY's settings, in a simulation build), with its initialization registers
+  (``DFII``, and the DDR3 PHY's read-leveling registers) on the bus as LiteDRAM defines
+  them, and the memory itself at :data:`DRAM_BASE` through a Wishbone-to-native port;
+- **the DDR3 clocks** (a DDR3 board): the ECP5 PHY runs on the PLL's clock at twice the
+  system clock, through the edge-clock primitives LiteX's ECP5 DDR3 boards use
+  (``ECLKBRIDGECS``, ``ECLKSYNCB``, then ``CLKDIVF`` for the system clock), which the PHY's
+  initialization stops and resets while its DLL locks; so the system clock is made here,
+  not in the board top;
 - **the accelerator**, ``hwgen_accel``, with its Wishbone target at :data:`ACCEL_BASE` and
   its memory port on a native port of its own through ``hwgen_mem_adapter``
   (:mod:`hwgen.gateware.native`), exactly as the accelerator-only DRAM simulation joins
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from hwgen.regmap import DATA_BITS, bus_addr_bits
 
 #: The Verilog module name of the system on chip.
@@ -45,8 +52,18 @@ CSR_BASE = 0xF000_0000
 IDENT_MAGIC = 0x48574742
 #: Words of the identity region: the magic, then the design digest's eight words.
 IDENT_WORDS = 9
-#: The SoC's Verilog ports, by role.
-PORTS = {"clk": "sys_clk", "rst": "sys_rst", "tx": "serial_tx", "rx": "serial_rx"}
+#: The SoC's Verilog ports, by role. A DDR3 board's SoC has no ``clk``: it takes ``clk2x``
+#: (the PLL's output, twice the system clock) and ``init_clk`` (the board's oscillator, for
+#: the PHY's initialization) and makes the system clock itself; a simulation build takes
+#: ``clk`` whatever the memory.
+PORTS = {"clk": "sys_clk", "rst": "sys_rst", "tx": "serial_tx", "rx": "serial_rx",
+         "clk2x": "sys2x_clk", "init_clk": "init_clk"}
+#: The DRAM pins both ways, which Migen declares as inputs when only a ``TRELLIS_IO`` or
+#: ``BB`` drives them (:func:`hwgen.board.build.gateware_files` declares them ``inout``).
+INOUT_PORTS = {"sdr": ("sdram_dq",), "ddr3": ("sdram_dq", "sdram_dqs_p")}
+#: The ports each kind of build has.
+CLOCK_PORTS = {"sdr": ("clk", "rst"), "ddr3": ("clk2x", "init_clk", "rst"),
+               "sim": ("clk", "rst")}
 
 
 @dataclass(frozen=True)
@@ -69,74 +86,107 @@ class SocVerilog:
     spec: dict[str, Any]
 
 
-def _ios(sim: bool, sdram_pads: list) -> list:
+def clock_ports(memory: str, sim: bool) -> dict[str, str]:
+    """The SoC's clock and reset ports, role -> Verilog name, of a build."""
+    return {role: PORTS[role] for role in CLOCK_PORTS["sim" if sim else memory]}
+
+
+def _ios(memory: str, sim: bool, module) -> list:  # noqa: ANN001 - a LiteDRAM module
     from litex.build.generic_platform import Pins, Subsignal
 
-    ios = [
-        (PORTS["clk"], 0, Pins(1)),
-        (PORTS["rst"], 0, Pins(1)),
-        ("serial", 0, Subsignal("tx", Pins(1)), Subsignal("rx", Pins(1))),
-    ]
+    ios = [(name, 0, Pins(1)) for name in clock_ports(memory, sim).values()]
+    ios.append(("serial", 0, Subsignal("tx", Pins(1)), Subsignal("rx", Pins(1))))
     if not sim:
-        ios.append(("sdram", 0, *sdram_pads))
+        ios.append(("sdram", 0, *_dram_pads(memory, module)))
     return ios
 
 
-def _sdr_pads(module) -> list:
+def _dram_pads(memory: str, module) -> list:  # noqa: ANN001 - a LiteDRAM module
+    """The DRAM's pins as LiteDRAM's PHY names them (one x16 chip)."""
     from litex.build.generic_platform import Pins, Subsignal
 
     geom = module.geom_settings
-    return [
-        Subsignal("a", Pins(geom.addressbits)),
-        Subsignal("ba", Pins(geom.bankbits)),
-        Subsignal("cs_n", Pins(1)),
-        Subsignal("cke", Pins(1)),
-        Subsignal("ras_n", Pins(1)),
-        Subsignal("cas_n", Pins(1)),
-        Subsignal("we_n", Pins(1)),
-        Subsignal("dq", Pins(16)),
-        Subsignal("dm", Pins(2)),
+    common = [Subsignal("a", Pins(geom.addressbits)), Subsignal("ba", Pins(geom.bankbits)),
+              Subsignal("cke", Pins(1)), Subsignal("ras_n", Pins(1)),
+              Subsignal("cas_n", Pins(1)), Subsignal("we_n", Pins(1)),
+              Subsignal("dq", Pins(16)), Subsignal("dm", Pins(2))]
+    if memory == "sdr":
+        return [*common, Subsignal("cs_n", Pins(1))]
+    # DDR3: the clock and strobes are differential, of which the design drives the P pin
+    # (the I/O standard makes the N); the ECPIX-5 ties CS# low and has no RESET# pin.
+    return [*common, Subsignal("odt", Pins(1)), Subsignal("clk_p", Pins(1)),
+            Subsignal("dqs_p", Pins(2))]
+
+
+def _ddr3_clocks(soc, platform, phy) -> None:  # noqa: ANN001 - LiteX objects
+    """The system and PHY clocks of a DDR3 board, as LiteX's ECP5 DDR3 CRG makes them from
+    the PLL's double-rate clock (``litedram.gen.LiteDRAMECP5DDRPHYCRG``)."""
+    from migen import ClockDomain, Instance, Signal
+    from migen.genlib.resetsync import AsyncResetSynchronizer
+
+    soc.cd_sys2x = ClockDomain("sys2x")
+    soc.cd_init = ClockDomain("init")
+    rst = platform.request(PORTS["rst"])
+    ecsout = Signal()
+    soc.comb += soc.cd_init.clk.eq(platform.request(PORTS["init_clk"]))
+    soc.specials += [
+        AsyncResetSynchronizer(soc.cd_init, rst),
+        Instance("ECLKBRIDGECS", i_CLK0=platform.request(PORTS["clk2x"]), i_SEL=0,
+                 o_ECSOUT=ecsout),
+        Instance("ECLKSYNCB", i_ECLKI=ecsout, i_STOP=phy.init.stop,
+                 o_ECLKO=soc.cd_sys2x.clk),
+        Instance("CLKDIVF", p_DIV="2.0", i_ALIGNWD=0, i_CLKI=soc.cd_sys2x.clk,
+                 i_RST=phy.init.reset, o_CDIVX=soc.cd_sys.clk),
+        AsyncResetSynchronizer(soc.cd_sys, rst | phy.init.reset),
+        AsyncResetSynchronizer(soc.cd_sys2x, rst | phy.init.reset),
     ]
 
 
-def _build(config: VariantConfig, *, memory: str, module_name: str, clock_hz: int, baud: int,
-           sim: bool, ident: list[int], device: str):
+def _build(config: VariantConfig, *, platform_config: PlatformConfig, baud: int, sim: bool,
+           ident: list[int], device: str):
     """The LiteX SoC (not yet finalized) and its platform."""
-    from litedram import modules as dram_modules
-    from litedram.phy import GENSDRPHY
-    from litedram.phy.model import SDRAMPHYModel, get_sdram_phy_settings
+    from litedram.phy import ECP5DDRPHY, GENSDRPHY
+    from litedram.phy.model import SDRAMPHYModel
     from litex.build.lattice import LatticePlatform
     from litex.soc.integration.soc import SoCRegion
     from litex.soc.integration.soc_core import SoCMini
     from litex.soc.interconnect import wishbone
     from migen import Case, ClockDomain, Instance, Signal
 
-    from sim.dram.generate import ACTIVATE_BITS, drop_litex_shims
+    from sim.dram.generate import ACTIVATE_BITS, drop_litex_shims, litedram_module, phy_settings
 
     drop_litex_shims()
-    if memory != "sdr":
-        raise ValueError(f"a board with {memory} memory is not supported yet; the boards with "
-                         f"SDR SDRAM are")
-    module = getattr(dram_modules, module_name)(clock_hz, "1:1")
-    platform = LatticePlatform(device, _ios(sim, _sdr_pads(module)), toolchain="trellis")
+    memory, clock_hz = platform_config.memory, platform_config.clock_hz
+    if memory not in ("sdr", "ddr3") or (memory == "ddr3" and platform_config.rate != "1:2"):
+        raise ValueError(f"a board's memory is SDR SDRAM, or DDR3 through the ECP5's 1:2 PHY, "
+                         f"not {platform_config.describe()} at {platform_config.rate}")
+    module = litedram_module(platform_config)
+    platform = LatticePlatform(device, _ios(memory, sim, module), toolchain="trellis")
 
     soc = SoCMini(platform, clk_freq=clock_hz, ident="", ident_version=False,
                   with_ctrl=False, bus_timeout=None)
     soc.mem_map.update({"csr": CSR_BASE, "main_ram": DRAM_BASE})
 
-    # One clock domain: the board top's PLL makes it, and holds reset until it locks.
+    # One system clock domain. The board top's PLL makes it (or, with DDR3, its double),
+    # and holds reset until it locks.
     soc.cd_sys = ClockDomain("sys")
-    soc.comb += [soc.cd_sys.clk.eq(platform.request(PORTS["clk"])),
-                 soc.cd_sys.rst.eq(platform.request(PORTS["rst"]))]
+    if sim or memory == "sdr":
+        soc.comb += [soc.cd_sys.clk.eq(platform.request(PORTS["clk"])),
+                     soc.cd_sys.rst.eq(platform.request(PORTS["rst"]))]
 
     soc.add_uartbone(name="uartbone", uart_name="serial", baudrate=baud)
 
     if sim:
-        phy = SDRAMPHYModel(module, get_sdram_phy_settings(
-            memtype=module.memtype, data_width=16, clk_freq=clock_hz), clk_freq=clock_hz)
+        phy = SDRAMPHYModel(module, phy_settings(platform_config, module), clk_freq=clock_hz)
+        soc.sdrphy = phy
+    elif memory == "sdr":
+        phy = soc.sdrphy = GENSDRPHY(platform.request("sdram"), sys_clk_freq=clock_hz)
     else:
-        phy = GENSDRPHY(platform.request("sdram"), sys_clk_freq=clock_hz)
-    soc.sdrphy = phy
+        # LiteX's ECP5 boards delay the command pins by 100 taps below 64 MHz, where the
+        # DRAM clock's edge would otherwise fall too near them (gsd_orangecrab.py).
+        phy = soc.ddrphy = ECP5DDRPHY(platform.request("sdram"), sys_clk_freq=clock_hz,
+                                      cmd_delay=0 if clock_hz > 64_000_000 else 100)
+        _ddr3_clocks(soc, platform, phy)
     soc.add_sdram("sdram", phy=phy, module=module, l2_cache_size=0)
 
     # The accelerator's memory port: a native port of the variant's width, through the
@@ -217,7 +267,7 @@ def _init_sequence(phy, module) -> list[dict[str, Any]]:
             for name, a, ba, cmd, delay in seq]
 
 
-def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, baud: int,
+def generate(config: VariantConfig, *, platform: PlatformConfig, baud: int,
              ident: list[int], sim: bool = False,
              device: str = "LFE5U-85F-6BG381C") -> SocVerilog:
     """The Verilog of :data:`MODULE` for ``config`` on a board.
@@ -226,11 +276,9 @@ def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, 
     ----------
     config : VariantConfig
         The accelerator.
-    memory, module : str
-        The DRAM kind (``"sdr"``) and part (a ``litedram.modules`` class name).
-    clock_hz : int
-        The system clock (accelerator, controller and UART): LiteDRAM's timings in cycles
-        and the UART's divider come from it.
+    platform : PlatformConfig
+        The board's memory (SDR, or DDR3 at 1:2) and system clock (accelerator, controller
+        and UART): LiteDRAM's timings in cycles and the UART's divider come from it.
     baud : int
         The UART's bit rate.
     ident : list of int
@@ -243,7 +291,7 @@ def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, 
     Raises
     ------
     ValueError
-        For a memory kind no board has yet, or an identity of the wrong size.
+        For a memory no board has, or an identity of the wrong size.
     """
     from litex.soc.integration import export
     from migen.fhdl.verilog import convert  # noqa: F401 - LiteX converts through it
@@ -252,11 +300,10 @@ def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, 
         raise ValueError("the identity is eight 32-bit words (a SHA-256 digest)")
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), _quiet_logs():
-        soc, platform, dram_module, phy = _build(
-            config, memory=memory, module_name=module, clock_hz=clock_hz, baud=baud, sim=sim,
-            ident=ident, device=device)
+        soc, litex_platform, dram_module, phy = _build(
+            config, platform_config=platform, baud=baud, sim=sim, ident=ident, device=device)
         soc.finalize()
-        out = platform.get_verilog(soc, name=MODULE, regular_comb=False)
+        out = litex_platform.get_verilog(soc, name=MODULE, regular_comb=False)
         if out.data_files:
             raise RuntimeError(f"the system on chip needs data files "
                                f"({', '.join(out.data_files)}) beside its Verilog")
@@ -264,7 +311,7 @@ def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, 
         csr = json.loads(export.get_csr_json(soc.csr_regions, soc.constants, soc.mem_regions))
     spec = {
         "module": MODULE,
-        "ports": dict(PORTS),
+        "ports": {**clock_ports(platform.memory, sim), "tx": PORTS["tx"], "rx": PORTS["rx"]},
         "regions": {
             "accel": [ACCEL_BASE, 4 << bus_addr_bits(config.imem_depth)],
             "ident": [IDENT_BASE, 4 * IDENT_WORDS],
@@ -274,13 +321,19 @@ def generate(config: VariantConfig, *, memory: str, module: str, clock_hz: int, 
         "csr_registers": {name: [reg["addr"], reg["size"]]
                           for name, reg in csr["csr_registers"].items()},
         "native_address_width": soc.native_address_width,
-        "clock_hz": clock_hz,
+        "clock_hz": platform.clock_hz,
         "baud": baud,
         "sim": sim,
         "dram": {
-            "memory": memory, "module": module,
+            "memory": platform.memory, "module": platform.module, "rate": platform.rate,
             "memtype": phy.settings.memtype, "nphases": phy.settings.nphases,
             "init": _init_sequence(phy, dram_module),
+            # The PHY's read delays and bitslips, which the host levels (not in simulation,
+            # whose PHY has none).
+            "read_leveling": ({"modules": phy.settings.databits // 8,
+                               "bitslips": phy.settings.bitslips,
+                               "delays": phy.settings.delays}
+                              if not sim and phy.settings.read_leveling else None),
         },
     }
     return SocVerilog(verilog=verilog, spec=spec)

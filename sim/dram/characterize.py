@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speedgrade", default=None)
     parser.add_argument("--clock-hz", type=int, default=100_000_000)
     parser.add_argument("--refresh", default="normal", help="normal or hot")
+    parser.add_argument("--rate", default=None,
+                        help="the PHY's clock ratio (default the memory's first: 1:1 for sdr, "
+                             "1:4 for ddr3; 1:2 is the ECP5's DDR3 PHY)")
     parser.add_argument("--reads", type=int, default=100_000)
     parser.add_argument("--conflict-reads", type=int, default=10_000)
     parser.add_argument("--data-width", type=int, default=None,
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         platform = PlatformConfig(memory=args.memory, module=args.module,
                                   speedgrade=args.speedgrade, clock_hz=args.clock_hz,
-                                  refresh=args.refresh)
+                                  refresh=args.refresh, rate=args.rate)
         if not platform.is_dram:
             raise ValueError("the ideal memory has nothing to characterize; "
                              "use --memory sdr or ddr3")

@@ -108,7 +108,7 @@ def drop_litex_shims() -> None:
         del sys.modules[name]
 
 
-def _litedram_module(platform: PlatformConfig):
+def litedram_module(platform: PlatformConfig):  # noqa: ANN201 - LiteDRAM's
     """The LiteDRAM module object; hot refresh is the part with its tREFI divided, so that
     the controller and the PHY model's timing checker both see the hot rate."""
     from litedram import modules
@@ -124,6 +124,30 @@ def _litedram_module(platform: PlatformConfig):
     return cls(platform.clock_hz, platform.rate, **kwargs)
 
 
+def phy_settings(platform: PlatformConfig, module):  # noqa: ANN001, ANN201 - LiteDRAM's
+    """The PHY settings (LiteDRAM's ``PhySettings``) the simulation PHY takes for
+    ``platform``'s memory and ``module`` (its LiteDRAM module object).
+
+    At 1:1 and 1:4 they are LiteDRAM's own for the kind (those of its SDR and Xilinx DDR3
+    PHYs). At 1:2, DDR3 on an ECP5, they are those of ``ECP5DDRPHY`` itself, read from one
+    made on stand-in pads, so that the model has that PHY's read and write latencies rather
+    than a copy of the arithmetic that gives them.
+    """
+    from litedram.phy.model import get_sdram_phy_settings
+
+    if platform.rate != "1:2":
+        return get_sdram_phy_settings(memtype=module.memtype, data_width=16,
+                                      clk_freq=platform.clock_hz)
+    from litedram.phy.ecp5ddrphy import ECP5DDRPHY
+    from migen import Record
+
+    geom = module.geom_settings
+    pads = Record([("a", geom.addressbits), ("ba", geom.bankbits), ("clk_p", 1), ("cke", 1),
+                   ("ras_n", 1), ("cas_n", 1), ("we_n", 1), ("odt", 1), ("dq", 16),
+                   ("dm", 2), ("dqs_p", 2)])
+    return ECP5DDRPHY(pads, sys_clk_freq=platform.clock_hz).settings
+
+
 def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
     """The Migen top and its named port signals (``role -> Signal``) and facts."""
     from litedram.core.controller import ControllerSettings, LiteDRAMController
@@ -132,10 +156,10 @@ def _build_top(platform: PlatformConfig, checker: bool, data_width: int | None):
     from migen import Module, Signal
 
     drop_litex_shims()
-    module = _litedram_module(platform)
+    module = litedram_module(platform)
     timing = module.timing_settings
     top = Module()
-    phy = SDRAMPHYModel(module, data_width=16, clk_freq=platform.clock_hz,
+    phy = SDRAMPHYModel(module, phy_settings(platform, module), clk_freq=platform.clock_hz,
                         verbosity=SDRAM_VERBOSE_STD if checker else SDRAM_VERBOSE_OFF)
     ctrl = LiteDRAMController(phy.settings, module.geom_settings, timing, platform.clock_hz,
                               controller_settings=ControllerSettings(with_refresh=True))

@@ -114,6 +114,73 @@ def test_the_top_takes_its_pins_from_amaranth_boards(board_files):
         assert f"read_verilog  {name}" in plan.files["top.ys"]
 
 
+# -- the DDR3 board ------------------------------------------------------------------------
+
+ECPIX5 = boards.board("ecpix5-85f")
+WIDE = parse_spec("4x4:bias,requant,relu+port16").config
+
+
+def test_a_ddr3_board_is_the_ecp5_phy_at_1_2_and_takes_a_16_byte_port():
+    design = BoardDesign(WIDE, ECPIX5, 50_000_000, 6_000_000)
+    platform = design.platform
+    assert (platform.memory, platform.rate, platform.module) == ("ddr3", "1:2", "MT41K256M16")
+    assert platform.port_figures(16).sequential > 2.0  # a BL8 burst is 2 cycles at 1:2
+    with pytest.raises(ValueError, match=r"4-byte port would go through LiteDRAM's "
+                                         r"up-converter.*\+port16"):
+        BoardDesign(SMALL, ECPIX5, 50_000_000, 6_000_000)
+
+
+@pytest.fixture(scope="module")
+def ddr3_files():
+    from hwgen.board.build import gateware_files
+
+    return gateware_files(BoardDesign(WIDE, ECPIX5, 50_000_000, 6_000_000))
+
+
+def test_the_ddr3_soc_makes_its_clocks_and_levels_its_reads(ddr3_files):
+    files, spec = ddr3_files
+    text = files[f"{soc.MODULE}.v"]
+    header = re.search(rf"module {soc.MODULE}\s*\(([^;]*)\);", text)[1]
+    # The PLL's double-rate clock and the oscillator in; the system clock is made inside.
+    for port in ("sys2x_clk", "init_clk", "sys_rst", "sdram_clk_p", "sdram_odt"):
+        assert re.search(rf"\b{port}\b", header), port
+    assert not re.search(r"\bsys_clk\b", header)
+    assert re.search(r"inout\s+wire\s+\[1:0\]\s+sdram_dqs_p", header)
+    for primitive in ("ECLKSYNCB", "CLKDIVF", "DDRDLLA", "DQSBUFM"):
+        assert primitive in text, primitive
+    assert spec["ports"] == {"clk2x": "sys2x_clk", "init_clk": "init_clk", "rst": "sys_rst",
+                             "tx": "serial_tx", "rx": "serial_rx"}
+    assert spec["regions"]["dram"] == [soc.DRAM_BASE, 512 << 20]  # MT41K256M16: 4 Gbit
+    assert spec["dram"]["nphases"] == 2 and spec["dram"]["rate"] == "1:2"
+    assert spec["dram"]["read_leveling"] == {"modules": 2, "bitslips": 4, "delays": 8}
+    assert {"ddrphy_rdly_dq_inc", "ddrphy_burstdet_seen"} <= set(spec["csr_registers"])
+
+
+def test_the_ddr3_top_takes_its_pins_from_amaranth_boards(ddr3_files):
+    from hwgen.board.top import BoardTop
+
+    files, _ = ddr3_files
+    platform = ECPIX5.amaranth_platform()
+    for name, text in files.items():
+        platform.add_file(name, text)
+    design = BoardDesign(WIDE, ECPIX5, 50_000_000, 6_000_000)
+    top = BoardTop(design, 100_000_000)
+    assert top.pll.output_hz == 100_000_000  # twice the system clock
+    lpf = platform.build(top, name="top", do_build=False).files["top.lpf"]
+    # clk100, uart rx/tx, DDR3 clock P, a[0], dq[0], dqs[0] P, odt
+    for site in ("K23", "R26", "R24", "H3", "T5", "T4", "V4", "P3"):
+        assert f'SITE "{site}"' in lpf, site
+    assert "SSTL15D_I" in lpf and "SSTL15_I" in lpf
+
+
+def test_a_simulated_ddr3_board_has_no_leveling_to_do():
+    from hwgen.board.build import gateware_files
+
+    _, spec = gateware_files(BoardDesign(WIDE, ECPIX5, 50_000_000, 6_000_000), sim=True)
+    assert spec["dram"]["read_leveling"] is None and spec["dram"]["nphases"] == 2
+    assert spec["ports"]["clk"] == "sys_clk"
+
+
 # -- board folders and the host link -------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -122,5 +122,23 @@ def test_the_platform_is_frozen():
 
 
 def test_the_ideal_memory_has_no_clock_ratio():
-    with pytest.raises(ValueError, match="the ideal memory has no DRAM clock ratio"):
-        _ = PlatformConfig().rate
+    assert PlatformConfig().rate is None
+    with pytest.raises(ValueError, match="rate must be None for the ideal memory"):
+        PlatformConfig(rate="1:1")
+
+
+def test_ddr3_at_1_2_is_the_ecp5_phy_and_keeps_the_older_keys():
+    # The default ratio is left out of the dict, so the keys of platforms from before the
+    # field existed (build folders, descriptors, caches) do not change.
+    assert "rate" not in PlatformConfig(memory="ddr3").to_dict()
+    assert PlatformConfig(memory="ddr3").key() == PlatformConfig(memory="ddr3", rate="1:4").key()
+    half = PlatformConfig(memory="ddr3", rate="1:2", module="MT41K256M16", clock_hz=50_000_000)
+    assert half.to_dict()["rate"] == "1:2" and half.key() != PlatformConfig(
+        memory="ddr3", module="MT41K256M16", clock_hz=50_000_000).key()
+    assert PlatformConfig.from_dict(half.to_dict()) == half
+    # 50 MHz at 1:2 is a 100 MHz DRAM clock, 200 MT/s: the slowest grade runs it.
+    assert half.speedgrade == "800"
+    with pytest.raises(ValueError, match="rate must be one of 1:4, 1:2 for memory ddr3"):
+        PlatformConfig(memory="ddr3", rate="1:1")
+    with pytest.raises(ValueError, match="rate must be one of 1:1 for memory sdr"):
+        PlatformConfig(memory="sdr", rate="1:2")

@@ -1,7 +1,9 @@
 """The board path end to end in simulation: ``hwgen build --board --sim-only``, then ``hwgen
 run --board-port sim``: the board design's system on chip under Verilator, its UART on a
 socket, driven by the host runtime that drives a real board (identity check, DRAM
-initialization through LiteDRAM's DFII, memory, programs and counters over UARTBone).
+initialization through LiteDRAM's DFII, memory, programs and counters over UARTBone). Both
+boards: the ULX3S (SDR at 50 MHz, 3 Mbaud) and the ECPIX-5 (DDR3 through the ECP5 PHY's
+settings at 1:2, 6 Mbaud: 8.3 clock cycles a bit).
 
 The model's outputs must be bit-exact (every kernel shadow-checked, the whole model against
 the imported graph), and the counters must agree with the accelerator-only simulation of
@@ -24,16 +26,26 @@ from hwgen.cli import main
 
 pytestmark = pytest.mark.slow
 
-SPEC = "4x4:bias,requant,relu+port4"
+#: Board -> the variant it runs (a DDR3 board's port is the controller's 16-byte word).
+SPECS = {"ulx3s-85f": "4x4:bias,requant,relu+port4",
+         "ecpix5-85f": "4x4:bias,requant,relu+port16"}
 #: Counters the program and its data alone decide: equal on any memory (the stalls are not:
 #: ResNet-8's stall_epilogue differs by a few cycles between the two, as the cycles do).
 EXACT = ("array_busy", "bytes_read", "bytes_written", "instret")
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+@pytest.fixture(scope="module", params=sorted(SPECS, reverse=True))
+def folder(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("board") / "b"
-    assert main(["build", "--board", "ulx3s-85f", "--spec", SPEC, "--sim-only",
+    assert main(["build", "--board", request.param, "--spec", SPECS[request.param],
+                 "--sim-only", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def ulx3s_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("board") / "b"
+    assert main(["build", "--board", "ulx3s-85f", "--spec", SPECS["ulx3s-85f"], "--sim-only",
                  "-o", str(out)]) == 0
     return out
 
@@ -63,7 +75,7 @@ def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp
     assert link["bytes_out"] > 40_000 and link["bytes_in"] > 4_000  # weights in, results out
 
 
-def test_a_board_running_another_design_is_refused_before_anything_is_written(folder,
+def test_a_board_running_another_design_is_refused_before_anything_is_written(ulx3s_folder,
                                                                                tmp_path):
     """The folder says one design, the board runs another: here the simulated board of the
     folder's design, and a copy of the folder that records another digest (as a folder
@@ -72,10 +84,10 @@ def test_a_board_running_another_design_is_refused_before_anything_is_written(fo
 
     from sim.board_sim.board import SimulatedBoard
 
-    ours = open_board_folder(folder)
+    ours = open_board_folder(ulx3s_folder)
     design = BoardDesign(ours.config, boards.board("ulx3s-85f"), ours.clock_hz, ours.baud)
     other = tmp_path / "other"
-    shutil.copytree(folder, other)
+    shutil.copytree(ulx3s_folder, other)
     desc = json.loads((other / "board.json").read_text())
     desc["digest"] = "0" * 64
     (other / "board.json").write_text(json.dumps(desc))

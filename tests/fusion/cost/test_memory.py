@@ -59,7 +59,7 @@ def test_the_engine_rate_bounds_each_word_and_refresh_stretches_the_span():
 
 def test_refresh_is_a_rate_that_doubles_when_hot():
     normal, hot = model(DDR3), model(HOT)
-    f = PORT_FIGURES[("ddr3", "MT41K128M16", "800", 128, 100_000_000)]
+    f = PORT_FIGURES[("ddr3", "1:4", "MT41K128M16", "800", 128, 100_000_000)]
     assert normal.refresh_share == pytest.approx(f.refresh_hold / f.refresh_interval)
     assert hot.refresh_share == pytest.approx(2 * normal.refresh_share)
     _, n = normal.load_cycles(1, 4000, 4000, gap=1)
