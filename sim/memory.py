@@ -47,7 +47,8 @@ class BoardMemory:
     layout : dict, optional
         For a DRAM: ``banks``, ``words_per_row``, ``ratio`` (controller words a port word),
         ``controller_bytes``, ``bank_memories`` (the bank memories' Verilog names, bank
-        order) and the template's port names; None for the ideal memory.
+        order), ``stride`` (bank-memory words a controller word steps by) and the template's
+        port names; None for the ideal memory.
     """
 
     config: VariantConfig
@@ -71,18 +72,24 @@ class BoardMemory:
         """What the testbench needs to fill and read memory (``jobs.json``'s ``memory``)."""
         if self.layout is None:
             return {"kind": "ideal"}
-        keys = ("banks", "words_per_row", "ratio", "controller_bytes")
+        keys = ("banks", "words_per_row", "ratio", "controller_bytes", "stride")
         return {"kind": "dram", **{k: self.layout[k] for k in keys}}
 
 
-def _bank_memories(verilog: str, bits: int, words: int, banks: int) -> list[str]:
+def _bank_memories(verilog: str, bits: int, words: int, banks: int) -> tuple[list[str], int]:
     """The names of the DRAM model's bank memories, in bank order (Migen names them in the
-    order the model creates them: ``mem``, ``mem_1``, ...)."""
-    names = re.findall(rf"^reg \[{bits - 1}:0\] (\w+)\[0:{words - 1}\];", verilog, re.MULTILINE)
-    if len(names) != banks:
-        raise RuntimeError(f"the DRAM Verilog has {len(names)} memories of {words} words of "
-                           f"{bits} bits, not one per bank ({banks}): LiteDRAM's model changed")
-    return names
+    order the model creates them: ``mem``, ``mem_1``, ...), and how many of their words a
+    controller word takes a step of: 1, or 2 for the ECP5's 1:2 PHY, whose bursts the model
+    addresses in steps of two (it divides columns by two phases of two beats, while a DDR3
+    burst is eight), leaving every other word unused."""
+    found = re.findall(rf"^reg \[{bits - 1}:0\] (\w+)\[0:(\d+)\];", verilog, re.MULTILINE)
+    depths = {int(depth) + 1 for _, depth in found}
+    names = [name for name, _ in found]
+    if len(names) != banks or len(depths) != 1 or depths.pop() % words:
+        raise RuntimeError(f"the DRAM Verilog has {len(names)} memories of {bits} bits, not "
+                           f"one per bank ({banks}) of a multiple of {words} words: "
+                           f"LiteDRAM's model changed")
+    return names, (int(found[0][1]) + 1) // words
 
 
 @functools.lru_cache(maxsize=8)
@@ -131,9 +138,9 @@ def board_memory(config: VariantConfig, platform: PlatformConfig) -> BoardMemory
         "ratio": ratio,
         "controller_bits": ctrl_bits,
         "controller_bytes": ctrl_bits // 8,
-        "bank_memories": _bank_memories(dram.verilog, ctrl_bits,
-                                        geometry["rows"] * words_per_row, banks),
     }
+    layout["bank_memories"], layout["stride"] = _bank_memories(
+        dram.verilog, ctrl_bits, geometry["rows"] * words_per_row, banks)
     files = {VERILOG_FILE: dram.verilog,
              ADAPTER_FILE: adapter_verilog(config, spec["address_width"])}
     return BoardMemory(config, platform, files, layout, dict(spec))

@@ -179,8 +179,9 @@ class BoardRunner:
     """
 
     def __init__(self, folder: BoardFolder, port: str, *, timeout: float = 5.0,
-                 byte_seconds: float | None = None):
+                 byte_seconds: float | None = None, simulated: bool = False):
         self.folder = folder
+        self.simulated = simulated
         self.config = folder.config
         self.link = UartBone(port, folder.baud, timeout=timeout, byte_seconds=byte_seconds)
         self._imem: list[int] = []
@@ -276,7 +277,7 @@ class BoardRunner:
             raise LinkError(f"the board on {self.link.port} did not take the DRAM controller "
                             f"out of initialization")
         shape = self.folder.soc["dram"].get("read_leveling")
-        if shape:
+        if shape and not self.simulated:  # the simulation's PHY has no delays to level
             from hwgen.board.leveling import PATTERN_WORDS, LevelingFailed, ReadLeveler
 
             leveler = ReadLeveler(self.link.write, self.link.read, self._csr, self._dram,

@@ -82,7 +82,7 @@ def open_session(folder_path: str | Path, port: str, *, timeout: float = 5.0
             simulated = stack.enter_context(SimulatedBoard(design))
             port = simulated.url
             session = Session(folder, port, timeout=SIMULATED_TIMEOUT,
-                              byte_seconds=SIMULATED_BYTE_SECONDS)
+                              byte_seconds=SIMULATED_BYTE_SECONDS, simulated=True)
         else:
             session = Session(folder, port, timeout=timeout)
         session.started = time.perf_counter()

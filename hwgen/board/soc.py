@@ -5,8 +5,9 @@ A LiteX ``SoCMini`` (no CPU) built in Migen and converted to one Verilog module,
 top's PLL, :mod:`hwgen.board.top`). Inside it:
 
 - **the host bridge**: LiteX's ``UARTBone`` (a UART-to-Wishbone master) at the board's baud
-  rate. Its protocol (:mod:`hwgen.board.link`) reads and writes 32-bit words anywhere on the
-  bus; it is the only way in, as a soft CPU's loads and stores would be;
+  rate, with a FIFO on its receiver. Its protocol (:mod:`hwgen.board.link`) reads and
+  writes 32-bit words anywhere on the bus; it is the only way in, as a soft CPU's loads and
+  stores would be;
 - **the DRAM**: LiteDRAM's controller and crossbar behind the board's PHY (``GENSDRPHY`` for
   SDR, ``ECP5DDRPHY`` for DDR3; LiteDRAM's ``SDRAMPHYModel``, the DRAM chip as logic with
   the board PHY's settings, in a simulation build), with its initialization registers
@@ -48,6 +49,11 @@ ACCEL_BASE = 0x1000_0000
 IDENT_BASE = 0x2000_0000
 DRAM_BASE = 0x4000_0000
 CSR_BASE = 0xF000_0000
+#: Bytes the host bridge's receiver can hold while the bridge waits on the bus.
+RX_FIFO_BYTES = 64
+#: LiteX's CSR regions (2 KB each from :data:`CSR_BASE`), fixed so that a simulation build,
+#: which lacks the DDR3 PHY's, has the board's map.
+CSR_MAP = {"sdram": 0, "ddrphy": 1}
 #: What the first identity word reads: "HWGB" in ASCII.
 IDENT_MAGIC = 0x48574742
 #: Words of the identity region: the magic, then the design digest's eight words.
@@ -118,6 +124,34 @@ def _dram_pads(memory: str, module) -> list:  # noqa: ANN001 - a LiteDRAM module
             Subsignal("dqs_p", Pins(2))]
 
 
+def _add_host_bridge(soc, baud: int) -> None:  # noqa: ANN001 - a LiteX SoC
+    """LiteX's ``UARTBone``, as ``SoC.add_uartbone`` adds it, with a FIFO of
+    :data:`RX_FIFO_BYTES` between the UART's receiver and the bridge.
+
+    The receiver holds one byte, for one cycle. While the bridge waits on the bus, the next
+    byte of a write burst would be lost: a DRAM write held up by a DDR3 refresh (75 cycles at
+    50 MHz) outlasts a byte at 6 Mbaud (83 cycles), and one lost byte turns the rest of the
+    session into garbage. The FIFO takes the bytes while the bus is busy; the bridge catches
+    up between refreshes.
+    """
+    from litex.soc.cores import uart
+    from litex.soc.interconnect import stream
+
+    phy = uart.UARTPHY(soc.platform.request("serial"), soc.sys_clk_freq, baud)
+    fifo = stream.SyncFIFO([("data", 8)], RX_FIFO_BYTES)
+    soc.comb += phy.source.connect(fifo.sink)
+
+    class Buffered:  # what the bridge takes of a UART PHY: its byte streams
+        source, sink = fifo.source, phy.sink
+
+    bridge = uart.UARTBone(phy=Buffered, clk_freq=soc.sys_clk_freq,
+                           address_width=soc.bus.address_width)
+    soc.add_module(name="uartbone_phy", module=phy)
+    soc.add_module(name="uartbone_rx_fifo", module=fifo)
+    soc.add_module(name="uartbone", module=bridge)
+    soc.bus.add_master(name="uartbone", master=bridge.wishbone)
+
+
 def _ddr3_clocks(soc, platform, phy) -> None:  # noqa: ANN001 - LiteX objects
     """The system and PHY clocks of a DDR3 board, as LiteX's ECP5 DDR3 CRG makes them from
     the PLL's double-rate clock (``litedram.gen.LiteDRAMECP5DDRPHYCRG``)."""
@@ -142,6 +176,18 @@ def _ddr3_clocks(soc, platform, phy) -> None:  # noqa: ANN001 - LiteX objects
     ]
 
 
+def _soc_class():
+    """LiteX's ``SoCMini`` with the CSR regions at fixed places: a simulation build has no
+    PHY registers, and must still put DFII where the board's does (the host reads the map of
+    the board's build)."""
+    from litex.soc.integration.soc_core import SoCMini
+
+    class SoC(SoCMini):
+        csr_map = CSR_MAP
+
+    return SoC
+
+
 def _build(config: VariantConfig, *, platform_config: PlatformConfig, baud: int, sim: bool,
            ident: list[int], device: str):
     """The LiteX SoC (not yet finalized) and its platform."""
@@ -149,13 +195,13 @@ def _build(config: VariantConfig, *, platform_config: PlatformConfig, baud: int,
     from litedram.phy.model import SDRAMPHYModel
     from litex.build.lattice import LatticePlatform
     from litex.soc.integration.soc import SoCRegion
-    from litex.soc.integration.soc_core import SoCMini
     from litex.soc.interconnect import wishbone
     from migen import Case, ClockDomain, Instance, Signal
 
     from sim.dram.generate import ACTIVATE_BITS, drop_litex_shims, litedram_module, phy_settings
 
     drop_litex_shims()
+    _SoC = _soc_class()  # noqa: N806 - a class
     memory, clock_hz = platform_config.memory, platform_config.clock_hz
     if memory not in ("sdr", "ddr3") or (memory == "ddr3" and platform_config.rate != "1:2"):
         raise ValueError(f"a board's memory is SDR SDRAM, or DDR3 through the ECP5's 1:2 PHY, "
@@ -163,8 +209,8 @@ def _build(config: VariantConfig, *, platform_config: PlatformConfig, baud: int,
     module = litedram_module(platform_config)
     platform = LatticePlatform(device, _ios(memory, sim, module), toolchain="trellis")
 
-    soc = SoCMini(platform, clk_freq=clock_hz, ident="", ident_version=False,
-                  with_ctrl=False, bus_timeout=None)
+    soc = _SoC(platform, clk_freq=clock_hz, ident="", ident_version=False,
+               with_ctrl=False, bus_timeout=None)
     soc.mem_map.update({"csr": CSR_BASE, "main_ram": DRAM_BASE})
 
     # One system clock domain. The board top's PLL makes it (or, with DDR3, its double),
@@ -174,7 +220,7 @@ def _build(config: VariantConfig, *, platform_config: PlatformConfig, baud: int,
         soc.comb += [soc.cd_sys.clk.eq(platform.request(PORTS["clk"])),
                      soc.cd_sys.rst.eq(platform.request(PORTS["rst"]))]
 
-    soc.add_uartbone(name="uartbone", uart_name="serial", baudrate=baud)
+    _add_host_bridge(soc, baud)
 
     if sim:
         phy = SDRAMPHYModel(module, phy_settings(platform_config, module), clk_freq=clock_hz)

@@ -4,8 +4,9 @@ after ``$writememh``.
 ``layout`` is :meth:`sim.memory.BoardMemory.testbench_header`: ``ratio`` controller words a
 port word (lowest bits first), ``controller_bytes`` each, ``words_per_row`` controller words
 a row of one bank, ``banks``. Controller word ``c`` is column ``c % words_per_row``, bank
-``(c // words_per_row) % banks``, row above, at index ``row * words_per_row + column`` of its
-bank's memory (LiteDRAM's ``ROW_BANK_COL``). Imported inside the simulator: numpy only.
+``(c // words_per_row) % banks``, row above, at index ``(row * words_per_row + column) *
+stride`` of its bank's memory (LiteDRAM's ``ROW_BANK_COL``; ``stride`` is 2 for the ECP5's 1:2
+PHY, whose model uses every other word). Imported inside the simulator: numpy only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def locate(first_word: int, words: int, layout: dict[str, Any]) -> tuple[np.ndar
     column = c % wpr
     bank = (c // wpr) % banks
     row = c // (wpr * banks)
-    return bank, row * wpr + column
+    return bank, (row * wpr + column) * layout["stride"]
 
 
 def _hex(rows: np.ndarray) -> list[str]:

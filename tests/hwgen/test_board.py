@@ -173,12 +173,17 @@ def test_the_ddr3_top_takes_its_pins_from_amaranth_boards(ddr3_files):
     assert "SSTL15D_I" in lpf and "SSTL15_I" in lpf
 
 
-def test_a_simulated_ddr3_board_has_no_leveling_to_do():
+def test_a_simulated_ddr3_board_has_no_leveling_to_do_and_the_boards_register_map(ddr3_files):
     from hwgen.board.build import gateware_files
 
     _, spec = gateware_files(BoardDesign(WIDE, ECPIX5, 50_000_000, 6_000_000), sim=True)
     assert spec["dram"]["read_leveling"] is None and spec["dram"]["nphases"] == 2
     assert spec["ports"]["clk"] == "sys_clk"
+    # The host reads the board build's map (board.json): DFII must sit at the same
+    # addresses in the simulation build, which has no PHY registers.
+    board_map = ddr3_files[1]["csr_registers"]
+    assert spec["csr_registers"] == {k: v for k, v in board_map.items()
+                                     if not k.startswith("ddrphy_")}
 
 
 # -- board folders and the host link -------------------------------------------------------

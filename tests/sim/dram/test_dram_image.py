@@ -28,9 +28,20 @@ def _parse(text: str, width: int) -> dict[int, str]:
     return out
 
 
-@pytest.mark.parametrize("memory", ["ddr3", "sdr"])
+#: DRAM columns a controller word spans (a DDR3 burst is eight beats), and the beats a phase
+#: of LiteDRAM's simulation PHY carries (its ``burst_length``): the model's bank memory holds
+#: ``beats * phases`` columns a word, so a controller word steps ``columns / (beats *
+#: phases)`` words (2 at the ECP5's 1:2, 1 elsewhere).
+BURST_COLUMNS = {"DDR3": 8, "SDR": 1}
+MODEL_BEATS = {"DDR3": 2, "SDR": 1}
+PLATFORMS = {"ddr3": PlatformConfig(memory="ddr3"), "sdr": PlatformConfig(memory="sdr"),
+             "ddr3-1:2": PlatformConfig(memory="ddr3", rate="1:2", module="MT41K256M16",
+                                        clock_hz=50_000_000)}
+
+
+@pytest.mark.parametrize("memory", sorted(PLATFORMS))
 def test_words_land_where_the_controller_address_layout_puts_them(memory):
-    board = board_memory(CONFIG, PlatformConfig(memory=memory))
+    board = board_memory(CONFIG, PLATFORMS[memory])
     layout, spec = board.testbench_header(), board.spec
     ratio, cb = layout["ratio"], layout["controller_bytes"]
     # the controller's own layout: a port word splits into `ratio` controller words
@@ -39,6 +50,9 @@ def test_words_land_where_the_controller_address_layout_puts_them(memory):
     col_w += ratio.bit_length() - 1
     bank_lsb, bank_w = field["bank"][0] + ratio.bit_length() - 1, field["bank"][1]
     row_lsb = field["row"][0] + ratio.bit_length() - 1
+    phy = spec["phy"]
+    stride = BURST_COLUMNS[phy["memtype"]] // (MODEL_BEATS[phy["memtype"]] * phy["nphases"])
+    assert layout["stride"] == stride
     rng = np.random.default_rng(3)
     segments = [(a, rng.integers(0, 256, n * 16, np.uint8)) for a, n in
                 ((0, 5), (120, 20), (1000, 300), (CONFIG.mem_words - 7, 7))]
@@ -51,7 +65,7 @@ def test_words_land_where_the_controller_address_layout_puts_them(memory):
                 col = (c >> col_lsb) & ((1 << col_w) - 1)
                 bank = (c >> bank_lsb) & ((1 << bank_w) - 1)
                 row = c >> row_lsb
-                index = row * layout["words_per_row"] + col
+                index = (row * layout["words_per_row"] + col) * stride
                 word = data[w * 16 + k * cb:w * 16 + (k + 1) * cb]
                 assert banks[bank][index] == word[::-1].tobytes().hex()
     # and back: what the files hold, dumped by bank range, gathers to the segments
