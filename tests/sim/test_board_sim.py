@@ -7,9 +7,9 @@ settings at 1:2, 6 Mbaud: 8.3 clock cycles a bit).
 
 The model's outputs must be bit-exact (every kernel shadow-checked, the whole model against
 the imported graph), and the counters must agree with the accelerator-only simulation of
-the same variant on the same memory: exactly for what the program alone decides, within 2%
-for cycles (the board's DRAM refreshes at another phase, and its host port shares the
-crossbar).
+the same variant on the same memory: exactly for what the program alone decides; for cycles
+within 2% and the cost of two refreshes (the board's DRAM refreshes at another phase, and its
+host port shares the crossbar).
 """
 
 from __future__ import annotations
@@ -66,10 +66,19 @@ def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp
     assert status == 0
     assert np.array_equal(np.load(tmp_path / "board.npy"), np.load(tmp_path / "alone.npy"))
     assert [k["name"] for k in board["kernels"]] == [k["name"] for k in alone["kernels"]]
+    # Where the refreshes fall differs between the two (the board's start waits on the
+    # host's UART): a kernel may see one or two refreshes more or fewer, each the controller
+    # held and every bank's row to open again. DDR3's holds it 75 cycles (19% of the time,
+    # docs/boards.md), more than 2% of a kernel of 1,355 cycles; on SDR, the same kernel was
+    # seen from 0.2% to 2.2% slower on the board than alone.
+    ours = open_board_folder(folder)
+    fig = ours.platform.port_figures(ours.config.port_bytes)
+    refresh = fig.refresh_hold + fig.banks * fig.row_conflict
     for kb, ka in zip(board["kernels"], alone["kernels"], strict=True):
         for name in EXACT:
             assert kb["counters"][name] == ka["counters"][name], (kb["name"], name)
-        assert abs(kb["cycles"] - ka["cycles"]) <= 0.02 * ka["cycles"], kb["name"]
+        assert abs(kb["cycles"] - ka["cycles"]) <= 0.02 * ka["cycles"] + 2 * refresh, \
+            kb["name"]
     link = board["board"]
     assert link["design"] == open_board_folder(folder).digest
     assert link["bytes_out"] > 40_000 and link["bytes_in"] > 4_000  # weights in, results out
