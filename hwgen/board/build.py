@@ -166,7 +166,8 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
         A tool failed or timed out, or the Fmax missed the clock without
         ``allow_timing_fail``.
     ValueError
-        ``out_dir`` holds something else, or the variant does not fit the board's memory.
+        ``out_dir`` holds something else, the variant does not fit the board's memory, or
+        its port was not characterized at the board's clock.
     """
     from hwgen.gateware import emit
     from sim.memory import board_memory
@@ -176,6 +177,11 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
                                               and not (out / DESCRIPTOR).is_file())):
         raise ValueError(f"{out} exists and is not a board folder; give -o a new or empty "
                          f"folder, or a board folder to replace")
+    # What the variant needs of the board's memory, before hours of tools: a port the
+    # controller serves and the DRAM holds, and the port's figures, which every compile for
+    # the board prices kernels with.
+    memory = board_memory(design.config, design.platform)
+    design.platform.port_figures(design.config.port_bytes)
     name = f"hwgen_{design.board.name.replace('-', '_')}"
     work = out.with_name(out.name + ".work")
     shutil.rmtree(work, ignore_errors=True)
@@ -221,7 +227,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
             "part": resources["part"], "cells": resources["cells"],
             "fmax_mhz": timing["fmax_mhz"], "critical_path": timing["critical_path"]}
     emit.generate(design.config, variant_dir, design.platform,
-                  board_memory(design.config, design.platform).folder_files(),
+                  memory.folder_files(),
                   describe=lambda verilog: board_fields)
     seconds["total"] = round(time.perf_counter() - started, 1)
     descriptor = {

@@ -130,6 +130,20 @@ def test_a_ddr3_board_is_the_ecp5_phy_at_1_2_and_takes_a_16_byte_port():
         BoardDesign(SMALL, ECPIX5, 50_000_000, 6_000_000)
 
 
+def test_a_variant_the_ddr3_board_cannot_serve_is_refused_before_any_tool(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["build", "--board", "ecpix5-85f", "--spec", "4x4:bias,requant,relu+port4",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "+port16" in err[0]
+    # A clock whose port figures were never measured: refused before yosys, too.
+    assert main(["build", "--board", "ecpix5-85f", "--spec", "4x4:bias,requant,relu+port16",
+                 "--clock-mhz", "60", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no characterized port figures" in err[0]
+    assert not out.exists() and not (tmp_path / "b.work").exists()
+
+
 @pytest.fixture(scope="module")
 def ddr3_files():
     from hwgen.board.build import gateware_files
