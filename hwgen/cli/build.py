@@ -25,6 +25,7 @@ def _mhz(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from hwgen.board.boards import BOARDS
+    from hwgen.board.build import ROUTERS
 
     p.add_argument("--board", required=True, choices=sorted(BOARDS),
                    help="the board (docs/boards.md)")
@@ -36,16 +37,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_variant_arguments(p)
     p.add_argument("--clock-mhz", dest="clock_hz", type=_mhz, metavar="MHZ",
                    help="the system clock (accelerator, DRAM controller, UART); default the "
-                        "board's (50 MHz on the ULX3S)")
+                        "board's (50 MHz on both)")
     p.add_argument("--baud", type=positive_int,
                    help="the UART bridge's bit rate; default the board's USB UART's highest "
-                        "(3000000 on the ULX3S)")
+                        "(3000000 on the ULX3S, 6000000 on the ECPIX-5)")
     p.add_argument("--allow-timing-fail", dest="allow_timing_fail", action="store_true",
                    help="keep a bitstream whose routed Fmax misses the clock (it may "
                         "misbehave on the board)")
     p.add_argument("--pnr-timeout", dest="pnr_timeout", type=float, default=3600.0,
                    metavar="SECONDS", help="nextpnr's time limit (default 3600)")
     p.add_argument("--seed", type=positive_int, default=1, help="nextpnr's placement seed")
+    p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
+                   help="nextpnr's router (default %(default)s; router1 is slower and more "
+                        "timing-driven)")
     p.add_argument("--sim-only", dest="sim_only", action="store_true",
                    help="stop after the Verilog: a folder for the simulated board ('hwgen run "
                         "--board-port sim'), no bitstream")
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         lambda line: print(f"hwgen: {line}", file=sys.stderr, flush=True))
     try:
         desc = build.build(design, args.output, allow_timing_fail=args.allow_timing_fail,
-                           pnr_timeout=args.pnr_timeout, seed=args.seed,
+                           pnr_timeout=args.pnr_timeout, seed=args.seed, router=args.router,
                            sim_only=args.sim_only, say=say)
     except build.BuildFailed as exc:
         raise RuntimeError(str(exc)) from None
