@@ -90,9 +90,10 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
           device="um5g-85k", package="CABGA554", speed=8, litex_device="LFE5UM5G-85F-8BG554I",
           memory="ddr3", dram_module="MT41K256M16", dram_rate="1:2", clock_resource="clk100",
           clock_hz=50_000_000, baud=6_000_000,
-          uart_note="FT2232H: 12 Mbaud at most, but the UART takes at most an eighth of the "
-                    "system clock; 6 Mbaud is the FT2232H's next rate (its 12 MHz divided by "
-                    "2), 8.3 clock cycles a bit at 50 MHz",
+          uart_note="FT2232H: 12 Mbaud at most (LambdaConcept's ECPIX-5 documentation), "
+                    "but the UART takes at most an eighth of the system clock; 6 Mbaud is the "
+                    "FT2232H's next rate (its 12 MHz divided by 2), 8.3 clock cycles a bit "
+                    "at 50 MHz",
           loader_board="ecpix5"),
 )}
 
