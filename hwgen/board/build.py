@@ -134,7 +134,7 @@ def _fmax(report: dict[str, Any], clock_hz: int) -> tuple[float, str]:
 
 def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail: bool = False,
           pnr_timeout: float = 3600.0, seed: int = 1, router: str = ROUTERS[0],
-          sim_only: bool = False,
+          wide_luts: bool = True, sim_only: bool = False,
           say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Build ``design`` into ``out_dir``: the bitstream, ``board.json``, the variant folder's
     files (so that ``--variant DIR`` takes it everywhere) and the gateware with its logs.
@@ -154,6 +154,10 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
         nextpnr's placement seed (recorded).
     router : str
         nextpnr's router, from :data:`ROUTERS` (recorded).
+    wide_luts : bool
+        Let yosys pack 5- to 7-input functions into a slice's wide-function muxes (``PFUMX``,
+        ``L6MUX21``; its default). False (``synth_ecp5 -nowidelut``) leaves them as LUT4s,
+        which nextpnr can spread: fewer cells crowded into one slice (recorded).
     sim_only : bool
         Stop after the Verilog: a folder for the simulated board (``hwgen run --board-port
         sim``), with no bitstream (``bitstream``, ``resources`` and ``timing`` are null).
@@ -203,6 +207,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
         platform.add_file(fname, text)
     clock = platform.resources[design.board.clock_resource, 0].clock.frequency
     plan = platform.build(BoardTop(design, int(clock)), name="top", do_build=False,
+                          synth_opts="" if wide_luts else "-nowidelut",
                           script_after_synth="tee -q -o stat.json stat -json")
     for fname, content in plan.files.items():
         data = content.encode() if isinstance(content, str) else content
@@ -215,6 +220,7 @@ def build(design: BoardDesign, out_dir: str | os.PathLike, *, allow_timing_fail:
     if not sim_only:
         bit, resources, timing = _implement(design, gw, name, allow_timing_fail, pnr_timeout,
                                             seed, router, seconds, say)
+        timing["wide_luts"] = wide_luts
         part = ecp5.part(design.board.device)
         bitstream = {"file": f"{name}.bit", "sha256": hashlib.sha256(bit).hexdigest(),
                      "bytes": len(bit)}

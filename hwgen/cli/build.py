@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
                    help="nextpnr's router (default %(default)s; router1 is slower and more "
                         "timing-driven)")
+    p.add_argument("--no-wide-luts", dest="wide_luts", action="store_false",
+                   help="yosys synth_ecp5 -nowidelut: no 5- to 7-input functions packed into "
+                        "one slice, which can ease routing congestion")
     p.add_argument("--sim-only", dest="sim_only", action="store_true",
                    help="stop after the Verilog: a folder for the simulated board ('hwgen run "
                         "--board-port sim'), no bitstream")
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         desc = build.build(design, args.output, allow_timing_fail=args.allow_timing_fail,
                            pnr_timeout=args.pnr_timeout, seed=args.seed, router=args.router,
+                           wide_luts=args.wide_luts,
                            sim_only=args.sim_only, say=say)
     except build.BuildFailed as exc:
         raise RuntimeError(str(exc)) from None

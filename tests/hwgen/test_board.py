@@ -336,3 +336,10 @@ def test_a_variant_folder_that_is_not_a_board_folder_is_refused(tmp_path, capsys
                  "--board-port", "sim"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a board folder (no board.json)" in err[0]
+
+
+def test_no_wide_luts_reaches_yosys(tmp_path):
+    out = tmp_path / "b"
+    assert main(["build", "--board", "ulx3s-85f", "--spec", "2x2:bias,requant,relu+port4",
+                 "--sim-only", "--no-wide-luts", "-o", str(out)]) == 0
+    assert "synth_ecp5 -nowidelut -top top" in (out / "gateware" / "top.ys").read_text()
