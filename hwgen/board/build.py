@@ -108,8 +108,8 @@ def _run(name: str, args: list[str], work: Path, log: str, timeout: float | None
             status = run_command([program(name), *args], cwd=work, env=os.environ, stdout=out,
                                  timeout=timeout)
     except subprocess.TimeoutExpired:
-        hint = ("; a design whose routing does not converge may with --no-wide-luts (the 8x8 "
-                "did) or another --seed" if name == "nextpnr-ecp5" else "")
+        hint = ("; a design whose routing does not converge may route with --no-wide-luts (the "
+                "8x8 did) or another --seed" if name == "nextpnr-ecp5" else "")
         raise BuildFailed(f"{name} did not finish within {timeout:g} s (--pnr-timeout); "
                           f"its log is {work / log}{hint}") from None
     if status != 0:
