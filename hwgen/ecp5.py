@@ -27,6 +27,7 @@ Not gateware: :mod:`hwgen.gateware.sources` leaves this module out of the build 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,8 +85,7 @@ PARTS: tuple[Part, ...] = (
 #: ECP5-5G 85F (the ECPIX-5's), the LFE5U-85F's die with faster SERDES, so its capacities
 #: and configuration frames are the 85F's (Project Trellis lists the same frames for both).
 BOARD_PARTS: tuple[Part, ...] = (
-    Part(name="LFE5UM5G-85F", nextpnr_device="um5g-85k", luts=83640, ffs=83640, dsps=156,
-         brams=208, ram_slices=10455, frames=13294, frame_bits=1136),
+    dataclasses.replace(PARTS[-1], name="LFE5UM5G-85F", nextpnr_device="um5g-85k"),
 )
 #: The package every part is placed in (the 381-ball caBGA all three come in).
 PACKAGE = "CABGA381"

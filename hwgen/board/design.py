@@ -65,8 +65,8 @@ class BoardDesign:
             raise ValueError(
                 f"the {self.board.name}'s DDR3 controller reads {DDR3_PORT_BYTES}-byte words; a "
                 f"{self.config.port_bytes}-byte port would go through LiteDRAM's up-converter, "
-                f"which keeps one read in flight (2.6x to 4.8x slower, docs/boards.md): build "
-                f"a variant with +port{DDR3_PORT_BYTES}")
+                f"which keeps one read in flight (about ten times the cycles a byte, "
+                f"docs/boards.md): build a variant with +port{DDR3_PORT_BYTES}")
         if not isinstance(self.baud, int) or not 9600 <= self.baud <= self.clock_hz // 8:
             raise ValueError(f"the baud rate must be from 9600 to an eighth of the "
                              f"{self.clock_hz / 1e6:g} MHz clock ({self.clock_hz // 8}), not "

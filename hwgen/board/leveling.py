@@ -105,6 +105,8 @@ class ReadLeveler:
                  *, lanes: int, bitslips: int, delays: int):
         self._write, self._read, self._csr = write, read, csr
         self.base, self.lanes, self.bitslips, self.delays = base, lanes, bitslips, delays
+        self._patterns = [np.random.default_rng(seed).integers(
+            0, 1 << 32, PATTERN_WORDS, dtype=np.uint64).astype(np.uint32) for seed in SEEDS]
 
     def _act(self, lane: int, register: str) -> None:
         """Pulse ``register`` for ``lane`` alone; the lane's strobe buffer is paused while
@@ -114,9 +116,7 @@ class ReadLeveler:
         self._write(self._csr("ddrphy_dly_sel"), [0])
 
     def _works(self, lane: int) -> bool:
-        for seed in SEEDS:
-            pattern = np.random.default_rng(seed).integers(
-                0, 1 << 32, PATTERN_WORDS, dtype=np.uint64).astype(np.uint32)
+        for pattern in self._patterns:
             self._write(self.base, pattern)
             self._write(self._csr("ddrphy_burstdet_clr"), [1])
             back = np.asarray(self._read(self.base, PATTERN_WORDS), np.uint32)
