@@ -148,11 +148,14 @@ class _Net:
             y = self._node("Add", [mm, self._const(f"{name}_b", bias)], name, (n, units))
         return self.relu(y) if relu else y
 
-    def model(self, name: str, output: str) -> onnx.ModelProto:
+    def model(self, name: str, output: str, input_shape=None) -> onnx.ModelProto:
+        """The network as a checked model: input ``x`` (``MODELS[name]``'s shape unless
+        ``input_shape``), output ``y``."""
         self.nodes.append(helper.make_node("Identity", [output], ["y"], name="y"))
         graph = helper.make_graph(
             self.nodes, name,
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, MODELS[name][0])],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                           input_shape or MODELS[name][0])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, self.shapes[output])],
             self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
@@ -224,8 +227,11 @@ BUILDERS = {"resnet8": resnet8, "ds_cnn": ds_cnn, "mobilenet_v1_025": mobilenet_
             "fc_autoencoder": fc_autoencoder, "lenet5": lenet5}
 
 
-def quantize(name: str, float_model: onnx.ModelProto, fmt: str, path: Path) -> None:
-    """Pre-process and statically quantize ``float_model`` to ``path`` in format ``fmt``."""
+def quantize(name: str, float_model: onnx.ModelProto, fmt: str, path: Path,
+             sample=None) -> None:
+    """Pre-process and statically quantize ``float_model`` to ``path`` in format ``fmt``,
+    calibrated on ``sample(seed)`` for seeds 0 to 15 (default: :func:`sample_input`)."""
+    sample = sample or (lambda seed: sample_input(name, seed))
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -240,7 +246,7 @@ def quantize(name: str, float_model: onnx.ModelProto, fmt: str, path: Path) -> N
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             seed = next(self.seeds, None)
-            return None if seed is None else {"x": sample_input(name, seed)}
+            return None if seed is None else {"x": sample(seed)}
 
     with tempfile.TemporaryDirectory() as tmp:
         raw, prepared = Path(tmp) / "float.onnx", Path(tmp) / "prepared.onnx"

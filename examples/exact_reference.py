@@ -17,7 +17,8 @@ with the operators below in place of its own:
   float32's 1e-7, so a value on the wrong side of a rounding half is practically never seen;
 - ``QuantizeLinear`` rounds half to even and saturates, at every opset (the evaluator
   implements only the newest versions of both); ``MaxPool`` of an integer tensor pools it
-  exactly (the evaluator's pads it with NaN);
+  exactly (the evaluator's pads it with NaN); ``LRN`` sums the squares over channels (the
+  evaluator's sums over the batch);
 - onnxruntime's ``com.microsoft`` quantized operators (``QGemm``, ``QLinearAdd``, the quantized
   pools...) from their documentation (ContribOperators.md): products accumulated in exact
   integers, everything else in float64 on the dequantized values, then quantized as
@@ -220,6 +221,22 @@ class MaxPool(OpRun):
         return (_float_node("MaxPool", [x.astype(np.float64)], **attrs).astype(x.dtype),)
 
 
-OPERATORS = (DequantizeLinear, QuantizeLinear, MaxPool, QGemm, QLinearAdd, QLinearMul,
+class LRN(OpRun):
+    """ONNX ``LRN`` as its specification defines it (the sum of squares over channels
+    ``c - floor((size-1)/2)`` to ``c + ceil((size-1)/2)``), in float64: the evaluator's own
+    (onnx 1.x ``op_lrn.py``) loops over the batch axis where it means the channels, so that
+    with one image only channel 0 is normalized."""
+
+    op_domain = ""
+
+    def _run(self, x, alpha=None, beta=None, bias=None, size=None):
+        x64 = np.asarray(x, np.float64)
+        before, after = (size - 1) // 2, -(-(size - 1) // 2)
+        squares = np.pad(np.square(x64), [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+        total = sum(squares[:, i:i + x.shape[1]] for i in range(size))
+        return ((x64 / (bias + alpha / size * total) ** beta).astype(x.dtype),)
+
+
+OPERATORS = (DequantizeLinear, QuantizeLinear, MaxPool, LRN, QGemm, QLinearAdd, QLinearMul,
              QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QLinearSigmoid,
              QLinearLeakyRelu, QLinearSoftmax)

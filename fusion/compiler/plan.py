@@ -20,7 +20,7 @@ from typing import Any
 
 from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
-from fusion.compiler.lower import CompileError, chains, host_role
+from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.placed_choice import ranked
@@ -65,6 +65,8 @@ class KernelStep:
 #: Why a compute op is on the host (:attr:`HostStep.reason`).
 NO_KERNEL = "no accelerator kernel"
 CHEAPER = "cheaper on the host"
+BY_DESIGN = ("left to the host by design: accelerators of this kind have no exponential or "
+             "power unit, and this op is small beside the convolutions")
 
 
 @dataclass
@@ -79,7 +81,8 @@ class HostStep:
         does because the accelerator has no kernel for it or the engine priced the host
         cheaper (:func:`fusion.compiler.lower.host_role`).
     reason : str
-        Why a compute op is on the host: :data:`NO_KERNEL`, :data:`CHEAPER`, or the
+        Why a compute op is on the host: :data:`NO_KERNEL`, :data:`BY_DESIGN`
+        (:data:`fusion.compiler.lower.HOST_BY_DESIGN`), :data:`CHEAPER`, or the
         accelerator's refusal; empty for layout.
     predicted_seconds : float
         :class:`fusion.cost.host.HostCostModel`'s prediction.
@@ -102,8 +105,9 @@ def host_step(graph: Graph, node: Node, model: HostCostModel, reason: str = "") 
     """The plan's host step for ``node``, priced by ``model``."""
     role = host_role(node)
     seconds = model.seconds(graph, node)
-    return HostStep(node, role, reason or ("" if role == "layout" else NO_KERNEL), seconds,
-                    model.cycles(seconds))
+    if not reason and role == "compute":
+        reason = BY_DESIGN if node.op in HOST_BY_DESIGN else NO_KERNEL
+    return HostStep(node, role, reason, seconds, model.cycles(seconds))
 
 
 def refuse_host_compute(graph: Graph, nodes: Sequence[Node], how: str) -> CompileError:
@@ -347,7 +351,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()
     found, host = chains(g)
-    fallback = [n for n in host if host_role(n) == "compute"]
+    fallback = [n for n in host if host_role(n) == "compute" and n.op not in HOST_BY_DESIGN]
     if fallback and not host_fallback:
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
     memo: dict = {}  # identical layers are priced once

@@ -35,7 +35,8 @@ _SCALE_TYPES = {TensorProto.FLOAT16: "float32", TensorProto.DOUBLE: "float32"}
 #: onnxruntime's quantized operators (domain ``com.microsoft``) that hwgen imports, under their
 #: own names: the catalog defines them with onnxruntime's semantics.
 CONTRIB_OPS = ("QGemm", "QLinearAdd", "QLinearAveragePool", "QLinearConcat",
-               "QLinearGlobalAveragePool", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid")
+               "QLinearGlobalAveragePool", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid",
+               "QLinearSoftmax")
 _CONTRIB_DOMAIN = "com.microsoft"
 
 

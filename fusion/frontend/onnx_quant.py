@@ -9,9 +9,9 @@ the hwgen integer ops read:
 * ``QLinearMatMul``/``QLinearConv`` annotate a/x, b/w (per column of b, per output channel of
   w) and y, and QLinearConv's int32 bias with scale ``x_scale * w_scale`` and zero point 0;
 * onnxruntime's ``QLinearAdd``, ``QLinearMul``, ``QGemm`` (b per column, or per row with
-  ``transB``), ``QLinear(Global)AveragePool``, ``QLinearSigmoid``, ``QLinearLeakyRelu`` and
-  ``QLinearConcat`` (each input's triple and the output) annotate their integer inputs and
-  output the same way;
+  ``transB``), ``QLinear(Global)AveragePool``, ``QLinearSigmoid``, ``QLinearLeakyRelu``,
+  ``QLinearSoftmax`` and ``QLinearConcat`` (each input's triple and the output) annotate
+  their integer inputs and output the same way;
 * ``MatMulInteger``/``ConvInteger`` carry zero points but no scale: their operands get a unit
   scale (1.0, the integer value is the real value), and only when nothing else quantizes them.
 
@@ -98,7 +98,7 @@ def annotate(nodes: Sequence, ranks: Mapping[str, int],
             note(i[0], node, i[1], i[2])
             note(i[3], node, i[4], i[5])
             note(node.outputs[0], node, i[6], i[7])
-        elif node.op in ("QLinearSigmoid", "QLinearLeakyRelu"):
+        elif node.op in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax"):
             note(i[0], node, i[1], i[2])
             note(node.outputs[0], node, i[3], i[4])
         elif node.op == "QLinearConcat":

@@ -136,6 +136,24 @@ def _add(c: Call):
     return broadcast_binary(c)
 
 
+#: Most inputs a Sum may take (ONNX's is variadic; the registry's slots are fixed names).
+MAX_SUM_INPUTS = 8
+
+
+@register("Sum", " ".join(f"data_{i}" for i in range(MAX_SUM_INPUTS)), 1,
+          summary="elementwise sum of the inputs with broadcasting (a quantized Sum of two "
+                  "is the residual add, qadd)")
+def _sum(c: Call):
+    present = [t for t in c.inputs if t is not None]
+    c.need("data_0", _NUM)
+    shape = present[0].shape
+    for i in range(1, len(c.inputs)):
+        if c.inputs[i] is not None:
+            c.same("data_0", f"data_{i}")
+            shape = shapes.broadcast(shape, c.inputs[i].shape)
+    return (TensorType(shape, present[0].dtype),)
+
+
 @register("Relu", "X", summary="max(x, 0)")
 def _relu(c: Call):
     x = c.need("X", ("float32", "int8", "int32", "int64"))

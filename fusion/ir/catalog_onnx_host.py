@@ -68,6 +68,41 @@ def _softmax(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
+@register("LRN", "X", size=REQUIRED, alpha=0.0001, beta=0.75, bias=1.0,
+          summary="local response normalization across channels (a power of a windowed sum "
+                  "of squares)")
+def _lrn(c: Call):
+    x = c.need("X", ("float32",))
+    if len(x.shape) < 3:
+        raise c.error(f"input {x.name!r} has shape {x.shape}; LRN needs (N, C, D1, ...)")
+    size = c.attrs["size"]
+    if not isinstance(size, int) or size < 1:
+        raise c.error(f"size is {size!r}; it must be a positive integer (the channels summed)")
+    return (TensorType(x.shape, x.dtype),)
+
+
+@register("BatchNormalization", "X scale B input_mean input_var", epsilon=1e-5, momentum=0.9,
+          training_mode=0, summary="inference batch normalization: a per-channel affine "
+          "(on the accelerator when quantized: fusion.passes.batchnorm)")
+def _batch_normalization(c: Call):
+    x = c.need("X", ("float32",))
+    if c.attrs["training_mode"]:
+        raise c.error("has training_mode=1; hwgen runs inference: export the model in eval "
+                      "mode (training_mode=0)")
+    if len(c.node.outputs) > 1:
+        raise c.error(f"has {len(c.node.outputs)} outputs (the running statistics of "
+                      f"training); inference BatchNormalization has one")
+    if len(x.shape) < 2:
+        raise c.error(f"input {x.name!r} has shape {x.shape}; BatchNormalization needs "
+                      f"(N, C, ...)")
+    for slot in ("scale", "B", "input_mean", "input_var"):
+        t = c.need(slot, ("float32",))
+        if t.shape != (x.shape[1],):
+            raise c.error(f"{slot} {t.name!r} has shape {t.shape}; it must be ({x.shape[1]},), "
+                          f"one value per channel of {x.name!r}")
+    return (TensorType(x.shape, x.dtype),)
+
+
 def _concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:
     first = tensors[0].shape
     if not first:
@@ -160,6 +195,19 @@ def _qlinear_sigmoid(c: Call):
           summary="com.microsoft: Q(LeakyRelu(DQ(X), alpha)), by a 256-entry table")
 def _qlinear_leaky_relu(c: Call):
     return _qlinear_unary(c)
+
+
+@register("QLinearSoftmax", "X X_scale x_zero_point Y_scale y_zero_point", 4,
+          const="X_scale x_zero_point Y_scale y_zero_point", axis=-1, opset=REQUIRED,
+          summary="com.microsoft: Q(Softmax(DQ(X))) (one axis from opset 13; before, the "
+                  "input flattened to 2-D at axis)")
+def _qlinear_softmax(c: Call):
+    x = c.need("X", INT8S)
+    c.same("X", "x_zero_point", "y_zero_point")
+    for s in ("X_scale", "Y_scale"):
+        c.need(s, ("float32",))
+    shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
+    return (TensorType(x.shape, x.dtype),)
 
 
 _QCONCAT_SLOTS = " ".join(f"X{i} X{i}_scale X{i}_zero_point" for i in range(MAX_CONCAT_INPUTS))

@@ -105,10 +105,11 @@ def run_to_fixed_point(graph: Graph, passes: Sequence[Pass], *, max_rounds: int 
 
 
 def prune_pipeline() -> tuple[Pass, ...]:
-    """The pruning passes, in the order they run: identity, constant folding, Q/DQ folding, DCE."""
-    from fusion.passes import constant_fold, dce, identity, qdq_fold
+    """The pruning passes, in the order they run: identity, constant folding, quantized batch
+    normalization as a convolution (for Q/DQ folding to lower), Q/DQ folding, DCE."""
+    from fusion.passes import batchnorm, constant_fold, dce, identity, qdq_fold
 
-    return (identity.run, constant_fold.run, qdq_fold.run, dce.run)
+    return (identity.run, constant_fold.run, batchnorm.run, qdq_fold.run, dce.run)
 
 
 def legalize_pipeline() -> tuple[Pass, ...]:

@@ -82,18 +82,19 @@ INT8S = ("int8", "uint8")
 
 
 def fold_residual(graph: Graph, node: Node) -> Graph:
-    """``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` into ``qadd [-> relu | clamp]``."""
+    """``DQ(a), DQ(b) -> Add [-> Relu | Clip] -> Q`` into ``qadd [-> relu | clamp]`` (a
+    ``Sum`` of two, as opset-9-era exporters wrote residuals, alike)."""
     operands = []
     for name in node.inputs:
         source = dq_source(graph, name)
         if source is None:
-            raise Refused(f"Add {node.name!r} reads {name!r}, which is not dequantized from an "
-                          f"integer tensor")
+            raise Refused(f"{node.op} {node.name!r} reads {name!r}, which is not dequantized "
+                          f"from an integer tensor")
         operands.append(source)
     tail = match_tail(graph, node.outputs[0])
     if tail is None:
-        raise Refused(f"Add {node.name!r} is not followed by a QuantizeLinear; qadd produces "
-                      f"an 8-bit result")
+        raise Refused(f"{node.op} {node.name!r} is not followed by a QuantizeLinear; qadd "
+                      f"produces an 8-bit result")
     return _emit_qadd(graph, node, operands, tail)
 
 
@@ -376,7 +377,7 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
         return fold_integer_layout(graph, node)
     if node.op in COMPUTE:
         return fold_compute(graph, node)
-    if node.op == "Add":
+    if node.op == "Add" or (node.op == "Sum" and len(node.inputs) == 2):
         return fold_residual(graph, node)
     if node.op in SINKABLE:
         return sink_dequantize(graph, node)

@@ -43,12 +43,63 @@ def _sigmoid(ctx: Ctx, x):
         return ((1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32),)
 
 
+def softmax(x: np.ndarray, axis: int, real=np.float32) -> np.ndarray:
+    """Softmax along ``axis``, in float64, as ``real``."""
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(real)
+
+
 @implements("Softmax")
 def _softmax(ctx: Ctx, x):
+    return (softmax(x, ctx.attrs["axis"] % max(x.ndim, 1),
+                    np.float64 if ctx.float64 else np.float32),)
+
+
+@implements("LRN")
+def _lrn(ctx: Ctx, x):
+    # ONNX: square_sum over channels c - floor((size-1)/2) .. c + ceil((size-1)/2), clipped
+    a = ctx.attrs
+    size = a["size"]
+    squares = np.square(x.astype(np.float64))
+    before, after = (size - 1) // 2, -(-(size - 1) // 2)
+    padded = np.pad(squares, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    window = sum(padded[:, i:i + x.shape[1]] for i in range(size))
+    y = x / (a["bias"] + a["alpha"] / size * window) ** a["beta"]
+    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+
+
+def batch_normalization(x: np.ndarray, scale, bias, mean, var, epsilon: float) -> np.ndarray:
+    """Inference batch normalization of ``(N, C, ...)`` ``x``, operation for operation and
+    dtype for dtype as ONNX's reference (``s * (x - mean) / sqrt(var + epsilon) + bias``):
+    float32 parameters keep ``sqrt(var + epsilon)`` in float32, as there."""
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (np.asarray(v).reshape(shape) for v in (scale, bias, mean, var))
+    return scale * (x - mean) / np.sqrt(var + epsilon) + bias
+
+
+@implements("BatchNormalization")
+def _batch_normalization(ctx: Ctx, x, scale, bias, mean, var):
+    y = batch_normalization(x, scale, bias, mean, var, ctx.attrs["epsilon"])
+    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+
+
+@implements("QLinearSoftmax")
+def _qlinear_softmax(ctx: Ctx, x, x_scale, x_zp, y_scale, y_zp=None):
+    # Q(Softmax(DQ(x))) in float64, rounded half to even as QuantizeLinear does; before opset
+    # 13 Softmax coerced the input to 2-D at axis and normalized over all the trailing axes
     axis = ctx.attrs["axis"] % max(x.ndim, 1)
-    shifted = x - x.max(axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    return ((e / e.sum(axis=axis, keepdims=True)).astype(np.float32),)
+    x_zp = 0 if x_zp is None else int(x_zp.ravel()[0])
+    real = (x.astype(np.float64) - x_zp) * np.float64(x_scale.ravel()[0])
+    if ctx.attrs["opset"] < 13:
+        flat = real.reshape(int(np.prod(x.shape[:axis])), -1)
+        value = softmax(flat, 1, np.float64).reshape(x.shape)
+    else:
+        value = softmax(real, axis, np.float64)
+    q = np.rint(value / np.float64(y_scale.ravel()[0])) + (0 if y_zp is None else
+                                                           int(y_zp.ravel()[0]))
+    info = np.iinfo(ctx.outputs[0].dtype)
+    return (np.clip(q, info.min, info.max).astype(ctx.outputs[0].dtype),)
 
 
 @implements("Concat")

@@ -90,6 +90,15 @@ def _add(ctx: Ctx, a, b):
     return (np.add(a, b),)  # same dtype; integer addition wraps, as in onnx.reference
 
 
+@implements("Sum")
+def _sum(ctx: Ctx, *values):
+    present = [v for v in values if v is not None]
+    total = present[0]
+    for v in present[1:]:
+        total = np.add(total, v)  # in input order, as onnx.reference sums
+    return (total,)
+
+
 @implements("Relu")
 def _relu(ctx: Ctx, x):
     return (np.maximum(x, np.zeros((), x.dtype)),)

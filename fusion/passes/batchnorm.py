@@ -1,0 +1,177 @@
+"""Batch normalization of a quantized tensor, as a per-channel affine on the accelerator.
+
+``quant_pre_process`` folds a BatchNormalization into the convolution before it; one that
+follows anything else (DenseNet's, after each Concat) stays, and a QDQ model computes it in
+float: ``DQ(x) -> BatchNormalization [-> Relu | Clip] -> Q``. Per channel ``c`` it is an
+affine map, ``y = a_c * x + b_c`` with ``a_c = scale_c / sqrt(var_c + epsilon)`` and
+``b_c = B_c - a_c * mean_c`` (float64 from the model's float32 parameters). This pass writes it
+as the depthwise 1x1 convolution that computes the same map, in QDQ form, and Q/DQ folding
+(:mod:`fusion.passes.qdq_fold`) lowers that as it lowers any convolution: a per-channel
+int8 weight of +-127 with scale ``|a_c| / 127`` (0 with scale 1 where ``a_c`` is 0), the bias
+``b_c`` rounded to accumulator units, and the per-channel requantize to the output's scale.
+
+Why within one LSB of ``DQ -> BatchNormalization -> Q``: the weight times its scale is
+``a_c`` to float32's precision (a relative 6e-8), and the bias's rounding moves the value by
+at most half an accumulator unit, ``s_x * |a_c| / 254``, which is ``M_c / 254`` output LSBs
+for the channel's requantize multiplier ``M_c = s_x * |a_c| / s_y``. A value is off by one
+only where it lies that close to a rounding half. Where ``M_c`` is 127 or more (an affine that
+magnifies its input by 127 output steps per input step) the bound reaches half an LSB and the
+pass leaves the BatchNormalization to the host, as it does one whose input is not
+dequantized from 8 bits, whose output is not quantized, whose parameters are not constants,
+or whose input is not 4-D.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusion.ir import ops
+from fusion.ir.graph import Graph, Node
+from fusion.passes._edit import Edit, rewrite_each
+from fusion.passes._qdq_common import Refused, Tail, dq_source, match_tail
+from fusion.reference.hwgen_ops import requant
+from fusion.reference.onnx_host_ops import batch_normalization
+
+#: The largest weight magnitude: the largest int8 whose negation is an int8 too.
+WEIGHT = 127
+#: How far from the nearest bias (in accumulator units) the search for an exact one goes.
+SEARCH = 4
+
+
+def _value(graph: Graph, name: str) -> np.ndarray | None:
+    """A constant's value: an initializer as it is (float32), or the DequantizeLinear of one
+    in float64 (how onnxruntime quantizes BatchNormalization's scale and bias, and what the
+    whole-model check's float64 DequantizeLinear gives)."""
+    if name in graph.initializers:
+        return np.asarray(graph.initializers[name])
+    node = graph.producer(name)
+    if node is None or node.op != "DequantizeLinear":
+        return None
+    inputs = node.inputs + ("",) * 2
+    q = graph.initializers.get(inputs[0])
+    scale = graph.initializers.get(inputs[1])
+    zp = graph.initializers.get(inputs[2]) if inputs[2] else np.zeros(1, np.int64)
+    if q is None or scale is None or zp is None or node.attr("block_size", 0):
+        return None
+    if scale.size > 1 and q.ndim != 1:
+        return None  # per-axis on a parameter that is not a vector: not BN's
+    return (q.astype(np.float64) - zp.astype(np.float64)) * scale.astype(np.float64)
+
+
+def affine(graph: Graph, node: Node) -> tuple[np.ndarray, ...] | None:
+    """BatchNormalization ``node``'s constant parameters ``(scale, B, mean, var)``, None if
+    any is not a constant."""
+    values = [_value(graph, name) for name in node.inputs[1:5]]
+    if any(v is None for v in values):
+        return None
+    return tuple(v.reshape(-1) for v in values)
+
+
+def exact_table(x: np.ndarray, params: tuple[np.ndarray, ...], epsilon: float, s_y: float,
+                zp_y: int, dtype: str) -> np.ndarray:
+    """``Q(BatchNormalization(x))`` for float64 ``x`` of shape ``(values, channels)``, by
+    :func:`fusion.reference.onnx_host_ops.batch_normalization`."""
+    y = batch_normalization(x, *params, epsilon)
+    lo, hi = ops.INT_RANGE[dtype]
+    return np.clip(np.rint(y / s_y) + zp_y, lo, hi).astype(np.int64)
+
+
+def _parameters(a: float, b: float, s_x: float, table: np.ndarray, codes: np.ndarray,
+                tail: Tail) -> tuple[int, np.float32, int] | None:
+    """``(weight, weight scale, int32 bias)`` of one channel whose integer affine gives
+    ``table`` for every input code (``codes``: the input's values less its zero point), or
+    None when no weight from 127 down to 64 with a bias within :data:`SEARCH` of the nearest
+    does."""
+    sign = -1 if a < 0 else 1
+    lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
+    for magnitude in range(WEIGHT, 63, -1) if a else (0,):
+        w_scale = np.float32(abs(a) / magnitude) if a else np.float32(1.0)
+        if w_scale == 0 or not np.isfinite(w_scale):
+            return None
+        acc_scale = s_x * np.float64(w_scale)  # as Q/DQ folding computes it
+        try:
+            attrs = ops.requant_attrs(acc_scale / float(tail.quant.scale[0]),
+                                      tail.quant.zero_point[0], out_dtype=tail.dtype,
+                                      round_even=True)
+        except ValueError:
+            return None
+        products = sign * magnitude * codes
+        nearest = b / acc_scale
+        if not abs(nearest) < 2**31 - 2**16:
+            continue
+        nearest = int(np.rint(nearest))
+        for step in range(SEARCH + 1):
+            for bias in (nearest + step, nearest - step):
+                got = requant(products + bias, attrs["mult"], attrs["shift"], attrs["zp"],
+                              tail.dtype, round_even=True).astype(np.int64)
+                if np.array_equal(np.clip(got, lo, hi), table):
+                    return sign * magnitude, w_scale, bias
+    return None
+
+
+def _rewrite(graph: Graph, node: Node) -> Graph | None:
+    if node.op != "BatchNormalization":
+        return None
+    x = node.inputs[0]
+    try:
+        source = dq_source(graph, x)
+        tail = match_tail(graph, node.outputs[0])
+    except Refused:
+        return None
+    params = affine(graph, node)
+    if source is None or tail is None or params is None or len(graph.tensors[x].shape) != 4:
+        return None
+    xq, qx = source
+    if graph.tensors[xq].dtype not in ("int8", "uint8") or qx.per_channel or \
+            tail.quant.per_channel:
+        return None
+    lo, hi = ops.INT_RANGE[graph.tensors[xq].dtype]
+    codes = np.arange(lo, hi + 1, dtype=np.int64) - int(qx.zero_point[0])
+    s_x = float(qx.scale[0])
+    epsilon = float(node.attr("epsilon", 1e-5))
+    table = exact_table((codes * s_x)[:, None], params, epsilon, float(tail.quant.scale[0]),
+                        int(tail.quant.zero_point[0]), tail.dtype)
+    if tail.clamp is not None:
+        table = np.clip(table, *tail.clamp)
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + epsilon)  # the weights' start: the table decides
+    b = bias - a * mean
+    found = [_parameters(float(a[c]), float(b[c]), s_x, table[:, c], codes, tail)
+             for c in range(a.size)]
+    if any(f is None for f in found):
+        return None  # the host computes it, as the model says
+    weights, w_scales, biases = (np.array(v) for v in zip(*found, strict=True))
+    channels = a.size
+    edit = Edit(graph)
+    edit.drop(node)
+    base = node.name
+    w = edit.node(f"{base}/weight", "DequantizeLinear",
+                  [edit.const(f"{base}/weight_q", weights.astype(np.int8).reshape(-1, 1, 1, 1)),
+                   edit.const(f"{base}/weight_scale", w_scales.astype(np.float32)),
+                   edit.const(f"{base}/weight_zero_point", np.zeros(channels, np.int8))],
+                  axis=0)
+    acc_scale = (s_x * w_scales.astype(np.float64)).astype(np.float32)
+    bias_q = edit.node(f"{base}/bias", "DequantizeLinear",
+                       [edit.const(f"{base}/bias_q", biases.astype(np.int32)),
+                        edit.const(f"{base}/bias_scale", acc_scale),
+                        edit.const(f"{base}/bias_zero_point", np.zeros(channels, np.int32))],
+                       axis=0)
+    edit.node(f"{base}/affine", "Conv", [x, w, bias_q], output=node.outputs[0],
+              group=channels, kernel_shape=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+              dilations=(1, 1))
+    return edit.apply()
+
+
+def run(graph: Graph) -> tuple[Graph, bool]:
+    """Rewrite every quantized BatchNormalization the module docstring describes.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    graph : Graph
+    changed : bool
+    """
+    return rewrite_each(graph, _rewrite)
