@@ -246,6 +246,13 @@ def host_role(node: Node) -> str:
     return "layout" if node.op in HOST_OPS else "compute"
 
 
+def is_fallback(node: Node) -> bool:
+    """Whether the host computes ``node`` in the accelerator's place (what
+    ``--no-host-fallback`` refuses): compute, and not on the host by design
+    (:data:`HOST_BY_DESIGN`)."""
+    return host_role(node) == "compute" and node.op not in HOST_BY_DESIGN
+
+
 def chains(graph: Graph) -> tuple[list[Chain], list[Node]]:
     """The chains of ``graph`` and its host steps, each in topological order."""
     outputs = set(graph.outputs)

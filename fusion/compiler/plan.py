@@ -20,7 +20,7 @@ from typing import Any
 
 from fusion.compiler import engine
 from fusion.compiler.kernels import KernelSpec
-from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role
+from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.placed_choice import ranked
@@ -174,6 +174,12 @@ class CompiledModel:
         steps: those every model has, and they compute nothing the accelerator could; the
         ``host_ops`` count is what the accelerator leaves to the host."""
         return [s for s in self.host if s.role == "compute"]
+
+    @property
+    def fallbacks(self) -> list[HostStep]:
+        """The host ops the host computes in the accelerator's place: all but those on the
+        host by design (what ``--no-host-fallback`` refuses)."""
+        return [s for s in self.host_ops if is_fallback(s.node)]
 
     @property
     def predicted_host_seconds(self) -> float:
@@ -351,7 +357,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()
     found, host = chains(g)
-    fallback = [n for n in host if host_role(n) == "compute" and n.op not in HOST_BY_DESIGN]
+    fallback = [n for n in host if is_fallback(n)]
     if fallback and not host_fallback:
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
     memo: dict = {}  # identical layers are priced once

@@ -145,10 +145,10 @@ def run(args: argparse.Namespace) -> int:
     from sim.build import build_folder
 
     compiled = _compiled(args)
-    if args.plan is not None and args.no_host_fallback and compiled.host_ops:
+    if args.plan is not None and args.no_host_fallback and compiled.fallbacks:
         from fusion.compiler.plan import refuse_host_compute
 
-        raise refuse_host_compute(compiled.graph, [h.node for h in compiled.host_ops],
+        raise refuse_host_compute(compiled.graph, [h.node for h in compiled.fallbacks],
                                   "--no-host-fallback")
     graph = compiled.graph
     inputs = random_inputs(graph, args.seed)

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from fusion.compiler.lower import CompileError
-from fusion.compiler.plan import CHEAPER, NO_KERNEL, compile_model
+from fusion.compiler.plan import BY_DESIGN, CHEAPER, NO_KERNEL, compile_model
 from fusion.compiler.plan_folder import write_plan
 from fusion.compiler.plan_reader import read_plan
 from fusion.cost.host import HostCostModel
@@ -40,7 +40,7 @@ def compiled():
 
 def test_ops_without_a_kernel_are_planned_host_ops(compiled):
     assert [(h.name, h.node.op, h.reason) for h in compiled.host_ops] == [
-        ("sig", "QLinearSigmoid", NO_KERNEL), ("softmax", "Softmax", NO_KERNEL)]
+        ("sig", "QLinearSigmoid", NO_KERNEL), ("softmax", "Softmax", BY_DESIGN)]
     assert all(h.predicted_seconds > 0 and h.predicted_cycles > 0 for h in compiled.host_ops)
     # layout steps are host steps, but not host ops
     assert {h.node.op for h in compiled.host if h.role == "layout"} == {"quantize",
@@ -55,7 +55,7 @@ def test_ops_without_a_kernel_are_planned_host_ops(compiled):
     assert [s["name"] for s in plan["steps"]].index("sig") == 2
     text = compiled.explain()
     assert "host op sig (QLinearSigmoid): no accelerator kernel; predicted" in text
-    assert "host op softmax (Softmax)" in text
+    assert "host op softmax (Softmax): left to the host by design" in text
 
 
 def test_the_compiled_graph_runs_within_one_lsb_of_the_exact_reference():
@@ -84,13 +84,13 @@ def test_the_compiled_graph_runs_within_one_lsb_of_the_exact_reference():
 
 
 def test_no_host_fallback_refuses_naming_each_op():
+    """The Softmax is not named: it is on the host by design, not as a fallback."""
     with pytest.raises(CompileError) as info:
         compile_model(import_onnx(mlp_sigmoid_softmax()), V4X4, host_fallback=False)
     lines = str(info.value).splitlines()
-    assert lines[0].startswith("2 op(s) have no accelerator kernel and --no-host-fallback")
+    assert lines[0].startswith("1 op(s) have no accelerator kernel and --no-host-fallback")
     assert lines[1].startswith("  node 'sig' (QLinearSigmoid: ")
-    assert lines[2].startswith("  node 'softmax' (Softmax: ")
-    assert len(lines) == 3
+    assert len(lines) == 2
 
 
 def test_a_gemm_never_falls_back_to_the_host():

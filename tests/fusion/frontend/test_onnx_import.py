@@ -108,8 +108,8 @@ def test_unsupported_op_names_the_node_and_the_supported_ops():
     nodes = [helper.make_node("Tanh", ["x"], ["y"], name="th")]
     m = model(nodes, [vi("x", TensorProto.FLOAT, (2,))], [vi("y", TensorProto.FLOAT, None)])
     with pytest.raises(GraphError, match="node 'th' is Tanh, which hwgen does not support; "
-                                         "supported ONNX ops are Add, AveragePool, Clip, "
-                                         "Concat, Conv"):
+                                         "supported ONNX ops are Add, AveragePool, "
+                                         "BatchNormalization, Clip, Concat, Conv"):
         import_onnx(m)
 
 

@@ -38,7 +38,7 @@ def test_unsupported_op_lists_the_supported_ones():
     with pytest.raises(GraphError) as info:
         validate(g)
     assert str(info.value).startswith("node 'th': op 'Tanh' is not supported; supported ops "
-                                      "are Add, AveragePool, Clip, Concat, Conv,")
+                                      "are Add, AveragePool, BatchNormalization, Clip, Concat,")
     assert "qmatmul" in str(info.value) and "requant" in str(info.value)
 
 
