@@ -8,7 +8,7 @@ affine map, ``y = a_c * x + b_c`` with ``a_c = scale_c / sqrt(var_c + epsilon)``
 as the depthwise 1x1 convolution that computes the same map, in QDQ form, and Q/DQ folding
 (:mod:`fusion.passes.qdq_fold`) lowers that as it lowers any convolution: a per-channel
 int8 weight of +-127 with scale ``|a_c| / 127`` (0 with scale 1 where ``a_c`` is 0), the bias
-``b_c`` rounded to accumulator units, and the per-channel requantize to the output's scale.
+``b_c`` in accumulator units, and the per-channel requantize to the output's scale.
 
 Why within one LSB of ``DQ -> BatchNormalization -> Q``: the weight times its scale is
 ``a_c`` to float32's precision (a relative 6e-8), and the bias's rounding moves the value by
@@ -85,7 +85,9 @@ def _parameters(a: float, b: float, s_x: float, table: np.ndarray, codes: np.nda
     sign = -1 if a < 0 else 1
     lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
     for magnitude in range(WEIGHT, 63, -1) if a else (0,):
-        w_scale = np.float32(abs(a) / magnitude) if a else np.float32(1.0)
+        # a zeroed channel's weight is 0 and its scale free: 1/127 gives its bias (all its
+        # output) the accumulator units a weight of 127 would have at a = 1
+        w_scale = np.float32(abs(a) / magnitude) if a else np.float32(1 / WEIGHT)
         if w_scale == 0 or not np.isfinite(w_scale):
             return None
         acc_scale = s_x * np.float64(w_scale)  # as Q/DQ folding computes it

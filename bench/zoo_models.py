@@ -1,0 +1,94 @@
+"""Well-known third-party CNNs end to end (issue 32): kernels, host work, cycles, utilization.
+
+The full-size models of :mod:`examples.build_zoo_models` (SqueezeNet 1.0, Inception-v1 and
+-v2, ResNet-50, ShuffleNet v1, DenseNet-121 at 32 to 64 pixels; QDQ, and QOperator for
+SqueezeNet and ShuffleNet) are built and quantized by onnxruntime into ``build/zoo`` (once:
+delete the folder to rebuild), compiled for the 8x8 all-stage variant with the window unit of
+:mod:`bench.real_models`, run on the simulator with every kernel shadow-checked, and their
+outputs compared with the exact reference of the imported graph (the 1-LSB bound; a model
+outside it makes the benchmark exit 1) and, for the QDQ forms, with onnxruntime's float path
+(optimizations off), which is reported, not judged: its float32 sums resolve near-halves
+otherwise.
+
+Per model: kernels, host ops by op (compute the host does: Softmax and LRN are there by
+design, :data:`fusion.compiler.lower.HOST_BY_DESIGN`), layout host steps, cycles, the MACs
+the model asks for, utilization (MACs / 64 over the kernels' cycles), compile and run wall
+seconds.
+
+``python -m bench.zoo_models [MODEL ...]`` prints them and writes ``build/bench_zoo_models.json``;
+``make bench`` runs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from bench.output import write_results
+from bench.real_models import VARIANT, measure
+from examples.build_zoo_models import BUILDERS, FORMATS, build
+from examples.real_check import lsb_errors, output_scale, within_one_lsb
+
+OUT = Path("build") / "zoo"
+NAMES = [f"{name}_{fmt}" for name in BUILDERS for fmt in FORMATS[name]]
+
+
+def _model(name: str) -> Path:
+    path = OUT / f"{name}.onnx"
+    if not path.is_file() or not path.with_suffix(".npz").is_file():
+        base, fmt = name.rsplit("_", 1)
+        build(base, fmt, OUT, full=True)
+    return path
+
+
+def _float_path(path: Path, x: np.ndarray, got: np.ndarray) -> str:
+    """hwgen's output against onnxruntime's float path, in words (QDQ models only)."""
+    if path.stem.endswith("_qop"):
+        return "n/a (QOperator: onnxruntime runs integer kernels, not a reference)"
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    (want,) = session.run(["y"], {"x": x})
+    errors = lsb_errors(got, want, output_scale(onnx.load(str(path)), "y"))
+    return within_one_lsb(errors, "vs onnxruntime's float path", integer=False)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = list(argv if argv is not None else sys.argv[1:]) or NAMES
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        print(f"bench.zoo_models: no model {', '.join(unknown)}; the models are "
+              f"{', '.join(NAMES)}", file=sys.stderr)
+        return 2
+    print(f"Model zoo on {VARIANT.rows}x{VARIANT.cols}, all stages, window unit (every kernel "
+          f"shadow-checked, outputs against the exact reference) ...", flush=True)
+    print(f"  {'model':<18} {'kernels':>7} {'layout':>6} {'cycles':>10} {'MACs':>11} "
+          f"{'util':>5} {'compile s':>9} {'run s':>7}  host ops")
+    rows = []
+    for name in names:
+        path = _model(name)
+        with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
+            x, want = data["x"], data["y"]
+        row = measure(path, x, want)
+        row["float_path"] = _float_path(path, x, row.pop("output"))
+        rows.append(row)
+        print(f"  {name:<18} {row['kernels']:>7} {row['layout_host_steps']:>6} "
+              f"{row['cycles']:>10,} {row['macs']:>11,} {row['utilization']:>5.2f} "
+              f"{row['compile_seconds']:>9.1f} {row['wall_seconds']:>7.1f}  "
+              f"{row['host_ops_by_op']}", flush=True)
+        print(f"  {'':<18} {row['reference']}; {row['float_path']}", flush=True)
+    write_results("bench_zoo_models.json", {"variant": VARIANT.to_dict(), "runs": rows})
+    bad = [r["model"] for r in rows if not r["within_bound"]]
+    if bad:
+        print(f"outside the 1-LSB bound against the exact reference: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""A quantized BatchNormalization becomes a per-channel affine the accelerator runs
+(:mod:`fusion.passes.batchnorm`), exact on every input code against ONNX's definition.
+
+The network is what onnxruntime's ``quantize_static`` writes for a batch norm it cannot fold
+(DenseNet's, after a Concat): ``DQ(x) -> BatchNormalization [-> Relu] -> Q``, its scale and
+bias quantized too (``DQ(int8 scale)``, ``DQ(int32 bias)``) or float. The input holds every
+code of its type in every channel, so that the comparison is exhaustive; the reference is
+``examples.exact_reference`` (ONNX's evaluator, float64 after each DequantizeLinear).
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from examples.exact_reference import reference_session
+from fusion.frontend import import_onnx
+from fusion.ir.graph import Quant
+from fusion.passes import driver
+from fusion.passes._qdq_common import Tail
+from fusion.passes.batchnorm import _parameters
+from fusion.reference import executor
+
+C = 6
+
+
+def bn_model(seed: int, *, dtype=TensorProto.INT8, relu: bool = False, quantize: bool = True,
+             quantized_params: bool = False, gain: float = 1.0) -> tuple[onnx.ModelProto,
+                                                                        np.ndarray]:
+    """``q -> DQ -> BatchNormalization [-> Relu] [-> Q -> DQ] -> y``, and an input holding
+    every code in every channel."""
+    rng = np.random.default_rng(seed)
+    np_type = np.int8 if dtype == TensorProto.INT8 else np.uint8
+    info = np.iinfo(np_type)
+    zp_x = np.array(rng.integers(-10, 10) if np_type is np.int8 else 128, np_type)
+    scale = rng.uniform(0.5, 1.5, C) * rng.choice([-1, 1], C)
+    scale[0] = 0.0  # a channel the batch norm zeroes
+    params = {"scale": scale, "bias": rng.normal(0, 0.3, C), "mean": rng.normal(0, 0.2, C),
+              "var": rng.uniform(0.5, 1.5, C)}
+    inits = [numpy_helper.from_array(np.array(rng.uniform(0.01, 0.03), np.float32), "sx"),
+             numpy_helper.from_array(zp_x, "zx"),
+             numpy_helper.from_array(np.array(0.02 * gain, np.float32), "sy"),
+             numpy_helper.from_array(np.array(-5 if not relu else -128, np.int8), "zy")]
+    names = {}
+    for key, value in params.items():
+        if quantized_params and key in ("scale", "bias"):
+            q = np.clip(np.rint(value / 0.01), -127, 127).astype(
+                np.int8 if key == "scale" else np.int32)
+            inits += [numpy_helper.from_array(q, f"{key}_q"),
+                      numpy_helper.from_array(np.array(0.01, np.float32), f"{key}_s")]
+            names[key] = f"{key}_dq"
+        else:
+            inits.append(numpy_helper.from_array(value.astype(np.float32), key))
+            names[key] = key
+    nodes = [helper.make_node("DequantizeLinear", [f"{k}_q", f"{k}_s"], [f"{k}_dq"])
+             for k in ("scale", "bias") if quantized_params]
+    nodes += [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
+              helper.make_node("BatchNormalization",
+                               ["xd", names["scale"], names["bias"], names["mean"],
+                                names["var"]], ["bn"], name="bn", epsilon=1e-3)]
+    last = "bn"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["bn"], ["bn_relu"]))
+        last = "bn_relu"
+    if quantize:
+        nodes += [helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["yq"]),
+                  helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    codes = np.arange(info.min, info.max + 1).astype(np_type)
+    x = np.broadcast_to(codes.reshape(1, 1, 16, 16), (1, C, 16, 16)).copy()
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", dtype, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model, x
+
+
+def _ops(graph) -> list[str]:
+    return [n.op for n in graph.nodes]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("variant", [{}, {"relu": True}, {"quantized_params": True},
+                                     {"dtype": TensorProto.UINT8}, {"gain": 0.1}])
+def test_the_affine_is_exact_on_every_code(seed, variant):
+    model, x = bn_model(seed, **variant)
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    assert "BatchNormalization" not in _ops(graph) and "qconv2d" in _ops(graph)
+    want = reference_session(model).run(["y"], {"x": x})[0]
+    got = executor.run(graph, {"x": x})["y"]
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_the_host_keeps_a_batch_norm_whose_output_is_not_quantized():
+    model, x = bn_model(1, quantize=False)
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    assert "BatchNormalization" in _ops(graph)
+    want = reference_session(model).run(["y"], {"x": x})[0]
+    np.testing.assert_allclose(executor.run(graph, {"x": x}, float64=True)["y"], want,
+                               rtol=1e-6)  # the output is float32
+
+
+def test_an_affine_that_magnifies_a_thousandfold_is_exact_too():
+    """An output scale 1000 times finer than the input's: nearly every code saturates, and
+    the affine reproduces the ones that do not."""
+    model, x = bn_model(2, gain=0.001)
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    assert "BatchNormalization" not in _ops(graph)
+    want = reference_session(model).run(["y"], {"x": x})[0]
+    np.testing.assert_array_equal(executor.run(graph, {"x": x})["y"], want.astype(np.float32))
+
+
+def test_no_parameters_for_a_table_no_affine_map_gives():
+    """The search refuses a table that is not an affine map of the codes (then the pass
+    leaves the BatchNormalization to the host)."""
+    codes = np.arange(-128, 128, dtype=np.int64)
+    table = np.zeros(256, np.int64)
+    table[200] = 5
+    tail = Tail((), "y", Quant(0.02, 0), "int8", None)
+    assert _parameters(0.5, 0.1, 0.02, table, codes, tail) is None
+    a, b = 0.3712345, 0.0131234  # no exact halves among the codes
+    affine = np.clip(np.rint((a * 0.02 * codes + b) / 0.02), -128, 127).astype(np.int64)
+    assert _parameters(a, b, 0.02, affine, codes, tail) is not None
