@@ -33,7 +33,9 @@ Average pools
 Layout ops between Q and DQ
     ``MaxPool``, ``Flatten``, ``Reshape``, ``Transpose`` and ``Relu`` of a ``DQ`` run on the
     integers instead (``maxpool`` ..., ``Relu`` as ``clamp(lo=zero_point)``), followed by a
-    ``dequantize``; the order-preserving ops commute with quantization, so this is exact.
+    ``dequantize``; the order-preserving ops commute with quantization, so this is exact. A
+    ``MaxPool`` of a float tensor that is then quantized (``X -> MaxPool -> Q``, after a host
+    op) is ``Q(X) -> maxpool`` the same way.
 Q/DQ pairs and boundaries
     ``Q(DQ(q))`` with the same parameters is ``q``. The remaining ``QuantizeLinear`` and
     ``DequantizeLinear`` (at the graph boundaries) become ``quantize`` and ``dequantize``.
@@ -66,7 +68,9 @@ from fusion.passes._qdq_common import (
     emit_activation,
     match_tail,
     maxpool_attrs,
+    next_node,
     per_tensor,
+    q_target,
     quant_from,
     requant_epilogue,
 )
@@ -299,7 +303,7 @@ def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
     """Run a layout op (or Relu) of a ``DQ`` on the integers, then dequantize (exact)."""
     source = dq_source(graph, node.inputs[0])
     if source is None:
-        return None
+        return raise_quantize(graph, node) if node.op == "MaxPool" else None
     q, quant = source
     x = graph.tensors[q]
     edit = Edit(graph)
@@ -322,11 +326,28 @@ def sink_dequantize(graph: Graph, node: Node) -> Graph | None:
     return edit.apply()
 
 
+def raise_quantize(graph: Graph, node: Node) -> Graph | None:
+    """``X -> MaxPool -> Q`` of a float ``X`` (a host op's output, LRN's in Inception-v1) as
+    ``Q(X) -> maxpool``: the quantize is monotone, so the maximum of the quantized window is
+    the quantized maximum, and the pool runs on the accelerator."""
+    reader = next_node(graph, node.outputs[0])
+    target = q_target(graph, reader) if reader is not None else None
+    if target is None:
+        return None
+    y, quant = target
+    edit = Edit(graph)
+    edit.drop(node, reader)
+    q = edit.node(f"{reader.name}/before_pool", reader.op, [node.inputs[0], *reader.inputs[1:]],
+                  quant=quant, **dict(reader.attrs))
+    _integer_layout(edit, graph, node, q, quant, y)
+    return edit.apply()
+
+
 def _integer_layout(edit: Edit, graph: Graph, node: Node, q: str, quant: Quant | None,
                     output: str | None) -> str:
     """Record in ``edit`` the hwgen form of layout op ``node`` (MaxPool, Flatten, Reshape,
     Transpose) applied to integer tensor ``q``; the result keeps q's quantization."""
-    x = graph.tensors[q]
+    x = edit.tensors[q]
     per_channel = quant is not None and quant.per_channel
     if per_channel and node.op not in ("Transpose", "MaxPool"):
         raise Refused(f"{node.op} {node.name!r} reshapes {q!r}, which is quantized per channel")
