@@ -1,0 +1,43 @@
+"""The model-zoo classics (``examples/zoo``, small sizes) on Verilator, on the 8x8 all-stage
+variant with the window unit: every kernel shadow-checked, and the output equal to the exact
+reference's checked-in one. The four cover what issue 32 added: DenseNet's quantized
+BatchNormalization as a per-channel affine kernel, ResNet-50's ``Sum`` residuals as qadd,
+Inception-v1's LRN on the host with its max pool on the accelerator, and the QOperator
+ShuffleNet's ``QLinearSoftmax`` and channel shuffle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from examples.real_check import lsb_errors, output_scale
+from fusion.compiler.plan import compile_model
+from fusion.frontend.load import load_model
+from fusion.kernels.cache import KernelCache
+from fusion.runtime.run import run_compiled
+from hwgen.config import VariantConfig
+from hwgen.presets import ALL_STAGES
+
+pytestmark = pytest.mark.slow
+
+ZOO = Path(__file__).resolve().parents[2] / "examples" / "zoo"
+V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
+
+
+@pytest.mark.parametrize("name", ["densenet121_qdq", "resnet50_qdq", "inception_v1_qdq",
+                                  "shufflenet_qop"])
+def test_zoo_model_runs_exactly(name):
+    path = ZOO / f"{name}.onnx"
+    compiled = compile_model(load_model(path), V8W, cache=KernelCache(disk=False))
+    with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
+        x, want = data["x"], data["y"]
+    report = run_compiled(compiled, {"x": x})
+    errors = lsb_errors(report.outputs["y"], want, output_scale(onnx.load(str(path)), "y"))
+    assert not errors.any(), f"{name}: {np.abs(errors).max()} LSB off the exact reference"
+    if name == "densenet121_qdq":
+        affine = [k for k in report.kernels if "_bn1" in k.name or "norm5" in k.name]
+        assert affine, "no batch-norm affine ran on the accelerator"
+    assert report.total_cycles > 0
