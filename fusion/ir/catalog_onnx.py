@@ -144,8 +144,14 @@ MAX_SUM_INPUTS = 8
           summary="elementwise sum of the inputs with broadcasting (a quantized Sum of two "
                   "is the residual add, qadd)")
 def _sum(c: Call):
+    return variadic_broadcast(c, _NUM)
+
+
+def variadic_broadcast(c: Call, dtypes: tuple[str, ...]) -> tuple[TensorType]:
+    """The output of an element-wise op of inputs ``data_0``, ``data_1``... of one dtype
+    among ``dtypes``, broadcast as numpy does (Sum, Max, Min)."""
     present = [t for t in c.inputs if t is not None]
-    c.need("data_0", _NUM)
+    c.need("data_0", dtypes)
     shape = present[0].shape
     for i in range(1, len(c.inputs)):
         if c.inputs[i] is not None:

@@ -14,7 +14,7 @@ so they list :data:`MAX_CONCAT_INPUTS` slots, all optional after the first.
 from __future__ import annotations
 
 from fusion.ir import shapes
-from fusion.ir.catalog_onnx import broadcast_binary, qlinear_binary
+from fusion.ir.catalog_onnx import broadcast_binary, qlinear_binary, variadic_broadcast
 from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
 
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
@@ -31,15 +31,8 @@ def _mul(c: Call):
 
 
 def _extremum(c: Call):
-    present = [t for t in c.inputs if t is not None]
     # int8/uint8 run on the accelerator (fusion.passes.integer_eltwise), float32 on the host
-    c.need("data_0", ("float32", "int8", "uint8"))
-    shape = present[0].shape
-    for i in range(1, len(c.inputs)):
-        if c.inputs[i] is not None:
-            c.same("data_0", f"data_{i}")
-            shape = shapes.broadcast(shape, c.inputs[i].shape)
-    return (TensorType(shape, present[0].dtype),)
+    return variadic_broadcast(c, ("float32", "int8", "uint8"))
 
 
 @register("Max", " ".join(f"data_{i}" for i in range(MAX_EXTREMUM_INPUTS)), 1,
