@@ -98,9 +98,11 @@ def main() -> int:
         real_models,
         reconfig,
         variant_library,
+        zoo_models,
     )
 
-    return (models.main() or inspect_speed.main([]) or real_models.main() or platforms.main([])
+    return (models.main() or inspect_speed.main([]) or real_models.main()
+            or zoo_models.main([]) or platforms.main([])
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
                            "--model-threshold", "0.08", "--passes", "10"])
