@@ -135,3 +135,34 @@ def test_element_wise_max_of_2_4_and_9_inputs_is_bit_exact(variant):
         got = kern.decode(r.outputs)
         np.testing.assert_array_equal(got, np.maximum.reduce(xs).astype(np.int8))
         check_counters(kern, r)
+
+
+def test_a_pass_too_wide_for_its_bias_groups_streams_them_per_column_block(v4x4):
+    """Per-channel requantize of 400 channels on a 4x4 variant: 300 rows of bias groups, more
+    than the 256-row epilogue scratchpad, so the pass walks column block by column block
+    (fusion.kernels.epipass.columns); bit exact, and the analytical model prices its program
+    to the cycle."""
+    from fusion.kernels.epipass.features import PassFeatures
+
+    cfg, (m, n) = v4x4, (13, 400)
+    cases = [(("requant",), EpilogueParams(per_channel=True, zp=5), "int32"),
+             (("bias", "requant"), EpilogueParams(per_channel=True, round_even=True), "int8"),
+             (("requant", "residual"), EpilogueParams(per_channel=True, residual_op="max"),
+              "int32")]
+    kernels, jobs, values = [], [], []
+    for i, (stages, params, src_dtype) in enumerate(cases):
+        kern = compiled_pass(cfg, m, n, stages=stages, params=params, src_dtype=src_dtype,
+                             out_dtype="int8")
+        assert "column block" in kern.source  # the column form
+        v = _pass_values(m, n, src_dtype, seed=50 + i)
+        kernels.append(kern)
+        values.append(v)
+        jobs.append(job(kern, kern.memory(**v), f"wide pass {','.join(stages)}"))
+    results = run_programs(cfg, jobs)
+    for (stages, params, src_dtype), kern, v, r in zip(cases, kernels, values, results,
+                                                       strict=True):
+        np.testing.assert_array_equal(kern.decode(r.outputs), kern.expected(**v))
+        check_counters(kern, r)
+        predicted = PassFeatures(config=cfg, M=m, N=n, stages=stages, epilogue=params,
+                                 src_dtype=src_dtype, out_dtype="int8").analytical_cycles()
+        assert predicted == r.cycles

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from fusion.kernels import layout
 from fusion.kernels.codegen import assemble_program, render
 from fusion.kernels.epilogue import pass_context, reads_bias_region
+from fusion.kernels.epipass.columns import TEMPLATE as COLUMNS_TEMPLATE
+from fusion.kernels.epipass.columns import columns_context, needs_columns
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import figures, tensor_bytes
 from fusion.kernels.protocol import Build
@@ -41,8 +43,12 @@ def pass_sizes(dims: GemmDims, stages: Sequence[str], epilogue: EpilogueParams,
 def build_pass(config: VariantConfig, dims: GemmDims, stages: Sequence[str],
                epilogue: EpilogueParams, src_dtype: str, out_dtype: str,
                regions: Mapping[str, Region], what: str) -> Build:
-    """The pass's program over ``regions`` (``what`` names it in errors)."""
-    text = render(TEMPLATE, **pass_context(
+    """The pass's program over ``regions`` (``what`` names it in errors): column block by
+    column block when its bias region does not fit whole (:mod:`fusion.kernels.epipass.
+    columns`)."""
+    columns = needs_columns(dims, stages=stages, params=epilogue, src_dt=DTYPES[src_dtype])
+    context = columns_context if columns else pass_context
+    text = render(COLUMNS_TEMPLATE if columns else TEMPLATE, **context(
         dims, stages=tuple(stages), params=epilogue, src=regions["src"],
         src_dt=DTYPES[src_dtype], out=regions["out"], out_dt=DTYPES[out_dtype],
         bias=regions.get("bias"), residual=regions.get("residual"), prefix="pass", halt=True))

@@ -7,9 +7,15 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import built_instructions, estimate_pass, program_or_template
+from fusion.cost.analytical import (
+    built_instructions,
+    estimate_pass,
+    estimate_program,
+    program_or_template,
+)
 from fusion.cost.model import Features
-from fusion.kernels.epipass.build import build_pass, pass_dims, pass_sizes
+from fusion.kernels.epipass.build import DTYPES, build_pass, pass_dims, pass_sizes
+from fusion.kernels.epipass.columns import needs_columns
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams
@@ -50,10 +56,16 @@ class PassFeatures(Features):
         return (self.M, self.N, self.stages, self.src_dtype, self.out_dtype)
 
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``; on
-        a DRAM port the walk of the program at its placement or built alone
+        """:func:`fusion.cost.analytical.estimate_pass`: the walk of ``epilogue_pass.j2``
+        (the column form, :mod:`fusion.kernels.epipass.columns`: its program's, by
+        :func:`~fusion.cost.analytical.estimate_program`); on a DRAM port the walk of the
+        program at its placement or built alone
         (:func:`~fusion.cost.analytical.built_instructions`), whose addresses say which bank
         its stores and loads fall in."""
+        if needs_columns(pass_dims(self.config, self.M, self.N), stages=self.stages,
+                         params=self.epilogue, src_dt=DTYPES[self.src_dtype]):
+            # the column form: its built program, instruction by instruction
+            return estimate_program(self.config, _built(self), platform)
         return program_or_template(
             self.config, platform, lambda: _built(self),
             lambda: estimate_pass(self.config, self.M, self.N, stages=self.stages,

@@ -35,6 +35,7 @@ from fusion.kernels.epipass.build import (
     pass_dims,
     pass_sizes,
 )
+from fusion.kernels.epipass.columns import needs_columns
 from fusion.kernels.epipass.features import PassFeatures
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import (
@@ -163,9 +164,10 @@ class PassKind(KernelKind):
         refusal = stage_refusal(self.name, p.stages, config.epilogue)
         if refusal is not None:
             return refusal
-        problem = pass_fit_problem(self._dims(config, p), stages=p.stages, params=p.epilogue,
-                                   src_dt=DTYPES[p.src_dtype])
-        if problem is not None:
+        dims, src_dt = self._dims(config, p), DTYPES[p.src_dtype]
+        problem = pass_fit_problem(dims, stages=p.stages, params=p.epilogue, src_dt=src_dt)
+        if problem is not None and not needs_columns(dims, stages=p.stages, params=p.epilogue,
+                                                     src_dt=src_dt):
             return Refusal(self.name, "pass_does_not_fit", problem)
         return None
 
