@@ -1,8 +1,14 @@
 """Batch normalization of a quantized tensor, as a per-channel affine on the accelerator.
 
-``quant_pre_process`` folds a BatchNormalization into the convolution before it; one that
-follows anything else (DenseNet's, after each Concat) stays, and a QDQ model computes it in
-float: ``DQ(x) -> BatchNormalization [-> Relu | Clip] -> Q``. Per channel ``c`` it is an
+A BatchNormalization read straight from a convolution (``DQ(x) -> Conv(DQ(w)) ->
+BatchNormalization``, the convolution read by nothing else: a model quantized without
+``quant_pre_process``'s fusions) folds into it: the weights' per-channel scale times
+``|a_c|`` and the bias ``B_c a_c + b_c`` (:func:`_fold_into_conv`), exact up to the rounding of
+a float bias to accumulator units that Q/DQ folding does for any convolution.
+
+``quant_pre_process`` folds those itself; one that follows anything else (DenseNet's, after
+each Concat) stays, and a QDQ model computes it in float: ``DQ(x) -> BatchNormalization
+[-> Relu | Clip] -> Q``. Per channel ``c`` it is an
 affine map, ``y = a_c * x + b_c`` with ``a_c = scale_c / sqrt(var_c + epsilon)`` and
 ``b_c = B_c - a_c * mean_c``. This pass writes it as the depthwise 1x1 convolution that
 computes the same map, in QDQ form, and Q/DQ folding (:mod:`fusion.passes.qdq_fold`) lowers
@@ -35,7 +41,7 @@ import numpy as np
 from fusion.ir import ops
 from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, rewrite_each
-from fusion.passes._qdq_common import Refused, Tail, dq_source, match_tail
+from fusion.passes._qdq_common import Refused, Tail, dq_source, match_tail, next_node
 from fusion.reference.hwgen_ops import requant
 from fusion.reference.onnx_host_ops import batch_normalization
 
@@ -118,9 +124,61 @@ def _parameters(a: float, b: float, s_x: float, table: np.ndarray, codes: np.nda
     return None
 
 
+def _fold_into_conv(graph: Graph, node: Node) -> Graph | None:
+    """``DQ(x) -> Conv(DQ(w), B) -> BatchNormalization``, the convolution read by nothing
+    else, as one convolution: per output channel, the weights' scale times ``|a_c|`` (the
+    int8 weights negated where ``a_c < 0``, zeroed where it is 0) and the bias
+    ``B_c * a_c + b_c``. Q/DQ folding then gives the convolution's requantize the channel's
+    multiplier and rounds the bias to accumulator units, as for any float bias."""
+    conv = graph.producer(node.inputs[0])
+    if conv is None or conv.op != "Conv" or next_node(graph, conv.outputs[0]) is not node:
+        return None
+    params = affine(graph, node)
+    weight = graph.producer(conv.inputs[1])
+    if params is None or weight is None or weight.op != "DequantizeLinear" or \
+            weight.attr("block_size", 0):
+        return None
+    w_inputs = weight.inputs + ("",) * 2
+    wq, w_scale = graph.initializers.get(w_inputs[0]), graph.initializers.get(w_inputs[1])
+    w_zp = graph.initializers.get(w_inputs[2]) if w_inputs[2] else None
+    if wq is None or w_scale is None or wq.dtype != np.int8 or \
+            (w_zp is not None and np.any(w_zp)) or (w_scale.size > 1 and weight.attr("axis", 1)):
+        return None
+    bias = np.zeros(wq.shape[0]) if len(conv.inputs) < 3 or not conv.inputs[2] else \
+        _value(graph, conv.inputs[2])
+    if bias is None:
+        return None
+    scale, beta, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+    b = beta - a * mean
+    sign = np.sign(a).reshape(-1, *([1] * (wq.ndim - 1)))
+    if np.any((wq == -128) & (sign < 0)):
+        return None  # -(-128) is no int8
+    new_scale = np.broadcast_to(w_scale.astype(np.float64).reshape(-1), a.shape) * np.abs(a)
+    new_scale = np.where(a == 0, np.broadcast_to(w_scale.reshape(-1), a.shape), new_scale)
+    if np.any(new_scale.astype(np.float32) <= 0) or not np.all(np.isfinite(new_scale)):
+        return None
+    edit = Edit(graph)
+    edit.drop(node, conv)
+    base = node.name
+    w = edit.node(f"{base}/folded_weight", "DequantizeLinear",
+                  [edit.const(f"{base}/folded_weight_q", (wq * sign).astype(np.int8)),
+                   edit.const(f"{base}/folded_weight_scale", new_scale.astype(np.float32))],
+                  axis=0)
+    new_bias = edit.const(f"{base}/folded_bias",
+                          (bias.astype(np.float64).reshape(-1) * a + b).astype(np.float32))
+    attrs = dict(conv.attrs)
+    edit.node(f"{base}/folded", "Conv", [conv.inputs[0], w, new_bias], output=node.outputs[0],
+              **attrs)
+    return edit.apply()
+
+
 def _rewrite(graph: Graph, node: Node) -> Graph | None:
     if node.op != "BatchNormalization":
         return None
+    folded = _fold_into_conv(graph, node)
+    if folded is not None:
+        return folded
     x = node.inputs[0]
     try:
         source = dq_source(graph, x)

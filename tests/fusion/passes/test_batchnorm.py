@@ -20,6 +20,7 @@ from fusion.passes import driver
 from fusion.passes._qdq_common import Tail
 from fusion.passes.batchnorm import _parameters
 from fusion.reference import executor
+from tests.fusion.references import check_within_one_lsb, lsb_errors
 
 C = 6
 
@@ -124,3 +125,44 @@ def test_no_parameters_for_a_table_no_affine_map_gives():
     a, b = 0.3712345, 0.0131234  # no exact halves among the codes
     affine = np.clip(np.rint((a * 0.02 * codes + b) / 0.02), -128, 127).astype(np.int64)
     assert _parameters(a, b, 0.02, affine, codes, tail) is not None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_norm_read_straight_from_a_convolution_folds_into_it(seed):
+    """``DQ(x) -> Conv(DQ(w), B) -> BatchNormalization -> Relu -> Q`` (no quantize between:
+    a model quantized without quant_pre_process's fusions): one convolution, its weights
+    negated where the batch norm's gain is negative, within the bound of the exact reference
+    (a float bias rounds to accumulator units, as for any convolution)."""
+    rng = np.random.default_rng(100 + seed)
+    cin, cout = 5, 6
+    w = rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
+    gain = rng.uniform(0.5, 1.5, cout) * rng.choice([-1, 1], cout)
+    gain[1] = 0.0
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(3, np.int8),
+             "wq": w, "ws": rng.uniform(0.002, 0.004, cout).astype(np.float32),
+             "wz": np.zeros(cout, np.int8), "B": rng.normal(0, 0.1, cout).astype(np.float32),
+             "g": gain.astype(np.float32), "beta": rng.normal(0, 0.2, cout).astype(np.float32),
+             "mean": rng.normal(0, 0.2, cout).astype(np.float32),
+             "var": rng.uniform(0.5, 1.5, cout).astype(np.float32),
+             "sy": np.array(0.015, np.float32), "zy": np.array(-128, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["bn"],
+                              name="bn"),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    x = rng.integers(-128, 128, (2, cin, 7, 7)).astype(np.int8)
+    graph = helper.make_graph(
+        nodes, "conv_bn", [helper.make_tensor_value_info("x", TensorProto.INT8, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, cout, 7, 7))],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    optimized = driver.optimize(import_onnx(model), legalize=False)
+    ops = _ops(optimized)
+    assert "BatchNormalization" not in ops and ops.count("qconv2d") == 1
+    want = reference_session(model).run(["y"], {"x": x})[0]
+    errors = lsb_errors(executor.run(optimized, {"x": x})["y"], want, 0.015)
+    check_within_one_lsb(errors, "conv + batch norm folded", integer=False)
