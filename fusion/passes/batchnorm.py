@@ -58,6 +58,12 @@ def _value(graph: Graph, name: str) -> np.ndarray | None:
     if name in graph.initializers:
         return np.asarray(graph.initializers[name])
     node = graph.producer(name)
+    if node is not None and node.op == "dequantize" and node.inputs[0] in graph.initializers:
+        quant = graph.tensors[node.inputs[0]].quant  # after Q/DQ folding lowered it
+        if quant is None or quant.per_channel:
+            return None
+        q = graph.initializers[node.inputs[0]].astype(np.float64)
+        return (q - quant.zero_point[0]) * np.float64(quant.scale[0])
     if node is None or node.op != "DequantizeLinear":
         return None
     inputs = node.inputs + ("",) * 2
@@ -173,42 +179,72 @@ def _fold_into_conv(graph: Graph, node: Node) -> Graph | None:
     return edit.apply()
 
 
-def _rewrite(graph: Graph, node: Node) -> Graph | None:
-    if node.op != "BatchNormalization":
-        return None
-    folded = _fold_into_conv(graph, node)
-    if folded is not None:
-        return folded
+def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | str:
+    """``(x, s_x, per-channel parameters)`` of BatchNormalization ``node``'s exact affine, or
+    why it has none."""
     x = node.inputs[0]
     try:
         source = dq_source(graph, x)
         tail = match_tail(graph, node.outputs[0])
-    except Refused:
-        return None
+    except Refused as exc:
+        return str(exc)
+    if source is None or graph.tensors[source[0]].dtype not in ("int8", "uint8"):
+        return "its input is not dequantized from an 8-bit tensor"
+    if tail is None:
+        return "its output is not quantized (QuantizeLinear)"
+    if len(graph.tensors[x].shape) != 4:
+        return f"its input is {len(graph.tensors[x].shape)}-D; the affine is a 4-D convolution"
     params = affine(graph, node)
-    if source is None or tail is None or params is None or len(graph.tensors[x].shape) != 4:
-        return None
+    if params is None:
+        return "its scale, bias, mean or variance is not a constant"
     xq, qx = source
-    if graph.tensors[xq].dtype not in ("int8", "uint8") or qx.per_channel or \
-            tail.quant.per_channel:
-        return None
+    if qx.per_channel or tail.quant.per_channel:
+        return "its input or output is quantized per channel"
     lo, hi = ops.INT_RANGE[graph.tensors[xq].dtype]
     codes = np.arange(lo, hi + 1, dtype=np.int64) - int(qx.zero_point[0])
-    s_x = float(qx.scale[0])
+    s_x, s_y = float(qx.scale[0]), float(tail.quant.scale[0])
     epsilon = float(node.attr("epsilon", 1e-5))
-    table = exact_table((codes * s_x)[:, None], params, epsilon, float(tail.quant.scale[0]),
+    table = exact_table((codes * s_x)[:, None], params, epsilon, s_y,
                         int(tail.quant.zero_point[0]), tail.dtype)
     if tail.clamp is not None:
         table = np.clip(table, *tail.clamp)
     scale, bias, mean, var = (p.astype(np.float64) for p in params)
     a = scale / np.sqrt(var + epsilon)  # the weights' start: the table decides
     b = bias - a * mean
-    found = [_parameters(float(a[c]), float(b[c]), s_x, table[:, c], codes, tail)
-             for c in range(a.size)]
-    if any(f is None for f in found):
-        return None  # the host computes it, as the model says
+    found = []
+    for c in range(a.size):
+        f = _parameters(float(a[c]), float(b[c]), s_x, table[:, c], codes, tail)
+        if f is None:
+            value = (a[c] * s_x * codes + b[c]) / s_y
+            near = float(np.min(np.abs(value - np.floor(value) - 0.5)))
+            return (f"no int8 weight reproduces channel {c} on every input code: one lies "
+                    f"{near:.2g} output LSB from a rounding half, finer than an int8 weight's "
+                    f"offset resolves (one LSB there grows with depth); the host computes it "
+                    f"exactly")
+        found.append(f)
+    return x, s_x, found
+
+
+def why_host(graph: Graph, node: Node) -> str | None:
+    """Why BatchNormalization ``node`` stays a float host op (None: the pass rewrites it)."""
+    if _fold_into_conv(graph, node) is not None:
+        return None
+    found = _affine_parameters(graph, node)
+    return found if isinstance(found, str) else None
+
+
+def _rewrite(graph: Graph, node: Node) -> Graph | None:
+    if node.op != "BatchNormalization":
+        return None
+    folded = _fold_into_conv(graph, node)
+    if folded is not None:
+        return folded
+    found = _affine_parameters(graph, node)
+    if isinstance(found, str):
+        return None  # the host computes it, as the model says (why_host says why)
+    x, s_x, found = found
     weights, w_scales, biases = (np.array(v) for v in zip(*found, strict=True))
-    channels = a.size
+    channels = len(found)
     edit = Edit(graph)
     edit.drop(node)
     base = node.name

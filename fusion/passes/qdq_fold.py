@@ -457,7 +457,13 @@ def explain(graph: Graph) -> list[str]:
         except Refused as exc:
             lines.append(f"{node.name} ({node.op}): {exc}")
             continue
-        if result is None:
+        if result is None and node.op == "BatchNormalization":
+            from fusion.passes.batchnorm import why_host
+
+            why = why_host(graph, node)
+            lines.append(f"{node.name} ({node.op}): runs in float: "
+                         f"{why or 'the batchnorm pass rewrites it'}")
+        elif result is None:
             lines.append(f"{node.name} ({node.op}): runs in float: its input is not "
                          f"dequantized from an integer tensor, or hwgen has no integer form "
                          f"for it")
