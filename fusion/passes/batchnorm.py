@@ -8,13 +8,12 @@ a float bias to accumulator units that Q/DQ folding does for any convolution.
 
 ``quant_pre_process`` folds those itself; one that follows anything else (DenseNet's, after
 each Concat) stays, and a QDQ model computes it in float: ``DQ(x) -> BatchNormalization
-[-> Relu | Clip] -> Q``. Per channel ``c`` it is an
-affine map, ``y = a_c * x + b_c`` with ``a_c = scale_c / sqrt(var_c + epsilon)`` and
-``b_c = B_c - a_c * mean_c``. This pass writes it as the depthwise 1x1 convolution that
-computes the same map, in QDQ form, and Q/DQ folding (:mod:`fusion.passes.qdq_fold`) lowers
-that as it lowers any convolution: a per-channel int8 weight ``w_c`` with scale
-``|a_c| / |w_c|``, an int32 bias in accumulator units, and the per-channel requantize to the
-output's scale.
+[-> Relu | Clip] -> Q``. Per channel ``c`` it is an affine map, ``y = a_c * x + b_c`` with
+``a_c = scale_c / sqrt(var_c + epsilon)`` and ``b_c = B_c - a_c * mean_c``. This pass
+writes it as the depthwise 1x1 convolution that computes the same map, in QDQ form, and Q/DQ
+folding (:mod:`fusion.passes.qdq_fold`) lowers that as it lowers any convolution: a
+per-channel int8 weight ``w_c`` with scale ``|a_c| / |w_c|``, an int32 bias in accumulator
+units, and the per-channel requantize to the output's scale.
 
 Exact on every input code, or left to the host. An 8-bit input has 256 codes, so the pass
 computes the exact table of ``Q(BatchNormalization(DQ(code)))`` per channel, as ONNX's
