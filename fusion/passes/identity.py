@@ -3,7 +3,7 @@
 A node is removed when its output provably equals its input (same shape, dtype and
 quantization):
 
-* ``Identity``;
+* ``Identity``, and a ``Sum`` of one input;
 * ``Reshape``/``reshape``/``Flatten``/``flatten`` whose output shape is the input's;
 * ``Transpose``/``transpose`` with the identity permutation;
 * ``relu``/``Relu`` of a value already known to be non-negative (the output of a relu, of a
@@ -71,6 +71,8 @@ def _is_noop(graph: Graph, node: Node) -> bool:
     x = graph.tensors[src]
     if node.op == "Identity" or node.op in _RESHAPES:
         return True  # same shape: a reshape keeps the element order
+    if node.op == "Sum":
+        return len(node.inputs) == 1  # a sum of one input is that input
     if node.op in _TRANSPOSES:
         perm = node.attr("perm")
         rank = len(x.shape)

@@ -143,3 +143,13 @@ def test_qlinear_softmax_before_opset_13_normalizes_the_flattened_trailing_axes(
     want = np.clip(np.rint((e / e.sum(axis=1, keepdims=True)) * 256) - 128, -128, 127)
     got = executor.run(import_onnx(model), {"x": x})["y"]
     np.testing.assert_array_equal(got, want.reshape(2, 3, 4).astype(np.int8))
+
+
+def test_a_sum_of_one_input_is_removed():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = _model([helper.make_node("Relu", ["x"], ["r"]),
+                    helper.make_node("Sum", ["r"], ["y"])],
+                   [("x", TensorProto.FLOAT, x.shape)], ("y", TensorProto.FLOAT, x.shape))
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    assert "Sum" not in [n.op for n in graph.nodes]
+    np.testing.assert_array_equal(executor.run(graph, {"x": x})["y"], x)
