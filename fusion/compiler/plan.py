@@ -107,6 +107,11 @@ def host_step(graph: Graph, node: Node, model: HostCostModel, reason: str = "") 
     seconds = model.seconds(graph, node)
     if not reason and role == "compute":
         reason = BY_DESIGN if node.op in HOST_BY_DESIGN else NO_KERNEL
+        if node.op == "BatchNormalization":  # why the pass left it: a channel, a half
+            from fusion.passes.batchnorm import why_host
+
+            why = why_host(graph, node)
+            reason = f"{NO_KERNEL}: {why}" if why else reason
     return HostStep(node, role, reason, seconds, model.cycles(seconds))
 
 
