@@ -85,6 +85,15 @@ def affine(graph: Graph, node: Node) -> tuple[np.ndarray, ...] | None:
     return tuple(v.reshape(-1) for v in values)
 
 
+def gain_offset(params: tuple[np.ndarray, ...], epsilon: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, b)`` of the per-channel map ``a * x + b`` of parameters ``(scale, B, mean,
+    var)``, in float64."""
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + epsilon)
+    return a, bias - a * mean
+
+
 def exact_table(x: np.ndarray, params: tuple[np.ndarray, ...], epsilon: float, s_y: float,
                 zp_y: int, dtype: str) -> np.ndarray:
     """``Q(BatchNormalization(x))`` for float64 ``x`` of shape ``(values, channels)``, by
@@ -153,9 +162,7 @@ def _fold_into_conv(graph: Graph, node: Node) -> Graph | None:
         _value(graph, conv.inputs[2])
     if bias is None:
         return None
-    scale, beta, mean, var = (p.astype(np.float64) for p in params)
-    a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
-    b = beta - a * mean
+    a, b = gain_offset(params, float(node.attr("epsilon", 1e-5)))
     sign = np.sign(a).reshape(-1, *([1] * (wq.ndim - 1)))
     if np.any((wq == -128) & (sign < 0)):
         return None  # -(-128) is no int8
@@ -207,9 +214,7 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
                         int(tail.quant.zero_point[0]), tail.dtype)
     if tail.clamp is not None:
         table = np.clip(table, *tail.clamp)
-    scale, bias, mean, var = (p.astype(np.float64) for p in params)
-    a = scale / np.sqrt(var + epsilon)  # the weights' start: the table decides
-    b = bias - a * mean
+    a, b = gain_offset(params, epsilon)  # the weights' start: the table decides
     found = []
     for c in range(a.size):
         f = _parameters(float(a[c]), float(b[c]), s_x, table[:, c], codes, tail)
@@ -225,9 +230,8 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
 
 
 def why_host(graph: Graph, node: Node) -> str | None:
-    """Why BatchNormalization ``node`` stays a float host op (None: the pass rewrites it)."""
-    if _fold_into_conv(graph, node) is not None:
-        return None
+    """Why BatchNormalization ``node``, left by the pass, stays a float host op (None if the
+    affine has exact parameters after all)."""
     found = _affine_parameters(graph, node)
     return found if isinstance(found, str) else None
 

@@ -64,8 +64,9 @@ class PassFeatures(Features):
         its stores and loads fall in."""
         if needs_columns(pass_dims(self.config, self.M, self.N), stages=self.stages,
                          params=self.epilogue, src_dt=DTYPES[self.src_dtype]):
-            # the column form: its built program, instruction by instruction
-            return estimate_program(self.config, _built(self), platform)
+            instrs = _built(self)
+            if instrs is not None:  # the column form's program, instruction by instruction
+                return estimate_program(self.config, instrs, platform)
         return program_or_template(
             self.config, platform, lambda: _built(self),
             lambda: estimate_pass(self.config, self.M, self.N, stages=self.stages,
