@@ -18,7 +18,7 @@ from sim.run import Job, MemoryImage, run_programs
 
 pytestmark = pytest.mark.slow
 
-V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES)
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
 
 
 def _program(rng: random.Random) -> str:

@@ -31,9 +31,11 @@ from tests.helpers.kernel_runs import Run
 
 pytestmark = pytest.mark.slow
 
-V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES)
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
 #: The smallest array whose A row is one memory word.
-V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
+#: With the window unit, which these programs do not use, to share the build of
+#: test_window_kind.py and test_window_unit.py.
+V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES, window_unit=True)
 
 BRR = ("bias", "requant", "relu")
 SCALED = dict(residual_op="scaled", res_x_mult=1 << 30, res_r_mult=1 << 29, res_shift=31,

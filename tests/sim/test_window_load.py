@@ -16,7 +16,9 @@ from sim.run import Job, MemoryImage, run_programs
 pytestmark = pytest.mark.slow
 
 #: The smallest array whose A row is one memory word.
-V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES)
+#: With the window unit, which these programs do not use, to share the build of
+#: test_window_kind.py and test_window_unit.py.
+V4P4 = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES, window_unit=True)
 
 
 def _program(shift, step, mask, fill, count):
