@@ -161,7 +161,9 @@ class _ZooNet(_Net):
 
 
 def squeezenet(full: bool) -> onnx.ModelProto:
-    net = _ZooNet(201, input_shape("squeezenet", full), 1 if full else 0.25)
+    # the small width keeps every expand layer a multiple of 24 channels: each Concat then
+    # joins whole column blocks of the 4x4 and 8x8 arrays (fusion.kernels.concat)
+    net = _ZooNet(201, input_shape("squeezenet", full), 1 if full else 0.375)
     x = net.gconv("x", "conv1", net.ch(96), 7, 2, pad=0)
     x = net.pool(x, "pool1", "MaxPool", 3, 2, ceil=True)
     fires = [(16, 64), (16, 64), (32, 128), "pool", (32, 128), (48, 192), (48, 192),

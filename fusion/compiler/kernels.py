@@ -36,6 +36,7 @@ import numpy as np
 from fusion.compiler.lower import (
     Chain,
     from_lanes,
+    lanes_offset,
     tensor_zp,
     to_lanes,
 )
@@ -43,6 +44,7 @@ from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.stage_values import assemble_stages
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
+from fusion.kernels.concat.kind import CONCAT, ConcatParams
 from fusion.kernels.conv.kind import CONV
 from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.eltmax.kind import MAX, MaxParams, Window
@@ -404,12 +406,39 @@ def _emax(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
                       consts={"in1": plane}, **names)
 
 
+def _concat(graph: Graph, config: VariantConfig, anchor: Node, part: Part,
+            **names: Any) -> KernelSpec | Refusal:
+    """A ``qconcat`` along channels as the join of its inputs' pixel rows
+    (:mod:`fusion.kernels.concat`): of a ``qconcat``'s ``[N, H*W, C_i]`` rows along their
+    last axis, or of NCHW tensors along axis 1, each read where a kernel stored it (the rows
+    of the GEMM that made an NCHW input, found through its layout change)."""
+    out = graph.tensors[anchor.outputs[0]]
+    rank, axis = len(out.shape), anchor.attr("axis")
+    if not ((rank == 3 and axis == 2) or (rank == 4 and axis == 1)):
+        return Refusal(CONCAT.name, "axis", f"node {anchor.name!r} (qconcat) joins axis {axis} "
+                       f"of a rank-{rank} tensor; the accelerator joins channels (the last "
+                       f"axis of pixel rows, or axis 1 of NCHW)", axis=axis, rank=rank)
+    inputs, widths = [], []
+    for name in anchor.inputs:
+        t = graph.tensors[name]
+        rows = rows_start(graph, name) if rank == 4 else None
+        inputs.append(rows[0] if rows else name)
+        widths.append(t.shape[axis])
+    params = ConcatParams(
+        M=math.prod(out.shape) // out.shape[axis], widths=tuple(widths),
+        mult=tuple(anchor.attr("mult")), shift=tuple(anchor.attr("shift")),
+        x_zp=tuple(tensor_zp(graph.tensors[n], anchor) for n in anchor.inputs),
+        zp=int(anchor.attr("zp")) - lanes_offset(out.dtype))
+    return KernelSpec(kind=CONCAT, params=params, inputs=tuple(inputs), **names)
+
+
 #: How each anchor op becomes a kernel (the ops :func:`fusion.compiler.lower.classify` calls
 #: anchors); a segment without its anchor is a standalone pass.
 ANCHORS: dict[str, Callable[..., KernelSpec | Refusal]] = {
     "qmatmul": _gemm,
     "maxpool": _maxpool,
     "emax": _emax,
+    "qconcat": _concat,
 }
 
 

@@ -9,8 +9,8 @@ Every node is one of:
   GEMM reads is the prefix of that GEMM's chain instead (:class:`Chain`): the window
   convolution gathers its windows on the accelerator, or the engine puts it on the host.
 - a **kernel anchor**: ``qmatmul`` with a constant 2-D int8 weight without zero point (a GEMM;
-  :mod:`fusion.passes.weight_zero_point` makes them so) or ``maxpool`` (a chain of
-  element-wise max passes).
+  :mod:`fusion.passes.weight_zero_point` makes them so), ``maxpool`` (a chain of
+  element-wise max passes) or ``qconcat`` (a channel join, :mod:`fusion.kernels.concat`).
 - an **epilogue op**: ``bias_add``, ``requant``, ``relu``, ``clamp``, each one stage of the
   epilogue chain, and ``qadd``, the residual stage's scaled add, whose second operand is read
   from memory; they run fused after an anchor, or as standalone passes. ``add_wrap`` (an
@@ -83,15 +83,15 @@ EPILOGUE_OPS = {**STAGE_OF, **ALSO_STAGES}
 #: Epilogue ops whose result is exact only as stored (the wrap happens at the store): nothing
 #: may follow them in their kernel.
 ENDS_CHAIN = frozenset({"add_wrap"})
-ANCHORS = ("qmatmul", "maxpool", "emax")
+ANCHORS = ("qmatmul", "maxpool", "emax", "qconcat")
 #: Anchors whose result goes straight to memory: no epilogue follows them in their kernel
-#: (the residual stage, last in the chain, computes them).
-STORES_DIRECT = frozenset({"maxpool", "emax"})
+#: (the residual stage, last in the chain, computes them; a join's passes end in its rescale).
+STORES_DIRECT = frozenset({"maxpool", "emax", "qconcat"})
 #: Epilogue ops that may follow a ``qadd`` in one chain: they bound its output.
 BOUNDS_QADD = ("relu", "clamp")
 #: Ops of kernel chains that the host may run instead, when the engine prices it cheaper
 #: (:mod:`fusion.compiler.engine`): everything but a GEMM.
-HOST_ALTERNATIVES = frozenset({"maxpool", "emax", "im2col", *EPILOGUE_OPS})
+HOST_ALTERNATIVES = frozenset({"maxpool", "emax", "qconcat", "im2col", *EPILOGUE_OPS})
 
 
 class CompileError(ValueError):
@@ -228,6 +228,8 @@ def classify(graph: Graph, node: Node) -> str:
         return "anchor"
     if node.op in ("maxpool", "emax"):
         tensor_zp(graph.tensors[node.inputs[0]], node)
+        return "anchor"
+    if node.op == "qconcat":
         return "anchor"
     if node.op == "qconv2d":
         raise CompileError(f"node {node.name!r} (qconv2d) was not put into GEMM form; see "

@@ -13,7 +13,8 @@ whichever layout it is (the runtime decodes it), so they do not vote. A producer
 hardware cannot store transposed (its kind's legality with ``kmajor_out``: a non-square
 array, an int32 or unfused output) keeps its tiles. GEMMs and window convolutions
 (:mod:`fusion.kernels.conv`) both store K-major, and both read it: a GEMM as its A, a
-convolution as the input it gathers windows from.
+convolution as the input it gathers windows from. A channel join (:mod:`fusion.kernels.
+concat`) reads and stores either layout, the same for its inputs and its output.
 """
 
 from __future__ import annotations
@@ -34,9 +35,28 @@ def with_kmajor(spec: KernelSpec) -> KernelSpec:
 def kmajor_producers(config: VariantConfig, specs: Sequence[KernelSpec],
                      shapes: Mapping[str, tuple[int, ...]]) -> set[str]:
     """The names of the GEMMs of ``specs`` that should store their output K-major (see the
-    module docstring); ``shapes`` holds the shape of each graph tensor a kernel produces."""
+    module docstring); ``shapes`` holds the shape of each graph tensor a kernel produces.
+
+    A join (:mod:`fusion.kernels.concat`) stores its output in the layout it reads its
+    inputs in, so its readers' vote reaches its producers through it: the rule runs again
+    with the choices made so far until none changes (a producer's choice never changes the
+    votes of the readers downstream of it, so it settles)."""
+    chosen: set[str] = set()
+    while True:
+        current = [with_kmajor(s) if s.name in chosen else s for s in specs]
+        found = _one_round(config, specs, current, shapes)
+        if found == chosen:
+            return chosen
+        chosen = found
+
+
+def _one_round(config: VariantConfig, specs: Sequence[KernelSpec],
+               current: Sequence[KernelSpec], shapes: Mapping[str, tuple[int, ...]]
+               ) -> set[str]:
+    """The rule for each of ``specs`` (as planned, tiles), with its readers as ``current``
+    has them."""
     readers: dict[str, list[tuple[KernelSpec, str]]] = {}
-    for spec in specs:
+    for spec in current:
         for region, index in spec.kind.inputs_in_place(spec.params).items():
             if index < len(spec.inputs):
                 readers.setdefault(spec.inputs[index], []).append((spec, region))

@@ -7,6 +7,7 @@ Their exact semantics are documented in :mod:`fusion.ir.ops` and implemented by
 from __future__ import annotations
 
 from fusion.ir import shapes
+from fusion.ir.catalog_onnx_host import MAX_CONCAT_INPUTS, concat_shape
 from fusion.ir.registry import INT8S, INT_RANGE, INTS, REQUIRED, Call, TensorType, register
 
 REQ = REQUIRED
@@ -152,6 +153,18 @@ def _emax(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
+def _int8_out(c: Call) -> str:
+    """Check ``out_dtype`` (int8 or uint8) and ``zp`` (in its range); the output dtype."""
+    out, zp = c.attrs["out_dtype"], c.attrs["zp"]
+    if out not in INT8S:
+        raise c.error(f"out_dtype {out!r} must be int8 or uint8")
+    lo, hi = INT_RANGE[out]
+    if not isinstance(zp, int) or isinstance(zp, bool) or not lo <= zp <= hi:
+        raise c.error(f"zero point {zp!r} is out of range for {out} ({lo}..{hi}); "
+                      f"give a zero point in that range")
+    return out
+
+
 @register("qadd", "a b", a_mult=REQ, b_mult=REQ, shift=REQ, zp=0, out_dtype="int8",
      summary="sat(rne(((a - a_zp) * a_mult + (b - b_zp) * b_mult) / 2**shift) + zp)")
 def _qadd(c: Call):
@@ -166,14 +179,28 @@ def _qadd(c: Call):
     shift = c.attrs["shift"]
     if not isinstance(shift, int) or isinstance(shift, bool) or not 0 <= shift <= 63:
         raise c.error(f"shift {shift!r} must be an integer from 0 to 63")
-    out, zp = c.attrs["out_dtype"], c.attrs["zp"]
-    if out not in INT8S:
-        raise c.error(f"out_dtype {out!r} must be int8 or uint8")
-    lo, hi = INT_RANGE[out]
-    if not isinstance(zp, int) or isinstance(zp, bool) or not lo <= zp <= hi:
-        raise c.error(f"zero point {zp!r} is out of range for {out} ({lo}..{hi}); "
-                      f"give a zero point in that range")
-    return (TensorType(shapes.broadcast(a.shape, b.shape), out),)
+    return (TensorType(shapes.broadcast(a.shape, b.shape), _int8_out(c)),)
+
+
+@register("qconcat", " ".join(f"x{i}" for i in range(MAX_CONCAT_INPUTS)), 2, axis=REQ,
+          mult=REQ, shift=REQ, zp=0, out_dtype="int8",
+          summary="concat along axis of sat(rne((x_i - x_i_zp) * mult_i / 2**shift_i) + zp)")
+def _qconcat(c: Call):
+    present = [t for t in c.inputs if t is not None]
+    for i, t in enumerate(present):
+        c.need(f"x{i}", INT8S)
+        if t.quant is not None and t.quant.per_channel:
+            raise c.error(f"input {t.name!r} must be quantized per tensor")
+    mult, shift = c.attrs["mult"], c.attrs["shift"]
+    if not (isinstance(mult, tuple) and isinstance(shift, tuple)
+            and len(mult) == len(shift) == len(present)):
+        raise c.error(f"mult and shift must be tuples of one value per input ({len(present)})")
+    for m, s in zip(mult, shift, strict=True):
+        if not _int32(m) or m <= 0:
+            raise c.error(f"mult {m!r} must be a positive signed 32-bit integer")
+        if not isinstance(s, int) or isinstance(s, bool) or not 0 <= s <= 63:
+            raise c.error(f"shift {s!r} must be an integer from 0 to 63")
+    return (TensorType(concat_shape(c, present, c.attrs["axis"]), _int8_out(c)),)
 
 
 @register("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN, summary="2-D max pooling, NCHW")

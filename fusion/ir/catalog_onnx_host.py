@@ -96,7 +96,9 @@ def _batch_normalization(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
-def _concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:
+def concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:
+    """The shape of ``tensors`` joined along ``axis`` (raising ``c``'s error when they differ
+    elsewhere)."""
     first = tensors[0].shape
     if not first:
         raise c.error("cannot concatenate scalars (rank 0)")
@@ -119,7 +121,7 @@ def _concat(c: Call):
     c.need("input0", _NUM)
     for i in range(1, len(c.inputs)):
         c.same("input0", f"input{i}")
-    return (TensorType(_concat_shape(c, present, c.attrs["axis"]), present[0].dtype),)
+    return (TensorType(concat_shape(c, present, c.attrs["axis"]), present[0].dtype),)
 
 
 @register("Pad", "data pads constant_value axes", 2, const="pads constant_value axes",
@@ -227,4 +229,4 @@ def _qlinear_concat(c: Call):
         c.need(f"X{i}_zero_point", INT8S)
         c.same(f"X{i}", f"X{i}_zero_point")
         tensors.append(t)
-    return (TensorType(_concat_shape(c, tensors, c.attrs["axis"]), y.dtype),)
+    return (TensorType(concat_shape(c, tensors, c.attrs["axis"]), y.dtype),)

@@ -50,6 +50,13 @@ Integer op semantics
     32-bit, ``shift`` 0..63. It is the residual stage's scaled add
     (:func:`hwgen.lanes.residual_scaled`): fused after the GEMM that makes one input, or a
     pass. :func:`fusion.ir.ops.qadd_attrs` computes the attributes from the three scales.
+``qconcat(x0, x1, ...) -> int8 | uint8``
+    The inputs joined along ``axis``, input ``i`` rescaled into the output's quantization:
+    ``sat(rne((x_i - x_i_zp) * mult[i] / 2**shift[i]) + zp)``, ``rne`` rounding half to
+    even, ``x_i_zp`` from input ``i``'s Quant (per tensor), ``mult``/``shift`` one per input.
+    :mod:`fusion.passes.concat_fold` makes it from ``DequantizeLinear -> Concat ->
+    QuantizeLinear`` only where it equals that float computation on every code of every
+    input; an input quantized as the output has ``mult = 2**30, shift = 30`` (a copy).
 ``maxpool(x)``
     2-D max pooling, NCHW; ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``ceil_mode``;
     padding never wins. Order-preserving, so it commutes with the quantization.

@@ -158,6 +158,7 @@ def pass_context(
     residual: Region | None = None,
     prefix: str = "pass",
     halt: bool = True,
+    out_pitch: int | None = None,
 ) -> dict[str, Any]:
     """The context of ``epilogue_pass.j2`` for one pass over a tile-blocked tensor.
 
@@ -165,6 +166,11 @@ def pass_context(
     of the tile count, or when the pass reads the bias region either whole block rows or a
     divisor of ``Nb`` (each tile's epipass needs the bias row, or per channel the bias group,
     of its column block, which must step linearly).
+
+    ``out_pitch`` is the tiles of a block row of the output, when they are more than
+    ``Nb``: the pass then writes its tensor's column blocks into some of the output's
+    (a slice of a wider tensor, :mod:`fusion.kernels.concat`), and its chunks never cross a
+    block row.
 
     ``bias`` is the bias region, needed exactly when the pass reads it
     (:func:`reads_bias_region`): for the bias stage, and with ``params.per_channel`` for the
@@ -192,18 +198,24 @@ def pass_context(
     group = bias_group(params.per_channel)
     e_base, per_tile, double, cap = _chunk_rows(dims, stages, params, src_dt)
     tw_in, tw_out, tw_res = (dims.tile_words(DT_BYTES[d]) for d in (src_dt, out_dt, "i8"))
-    if bias is None:  # any run of tiles; one epipass a chunk
+    pitch = Nb if out_pitch is None else out_pitch
+    if pitch < Nb:
+        raise ValueError(f"an output block row of {pitch} tiles cannot hold the pass's {Nb}")
+    out_adjust, whole_rows = 0, False
+    if bias is None and pitch == Nb:  # any run of tiles; one epipass a chunk
         n = _divisor_at_most(Mb * Nb, cap)
         n_outer, n_inner, bias_step, bias_adjust = 1, Mb * Nb // n, 0, 0
         g_outer, g_inner, per = 1, 1, n
     elif Nb <= cap:  # whole block rows: the bias rows restart at 0 in every chunk
         k = _divisor_at_most(Mb, cap // Nb)
         n, n_outer, n_inner, bias_step, bias_adjust = k * Nb, 1, Mb // k, 0, 0
-        g_outer, g_inner, per = k, Nb, 1
+        g_outer, g_inner, per, whole_rows = k, Nb, 1, True
     else:  # n tiles of a block row; rows of Nb // n chunks
         n = _divisor_at_most(Nb, cap)
-        n_outer, n_inner, bias_step, bias_adjust = Mb, Nb // n, n * group, -Nb * group
+        n_outer, n_inner = Mb, Nb // n
+        bias_step, bias_adjust = (n * group, -Nb * group) if bias is not None else (0, 0)
         g_outer, g_inner, per = 1, n, 1
+        out_adjust = (pitch - Nb) * tw_out  # from the end of a block row to the next's start
     # operand -> (register, base register, offset, step per tile within a grid row)
     res_offset = n * R
     spec = {"src": ("r6", "r13", 0), "out": ("r8", "r4", 0), "bias": ("r9", "r7", 0),
@@ -218,6 +230,8 @@ def pass_context(
             # The outer grid step is a whole row of g_inner tiles, except that the bias row
             # goes back to the first column block.
             outer = step[name] * g_inner if name != "bias" else 0
+            if name == "out" and whole_rows:
+                outer = tw_out * pitch
             regs.append(grid_reg(reg, init, step[name], outer, g_inner, g_outer, base=base))
     ops = {name: (spec[name][0] if name in used else "r0") for name in spec}
     mask = sum(cfg.stage_bit(s) for s in stages)
@@ -238,8 +252,10 @@ def pass_context(
             "mask": f"{mask:#b}", "dt": out_dt, "double_buffer": double,
             "in_dst": "e32" if src_dt == "i32" else "e8", "in_len": n * tw_in,
             "res_len": n * tw_res if residual is not None else 0, "res_offset": res_offset,
-            "chunk_tiles": n, "n_outer": n_outer, "n_inner": n_inner, "out_step": n * tw_out,
-            "bias_step": bias_step, "bias_adjust": bias_adjust, "grid": grid}
+            "chunk_tiles": n, "n_outer": n_outer, "n_inner": n_inner,
+            "out_step": (n // Nb * pitch if whole_rows else n) * tw_out,
+            "bias_step": bias_step, "bias_adjust": bias_adjust, "out_adjust": out_adjust,
+            "grid": grid}
 
 
 def render_pass(dims: GemmDims, **kwargs: Any) -> str:

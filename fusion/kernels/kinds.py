@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusion.kernels.concat.kind import CONCAT
 from fusion.kernels.conv.kind import CONV
 from fusion.kernels.eltmax.kind import MAX
 from fusion.kernels.epipass.kind import PASS
@@ -22,6 +23,7 @@ KINDS: dict[str, KernelKind] = {k.name: k for k in (
     MAX,
     CONV,
     WINDOW,
+    CONCAT,
 )}
 
 

@@ -106,17 +106,19 @@ def run_to_fixed_point(graph: Graph, passes: Sequence[Pass], *, max_rounds: int 
 
 def prune_pipeline() -> tuple[Pass, ...]:
     """The pruning passes, in the order they run: identity, constant folding, quantized batch
-    normalization as a convolution (for Q/DQ folding to lower), Q/DQ folding, DCE."""
-    from fusion.passes import batchnorm, constant_fold, dce, identity, qdq_fold
+    normalization as a convolution (for Q/DQ folding to lower), Q/DQ folding, Concats of
+    quantized tensors as ``qconcat``, DCE."""
+    from fusion.passes import batchnorm, concat_fold, constant_fold, dce, identity, qdq_fold
 
-    return (identity.run, constant_fold.run, batchnorm.run, qdq_fold.run, dce.run)
+    return (identity.run, constant_fold.run, batchnorm.run, qdq_fold.run, concat_fold.run,
+            dce.run)
 
 
 def legalize_pipeline() -> tuple[Pass, ...]:
     """The legalization passes (conv into GEMM form, batched matmuls as one 2-D GEMM, weight
-    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds moved
-    before the layout changes of their inputs, layout chains that are identities bypassed),
-    then DCE.
+    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds and
+    channel joins moved before the layout changes of their inputs, layout chains that are
+    identities bypassed), then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
@@ -128,6 +130,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     from fusion.passes import (
         add_layout,
         batched_matmul,
+        concat_layout,
         conv_legalize,
         dce,
         im2col_rows,
@@ -137,7 +140,8 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     )
 
     return (conv_legalize.run, batched_matmul.run, weight_zero_point.run,
-            integer_eltwise.run, add_layout.run, layout_identity.run, im2col_rows.run, dce.run)
+            integer_eltwise.run, add_layout.run, concat_layout.run, layout_identity.run,
+            im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

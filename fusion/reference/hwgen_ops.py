@@ -129,6 +129,21 @@ def _qadd(ctx: Ctx, a, b):
     return (y.astype(at["out_dtype"]),)
 
 
+def qconcat_part(x: np.ndarray, x_zp: int, mult: int, shift: int, zp: int,
+                 out_dtype: str) -> np.ndarray:
+    """One input of a ``qconcat`` in the output's quantization (see :mod:`fusion.ir.ops`)."""
+    return requant(np.asarray(x, np.int64) - x_zp, mult, shift, zp, out_dtype, round_even=True)
+
+
+@implements("qconcat")
+def _qconcat(ctx: Ctx, *xs):
+    a = ctx.attrs
+    present = [(x, t) for x, t in zip(xs, ctx.inputs, strict=False) if x is not None]
+    parts = [qconcat_part(x, int(zero_point(t)), m, s, a["zp"], a["out_dtype"])
+             for (x, t), m, s in zip(present, a["mult"], a["shift"], strict=True)]
+    return (np.concatenate(parts, axis=a["axis"]),)
+
+
 @implements("maxpool")
 def _maxpool(ctx: Ctx, x):
     a = ctx.attrs

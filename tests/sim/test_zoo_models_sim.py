@@ -2,8 +2,10 @@
 variant with the window unit: every kernel shadow-checked, and the output equal to the exact
 reference's checked-in one. The four cover what issue 32 added: DenseNet's quantized
 BatchNormalization as a per-channel affine kernel, ResNet-50's ``Sum`` residuals as qadd,
-Inception-v1's LRN on the host with its max pool on the accelerator, and the QOperator
-ShuffleNet's ``QLinearSoftmax`` and channel shuffle."""
+Inception-v1's LRN on the host with its max pool on the accelerator, the QOperator
+ShuffleNet's ``QLinearSoftmax`` and channel shuffle, and SqueezeNet's Concats (QDQ and
+``QLinearConcat``) as joins on the accelerator, each input copied or rescaled into its slice
+of the output, stored K-major for the next convolution."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, windo
 
 
 @pytest.mark.parametrize("name", ["densenet121_qdq", "resnet50_qdq", "inception_v1_qdq",
-                                  "shufflenet_qop"])
+                                  "shufflenet_qop", "squeezenet_qdq", "squeezenet_qop"])
 def test_zoo_model_runs_exactly(name):
     path = ZOO / f"{name}.onnx"
     compiled = compile_model(load_model(path), V8W, cache=KernelCache(disk=False))
@@ -40,4 +42,11 @@ def test_zoo_model_runs_exactly(name):
     if name == "densenet121_qdq":
         affine = [k for k in report.kernels if "_bn1" in k.name or "norm5" in k.name]
         assert affine, "no batch-norm affine ran on the accelerator"
+    if name.startswith("squeezenet"):
+        joins = [k for k in compiled.steps if getattr(k, "spec", None) is not None
+                 and k.spec.kind.name == "concat"]
+        assert len(joins) == 8 and not report.host_ops[1:], report.host_ops
+        mixes = [j.spec.params.rescaled for j in joins]
+        assert any(any(m) and not all(m) for m in mixes)  # a copy beside a rescale
+        assert any(j.spec.params.kmajor_out for j in joins)
     assert report.total_cycles > 0

@@ -237,6 +237,25 @@ def test_qadd_multipliers_must_be_int32(a_mult):
     assert t == ops.TensorType((2, 3), "int8")
 
 
+@pytest.mark.parametrize(("attrs", "inputs", "message"), [
+    ({"mult": (1 << 30,), "shift": (30,)}, 2, r"one value per input \(2\)"),
+    ({"mult": (1 << 30, 0), "shift": (30, 30)}, 2, "mult 0 must be a positive"),
+    ({"mult": (1 << 30, 1 << 30), "shift": (30, 64)}, 2, "shift 64 must be an integer"),
+    ({"zp": 128}, 2, "zero point 128 is out of range for int8"),
+    ({}, 1, "has 1 inputs, but qconcat takes 2 to 32"),
+])
+def test_qconcat_attributes_are_checked(attrs, inputs, message):
+    x = Tensor("x", (1, 8, 2, 2), "int8", Quant(0.1, 0))
+    base = {"axis": 1, "mult": (1 << 30,) * inputs, "shift": (30,) * inputs, "zp": 0,
+            "out_dtype": "int8"}
+    node = Node("cat", "qconcat", ("x",) * inputs, ("y",), {**base, **attrs})
+    with pytest.raises(GraphError, match=rf"node 'cat' \(qconcat\).*{message}"):
+        ops.infer(node, [x] * inputs)
+    good = {**base, "mult": (1 << 30,) * 2, "shift": (30,) * 2}
+    (t,) = ops.infer(Node("cat", "qconcat", ("x", "x"), ("y",), good), [x, x])
+    assert t == ops.TensorType((1, 16, 2, 2), "int8")
+
+
 def test_an_op_is_registered_once():
     with pytest.raises(ValueError, match="'relu' is registered twice"):
         register("relu", "x")

@@ -13,10 +13,11 @@ FULL = VariantConfig(rows=4, cols=4, port_bytes=4, epilogue=ALL_STAGES, window_u
 
 
 @pytest.mark.parametrize(("config", "kinds"), [
-    (PLAIN, ["gemm", "pass"]),
-    (VariantConfig(rows=4, cols=4, port_bytes=4), ["conv", "gemm", "pass"]),  # window loads
-    (VariantConfig(rows=8, cols=8, port_bytes=16, epilogue=ALL_STAGES), ["gemm", "max", "pass"]),
-    (FULL, ["conv", "gemm", "max", "pass", "window"]),
+    (PLAIN, ["concat", "gemm", "pass"]),  # a join of copies needs no stage
+    (VariantConfig(rows=4, cols=4, port_bytes=4), ["concat", "conv", "gemm", "pass"]),
+    (VariantConfig(rows=8, cols=8, port_bytes=16, epilogue=ALL_STAGES),
+     ["concat", "gemm", "max", "pass"]),
+    (FULL, ["concat", "conv", "gemm", "max", "pass", "window"]),
 ])
 def test_the_kinds_are_those_whose_variant_refusal_is_none(config, kinds):
     caps = capabilities(config)
@@ -41,7 +42,7 @@ def test_covers_accepts_an_ordered_subset_of_the_chain():
 
 
 @pytest.mark.parametrize(("caps", "kind", "stages", "message"), [
-    (capabilities(PLAIN), "window", (), "cannot run window kernels (it runs gemm, pass)"),
+    (capabilities(PLAIN), "window", (), "cannot run window kernels (it runs concat, gemm, pass)"),
     (capabilities(PLAIN), "gemm", ("clamp",), "epilogue stage 'clamp' is not in the chain"),
     (capabilities(PLAIN), "gemm", ("relu", "bias"), "not an ordered subset"),
     (None, "gemm", (), "has no capabilities object"),

@@ -13,6 +13,7 @@ from fusion.cost.analytical import (
     estimate_program,
 )
 from fusion.kernels.cache import KernelCache
+from fusion.kernels.concat.kind import ConcatParams
 from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.eltmax.kind import MaxParams
 from fusion.kernels.epipass.kind import PassParams
@@ -37,6 +38,8 @@ PARAMS = {
                        stages=("bias", "requant", "residual"), epilogue=QUANT),
     "window": WindowParams(N=1, H=6, W=7, C=6, kh=3, kw=3, pads=(1, 1, 1, 1), fill=-2,
                            stages=("bias", "requant", "relu"), epilogue=QUANT),
+    "concat": ConcatParams(M=13, widths=(8, 16, 5), mult=(1 << 30, 1518500250, 1 << 30),
+                           shift=(30, 31, 30), x_zp=(3, -5, 3), zp=3),
 }
 #: The variant each kind is checked on: SMALL, or (the window convolution) one whose A row
 #: is one memory word, or (the window unit) one that has it.
@@ -57,13 +60,13 @@ def values(operands, seed=0):
 
 
 def test_the_registry_has_one_entry_per_kind():
-    assert set(KINDS) == {"gemm", "pass", "max", "conv", "window"} == set(PARAMS)
+    assert set(KINDS) == {"gemm", "pass", "max", "conv", "window", "concat"} == set(PARAMS)
     for name, k in KINDS.items():
         assert isinstance(k, KernelKind) and k.name == name and kind(name) is k
         assert issubclass(k.kernel_type, Kernel)
         assert isinstance(PARAMS[name], k.params_type)
-    with pytest.raises(ValueError, match=r"no kernel kind 'winograd'; the kinds are conv, gemm, "
-                                         r"max, pass, window$"):
+    with pytest.raises(ValueError, match=r"no kernel kind 'winograd'; the kinds are concat, "
+                                         r"conv, gemm, max, pass, window$"):
         kind("winograd")
 
 

@@ -1,0 +1,62 @@
+"""Join before the layout change: ``qconcat(L(a_0), L(a_1), ...)`` along channels becomes
+``L(qconcat(a_0, a_1, ...))`` along the rows' last axis.
+
+Conv legalization ends every convolution with a layout change ``L`` from the GEMM's rows
+``[N, H*W, C]`` to NCHW (:mod:`fusion.passes.conv_legalize`). A ``qconcat`` of such outputs
+along the channel axis (SqueezeNet's fire modules, Inception's branches, DenseNet's dense
+layers) then reads NCHW tensors that no kernel writes. The pixel rows of the join are the
+rows of the inputs side by side: joining the ``[N, H*W, C_i]`` rows along their last axis and
+changing the layout once gives the same tensor element for element. The join can then run on
+the accelerator over the tensors the convolutions stored (:mod:`fusion.kernels.concat`), and
+the next convolution reads its rows where they lie (:func:`fusion.passes.im2col_rows.
+rows_start` finds them through the new ``L``).
+
+Each input's rows are found by :func:`~fusion.passes.im2col_rows.rows_start`, which proves
+that the layout chain making the NCHW input only renames them (whatever made the chain); a
+``qconcat`` any of whose inputs has no such rows is left as it is. The old layout changes stay
+where something else reads them; DCE removes the rest.
+"""
+
+from __future__ import annotations
+
+from fusion.ir.graph import Graph, Node
+from fusion.passes._edit import Edit, rewrite_each
+from fusion.passes.im2col_rows import rows_start
+
+
+def _rewrite(graph: Graph, node: Node) -> Graph | None:
+    if node.op != "qconcat":
+        return None
+    out = graph.tensors[node.outputs[0]]
+    if len(out.shape) != 4 or node.attr("axis") != 1:
+        return None
+    found = [rows_start(graph, x) for x in node.inputs if x]
+    if any(f is None for f in found) or len({spatial for _, spatial in found}) != 1:
+        return None
+    n, c, h, w = out.shape
+    edit = Edit(graph)
+    edit.drop(node)
+    attrs = dict(node.attrs)
+    attrs["axis"] = 2
+    rows = edit.node(f"{node.name}/rows", "qconcat", [start for start, _ in found],
+                     quant=out.quant, **attrs)
+    moved = edit.node(f"{node.name}/transpose", "transpose", [rows], quant=out.quant,
+                      perm=(0, 2, 1))
+    edit.node(f"{node.name}/reshape", "reshape", [moved], output=node.outputs[0],
+              shape=(n, c, h, w))
+    return edit.apply()
+
+
+def run(graph: Graph) -> tuple[Graph, bool]:
+    """Move the layout change of every ``qconcat`` the module docstring describes.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    graph : Graph
+    changed : bool
+    """
+    return rewrite_each(graph, _rewrite)
