@@ -42,6 +42,7 @@ from fusion.compiler.lower import (
 )
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.stage_values import assemble_stages
+from fusion.ir import shapes
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.concat.kind import CONCAT, ConcatParams
@@ -339,18 +340,27 @@ def _window_pool(config: VariantConfig, x_shape: tuple[int, ...], pool: dict[str
                  window_unit: bool) -> tuple[WindowParams | None, str]:
     """A max pool's params on the window unit (mode max, padding the int8 minimum, which no
     lane exceeds), or None and why not: the unit turned off or missing, a window it cannot
-    run (its kind's refusal), or a layout it does not take (dilation, ceil mode, an input
-    that is not NCHW, unequal strides)."""
+    run (its kind's refusal), or a layout it does not take (dilation, an input that is not
+    NCHW, unequal strides).
+
+    ``ceil_mode`` adds the windows that run past the input's end: the same pool with that
+    much more end padding, which a max never takes (each such window starts inside the input
+    or its begin padding, ONNX's rule, so it holds an input element)."""
     if not window_unit:
         return None, "the window unit is turned off (CompileOptions.window_unit)"
     if not config.window_unit:
         return None, ""  # the variant has none: nothing to say on every pool
     sy, sx = pool["strides"]
-    if len(x_shape) != 4 or tuple(pool["dilations"]) != (1, 1) or pool["ceil_mode"] or sy != sx:
-        return None, ("the window unit takes NCHW inputs, no dilation or ceil mode, and one "
-                      "stride for both axes")
+    if len(x_shape) != 4 or tuple(pool["dilations"]) != (1, 1) or sy != sx:
+        return None, ("the window unit takes NCHW inputs, no dilation, and one stride for "
+                      "both axes")
     n, c, h, w = x_shape
     (kh, kw), pads = pool["kernel_shape"], tuple(pool["pads"])
+    if pool["ceil_mode"]:
+        (oh, ow), _, _ = shapes.window((h, w), (kh, kw), (sy, sx), (1, 1), pads, ceil_mode=1)
+        floor_h = (h + pads[0] + pads[2] - kh) // sy + 1
+        floor_w = (w + pads[1] + pads[3] - kw) // sx + 1
+        pads = (pads[0], pads[1], pads[2] + (oh - floor_h) * sy, pads[3] + (ow - floor_w) * sx)
     try:
         params = WindowParams(N=n, H=h, W=w, C=c, kh=kh, kw=kw, stride=sy, pads=pads,
                               fill=-128, mode="max")

@@ -5,7 +5,8 @@ BatchNormalization as a per-channel affine kernel, ResNet-50's ``Sum`` residuals
 Inception-v1's LRN on the host with its max pool on the accelerator, the QOperator
 ShuffleNet's ``QLinearSoftmax`` and channel shuffle, and SqueezeNet's Concats (QDQ and
 ``QLinearConcat``) as joins on the accelerator, each input copied or rescaled into its slice
-of the output, stored K-major for the next convolution."""
+of the output, stored K-major for the next convolution, and its ceil-mode max pools on the
+window unit."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def test_zoo_model_runs_exactly(name):
         joins = [k for k in compiled.steps if getattr(k, "spec", None) is not None
                  and k.spec.kind.name == "concat"]
         assert len(joins) == 8 and not report.host_ops[1:], report.host_ops
+        pools = [k for k in compiled.kernels if k.spec.kind.name == "window"
+                 and k.spec.params.mode == "max"]
+        assert len(pools) == 3  # ceil-mode 3x3/2 max pools, as more end padding
+        assert any(p.spec.params.pads[2] > p.spec.params.pads[0] for p in pools)
         mixes = [j.spec.params.rescaled for j in joins]
         assert any(any(m) and not all(m) for m in mixes)  # a copy beside a rescale
         assert any(j.spec.params.kmajor_out for j in joins)
