@@ -7,9 +7,10 @@ that skipped work fails them).
 Cases: 3x3 pad 1 stride 1 and 2, 1x1 stride 2, a vertical stride alone, a batch, asymmetric
 pads with non-zero fills, input channels not a multiple of the columns, weights in several
 column chunks (with and without a residual), the residual add and scaled add, per-channel
-requantize, int32 output, the K-major store, and output rows that are not whole blocks of
+requantize, int32 output, the K-major store, output rows that are not whole blocks of
 the array's rows (OW 5, 10, 28: a block spans output rows or images; one input channel, whose
-kernel rows load together). All cases of a variant run in one simulator launch, on the 8x8
+kernel rows load together), and windows too large for half the A scratchpad (single
+buffered). All cases of a variant run in one simulator launch, on the 8x8
 array and on the 4x4 array with 4-byte words (both have window loads)."""
 
 from __future__ import annotations
@@ -127,6 +128,10 @@ V4P4_CASES = [
          stages=BRR),
     case("OW 10, Cin 16, residual", H=4, W=10, Cin=16, Cout=8,
          stages=("bias", "requant", "residual")),
+    # windows of 1,080 rows a block: more than half the A scratchpad, single buffered
+    case("single buffered, Cin 120", H=5, W=4, Cin=120, Cout=8, fill=-6, stages=BRR),
+    case("single buffered, OW 5, residual", H=5, W=5, Cin=120, Cout=8, stride=(1, 1),
+         stages=("bias", "requant", "residual")),
 ]
 
 
@@ -196,6 +201,7 @@ def test_the_cases_cover_what_they_claim():
                for _, p in V8_CASES if "residual" not in p.stages)
     assert any(len(chunks(geometry(V8, p), column_chunk(geometry(V8, p), True))) >= 3
                for _, p in V8_CASES if "residual" in p.stages)
+    assert sum(geometry(V4P4, p).single_buffered for _, p in V4P4_CASES) == 2
     for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
         ps = [p for _, p in cases]
         assert any(p.Cin % cfg.cols for p in ps) and any(p.N > 1 for p in ps)

@@ -10,9 +10,10 @@ order, pre-packed like a GEMM's B with their rows in the A scratchpad's order,
 tiles (or K-major).
 
 Where it applies (:func:`conv_problem`): variants whose A row is one memory word, a
-horizontal stride of 1 or 2, a step's windows in half the A scratchpad (a whole output row's
+horizontal stride of 1 or 2, a step's windows in the A scratchpad (a whole output row's
 when ``OW`` is a multiple of the array's rows; otherwise at least one block's, whose pixels
-may span output rows: one window load per row it spans), a column block of weights in
+may span output rows: one window load per row it spans; in half of it, so that the next
+step's loads run during this step's matmuls, or else single buffered), a column block of weights in
 B, and a program that fits the instruction memory. Otherwise the compiler gathers the windows
 on the host (``im2col``) and runs a GEMM, and the plan says why.
 """
@@ -69,10 +70,10 @@ def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None
     if p.Cin >= 1 << 12:
         return ("channels", f"{p.Cin} input channels exceed a window load's 12-bit row count")
     geo = geometry(config, p)
-    if 2 * geo.a_half > config.spad_a_depth:
+    if geo.a_half > config.spad_a_depth:
         what = "an output row's" if geo.whole_rows else "a block's"
         return ("a_scratchpad", f"{what} windows ({geo.bps} blocks x {geo.Kp} rows) "
-                f"do not fit half the A scratchpad ({config.spad_a_depth} rows)")
+                f"do not fit the A scratchpad ({config.spad_a_depth} rows)")
     tn = column_chunk(geo, "residual" in p.stages)
     if tn < 1:
         return ("b_scratchpad", f"a column block of weights ({geo.Kp} rows) and its residual "

@@ -97,10 +97,12 @@ class ConvGeometry:
     ``R`` pixels, taken ``bps`` blocks a *step*: a whole output row's ``bpr`` blocks when
     ``OW`` is a multiple of ``R``; otherwise a block may span output rows (and images), and a
     step is ``bps`` consecutive blocks, a divisor of the period after which the blocks' places
-    in the output rows repeat (:attr:`period`), as large as half the A scratchpad holds. The
+    in the output rows repeat (:attr:`period`), as large as half the A scratchpad holds (one
+    block when not even that: :attr:`single_buffered`). The
     input is the K-major ``[blocks][cp][R]`` matrix of its ``N*H*W`` pixels, ``cp`` its
     channels padded to the array's columns (what a GEMM stores K-major). The A scratchpad
-    holds two halves (a step's blocks, ``Kp`` rows each); B holds ``tn`` column blocks of
+    holds two halves (a step's blocks, ``Kp`` rows each), or one step when two do not fit;
+    B holds ``tn`` column blocks of
     weights at a time (the chunks); the epilogue scratchpad holds the bias region, then two
     halves of residual tiles.
     """
@@ -222,3 +224,9 @@ class ConvGeometry:
     def a_half(self) -> int:
         """A scratchpad rows of one half: a step's blocks."""
         return self.bps * self.Kp
+
+    @property
+    def single_buffered(self) -> bool:
+        """A step's windows fill more than half the A scratchpad: the next step's loads wait
+        for this step's matmuls, into the same rows (:mod:`fusion.kernels.conv.program`)."""
+        return 2 * self.a_half > self.config.spad_a_depth

@@ -17,6 +17,12 @@ per step ``t``:
 3. the step bases move on (``r14`` input, ``r15`` output), and ``wait LOAD+FEED``: the next
    step's operands are in, and this step's matmuls have read theirs.
 
+When a step's windows fit the A scratchpad but not half of it (a 3x3 convolution of 128
+channels is 1,152 rows a block), the step is single buffered (:attr:`~fusion.kernels.conv.
+params.ConvGeometry.single_buffered`): its matmuls, then ``wait FEED`` (they have read their
+windows), then the next step's window loads into the same rows; the loads no longer run
+while the matmuls do, but the windows are still gathered on the accelerator.
+
 Every address is relative to the step bases, so steps with the same padding pattern have
 the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
 become a hardware loop, and repeats of those (the images of a batch) an outer loop
@@ -214,14 +220,17 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
             body += loads_of_block(0, j, 0, r14, r1)
         body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first step's operands"})
         steps = []
+        single = geo.single_buffered
         for t in range(T):
-            half, nxt = t % 2, t + 1 < T
+            half, nxt = (0 if single else t % 2), t + 1 < T
+            other = 0 if single else 1 - half
+            rhalf = t % 2  # the residual tiles' epilogue half alternates either way
             step: list[dict] = []
             r1 = [None]  # a step may be a loop's body: r1 is unknown at its start
             if residual and nxt:
                 step.append({"kind": "wait", "units": [Unit.EPI],
                              "why": "the residual half of the step before is drained"})
-                step += residual_loads(t + 1, 1 - half, nb0, tn_c, r15)
+                step += residual_loads(t + 1, 1 - rhalf, nb0, tn_c, r15)
             following = len(geo.step_blocks(t + 1)) if nxt else 0
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
@@ -232,12 +241,18 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
                          "imm": (j * Nb + nbl) * out_tw},
                         {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
                         {"kind": "li", "rd": "r10",
-                         "imm": e_base + half * G * tn * R + (j * tn_c + nbl) * R
+                         "imm": e_base + rhalf * G * tn * R + (j * tn_c + nbl) * R
                          if residual else 0},
                         {"kind": "matmul", "k": Kp, "mask": f"{mask_bits:#b}", "dt": dt,
                          "tr": p.kmajor_out}]
-                if j < following:
-                    step += loads_of_block(t + 1, j, 1 - half, r14, r1)
+                if j < following and not single:
+                    step += loads_of_block(t + 1, j, other, r14, r1)
+            if single and following:
+                step.append({"kind": "wait", "units": [Unit.FEED],
+                             "why": "this step's matmuls have read the windows the next "
+                                    "step's loads overwrite"})
+                for j in range(following):
+                    step += loads_of_block(t + 1, j, other, r14, r1)
             if nxt:
                 d14, d15 = _in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
                 step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},

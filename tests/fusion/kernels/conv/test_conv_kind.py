@@ -20,7 +20,7 @@ from fusion.kernels.conv.program import (
 from fusion.kernels.layout import Region
 from fusion.kernels.program import compile_kernel
 from hwgen.config import VariantConfig
-from hwgen.isa import Op, decode
+from hwgen.isa import Op, Unit, decode
 from hwgen.presets import ALL_STAGES
 from hwgen.reference import EpilogueParams, window_load
 
@@ -38,14 +38,14 @@ def conv(**kw) -> ConvParams:
     # an A row of 4 lanes is half an 8-byte word: no window loads
     (VariantConfig(rows=4, cols=4, epilogue=ALL_STAGES), conv(), "no_window_loads",
      ["window loads need an A row of one memory word", "4 rows and 8-byte words"]),
-    # output rows of 12 pixels (not whole blocks of 8), and one block's windows, 1152 rows,
-    # twice over do not fit the A scratchpad
-    (V8, conv(W=12, Cin=128), "a_scratchpad", ["a block's windows (1 blocks x 1152 rows)",
-                                               "half the A scratchpad (2048 rows)"]),
+    # output rows of 12 pixels (not whole blocks of 8), and one block's windows, 2304 rows,
+    # do not fit the A scratchpad (half of it would be double buffered)
+    (V8, conv(W=12, Cin=256), "a_scratchpad", ["a block's windows (1 blocks x 2304 rows)",
+                                               "the A scratchpad (2048 rows)"]),
     (V8, conv(stride=(1, 3)), "stride", ["horizontal stride 3", "lane step (1 or 2)"]),
-    # two halves of 2 blocks x 576 rows: 2304 > 2048
-    (V8, conv(W=16, Cin=64), "a_scratchpad", ["an output row's windows (2 blocks x 576 rows)",
-                                              "half the A scratchpad (2048 rows)"]),
+    # a step of 2 blocks x 1152 rows: 2304 > 2048
+    (V8, conv(W=16, Cin=128), "a_scratchpad", ["an output row's windows (2 blocks x 1152 rows)",
+                                               "the A scratchpad (2048 rows)"]),
     (VariantConfig(rows=4, cols=8, port_bytes=4, epilogue=ALL_STAGES),
      conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True), "kmajor_out",
      ["K-major store needs a square array"]),
@@ -68,6 +68,22 @@ def test_legal_counterparts_of_the_refusals():
     assert CONV.legality(V8, conv(W=12, Cin=64)) is None  # one such block x 576 rows
     assert CONV.legality(V8, conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True)) is None
     assert CONV.legality(V4P4, conv()) is None
+
+
+def test_windows_past_half_the_a_scratchpad_are_single_buffered():
+    """DenseNet's 3x3 convolutions of 128 channels: 1152 rows a block, 2304 double."""
+    from fusion.kernels.conv.program import geometry
+
+    p = conv(W=12, Cin=128)
+    assert CONV.legality(V8, p) is None and geometry(V8, p).single_buffered
+    assert not geometry(V8, conv(W=12, Cin=64)).single_buffered
+    instrs = [decode(w) for w in compile_kernel(CONV, V8, p).program]
+    # the next step's window loads wait for this step's matmuls, into the same rows
+    ops = [i.op for i in instrs]
+    first_matmul = ops.index(Op.MATMUL)
+    next_load = ops.index(Op.LOADW, first_matmul)
+    assert any(i.op is Op.WAIT and i.get("units") & Unit.FEED
+               for i in instrs[first_matmul:next_load])
 
 
 def test_kmajor_out_of_int32_is_refused():
