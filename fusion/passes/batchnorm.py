@@ -18,19 +18,22 @@ units, and the per-channel requantize to the output's scale.
 Exact on every input code, or left to the host. An 8-bit input has 256 codes, so the pass
 computes the exact table of ``Q(BatchNormalization(DQ(code)))`` per channel, as ONNX's
 reference does (:func:`fusion.reference.onnx_host_ops.batch_normalization`), and looks for
-integer parameters that reproduce all of it: ``|w_c|`` from 127 down to 64, the bias within
-:data:`SEARCH` accumulator units of the nearest. Only the bias is inexact (the weight times
-its scale is ``a_c`` to float32's precision): the offset it gives is ``bias / |w_c|`` input
-steps, so it resolves the affine's offset to about ``M_c / 127**2`` output LSBs
-(``M_c = s_x |a_c| / s_y``, the channel's requantize multiplier). A code whose value lies
-nearer a rounding half than that cannot be reproduced by any int8 weight, and one LSB there
-grows, layer after layer, into several at a deep model's output: in the full DenseNet-121
-of ``examples/build_zoo_models.py``, taking the parameters off on the fewest codes (one or
-two, by one LSB) in the 148 of 34,336 channels (0.43%) with such a code put the logits 5 LSB
-from the exact reference. So a BatchNormalization runs on the accelerator only where every
-channel is exact; otherwise the host computes it, as it does one whose input is not
-dequantized from 8 bits, whose output is not quantized, whose parameters are not constants,
-or whose input is not 4-D.
+integer parameters that reproduce all of it: ``|w_c|`` from 127 down to 64 with the weight
+scale ``|a_c| / |w_c|``, the bias within :data:`SEARCH` accumulator units of the nearest.
+The bias resolves the affine's offset only to ``1 / |w_c|`` of an input step, about
+``M_c / 127**2`` output LSBs (``M_c = s_x |a_c| / s_y``), so a code whose value lies nearer a
+rounding half than that may come out one LSB off; and one LSB there grows, layer after
+layer, into several at a deep model's output (in the full DenseNet-121 of
+``examples/build_zoo_models.py``, taking such parameters in the 148 of 34,336 channels
+(0.43%) with such a code put the logits 5 LSB from the exact reference). Such a channel's
+search goes on with the slope free as well (:func:`_free_slope`): the table bounds the
+requantize multiplier to an interval for each weight and bias, and a float32 weight scale
+whose folded multiplier lies in it, a few parts in ten million from ``|a_c| / |w_c|``, moves
+the offset by less than a bias unit. In that DenseNet-121 this leaves 2 channels of 34,336
+(codes 5e-5 and 8e-4 LSB from a half) without exact parameters. A BatchNormalization runs on
+the accelerator only where every channel is exact; otherwise the host computes it, as it
+does one whose input is not dequantized from 8 bits, whose output is not quantized, whose
+parameters are not constants, or whose input is not 4-D.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ from fusion.reference.onnx_host_ops import batch_normalization
 
 #: The largest weight magnitude: the largest int8 whose negation is an int8 too.
 WEIGHT = 127
-#: How far from the nearest bias (in accumulator units) the search for an exact one goes.
+#: How far from the nearest bias (in accumulator units) the search for an exact one goes,
+#: with the weight scale as the gain gives it, and with it moved (:func:`_free_slope`).
 SEARCH = 4
+FREE_SEARCH = 16
 
 
 def _value(graph: Graph, name: str) -> np.ndarray | None:
@@ -106,35 +111,103 @@ def exact_table(x: np.ndarray, params: tuple[np.ndarray, ...], epsilon: float, s
 def _parameters(a: float, b: float, s_x: float, table: np.ndarray, codes: np.ndarray,
                 tail: Tail) -> tuple[int, np.float32, int] | None:
     """``(weight, weight scale, int32 bias)`` of one channel's integer affine that gives
-    ``table`` on every code (``codes``: the input's values less its zero point): the first
-    weight from 127 down to 64 with a bias within :data:`SEARCH` of the nearest that does,
-    None if none does."""
-    sign = -1 if a < 0 else 1
-    lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
-    steps = np.array([0] + [k for j in range(1, SEARCH + 1) for k in (j, -j)], np.int64)
-    for magnitude in range(WEIGHT, 63, -1) if a else (0,):
+    ``table`` on every code (``codes``: the input's values less its zero point), None if
+    none does.
+
+    First the weight scale ``|a| / |w|`` (float32) for ``|w|`` from 127 down to 64, with a
+    bias within :data:`SEARCH` of the nearest; then, where none of those is exact, each such
+    weight and bias with the weight scale moved to a slope the table allows
+    (:func:`_free_slope`)."""
+    if not a:
         # a zeroed channel's weight is 0 and its scale free: 1/127 gives its bias (all its
         # output) the accumulator units a weight of 127 would have at a = 1
-        w_scale = np.float32(abs(a) / magnitude) if a else np.float32(1 / WEIGHT)
-        if w_scale == 0 or not np.isfinite(w_scale):
-            return None
-        acc_scale = s_x * np.float64(w_scale)  # as Q/DQ folding computes it
-        try:
-            attrs = ops.requant_attrs(acc_scale / float(tail.quant.scale[0]),
-                                      tail.quant.zero_point[0], out_dtype=tail.dtype,
-                                      round_even=True)
-        except ValueError:
-            return None
-        nearest = b / acc_scale
-        if not abs(nearest) < 2**31 - 2**16:
-            continue
-        biases = int(np.rint(nearest)) + steps  # nearest first
-        acc = (sign * magnitude * codes)[:, None] + biases[None, :]
-        got = requant(acc, attrs["mult"], attrs["shift"], attrs["zp"], tail.dtype,
-                      round_even=True).astype(np.int64)
-        exact = np.flatnonzero((np.clip(got, lo, hi) == table[:, None]).all(axis=0))
-        if exact.size:
-            return sign * magnitude, w_scale, int(biases[exact[0]])
+        return _search(a, b, s_x, table, codes, tail, 0, free=False)
+    for free in (False, True):
+        for magnitude in range(WEIGHT, 63, -1):
+            found = _search(a, b, s_x, table, codes, tail, magnitude, free=free)
+            if found is not None:
+                return found
+    return None
+
+
+def _search(a: float, b: float, s_x: float, table: np.ndarray, codes: np.ndarray, tail: Tail,
+            magnitude: int, *, free: bool) -> tuple[int, np.float32, int] | None:
+    """The parameters of weight ``magnitude`` (:func:`_parameters`), or None."""
+    sign = -1 if a < 0 else 1
+    w_scale = np.float32(abs(a) / magnitude) if a else np.float32(1 / WEIGHT)
+    if w_scale == 0 or not np.isfinite(w_scale):
+        return None
+    attrs = _fold_attrs(s_x, w_scale, tail)
+    if attrs is None:
+        return None
+    nearest = b / (s_x * np.float64(w_scale))
+    if not abs(nearest) < 2**31 - 2**16:
+        return None
+    reach = FREE_SEARCH if free else SEARCH
+    steps = np.array([0] + [k for j in range(1, reach + 1) for k in (j, -j)], np.int64)
+    biases = int(np.rint(nearest)) + steps  # nearest first
+    acc = (sign * magnitude * codes)[:, None] + biases[None, :]
+    if not free:
+        exact = np.flatnonzero(_exact(acc, attrs, table, tail))
+        return (sign * magnitude, w_scale, int(biases[exact[0]])) if exact.size else None
+    for k, bias in enumerate(biases.tolist()):
+        moved = _free_slope(acc[:, k], table, attrs, s_x, tail)
+        if moved is not None:
+            return sign * magnitude, moved, bias
+    return None
+
+
+def _fold_attrs(s_x: float, w_scale: np.float32, tail: Tail) -> dict | None:
+    """The requantize Q/DQ folding gives a weight scale ``w_scale`` (None if none can)."""
+    try:
+        return ops.requant_attrs(s_x * np.float64(w_scale) / float(tail.quant.scale[0]),
+                                 tail.quant.zero_point[0], out_dtype=tail.dtype,
+                                 round_even=True)
+    except ValueError:
+        return None
+
+
+def _exact(acc: np.ndarray, attrs: dict, table: np.ndarray, tail: Tail) -> np.ndarray:
+    """Per column of accumulators ``acc`` (codes x candidates): whether it gives ``table``."""
+    lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
+    got = requant(acc, attrs["mult"], attrs["shift"], attrs["zp"], tail.dtype,
+                  round_even=True).astype(np.int64)
+    return (np.clip(got, lo, hi) == table.reshape(len(table), -1)).all(axis=0)
+
+
+def _free_slope(acc: np.ndarray, table: np.ndarray, attrs: dict, s_x: float, tail: Tail
+                ) -> np.float32 | None:
+    """A float32 weight scale whose folded multiplier gives ``table`` from the accumulators
+    ``acc`` (one per code), or None.
+
+    The table bounds the multiplier at the shift of ``attrs``: a code that does not saturate
+    has ``rne(acc * mult / 2**shift) = table - zp`` (within half a unit), an interval per
+    code; in their intersection, tens of thousands of units wide where one exists, the weight
+    scales nearest its middle (a float32 step moves the multiplier by about 2**7) are folded
+    as Q/DQ folding will, and checked on every code. The slope moves from ``|a|`` by parts
+    in ten million: the offset that a bias resolves only to ``1/|w|`` of an input step is
+    then resolved by the slope too."""
+    shift, zp = attrs["shift"], attrs["zp"]
+    lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
+    inside = (table > lo) & (table < hi) & (acc != 0)
+    if not inside.any():
+        return None
+    t = (table[inside] - zp).astype(np.float64)
+    a = acc[inside].astype(np.float64)
+    ends = np.stack([(t - 0.5) * 2.0**shift / a, (t + 0.5) * 2.0**shift / a])
+    low, high = ends.min(axis=0).max(), ends.max(axis=0).min()
+    if not 0 < low <= high:
+        return None
+    s_y = float(tail.quant.scale[0])
+    start = np.float32((low + high) / 2 * 2.0**-shift * s_y / s_x)
+    for k in (0, 1, -1, 2, -2, 3, -3):
+        w_scale = start
+        for _ in range(abs(k)):
+            w_scale = np.nextafter(w_scale, np.float32(np.inf if k > 0 else -np.inf))
+        moved = _fold_attrs(s_x, w_scale, tail)
+        if moved is not None and moved["shift"] == shift and _exact(acc[:, None], moved,
+                                                                     table, tail)[0]:
+            return w_scale
     return None
 
 
@@ -222,9 +295,9 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
             value = (a[c] * s_x * codes + b[c]) / s_y
             near = float(np.min(np.abs(value - np.floor(value) - 0.5)))
             return (f"no int8 weight reproduces channel {c} on every input code: one lies "
-                    f"{near:.2g} output LSB from a rounding half, finer than an int8 weight's "
-                    f"offset resolves (one LSB there grows with depth); the host computes it "
-                    f"exactly")
+                    f"{near:.2g} output LSB from a rounding half, nearer than the weights, "
+                    f"biases and slopes searched resolve (one LSB there grows with depth); the "
+                    f"host computes it exactly")
         found.append(f)
     return x, s_x, found
 

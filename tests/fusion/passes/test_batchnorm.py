@@ -15,11 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from examples.exact_reference import reference_session
 from fusion.frontend import import_onnx
+from fusion.ir import ops
 from fusion.ir.graph import Quant
 from fusion.passes import driver
 from fusion.passes._qdq_common import Tail
 from fusion.passes.batchnorm import _parameters
 from fusion.reference import executor
+from fusion.reference.hwgen_ops import requant
 from tests.fusion.references import check_within_one_lsb, lsb_errors
 
 C = 6
@@ -104,6 +106,39 @@ def test_the_host_keeps_a_batch_norm_whose_output_is_not_quantized():
                                rtol=1e-6)  # the output is float32
 
 
+def test_the_plan_says_why_a_batch_norm_stays_on_the_host(monkeypatch):
+    """A channel without exact parameters keeps the whole BatchNormalization on the host, and
+    ``why_host`` (what ``--explain`` and the plan's host step say) names the channel and how
+    near a rounding half its nearest code lies."""
+    from fusion.passes import batchnorm
+
+    model, x = bn_model(3)
+    found = batchnorm._parameters
+    monkeypatch.setattr(batchnorm, "_parameters",
+                        lambda a, b, s_x, table, codes, tail: None
+                        if abs(a - model_gain(model, 2)) < 1e-6
+                        else found(a, b, s_x, table, codes, tail))
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    node = next(n for n in graph.nodes if n.op == "BatchNormalization")
+    why = batchnorm.why_host(graph, node)
+    assert why.startswith("no int8 weight reproduces channel 2 on every input code: one lies ")
+    assert "output LSB from a rounding half" in why and why.endswith("computes it exactly")
+    want = reference_session(model).run(["y"], {"x": x})[0]
+    np.testing.assert_array_equal(executor.run(graph, {"x": x}, float64=True)["y"],
+                                  want.astype(np.float32))
+    model, _ = bn_model(1, quantize=False)
+    graph = driver.optimize(import_onnx(model), legalize=False)
+    node = next(n for n in graph.nodes if n.op == "BatchNormalization")
+    assert batchnorm.why_host(graph, node) == "its output is not quantized (QuantizeLinear)"
+
+
+def model_gain(model: onnx.ModelProto, channel: int) -> float:
+    """Channel ``channel``'s gain ``a`` of ``bn_model``'s batch norm (float scale and var)."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    a = inits["scale"].astype(np.float64) / np.sqrt(inits["var"].astype(np.float64) + 1e-3)
+    return float(a[channel])
+
+
 def test_an_affine_that_magnifies_a_thousandfold_is_exact_too():
     """An output scale 1000 times finer than the input's: nearly every code saturates, and
     the affine reproduces the ones that do not."""
@@ -125,6 +160,27 @@ def test_no_parameters_for_a_table_no_affine_map_gives():
     a, b = 0.3712345, 0.0131234  # no exact halves among the codes
     affine = np.clip(np.rint((a * 0.02 * codes + b) / 0.02), -128, 127).astype(np.int64)
     assert _parameters(a, b, 0.02, affine, codes, tail) is not None
+
+
+def test_a_code_nearer_a_half_than_a_bias_resolves_is_reached_by_moving_the_slope():
+    """Code -58 of this channel lies 1e-4 output LSB above a rounding half: no weight from
+    127 to 64 with the gain's own scale and a bias near the nearest reproduces the table,
+    and a weight scale a few parts in ten thousand off the gain's does (with another bias)."""
+    from fusion.passes.batchnorm import _search
+
+    codes = np.arange(-128, 128, dtype=np.int64)
+    tail = Tail((), "y", Quant(0.02, 0), "int8", None)
+    a, b = 0.7192528400524483, 1.88433529446084
+    table = np.clip(np.rint((a * 0.02 * codes + b) / 0.02), -128, 127).astype(np.int64)
+    assert all(_search(a, b, 0.02, table, codes, tail, m, free=False) is None
+               for m in range(127, 63, -1))
+    weight, w_scale, bias = _parameters(a, b, 0.02, table, codes, tail)
+    assert weight == 127 and w_scale != np.float32(a / 127)
+    assert abs(w_scale / np.float32(a / 127) - 1) < 1e-4
+    acc = weight * codes + bias
+    attrs = ops.requant_attrs(0.02 * np.float64(w_scale) / 0.02, 0, round_even=True)
+    got = requant(acc, attrs["mult"], attrs["shift"], 0, "int8", round_even=True)
+    np.testing.assert_array_equal(got, table)  # as Q/DQ folding will requantize it
 
 
 @pytest.mark.parametrize("seed", range(4))
