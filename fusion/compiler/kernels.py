@@ -17,34 +17,34 @@ on the kind; what is here is the graph side:
   convolution (attribute ``group``, block-diagonal weights) is a grouped GEMM
   (:func:`grouping`) when each group's output channels divide the array's columns: every
   column block then reduces over its own rows of K only; otherwise it is the dense GEMM of its
-  block-diagonal weights, and the spec's note says why. A ``maxpool`` is the
-  element-wise max of its window's positions (:mod:`fusion.kernels.eltmax.kind`);
-- :meth:`KernelSpec.operands` makes the kernel's operand arrays from the values of the
-  graph's tensors, and :meth:`KernelSpec.result` the output tensor's value from the kernel's.
+  block-diagonal weights, and the spec's note says why. A ``maxpool`` is a pool on the
+  window unit, or the element-wise max of its window's positions
+  (:mod:`fusion.kernels.eltmax.kind`); a ``qconcat`` the join of its inputs' pixel rows
+  (:mod:`fusion.kernels.concat`);
+- :class:`~fusion.compiler.spec.KernelSpec` (its own module) is the record a lowering makes:
+  its ``operands`` are the kernel's operand arrays from the values of the graph's tensors,
+  and its ``result`` the output tensor's value from the kernel's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fusion.compiler.lower import (
     Chain,
-    from_lanes,
     lanes_offset,
     tensor_zp,
     to_lanes,
 )
 from fusion.compiler.options import DEFAULT, CompileOptions
+from fusion.compiler.spec import KernelSpec
 from fusion.compiler.stage_values import assemble_stages
 from fusion.ir import shapes
 from fusion.ir.graph import Graph, Node
-from fusion.kernels.cache import KernelCache
 from fusion.kernels.concat.kind import CONCAT, ConcatParams
 from fusion.kernels.conv.kind import CONV
 from fusion.kernels.conv.params import ConvParams
@@ -53,87 +53,13 @@ from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.layout import kgroup_problem
-from fusion.kernels.program import Kernel, compile_kernel, rows_of
-from fusion.kernels.protocol import KernelKind, Refusal
+from fusion.kernels.program import rows_of
+from fusion.kernels.protocol import Refusal
 from fusion.kernels.window.kind import WINDOW
 from fusion.kernels.window.params import WindowParams
 from fusion.passes.im2col_rows import rows_start
 from fusion.passes.layout_identity import matrix_view_start
 from hwgen.config import VariantConfig
-
-
-@dataclass(frozen=True, eq=False)
-class KernelSpec:
-    """One kernel as the engine chose it (no program yet).
-
-    Attributes
-    ----------
-    name : str
-        Unique in the plan: its first node's name.
-    kind : KernelKind
-    params
-        The kind's params (shapes, stages, quantization, tiling...).
-    nodes : tuple of str
-        The graph nodes it computes, in order.
-    inputs : tuple of str
-        The graph tensors it reads (activations; constants are in ``consts``).
-    output : str
-        The graph tensor it produces.
-    consts : dict of str to ndarray
-        Constant operands: ``b``, ``bias``, ``mult``, ``shift``.
-    note : str
-        What :meth:`describe` adds about how the graph made it (a weight split along K).
-    """
-
-    name: str
-    kind: KernelKind
-    params: Any
-    nodes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    output: str
-    consts: dict[str, np.ndarray] = field(default_factory=dict)
-    note: str = ""
-
-    @property
-    def fused_ops(self) -> int:
-        return len(self.nodes)
-
-    def describe(self) -> str:
-        """One line: the kind, the ops, the shape and what the kind adds (stages, tiling)."""
-        text = self.kind.describe(self.params, "+".join(n.rsplit("/", 1)[-1]
-                                                        for n in self.nodes))
-        return f"{text}; {self.note}" if self.note else text
-
-    def with_params(self, params: Any) -> KernelSpec:
-        """The same kernel with other params of its kind (another tiling)."""
-        return dataclasses.replace(self, params=params)
-
-    def regions(self, config: VariantConfig) -> dict[str, int]:
-        """Region name -> bytes, before any program is built."""
-        return self.kind.regions(config, self.params)
-
-    def region_role(self, region: str) -> str:
-        """``const`` (weights, bias groups), ``output``, ``scratch`` or ``input``."""
-        return self.kind.region_role(region)
-
-    def compile(self, config: VariantConfig, placement: Mapping[str, int] | None,
-                cache: KernelCache | None) -> Kernel:
-        """The compiled kernel at ``placement``, through the kernel cache."""
-        return compile_kernel(self.kind, config, self.params, placement=placement, cache=cache)
-
-    def operands(self, graph: Graph, env: Mapping[str, np.ndarray], config: VariantConfig
-                 ) -> dict[str, np.ndarray]:
-        """The kernel's operand arrays (lane values) from the tensors' values ``env``."""
-        xs = [to_lanes(env[name], graph.tensors[name].dtype) for name in self.inputs]
-        return {**self.kind.host_operands(config, self.params, xs), **self.consts}
-
-    def result(self, graph: Graph, out2d: np.ndarray) -> np.ndarray:
-        """The output tensor's value from the kernel's ``M x N`` lanes (a kernel that lays
-        its output over the array's columns pads the tail, which is dropped)."""
-        t = graph.tensors[self.output]
-        flat = np.asarray(out2d).reshape(-1)[:math.prod(t.shape)]
-        return from_lanes(self.kind.tensor_of(self.params, flat, t.shape), t.dtype)
-
 
 # -- from chain segments to specs -------------------------------------------------------------
 

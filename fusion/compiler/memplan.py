@@ -1,6 +1,6 @@
 """External-memory planning: every buffer of a compiled model gets an address, reused when dead.
 
-The buffers are the kernels' regions (:meth:`fusion.compiler.kernels.KernelSpec.regions`):
+The buffers are the kernels' regions (:meth:`fusion.compiler.spec.KernelSpec.regions`):
 
 - constants (packed weights, bias/requantize groups) live for the whole model;
 - a kernel's output lives from its kernel to its last reader;
@@ -198,7 +198,7 @@ def check_floor(config: VariantConfig, kernel: str, regions: dict[str, int],
         Named in the error.
     regions, roles : dict
         The kernel's regions (name -> bytes) and their roles
-        (:meth:`fusion.compiler.kernels.KernelSpec.region_role`).
+        (:meth:`fusion.compiler.spec.KernelSpec.region_role`).
 
     Raises
     ------
