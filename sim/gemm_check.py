@@ -183,6 +183,8 @@ class GemmCase:
     problem: Problem | None = None
     kgroup: int = 0
     kmajor_out: bool = False
+    #: Grouped only: column blocks per group (:class:`fusion.kernels.gemm.params.GemmParams`).
+    kblocks: int = 1
     #: Where its regions lie (``(region, word address)`` pairs: a model's memory plan put
     #: them there); None: built alone, packed from word 0.
     placement: tuple[tuple[str, int], ...] | None = None
@@ -210,11 +212,12 @@ class GemmCase:
         if config not in self._kernels:
             if self.problem is None:
                 place(config, gemm_regions(config, self.M, self.K, self.N, stages=self.stages,
-                                           fused=self.fused, kgroup=self.kgroup))
+                                           fused=self.fused, kgroup=self.kgroup,
+                                           kblocks=self.kblocks))
             self._kernels[config] = compiled_gemm(
                 config, self.M, self.K, self.N, stages=self.stages, fused=self.fused,
                 tiling=self.tiling, params=self.operands().params, kgroup=self.kgroup,
-                kmajor_out=self.kmajor_out,
+                kmajor_out=self.kmajor_out, kblocks=self.kblocks,
                 placement=dict(self.placement) if self.placement else None)
         return self._kernels[config]
 
@@ -232,13 +235,14 @@ class GemmCase:
 
 
 def grouped_problem(config: VariantConfig, M: int, K: int, N: int, kgroup: int,  # noqa: N803
-                    stages: Sequence[str], seed: int) -> Problem:
+                    stages: Sequence[str], seed: int, kblocks: int = 1) -> Problem:
     """:func:`random_problem` with B zeroed outside the diagonal blocks of a grouped GEMM:
-    column block ``j`` (``config.cols`` columns) keeps rows ``[j*kgroup, (j+1)*kgroup)``.
-    The planted edge cases assumed the full B, so they are not reached exactly."""
+    column block ``j`` (``config.cols`` columns) keeps the rows ``[g*kgroup, (g+1)*kgroup)``
+    of its group ``g = j // kblocks``. The planted edge cases assumed the full B, so they are
+    not reached exactly."""
     problem = random_problem(M, K, N, stages, seed)
     rows = np.arange(K)[:, None] // kgroup
-    cols = np.arange(N)[None, :] // config.cols
+    cols = np.arange(N)[None, :] // config.cols // kblocks
     problem.b[rows != cols] = 0
     return problem
 

@@ -83,16 +83,17 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
     split = producer is not None and producer.op == "repeat"
     notes = [f"weights split into {producer.attr('times')} int8 parts along K (weight zero "
              f"points), A repeated by {producer.name}"] if split else []
-    kgroup, why = grouping(config, w, anchor.attr("group", 1) or 1, split=split)
+    kgroup, kblocks, why = grouping(config, w, anchor.attr("group", 1) or 1, split=split)
     if kgroup and not grouped:
-        kgroup, why = 0, "grouped GEMMs are turned off (CompileOptions.grouped_gemm)"
+        kgroup, kblocks, why = 0, 1, "grouped GEMMs are turned off (CompileOptions.grouped_gemm)"
     notes += [why] if why else []
     # A is read as [M, K]: through reshapes that keep that view, from the tensor before them
     # (a kernel's output where it lies, with no host step between; plan._order drops the
     # reshapes when nothing else reads them)
     source = matrix_view_start(graph, anchor.inputs[0]) or anchor.inputs[0]
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
-                                                   epilogue=params, kgroup=kgroup),
+                                                   epilogue=params, kgroup=kgroup,
+                                                   kblocks=kblocks),
                       inputs=(source,) + ((residual,) if residual else ()),
                       consts=consts, note="; ".join(notes), **names)
 
@@ -205,15 +206,19 @@ def _depthwise(graph: Graph, config: VariantConfig, windows: Node, anchor: Node,
 
 
 def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
-             split: bool = False) -> tuple[int, str]:
-    """The ``kgroup`` of a grouped convolution's GEMM, and why it is (or is not) grouped.
+             split: bool = False) -> tuple[int, int, str]:
+    """The ``kgroup`` and ``kblocks`` of a grouped convolution's GEMM, and why it is (or is
+    not) grouped.
 
     The ``[K, N]`` weights of a convolution of ``group`` groups are block-diagonal
     (:func:`fusion.passes.conv_legalize.gemm_weights`): output channel o reads only the
     ``K / group`` rows of its group. When the ``N / group`` channels of a group divide the
     array's ``cols``, column block ``j`` (a whole number of groups) reads only the
-    ``kgroup = cols * K / N`` rows ``[j*kgroup, (j+1)*kgroup)``: a grouped GEMM does
-    ``Nb`` times less work than the dense one (:class:`fusion.kernels.gemm.params.GemmParams`).
+    ``kgroup = cols * K / N`` rows ``[j*kgroup, (j+1)*kgroup)``; when they are a multiple of
+    ``cols`` (ShuffleNet's 3 groups of 80 channels on 8 columns), the ``kblocks`` column blocks
+    of a group all read its ``kgroup = K / group`` rows. Either way a grouped GEMM does
+    several times less work than the dense one (:class:`fusion.kernels.gemm.params.
+    GemmParams`).
 
     Parameters
     ----------
@@ -229,34 +234,38 @@ def grouping(config: VariantConfig, w: np.ndarray, group: int, *,
 
     Returns
     -------
-    (int, str)
-        ``kgroup`` (0: dense) and a note for the plan (empty when ``group`` is 1).
+    (int, int, str)
+        ``kgroup`` (0: dense), ``kblocks`` and a note for the plan (empty when ``group`` is 1).
     """
     if group <= 1:
-        return 0, ""
+        return 0, 1, ""
     K, N = w.shape  # noqa: N806
     C = config.cols  # noqa: N806
     dense = f"group {group} as a dense GEMM of block-diagonal weights: "
     if split:
-        return 0, dense + ("the weights are split into int8 parts along K (weight zero points), "
-                           "so their blocks are not diagonal")
+        return 0, 1, dense + ("the weights are split into int8 parts along K (weight zero "
+                              "points), so their blocks are not diagonal")
     if K % group or N % group:
-        return 0, dense + f"K={K} or N={N} is not a multiple of the group count"
+        return 0, 1, dense + f"K={K} or N={N} is not a multiple of the group count"
     per_group = N // group
-    if C % per_group:
-        return 0, dense + (f"a group's {per_group} output channels do not divide the array's "
-                           f"{C} columns")
-    kgroup = C * K // N
+    if per_group % C == 0:  # each group several whole column blocks
+        kgroup, kblocks = K // group, per_group // C
+    elif C % per_group == 0:  # each column block several whole groups
+        kgroup, kblocks = C * K // N, 1
+    else:
+        return 0, 1, dense + (f"a group's {per_group} output channels neither divide the "
+                              f"array's {C} columns nor are a multiple of them")
     if kgroup >= K:
-        return 0, dense + f"all {N} output channels fit one column block of {C}"
-    if kgroup_problem(config, K, N, kgroup) is not None:  # unreachable by the arithmetic above
-        raise AssertionError(kgroup_problem(config, K, N, kgroup))
+        return 0, 1, dense + f"all {N} output channels fit one column block of {C}"
+    if kgroup_problem(config, K, N, kgroup, kblocks) is not None:  # unreachable, as above
+        raise AssertionError(kgroup_problem(config, K, N, kgroup, kblocks))
     rows = np.arange(K)[:, None] // kgroup
-    cols = np.arange(N)[None, :] // C
+    cols = np.arange(N)[None, :] // C // kblocks
     if np.any(w[rows != cols]):
-        return 0, dense + f"the weights are not zero outside the diagonal {kgroup}-row blocks"
-    return kgroup, (f"group {group}: grouped GEMM, each column block of {C} reduces over its "
-                    f"{kgroup} rows of K={K}, not all of them")
+        return 0, 1, dense + f"the weights are not zero outside the diagonal {kgroup}-row blocks"
+    blocks = f"its {kblocks} column blocks of {C}" if kblocks > 1 else f"each column block of {C}"
+    return kgroup, kblocks, (f"group {group}: grouped GEMM, {blocks} reduce over their "
+                             f"group's {kgroup} rows of K={K}, not all of them")
 
 
 _POOL_DEFAULTS = {"strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "ceil_mode": 0}

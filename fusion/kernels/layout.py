@@ -74,15 +74,19 @@ class GemmDims:
     K: int
     N: int
     #: Grouped GEMM: the K rows each column block reads (0: dense). Column block ``j`` (output
-    #: columns ``[j*C, (j+1)*C)``) reads only rows ``[j*kgroup, (j+1)*kgroup)`` of A and B.
+    #: columns ``[j*C, (j+1)*C)``) reads only rows ``[g*kgroup, (g+1)*kgroup)`` of A and B,
+    #: ``g = j // kblocks`` its group.
     kgroup: int = 0
+    #: Column blocks per group (grouped only): 1 when a column block holds whole groups; more
+    #: when a group's output channels are several column blocks (ShuffleNet's 3 groups of 80).
+    kblocks: int = 1
 
     def __post_init__(self) -> None:
         for name in ("M", "K", "N"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        problem = kgroup_problem(self.config, self.K, self.N, self.kgroup)
+        problem = kgroup_problem(self.config, self.K, self.N, self.kgroup, self.kblocks)
         if problem is not None:
             raise ValueError(problem)
 
@@ -120,7 +124,8 @@ class GemmDims:
         """The rows ``[lo, hi)`` of K that column block ``nb`` reads (all of K when dense)."""
         if not self.grouped:
             return 0, self.K
-        return min(nb * self.kgroup, self.K), min((nb + 1) * self.kgroup, self.K)
+        g = nb // self.kblocks
+        return min(g * self.kgroup, self.K), min((g + 1) * self.kgroup, self.K)
 
     @property
     def Mb(self) -> int:  # noqa: N802
@@ -149,22 +154,34 @@ class GemmDims:
         return ceil_div(rows * row, self.W) * self.W // row if row < self.W else rows
 
 
-def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int) -> str | None:  # noqa: N803
-    """Why ``kgroup`` cannot group an M x K by K x N GEMM on ``config``; None if it can.
+def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int,  # noqa: N803
+                   kblocks: int = 1) -> str | None:
+    """Why ``kgroup`` (with ``kblocks`` column blocks a group) cannot group an M x K by K x N
+    GEMM on ``config``; None if it can.
 
-    Column block ``j`` reads rows ``[j*kgroup, (j+1)*kgroup)``: every block but the last
-    reads a full ``kgroup`` rows and the last reads the rest, at least one row, so
-    ``(Nb - 1) * kgroup < K <= Nb * kgroup``; one column block (``kgroup >= K``) is dense.
+    Column block ``j`` reads rows ``[g*kgroup, (g+1)*kgroup)`` of group ``g = j // kblocks``:
+    every group but the last reads a full ``kgroup`` rows and the last reads the rest, at
+    least one row, so ``(G - 1) * kgroup < K <= G * kgroup`` for the ``G`` groups; one group
+    (``kgroup >= K``) is dense.
     """
     if not isinstance(kgroup, int) or isinstance(kgroup, bool) or kgroup < 0:
         return f"kgroup must be a non-negative integer (0: dense), not {kgroup!r}"
+    if not isinstance(kblocks, int) or isinstance(kblocks, bool) or kblocks < 1:
+        return f"kblocks must be a positive integer (column blocks a group), not {kblocks!r}"
     if kgroup == 0:
         return None
     nb = ceil_div(N, config.cols)
-    if not (nb - 1) * kgroup < K <= nb * kgroup or nb < 2:
-        return (f"kgroup={kgroup} does not split K={K} over the {nb} column block(s) of N={N} "
-                f"(cols={config.cols}): a grouped GEMM needs at least two column blocks and "
-                f"(Nb-1)*kgroup < K <= Nb*kgroup; use kgroup=0 (dense)")
+    groups = ceil_div(nb, kblocks)
+    if not (groups - 1) * kgroup < K <= groups * kgroup or groups < 2:
+        if kblocks == 1:
+            need = "at least two column blocks and (Nb-1)*kgroup < K <= Nb*kgroup"
+            per = ""
+        else:
+            need = "at least two groups and (G-1)*kgroup < K <= G*kgroup for its G groups"
+            per = f" in groups of {kblocks}"
+        return (f"kgroup={kgroup} does not split K={K} over the {nb} column block(s){per} of "
+                f"N={N} (cols={config.cols}): a grouped GEMM needs {need}; use kgroup=0 "
+                f"(dense)")
     return None
 
 
@@ -363,7 +380,8 @@ def pack_b(dims: GemmDims, b: np.ndarray) -> bytes:
     if off.any():
         k, n = (int(i[0]) for i in np.nonzero(off))
         raise ValueError(f"b[{k}, {n}] = {int(b[k, n])} lies outside the diagonal blocks of a "
-                         f"grouped GEMM (kgroup={dims.kgroup}: column block {n // dims.C} reads "
+                         f"grouped GEMM (kgroup={dims.kgroup}, kblocks={dims.kblocks}: column "
+                         f"block {n // dims.C} reads "
                          f"rows {dims.k_rows(n // dims.C)}); use kgroup=0 (dense) for this B")
     return blocks.tobytes()
 

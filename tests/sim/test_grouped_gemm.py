@@ -20,7 +20,7 @@ FUSED = ("bias", "requant", "relu")
 def cases(config):
     """Depthwise 3x3 shapes (K = 9 x channels, N = channels) on ``config``: ragged M, N not a
     multiple of the columns, K chunks, both loop orders, single and double buffering, the
-    fused epilogue with per-tensor requantize."""
+    fused epilogue with per-tensor requantize; and groups of several column blocks."""
     c = config.cols
     shapes = [  # (M, channels, stages, tiling)
         (125, 4 * c, (), None),
@@ -38,6 +38,12 @@ def cases(config):
         problem = grouped_problem(config, m, k, n, kgroup, stages, seed=40 + i)
         out.append(GemmCase(m, k, n, stages=stages, tiling=tiling, problem=problem,
                             kgroup=kgroup))
+    # ShuffleNet's grouped 1x1s: 3 groups of 2 column blocks each (kblocks), K = 3 x 12
+    for i, (m, stages) in enumerate(((21, FUSED), (8, ()))):
+        k, n, kblocks = 36, 6 * c, 2
+        problem = grouped_problem(config, m, k, n, 12, stages, seed=60 + i, kblocks=kblocks)
+        out.append(GemmCase(m, k, n, stages=stages, problem=problem, kgroup=12,
+                            kblocks=kblocks))
     return out
 
 

@@ -95,7 +95,7 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
     ProgramTooLong
         When no candidate tiling gives a program that fits the instruction memory.
     """
-    dims = GemmDims(config, p.M, p.K, p.N, kgroup=p.kgroup)
+    dims = GemmDims(config, p.M, p.K, p.N, kgroup=p.kgroup, kblocks=p.kblocks)
     stages, params = p.stages, p.epilogue
     gemm_stages = stages if p.fused else ()
     final_dt = dt_name(output_dtype(stages))

@@ -88,6 +88,7 @@ class GemmFeatures(Features):
     residual_op: str = "add"
     kgroup: int = 0
     kmajor_out: bool = False
+    kblocks: int = 1
     placement: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
@@ -118,15 +119,16 @@ class GemmFeatures(Features):
         params: EpilogueParams | None = None,
         kgroup: int = 0,
         kmajor_out: bool = False,
+        kblocks: int = 1,
     ) -> GemmFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
         ``tiling`` is resolved against the problem; without one, the default tiler's choice
-        (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup`` and
+        (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup``, ``kblocks`` and
         ``kmajor_out`` as for :class:`fusion.kernels.gemm.params.GemmParams`.
         """
         stages = check_stages(stages, config.epilogue)
-        dims = GemmDims(config, M, K, N, kgroup=kgroup)
+        dims = GemmDims(config, M, K, N, kgroup=kgroup, kblocks=kblocks)
         gemm_stages = stages if fused else ()
         params = params if params is not None else EpilogueParams()
         pc = params.per_channel
@@ -136,7 +138,8 @@ class GemmFeatures(Features):
             pass_dtypes(stages, params, dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
                    tiling=tiling, pass_dtypes=dts, per_channel=pc,
-                   residual_op=params.residual_op, kgroup=kgroup, kmajor_out=bool(kmajor_out))
+                   residual_op=params.residual_op, kgroup=kgroup, kmajor_out=bool(kmajor_out),
+                   kblocks=kblocks)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -149,13 +152,14 @@ class GemmFeatures(Features):
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
                    bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
                    residual_op=kernel.params.residual_op, kgroup=dims.kgroup,
-                   kmajor_out=bool(kernel.signature.kmajor_out))
+                   kmajor_out=bool(kernel.signature.kmajor_out), kblocks=dims.kblocks)
 
     # -- derived -----------------------------------------------------------------------------
 
     @property
     def dims(self) -> GemmDims:
-        return GemmDims(self.config, self.M, self.K, self.N, kgroup=self.kgroup)
+        return GemmDims(self.config, self.M, self.K, self.N, kgroup=self.kgroup,
+                        kblocks=self.kblocks)
 
     @property
     def macs(self) -> int:
@@ -204,6 +208,7 @@ class GemmFeatures(Features):
             "bytes_stored": self.bytes_stored, "per_channel": self.per_channel,
             "residual_op": self.residual_op, "kgroup": self.kgroup,
             "kmajor_out": self.kmajor_out,
+            **({"kblocks": self.kblocks} if self.kblocks != 1 else {}),
         }
 
     @classmethod
@@ -230,7 +235,8 @@ class GemmFeatures(Features):
                    per_channel=bool(data.get("per_channel", False)),
                    residual_op=str(data.get("residual_op", "add")),
                    kgroup=int(data.get("kgroup", 0)),
-                   kmajor_out=bool(data.get("kmajor_out", False)))
+                   kmajor_out=bool(data.get("kmajor_out", False)),
+                   kblocks=int(data.get("kblocks", 1)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -241,6 +247,6 @@ def _built(f: GemmFeatures) -> tuple | None:
     (:func:`~fusion.cost.analytical.walk_totals`)."""
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
-                   kgroup=f.kgroup, kmajor_out=f.kmajor_out)
+                   kgroup=f.kgroup, kmajor_out=f.kmajor_out, kblocks=f.kblocks)
     return built_instructions(f, gemm_sizes(f.dims, p),
                               lambda regions: build_program(f.config, p, regions))

@@ -55,7 +55,8 @@ class GemmKernel(Kernel):
     def dims(self) -> GemmDims:
         """The padded problem, grouped when the params were (``kgroup``)."""
         m, k, n = self.meta["dims"]
-        return GemmDims(self.config, m, k, n, kgroup=self.meta["params"].get("kgroup", 0))
+        return GemmDims(self.config, m, k, n, kgroup=self.meta["params"].get("kgroup", 0),
+                        kblocks=self.meta["params"].get("kblocks", 1))
 
     @property
     def tiling(self) -> Tiling:
@@ -93,7 +94,7 @@ class GemmKind(KernelKind):
         refusal = stage_refusal(self.name, p.stages, config.epilogue)
         if refusal is not None:
             return refusal
-        problem = kgroup_problem(config, p.K, p.N, p.kgroup)
+        problem = kgroup_problem(config, p.K, p.N, p.kgroup, p.kblocks)
         if problem is not None:
             return Refusal(self.name, "kgroup", problem, kgroup=p.kgroup)
         dims = gemm_dims(config, p)
@@ -146,6 +147,8 @@ class GemmKind(KernelKind):
                "tiling": dataclasses.asdict(p.tiling) if p.tiling is not None else None}
         if p.kgroup:  # only when grouped: dense kernels keep the cache keys they had
             key["kgroup"] = p.kgroup
+            if p.kblocks != 1:
+                key["kblocks"] = p.kblocks
         if p.kmajor_out:  # likewise
             key["kmajor_out"] = True
         return key
@@ -169,7 +172,7 @@ class GemmKind(KernelKind):
         p = params
         return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
                                      tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup,
-                                     kmajor_out=p.kmajor_out)
+                                     kmajor_out=p.kmajor_out, kblocks=p.kblocks)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
@@ -208,6 +211,8 @@ class GemmKind(KernelKind):
             f", tiles {t.tm}x{t.tn} kt={t.kt} {t.order}"
             f"{'' if t.double_buffer else ' single-buffered'}")
         grouped = f" grouped kgroup={p.kgroup}" if p.kgroup else ""
+        if p.kgroup and p.kblocks != 1:
+            grouped += f" of {p.kblocks} column blocks"
         kmajor = ", stored K-major" if p.kmajor_out else ""
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
                 f"stages={','.join(p.stages) or '-'}{tiles}{kmajor}")
@@ -252,17 +257,18 @@ def kmajor_problem(config: VariantConfig, params: GemmParams) -> str | None:
 
 def gemm_dims(config: VariantConfig, params: GemmParams) -> GemmDims:
     """The padded problem of ``params`` on ``config`` (grouped when ``params.kgroup``)."""
-    return GemmDims(config, params.M, params.K, params.N, kgroup=params.kgroup)
+    return GemmDims(config, params.M, params.K, params.N, kgroup=params.kgroup,
+                    kblocks=params.kblocks)
 
 
 def gemm_params(M: int, K: int, N: int, *, stages: Sequence[str] = (),  # noqa: N803
                 fused: bool = True, tiling: Tiling | None = None,
                 params: EpilogueParams | None = None, kgroup: int = 0,
-                kmajor_out: bool = False) -> GemmParams:
+                kmajor_out: bool = False, kblocks: int = 1) -> GemmParams:
     """:class:`GemmParams` from the builder's customary arguments."""
     return GemmParams(M=M, K=K, N=N, stages=stages, fused=fused,
                       epilogue=params if params is not None else EpilogueParams(),
-                      tiling=tiling, kgroup=kgroup, kmajor_out=kmajor_out)
+                      tiling=tiling, kgroup=kgroup, kmajor_out=kmajor_out, kblocks=kblocks)
 
 
 def compiled_gemm(
@@ -279,6 +285,7 @@ def compiled_gemm(
     cache: KernelCache | None = None,
     kgroup: int = 0,
     kmajor_out: bool = False,
+    kblocks: int = 1,
 ) -> GemmKernel:
     """The program of ``epilogue(a @ b)`` on ``config``, from ``cache`` when it has it.
 
@@ -304,6 +311,8 @@ def compiled_gemm(
         (:class:`GemmParams`).
     kmajor_out : bool
         Store the output transposed, tile by tile (:class:`GemmParams`).
+    kblocks : int
+        Grouped only: column blocks per group (:class:`GemmParams`).
 
     Returns
     -------
@@ -321,13 +330,14 @@ def compiled_gemm(
         the instruction memory.
     """
     p = gemm_params(M, K, N, stages=stages, fused=fused, tiling=tiling, params=params,
-                    kgroup=kgroup, kmajor_out=kmajor_out)
+                    kgroup=kgroup, kmajor_out=kmajor_out, kblocks=kblocks)
     return compile_kernel(GEMM, config, p, placement=placement, cache=cache)
 
 
 def gemm_regions(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
                  stages: Sequence[str] = (), fused: bool = True,
-                 params: EpilogueParams | None = None, kgroup: int = 0) -> dict[str, int]:
+                 params: EpilogueParams | None = None, kgroup: int = 0,
+                 kblocks: int = 1) -> dict[str, int]:
     """The memory regions :func:`compiled_gemm` uses, without building the program.
 
     A memory planner needs them before it can give the kernel a ``placement``.
@@ -344,7 +354,8 @@ def gemm_regions(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803
     ValueError
         As :func:`compiled_gemm` does before building.
     """
-    p = gemm_params(M, K, N, stages=stages, fused=fused, params=params, kgroup=kgroup)
+    p = gemm_params(M, K, N, stages=stages, fused=fused, params=params, kgroup=kgroup,
+                    kblocks=kblocks)
     return regions_of(GEMM, config, p)
 
 

@@ -36,6 +36,9 @@ class GemmParams:
         ``[j*kgroup, (j+1)*kgroup)`` of ``a`` and ``b`` (:mod:`fusion.kernels.layout`), so each
         output tile reduces over ``kgroup`` rows, not K. The operands are the same as dense.
         Whether it splits K on a variant is the kind's legality check.
+    kblocks : int
+        Grouped only: column blocks per group, so column block ``j`` reads the rows of group
+        ``j // kblocks`` (1: every column block a group of its own, or several whole groups).
     kmajor_out : bool
         Store the output transposed, tile by tile (MATMUL ``tr``): the ``kmajor`` layout of
         :mod:`fusion.kernels.layout`, which a following GEMM reads as its A operand where it
@@ -57,12 +60,16 @@ class GemmParams:
     tiling: Tiling | None = None
     kgroup: int = 0
     kmajor_out: bool = False
+    kblocks: int = 1
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
         if not isinstance(self.kgroup, int) or isinstance(self.kgroup, bool) or self.kgroup < 0:
             raise ValueError(f"kgroup must be a non-negative integer (0: dense), not "
                              f"{self.kgroup!r}")
+        if not isinstance(self.kblocks, int) or isinstance(self.kblocks, bool) or \
+                self.kblocks < 1:
+            raise ValueError(f"kblocks must be a positive integer, not {self.kblocks!r}")
         if isinstance(self.stages, str):
             raise ValueError(f"stages must be a sequence of stage names, not the string "
                              f"{self.stages!r}")

@@ -207,12 +207,15 @@ def test_a_built_grouped_kernel_knows_its_grouping():
 
 
 @pytest.mark.parametrize("group, n, cols, expect", [
-    (16, 16, 4, (36, "grouped GEMM, each column block of 4 reduces over its 36 rows")),
-    (8, 16, 4, (36, "grouped GEMM")),  # 2 channels a group, 2 groups a column block
-    (4, 16, 8, (72, "grouped GEMM")),  # 4 channels a group, 2 groups a column block
-    (2, 12, 8, (0, "a group's 6 output channels do not divide the array's 8 columns")),
-    (16, 16, 16, (0, "all 16 output channels fit one column block of 16")),
-    (1, 16, 4, (0, "")),
+    (16, 16, 4, (36, 1, "grouped GEMM, each column block of 4 reduce over their group's 36")),
+    (8, 16, 4, (36, 1, "grouped GEMM")),  # 2 channels a group, 2 groups a column block
+    (4, 16, 8, (72, 1, "grouped GEMM")),  # 4 channels a group, 2 groups a column block
+    # 8 channels a group, 2 column blocks of 4 each: both read their group's 72 rows
+    (2, 16, 4, (72, 2, "grouped GEMM, its 2 column blocks of 4 reduce over their group's 72")),
+    (2, 12, 8, (0, 1, "a group's 6 output channels neither divide the array's 8 columns nor "
+                      "are a multiple of them")),
+    (16, 16, 16, (0, 1, "all 16 output channels fit one column block of 16")),
+    (1, 16, 4, (0, 1, "")),
 ])
 def test_grouping_of_a_convolutions_weights(group, n, cols, expect):
     config = VariantConfig(rows=4, cols=cols, epilogue=ALL_STAGES)
@@ -222,15 +225,28 @@ def test_grouping_of_a_convolutions_weights(group, n, cols, expect):
     for o in range(n):
         g = o // (n // group)
         w[g * kg_conv:(g + 1) * kg_conv, o] = (o % 7) + 1
-    kgroup, note = grouping(config, w, group)
-    assert kgroup == expect[0]
-    assert expect[1] in note
+    kgroup, kblocks, note = grouping(config, w, group)
+    assert (kgroup, kblocks) == expect[:2]
+    assert expect[2] in note
     if kgroup:  # not block-diagonal after all: dense, and why
         w[0, n - 1] = 1
-        assert grouping(config, w, group) == (0, f"group {group} as a dense GEMM of "
-                                              f"block-diagonal weights: the weights are not "
-                                              f"zero outside the diagonal {kgroup}-row blocks")
+        assert grouping(config, w, group) == (0, 1, f"group {group} as a dense GEMM of "
+                                                 f"block-diagonal weights: the weights are not "
+                                                 f"zero outside the diagonal {kgroup}-row "
+                                                 f"blocks")
         assert grouping(config, w, group, split=True)[0] == 0
+
+
+def test_column_blocks_of_one_group_read_its_rows():
+    """``kblocks``: the 4 column blocks of a 16-channel group (4 columns) all read that
+    group's 24 rows; A holds one slice per column block, B the diagonal blocks."""
+    dims = GemmDims(CFG, 5, 48, 32, kgroup=24, kblocks=4)  # 2 groups of 16 channels
+    assert [dims.k_rows(nb) for nb in range(dims.Nb)] == [(0, 24)] * 4 + [(24, 48)] * 4
+    assert dims.a_Kp == dims.Nb * dims.Kp == 8 * 24
+    with pytest.raises(ValueError, match="kblocks must be a positive integer"):
+        GemmDims(CFG, 5, 48, 32, kgroup=24, kblocks=0)
+    with pytest.raises(ValueError, match="in groups of 8"):  # one group: dense
+        GemmDims(CFG, 5, 48, 32, kgroup=24, kblocks=8)
 
 
 def test_ds_cnn_depthwise_layers_compile_to_grouped_gemms():
