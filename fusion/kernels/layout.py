@@ -1,4 +1,5 @@
-"""Memory layouts of the GEMM kernels, and allocation of external memory regions.
+"""Memory layouts of the GEMM kernels (the regions they lie in: :mod:`fusion.kernels.regions`,
+re-exported here).
 
 External memory is word-addressed (``config.port_bytes`` bytes a word, little-endian inside a
 word), and every region starts on a word boundary. With R = ``config.rows`` and
@@ -50,6 +51,10 @@ from typing import Any
 
 import numpy as np
 
+# the regions, where every kernel's layout lies: re-exported, their home is fusion.kernels.regions
+from fusion.kernels.regions import Allocator as Allocator
+from fusion.kernels.regions import Region as Region
+from fusion.kernels.regions import place as place
 from hwgen.config import VariantConfig
 from hwgen.stages import BIAS_GROUP_ROWS, BIAS_ROW, REQ_MULT_ROW, REQ_SHIFT_ROW
 
@@ -183,135 +188,6 @@ def kgroup_problem(config: VariantConfig, K: int, N: int, kgroup: int,  # noqa: 
                 f"N={N} (cols={config.cols}): a grouped GEMM needs {need}; use kgroup=0 "
                 f"(dense)")
     return None
-
-
-@dataclass(frozen=True)
-class Region:
-    """A named region of external memory: a word address and a size in bytes."""
-
-    name: str
-    addr: int
-    nbytes: int
-
-    def words(self, port_bytes: int) -> int:
-        return ceil_div(self.nbytes, port_bytes)
-
-
-class Allocator:
-    """Hands out word-aligned regions of the external memory, first fit from ``base``.
-
-    Each region starts on a multiple of ``align_bytes`` (at least one word), so that regions
-    start on round addresses in memory dumps and never share a word.
-    """
-
-    def __init__(self, config: VariantConfig, *, base: int = 0, align_bytes: int = 64) -> None:
-        self._config = config
-        self._align = max(1, align_bytes // config.port_bytes)
-        self._next = base
-        self.regions: dict[str, Region] = {}
-
-    def alloc(self, name: str, nbytes: int) -> Region:
-        """Reserve ``nbytes`` (rounded up to whole words) under a unique ``name``."""
-        if name in self.regions:
-            raise ValueError(f"memory region {name!r} is allocated twice")
-        if nbytes < 1:
-            raise ValueError(f"memory region {name!r} needs a positive size, not {nbytes}")
-        addr = ceil_div(self._next, self._align) * self._align
-        region = Region(name, addr, nbytes)
-        end = addr + region.words(self._config.port_bytes)
-        if end > self._config.mem_words:
-            raise ValueError(
-                f"memory region {name!r} ({nbytes} bytes) ends at word {end}, beyond the "
-                f"{self._config.mem_words} words of external memory "
-                f"(mem_addr_bits={self._config.mem_addr_bits}); use a smaller problem or a "
-                f"variant with more mem_addr_bits"
-            )
-        self._next = end
-        self.regions[name] = region
-        return region
-
-    @property
-    def used_words(self) -> int:
-        return self._next
-
-
-def place(config: VariantConfig, sizes: Mapping[str, int],
-          placement: Mapping[str, int] | None = None, *, what: str = "kernel") -> dict[str, Region]:
-    """The regions of a kernel: at the word addresses of ``placement``, or allocated.
-
-    A model compiler plans memory across kernels and hands each kernel the addresses of its
-    operands; a kernel built alone packs its regions first fit from word 0 (:class:`Allocator`).
-
-    Parameters
-    ----------
-    config : VariantConfig
-        The variant (its memory size and word width).
-    sizes : mapping of str to int
-        ``name -> bytes`` of each region, in allocation order.
-    placement : mapping of str to int, optional
-        ``name -> word address``; it must name exactly the regions of ``sizes``.
-    what : str
-        The kernel, for error messages.
-
-    Returns
-    -------
-    dict of str to Region
-        In the order of ``sizes``.
-
-    Raises
-    ------
-    ValueError
-        Naming the region: missing from or unknown to ``placement``, an address that is not
-        a non-negative integer, a region running past the end of memory, or two regions that
-        overlap.
-    """
-    if placement is None:
-        alloc = Allocator(config)
-        for name, nbytes in sizes.items():
-            alloc.alloc(name, nbytes)
-        return dict(alloc.regions)
-    if not isinstance(placement, Mapping):
-        raise ValueError(f"a placement maps region names to word addresses, not "
-                         f"{type(placement).__name__}")
-    missing = [name for name in sizes if name not in placement]
-    unknown = [str(name) for name in placement if name not in sizes]
-    if missing or unknown:
-        detail = "; ".join(part for part in (
-            f"missing {', '.join(missing)}" if missing else "",
-            f"unknown {', '.join(unknown)}" if unknown else "") if part)
-        raise ValueError(f"the placement must name exactly the {what}'s regions "
-                         f"({', '.join(sizes)}): {detail}")
-    regions = {}
-    for name, nbytes in sizes.items():
-        addr = placement[name]
-        if not isinstance(addr, int | np.integer) or isinstance(addr, bool) or addr < 0:
-            raise ValueError(f"memory region {name!r} is placed at {addr!r}; a placement gives "
-                             f"each region a non-negative integer word address")
-        if nbytes < 1:
-            raise ValueError(f"memory region {name!r} needs a positive size, not {nbytes}")
-        region = Region(name, int(addr), nbytes)
-        end = region.addr + region.words(config.port_bytes)
-        if end > config.mem_words:
-            raise ValueError(
-                f"memory region {name!r} ({nbytes} bytes) placed at word {region.addr} ends at "
-                f"word {end}, beyond the {config.mem_words} words of external memory "
-                f"(mem_addr_bits={config.mem_addr_bits}); place it lower or use a variant with "
-                f"more mem_addr_bits")
-        regions[name] = region
-    # Sorted by address, a region overlaps another iff it starts before the furthest end so
-    # far (a large region may cover several later ones).
-    last: Region | None = None
-    for region in sorted(regions.values(), key=lambda r: r.addr):
-        if last is not None and region.addr < last.addr + last.words(config.port_bytes):
-            raise ValueError(
-                f"memory regions {last.name!r} (words {last.addr}.."
-                f"{last.addr + last.words(config.port_bytes) - 1}) and {region.name!r} (words "
-                f"{region.addr}..{region.addr + region.words(config.port_bytes) - 1}) overlap; "
-                f"place them apart")
-        if last is None or (region.addr + region.words(config.port_bytes)
-                            > last.addr + last.words(config.port_bytes)):
-            last = region
-    return regions
 
 
 def bias_region_bytes(dims: GemmDims, params: Any = None) -> int:
@@ -504,8 +380,6 @@ def unpack_output(dims: GemmDims, outputs, dtype: type | np.dtype, *,
     ``outputs`` maps ``"out"`` to its bytes (bytes, bytearray or a uint8 array), or is those
     bytes itself; ``kmajor``: stored transposed, tile by tile (int8, :func:`unpack_kmajor`).
     """
-    from collections.abc import Mapping
-
     data = outputs["out"] if isinstance(outputs, Mapping) else outputs
     if not isinstance(data, bytes | bytearray | memoryview):
         data = np.asarray(data, np.uint8).tobytes()
