@@ -30,10 +30,10 @@ search goes on with the slope free as well (:func:`_free_slope`): the table boun
 requantize multiplier to an interval for each weight and bias, and a float32 weight scale
 whose folded multiplier lies in it reproduces the table (in that DenseNet-121, 146 channels
 take one, 7.5e-6 to 4.2e-3 of it away from ``|a_c| / |w_c|``, median 6.3e-5). That leaves 2
-channels of 34,336 (codes 5e-5 and 8e-4 LSB from a half) without exact parameters. A BatchNormalization runs on
-the accelerator only where every channel is exact; otherwise the host computes it, as it
-does one whose input is not dequantized from 8 bits, whose output is not quantized, whose
-parameters are not constants, or whose input is not 4-D.
+channels of 34,336 (codes 5e-5 and 8e-4 LSB from a half) without exact parameters. A
+BatchNormalization runs on the accelerator only where every channel is exact; otherwise the
+host computes it, as it does one whose input is not dequantized from 8 bits, whose output is
+not quantized, whose parameters are not constants, or whose input is not 4-D.
 """
 
 from __future__ import annotations
