@@ -240,3 +240,22 @@ def average_window(node: Node, x_shape: tuple[int, ...]) -> dict:
         raise Refused(f"{what} has ceil_mode=1 and its last windows hang over the input: their "
                       f"divisor is smaller, which one requantize cannot do")
     return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads}
+
+
+def multiplier_range(acc: np.ndarray, want: np.ndarray, zp: int, bounds: tuple[int, int],
+                     shift: int) -> tuple[float, float] | None:
+    """The requantize multipliers at ``shift`` that could give ``want`` from ``acc``:
+    ``rne(acc * mult / 2**shift) + zp == want`` holds within half a unit, an interval of
+    ``mult`` per element, on every element whose ``want`` lies strictly inside ``bounds``
+    (a saturated one bounds it on one side only) and whose ``acc`` is not zero. Their
+    intersection ``(low, high)``, in float64, or None when it is empty or no element bounds
+    it. The callers take candidates from it and check each exactly on every element."""
+    lo, hi = bounds
+    inside = (want > lo) & (want < hi) & (acc != 0)
+    if not inside.any():
+        return None
+    t = (want[inside] - zp).astype(np.float64)
+    a = acc[inside].astype(np.float64)
+    ends = np.stack([(t - 0.5) * 2.0**shift / a, (t + 0.5) * 2.0**shift / a])
+    low, high = ends.min(axis=0).max(), ends.max(axis=0).min()
+    return (float(low), float(high)) if 0 < low <= high else None

@@ -43,7 +43,14 @@ import numpy as np
 from fusion.ir import ops
 from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, rewrite_each
-from fusion.passes._qdq_common import Refused, Tail, dq_source, match_tail, next_node
+from fusion.passes._qdq_common import (
+    Refused,
+    Tail,
+    dq_source,
+    match_tail,
+    multiplier_range,
+    next_node,
+)
 from fusion.reference.hwgen_ops import requant
 from fusion.reference.onnx_host_ops import batch_normalization
 
@@ -180,24 +187,18 @@ def _free_slope(acc: np.ndarray, table: np.ndarray, attrs: dict, s_x: float, tai
     """A float32 weight scale whose folded multiplier gives ``table`` from the accumulators
     ``acc`` (one per code), or None.
 
-    The table bounds the multiplier at the shift of ``attrs``: a code that does not saturate
-    has ``rne(acc * mult / 2**shift) = table - zp`` (within half a unit), an interval per
-    code; in their intersection, tens of thousands of units wide where one exists, the weight
-    scales nearest its middle (a float32 step moves the multiplier by about 2**7) are folded
-    as Q/DQ folding will, and checked on every code. The slope moves away from ``|a|``, by
-    1e-5 to 1e-3 of it: slope and bias together place the codes on the table's side of each
-    rounding half, which a bias alone (``1/|w|`` of an input step) cannot."""
-    shift, zp = attrs["shift"], attrs["zp"]
-    lo, hi = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
-    inside = (table > lo) & (table < hi) & (acc != 0)
-    if not inside.any():
+    The table bounds the multiplier at the shift of ``attrs`` (:func:`fusion.passes.
+    _qdq_common.multiplier_range`); in that interval, tens of thousands of units wide where
+    one exists, the weight scales nearest its middle (a float32 step moves the multiplier by
+    about 2**7) are folded as Q/DQ folding will, and checked on every code. The slope moves
+    away from ``|a|``, by 1e-5 to 1e-3 of it: slope and bias together place the codes on the
+    table's side of each rounding half, which a bias alone (``1/|w|`` of an input step) cannot."""
+    shift = attrs["shift"]
+    bounds = tail.clamp if tail.clamp is not None else ops.INT_RANGE[tail.dtype]
+    found = multiplier_range(acc, table, attrs["zp"], bounds, shift)
+    if found is None:
         return None
-    t = (table[inside] - zp).astype(np.float64)
-    a = acc[inside].astype(np.float64)
-    ends = np.stack([(t - 0.5) * 2.0**shift / a, (t + 0.5) * 2.0**shift / a])
-    low, high = ends.min(axis=0).max(), ends.max(axis=0).min()
-    if not 0 < low <= high:
-        return None
+    low, high = found
     s_y = float(tail.quant.scale[0])
     start = np.float32((low + high) / 2 * 2.0**-shift * s_y / s_x)
     for k in (0, 1, -1, 2, -2, 3, -3):

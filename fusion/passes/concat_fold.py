@@ -12,8 +12,8 @@ Exact on every code, or left as it is. An 8-bit input has 256 codes, so per inpu
 computes the table of the computation as ONNX defines it (the dequantized value exact, its
 quotient by the output scale rounded half to even, saturated: :func:`table`) and looks for
 the multiplier that reproduces all of it (:func:`rescale`): each code that does not saturate
-bounds the multiplier to an interval (in exact fractions), and a multiplier inside every
-interval is checked against the whole table. Where none exists the Concat stays, and the host
+bounds the multiplier to an interval, and multipliers inside every interval are checked
+exactly against the whole table. Where none exists the Concat stays, and the host
 computes it in float as before. (onnxruntime and hwgen's host compute the quotient in
 float32, which puts a value a few ulps from a half on either side: with an output scale of
 exactly twice the input's, an odd code's half rounds to even one time and away the next; the
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 
 import numpy as np
 
 from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
+from fusion.passes._qdq_common import multiplier_range, next_node
 from fusion.reference.hwgen_ops import qconcat_part
 
 #: The requantize multiplier and shift of a scale of 1 (:func:`hwgen.reference.
@@ -61,9 +61,10 @@ def rescale(want: np.ndarray, in_dtype: str, in_zp: int, out_dtype: str, out_zp:
     ``in_scale / out_scale``) does.
 
     ``want - out_zp`` on a code that does not saturate is ``rne(v * mult / 2**shift)`` with
-    ``v = code - in_zp``: so ``mult`` lies within half a unit of it over ``v``, an interval
-    in exact fractions. The candidates (the multiplier of ``ratio``, the middle and the ends
-    of the intersection) are checked on every code, saturated ones included.
+    ``v = code - in_zp``, which bounds ``mult`` to an interval
+    (:func:`fusion.passes._qdq_common.multiplier_range`). The candidates (the multiplier of
+    ``ratio``, the middle and the ends of the interval) are checked exactly on every code,
+    saturated ones included.
     """
     lo_code, hi_code = ops.INT_RANGE[in_dtype]
     v = np.arange(lo_code, hi_code + 1, dtype=np.int64) - in_zp
@@ -74,17 +75,10 @@ def rescale(want: np.ndarray, in_dtype: str, in_zp: int, out_dtype: str, out_zp:
     mult0, shift = int(attrs["mult"]), int(attrs["shift"])
     if mult0 <= 0:
         return None
-    lo_out, hi_out = ops.INT_RANGE[out_dtype]
-    low, high = Fraction(1), Fraction(2**31 - 1)
-    unit = Fraction(2**shift, 2)
-    for vi, wi in zip(v.tolist(), want.tolist(), strict=True):
-        if vi == 0 or not lo_out < wi < hi_out:
-            continue
-        t = wi - out_zp
-        a, b = (2 * t - 1) * unit / vi, (2 * t + 1) * unit / vi
-        low, high = max(low, min(a, b)), min(high, max(a, b))
     candidates = [mult0]
-    if low <= high:
+    found = multiplier_range(v, want, out_zp, ops.INT_RANGE[out_dtype], shift)
+    if found is not None:
+        low, high = found
         candidates += [round((low + high) / 2), math.ceil(low), math.floor(high)]
     for mult in dict.fromkeys(candidates):
         if 0 < mult < 2**31 and np.array_equal(
@@ -126,8 +120,8 @@ def _qdq(graph: Graph, node: Node) -> tuple[list[str], Node] | None:
     """``DQ(x_i) -> Concat -> Q``: the ``x_i`` and the Q, or None."""
     if node.op != "Concat" or node.outputs[0] in graph.outputs:
         return None
-    users = graph.consumers(node.outputs[0])
-    if len(users) != 1 or users[0].op != "quantize":
+    q = next_node(graph, node.outputs[0])
+    if q is None or q.op != "quantize":
         return None
     sources = []
     for name in node.inputs:
@@ -135,7 +129,7 @@ def _qdq(graph: Graph, node: Node) -> tuple[list[str], Node] | None:
         if dq is None or dq.op != "dequantize":
             return None
         sources.append(dq.inputs[0])
-    return sources, users[0]
+    return sources, q
 
 
 def _rewrite(graph: Graph, node: Node) -> Graph | None:
