@@ -32,12 +32,25 @@ class ConcatFeatures(Features):
     def problem(self) -> tuple:
         return (self.M, self.widths, self.rescaled)
 
+    def instructions(self) -> tuple | None:
+        """The program's instructions (at its placement, or built alone), None when it
+        cannot be built (longer than the instruction memory: the kind refuses it)."""
+        return _built(self)
+
     def analytical_cycles(self, platform: PlatformConfig | None = None) -> int:
-        """:func:`fusion.cost.analytical.estimate_program`: the walk of the program (at its
-        placement, or built alone), instruction by instruction; 0 if it cannot be built (the
-        kind refuses it before it is priced)."""
+        """:func:`fusion.cost.analytical.estimate_program`: the walk of the program,
+        instruction by instruction.
+
+        Raises
+        ------
+        ValueError
+            The program cannot be built: the kind refuses such params before any pricing.
+        """
         instrs = _built(self)
-        return estimate_program(self.config, instrs, platform) if instrs is not None else 0
+        if instrs is None:
+            raise ValueError(f"the concat {self.M}x{list(self.widths)} program cannot be "
+                             f"built on variant {self.config.key()}; its kind refuses it")
+        return estimate_program(self.config, instrs, platform)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "variant": self.config.key(), "config": self.config.to_dict(),

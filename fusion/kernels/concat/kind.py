@@ -31,7 +31,7 @@ from fusion.kernels import layout
 from fusion.kernels.concat.build import RESCALE, build_concat, part_dims, sizes
 from fusion.kernels.concat.features import ConcatFeatures
 from fusion.kernels.epilogue import pass_fit_problem
-from fusion.kernels.layout import GemmDims, Region
+from fusion.kernels.layout import GemmDims, Region, place
 from fusion.kernels.program import Kernel
 from fusion.kernels.protocol import (
     Build,
@@ -149,6 +149,11 @@ class ConcatKind(KernelKind):
                                        params=p.epilogue_of(i) or EpilogueParams(), src_dt="i8")
             if problem is not None:
                 return Refusal(self.name, "pass_does_not_fit", problem)
+        if self.features(config, p).instructions() is None:  # built alone, cached for pricing
+            try:
+                self.build(config, p, place(config, self.regions(config, p)))
+            except ValueError as exc:  # what stopped it: the instruction memory, the memory
+                return Refusal(self.name, "program", str(exc))
         return None
 
     def dims(self, params: ConcatParams) -> tuple[int, int, int]:

@@ -41,6 +41,16 @@ def test_k_major_needs_a_square_array_and_rescales_need_their_stages():
     assert refusal.reason == "stage_missing" and refusal.detail("stage") == "bias"
 
 
+def test_a_program_longer_than_the_instruction_memory_is_refused_not_priced():
+    tiny = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, imem_depth=40)
+    refusal = CONCAT.legality(tiny, join((8, 8, 8)))
+    assert refusal.reason == "program"
+    assert "needs 47 instructions but the variant's instruction memory holds 40" in refusal.text
+    with pytest.raises(ValueError, match="cannot be built"):
+        CONCAT.features(tiny, join((8, 8, 8))).analytical_cycles()
+    assert CONCAT.legality(V8, join((8, 8, 8))) is None
+
+
 def test_params_are_checked():
     with pytest.raises(ValueError, match="at least 2 inputs"):
         join((8,))
