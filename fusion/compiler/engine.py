@@ -214,7 +214,11 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
                                + "; ".join(sorted({c.refused for c in covers})))
         chosen = min(legal, key=lambda c: (c.cycles, len(c.cuts)))
         note = ""
-        if unfused.cycles is not None and chosen is not unfused:
+        # The minimum gain keeps a chain unfused when fusing pays too little to trust the
+        # prediction; it never moves compute to the host (an unfused cover with more host
+        # steps than the fused one): that trades a predicted saving for a host round trip.
+        more_host = _host_steps(unfused) > _host_steps(chosen)
+        if unfused.cycles is not None and chosen is not unfused and not more_host:
             gain = (unfused.cycles - chosen.cycles) / unfused.cycles
             if gain < min_gain:
                 note = (f"fusing saves {gain:.1%} of {unfused.cycles:,.0f} predicted cycles, "
@@ -231,6 +235,11 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
     variants = ([o for o in seg[chosen.cuts[0]] if o.spec is not None]
                 if first is not None and first.kind.variants_label else [])
     return ChainDecision(chain, chosen, covers, variants, note, seg)
+
+
+def _host_steps(cover: Cover) -> int:
+    """The chain's nodes that ``cover`` runs on the host."""
+    return sum(j - i for (i, j), o in zip(cover.cuts, cover.options, strict=True) if o.on_host)
 
 
 def _check_sizes(graph: Graph, config: VariantConfig, chain: Chain,

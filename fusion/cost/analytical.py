@@ -6,8 +6,10 @@ gateware (see there). The program is not rendered: the walk reads the context th
 renders (the addresses do not matter, so the regions are dummies) and follows the template's
 macros over it:
 
-- ``gemm.j2`` (:func:`fusion.kernels.gemm.loops.gemm_context`): the prologue (CSR writes, the
-  bias load, the register setup), the first super tile's loads, then the nest of hardware
+- ``gemm.j2`` (:func:`fusion.kernels.gemm.loops.gemm_context`), per part (one per bias window,
+  :func:`fusion.kernels.gemm.parts.program_parts`): the prologue (after the first part, a
+  wait for the previous part's jobs; CSR writes, the bias load, the register setup), the
+  first super tile's loads, then the nest of hardware
   loops (a counter before each, a branch per iteration) over the super tiles: double
   buffered ``loads(t+1) [wait EPI; load R(t+1)] grid(t) after wait LOAD+FEED``, single
   buffered ``grid(t) after wait FEED [wait EPI; load R(t+1)] loads(t+1) wait LOAD``;
@@ -42,8 +44,7 @@ from fusion.cost.memory import MemoryModel
 from fusion.cost.model import CostModel, Features, placement_of
 from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES, pass_context, reads_bias_region
-from fusion.kernels.gemm.loops import gemm_context
-from fusion.kernels.gemm.stream import stream_context
+from fusion.kernels.gemm.parts import program_parts
 from fusion.kernels.layout import GemmDims, Region, place
 from hwgen.config import VariantConfig
 from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
@@ -108,7 +109,9 @@ def _grid(m: Machine, g: dict[str, Any], job: Callable[[], None]) -> None:
 def _prologue(m: Machine, c: VariantConfig, ctx: dict[str, Any], waited: bool) -> None:
     """Macro ``prologue`` of ``common.j2``: CSR writes, the bias load (its two address
     registers set first), the register setup."""
-    if ctx["csrs"] and not waited:
+    if ctx.get("refill"):
+        m.wait(feed=True, epi=True)  # the previous bias window's jobs are stored
+    elif ctx["csrs"] and not waited:
         m.wait(epi=True)
     m.instrs(len(ctx["csrs"]))
     if ctx["bias_load"]:
@@ -118,8 +121,9 @@ def _prologue(m: Machine, c: VariantConfig, ctx: dict[str, Any], waited: bool) -
 
 def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
           lane_bytes: int) -> None:
-    """``gemm.j2``, walked over the context it renders (the addresses do not matter): the
-    prologue, the first super tile's loads, then the loop nest of super tiles."""
+    """``gemm.j2`` (or ``gemm_stream.j2``), walked over the contexts of its parts (one per
+    bias window; the addresses do not matter): each part's prologue, the first super tile's
+    loads, then the loop nest of super tiles."""
     c = dims.config
     params = EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op)
     dummy = Region("x", 0, 1)
@@ -128,10 +132,15 @@ def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
         {"residual": dummy} if "residual" in stages else {})
     kw = {"params": params, "out": dummy, "out_dt": "i8" if lane_bytes == 1 else "i32",
           "halt": False, "transposed": getattr(f, "kmajor_out", False)}
-    if f.tiling.stream:
-        _stream(m, c, stream_context(dims, f.tiling, stages, regions, **kw), lane_bytes)
-        return
-    ctx = gemm_context(dims, f.tiling, stages, regions, **kw)
+    for template, ctx in program_parts(dims, f.tiling, stages, regions, **kw):
+        if template == "gemm_stream.j2":
+            _stream(m, c, ctx, lane_bytes)
+        else:
+            _nest(m, c, ctx)
+
+
+def _nest(m: Machine, c: VariantConfig, ctx: dict[str, Any]) -> None:
+    """One part of ``gemm.j2``: its prologue, first loads and loop nest of super tiles."""
     double = ctx["double_buffer"]
     # The segment stride r3 holds at this point of the text: its li is left out of the
     # program when r3 holds it already (codegen.drop_redundant_li, which forgets every value
@@ -209,7 +218,8 @@ def _stream(m: Machine, c: VariantConfig, ctx: dict[str, Any], lane_bytes: int) 
             chunk(ch, more)
 
     _prologue(m, c, ctx, waited=False)
-    m.load(ctx["a_words"] * c.port_bytes, load_row_bytes(c, Dst.A), source="a")
+    if ctx["load_a"]:
+        m.load(ctx["a_words"] * c.port_bytes, load_row_bytes(c, Dst.A), source="a")
     for _ in ctx["prologue_slots"]:
         m.load(chunk_bytes, b_row, setup=1, source="b")
         m.instrs(1)

@@ -5,7 +5,9 @@ A super tile is ``tm`` x ``tn`` output tiles (row blocks x column blocks) over a
 rows of B; with double buffering each operand gets half of its scratchpad, so that the next
 super tile can load into the other half. A fused residual takes ``tm * tn * rows`` rows of the
 epilogue scratchpad per buffer, after the bias rows (with ``per_channel``, the bias groups of
-per-channel requantize: three rows per column block, also without the bias stage).
+per-channel requantize: three rows per column block, also without the bias stage). Bias rows
+that do not all fit beside the residual tiles load in windows of column blocks
+(:mod:`fusion.kernels.bias_window`), so a super tile needs only its own blocks' rows.
 
 K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
 accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
@@ -23,11 +25,13 @@ whenever the column block changes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from fusion.kernels.bias_window import window_blocks
 from fusion.kernels.codegen import FIELD_MAX
-from fusion.kernels.layout import GemmDims, ceil_div
+from fusion.kernels.layout import GemmDims, bias_group, ceil_div
 from hwgen.config import VariantConfig
 from hwgen.isa import MAX_LEFT
 
@@ -100,14 +104,53 @@ class Tiling:
                              f"not {self.stream!r}")
 
 
-def _e_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int, halves: int,
-            per_channel: bool = False) -> int:
+def _residual_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int,
+                   halves: int) -> int:
+    return halves * tm * tn * dims.R if "residual" in stages else 0
+
+
+def bias_blocks(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+                per_channel: bool = False) -> int:
+    """Column blocks of each bias window of the GEMM (:mod:`fusion.kernels.bias_window`) for
+    ``tiling`` (resolved): ``Nb`` when its bias region fits the epilogue scratchpad beside
+    the residual tiles, or it reads none; 0 when not even one super tile's column blocks fit
+    (grouped: a window holds whole groups)."""
     # the bias region is loaded for the bias stage, and for per-channel requantize
-    reads_bias = "bias" in stages or (per_channel and "requant" in stages)
-    rows = dims.bias_region_rows(per_channel) if reads_bias else 0
-    if "residual" in stages:
-        rows += halves * tm * tn * dims.R
-    return rows
+    if not ("bias" in stages or (per_channel and "requant" in stages)):
+        return dims.Nb
+    if tiling.stream:
+        free, tn = dims.config.spad_e_depth, 1
+    else:
+        halves = 2 if tiling.double_buffer else 1
+        tn = tiling.tn
+        free = dims.config.spad_e_depth - _residual_rows(dims, stages, tiling.tm, tn, halves)
+    if dims.grouped:  # a window holds whole groups
+        tn = math.lcm(tn, dims.kblocks)
+    return window_blocks(dims, free, per_channel, tn)
+
+
+def _bias_problem(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling,
+                  per_channel: bool) -> str | None:
+    """Why the bias windows of ``tiling`` cannot be: the residual tiles alone overflow the
+    epilogue scratchpad, or not one super tile's bias rows fit beside them."""
+    cfg = dims.config
+    halves = 1 if tiling.stream or not tiling.double_buffer else 2
+    res = 0 if tiling.stream else _residual_rows(dims, stages, tiling.tm, tiling.tn, halves)
+    buffering = " or no double buffering" if halves == 2 else ""
+    if res > cfg.spad_e_depth:
+        return (f"the epilogue scratchpad needs {res} rows for residual tiles but has "
+                f"{cfg.spad_e_depth}; use smaller tm, tn{buffering}")
+    if bias_blocks(dims, stages, tiling, per_channel=per_channel):
+        return None
+    what = "bias group" if per_channel else "bias"
+    tn = 1 if tiling.stream else tiling.tn
+    tn = math.lcm(tn, dims.kblocks) if dims.grouped else tn
+    need = bias_group(per_channel) * tn
+    unit = "a group" if dims.grouped and dims.kblocks > 1 else "a super tile"
+    return (f"the epilogue scratchpad needs {need + res} rows ({need} {what} rows for the "
+            f"{tn} column block(s) of {unit}"
+            + (f" and {res} for residual tiles" if res else "")
+            + f") but has {cfg.spad_e_depth}; use smaller tm, tn{buffering}")
 
 
 def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
@@ -141,18 +184,9 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
                 f"{'tm' if name == 'A' else 'tn'} or kt"
                 + (", or no double buffering" if halves == 2 else "")
             )
-    e_need = _e_rows(dims, stages, tm, tn, halves, per_channel)
-    if e_need > cfg.spad_e_depth:
-        e_bias = _e_rows(dims, tuple(s for s in stages if s != "residual"), tm, tn, halves,
-                         per_channel)
-        parts = [f"{e_bias} {'bias group' if per_channel else 'bias'} rows"] if e_bias else []
-        parts += [f"{e_need - e_bias} for residual tiles"] if e_need > e_bias else []
-        problems.append(
-            f"the epilogue scratchpad needs {e_need} rows ({' and '.join(parts)}) but has "
-            f"{cfg.spad_e_depth}; use smaller tm, tn"
-            + (" or no double buffering" if halves == 2 else "")
-            + (", a smaller N" if e_bias else "")
-        )
+    problem = _bias_problem(dims, stages, tiling, per_channel)
+    if problem:
+        problems.append(problem)
     lengths = (kt, kt * dims.R // dims.W, kt * dims.C // dims.W, tn * dims.tile_words(1))
     if max(lengths) > FIELD_MAX:
         problems.append(f"kt={kt} (or tn={tn}) makes a matmul k or load len exceed the "
@@ -185,10 +219,10 @@ def stream_problems(dims: GemmDims, stages: tuple[str, ...], q: int, *,
         if dims.Kp > depth:
             problems.append(f"a streamed GEMM holds Kp={dims.Kp} rows in the {name} "
                             f"scratchpad, which has {depth}")
-    e_need = _e_rows(dims, stages, 1, 1, 1, per_channel)
-    if e_need > cfg.spad_e_depth:
-        problems.append(f"the epilogue scratchpad needs {e_need} bias rows but has "
-                        f"{cfg.spad_e_depth}")
+    # (a streamed GEMM's bias windows do not depend on its chunk count)
+    problem = _bias_problem(dims, stages, Tiling(stream=2), per_channel)
+    if problem:
+        problems.append(problem)
     if max(dims.Kp, dims.Kp * dims.R // dims.W) > FIELD_MAX:
         problems.append(f"Kp={dims.Kp} makes the A load's len exceed the 16-bit field "
                         f"({FIELD_MAX})")

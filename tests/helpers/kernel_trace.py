@@ -302,9 +302,14 @@ def _derive(kernel, store: Store, i: int, j: int, r: int) -> list[tuple[str, int
         assert store.res == want, (where, store.res, want)
     if store.kind == "matmul":
         assert store.row == r, (where, store.row)
-        a = [Label("a", (i * d.Kp + k) * d.R, "a") for k in range(d.Kp)]
+        # grouped, A is [Mb][Nb * Kp][R]: a Kp slice per column block, the same rows for
+        # every block of a group (kblocks), so any of them will do
+        peers = ([j // d.kblocks * d.kblocks + n for n in range(d.kblocks)] if d.grouped
+                 else [0])
+        a_rows = [x for x, _ in store.acc]
+        assert any(a_rows == [Label("a", (i * d.a_Kp + p * d.Kp + k) * d.R, "a")
+                              for k in range(d.Kp)] for p in peers), f"{where}: wrong A rows"
         b = [Label("b", (j * d.Kp + k) * d.C, "b") for k in range(d.Kp)]
-        assert [x for x, _ in store.acc] == a, f"{where}: wrong A rows"
         assert [y for _, y in store.acc] == b, f"{where}: wrong B rows"
         return [("matmul", store.mask, store.dt)]
     src = store.src

@@ -18,15 +18,22 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from fusion.kernels import layout
+from fusion.kernels.bias_window import windows
 from fusion.kernels.codegen import ProgramTooLong, assemble_program, render
 from fusion.kernels.epilogue import DT_BYTES, pass_context, pass_dtypes, reads_bias_region
-from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.gemm.stream import stream_context
+from fusion.kernels.gemm.parts import program_parts
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import figures
 from fusion.kernels.protocol import Build
-from fusion.kernels.tiling import Tiling, default_tiling, loop_shape, ranked_tilings, resolve
+from fusion.kernels.tiling import (
+    Tiling,
+    bias_blocks,
+    default_tiling,
+    loop_shape,
+    ranked_tilings,
+    resolve,
+)
 from hwgen.config import VariantConfig
 from hwgen.reference import output_dtype
 
@@ -75,13 +82,12 @@ def _passes(dims: GemmDims, p: GemmParams, regions: Mapping[str, Region],
     return passes, stored
 
 
-def program_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
-                    regions: Mapping[str, Region], **kw) -> tuple[str, dict]:
-    """The template of ``tiling`` (super tiles or streamed) and its context (arguments as for
-    :func:`fusion.kernels.gemm.loops.gemm_context`)."""
-    if tiling.stream:
-        return "gemm_stream.j2", stream_context(dims, tiling, stages, regions, **kw)
-    return "gemm.j2", gemm_context(dims, tiling, stages, regions, **kw)
+def program_text(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
+                 regions: Mapping[str, Region], **kw) -> str:
+    """The GEMM's program text for ``tiling`` (super tiles or streamed; one part per bias
+    window, :func:`fusion.kernels.gemm.parts.program_parts`, whose arguments these are)."""
+    return "\n".join(render(template, **context) for template, context
+                     in program_parts(dims, tiling, stages, regions, **kw))
 
 
 def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Region]) -> Build:
@@ -119,11 +125,10 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
         shape = loop_shape(dims, cand)
         if shape in too_long:
             continue
-        template, context = program_context(
+        text = program_text(
             dims, cand, gemm_stages, regions, params=params,
             out=bufs[0] if bufs else regions["out"], out_dt="i32" if bufs else final_dt,
             halt=not bufs, transposed=p.kmajor_out)
-        text = render(template, **context)
         try:
             program = assemble_program(config, "\n".join([text, *passes]), what=what)
         except ProgramTooLong as exc:
@@ -137,5 +142,7 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
             default_tiling(dims, gemm_stages, per_channel=params.per_channel)
         raise error
     rows = len(passes) * dims.Mb * dims.Nb * dims.R
+    blocks = bias_blocks(dims, gemm_stages, tiling, per_channel=params.per_channel)
     return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp + rows, stored=stored,
-                   chosen={"tiling": dataclasses.asdict(tiling)})
+                   chosen={"tiling": dataclasses.asdict(tiling),
+                           "bias_windows": len(windows(dims.Nb, blocks))})

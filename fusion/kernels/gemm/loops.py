@@ -58,8 +58,14 @@ class _Nest:
 
     def __init__(self, dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
                  regions: Mapping[str, Region], out: Region, out_dt: str,
-                 per_channel: bool = False, transposed: bool = False) -> None:
+                 per_channel: bool = False, transposed: bool = False,
+                 pitch: int | None = None, a_pitch: int | None = None) -> None:
         cfg, R, C, W = dims.config, dims.R, dims.C, dims.W
+        #: Output (and residual) tiles per block row: ``Nb``, or the whole tensor's when this
+        #: nest is one bias window's column slice (:mod:`fusion.kernels.bias_window`).
+        self.pitch = dims.Nb if pitch is None else pitch
+        #: A's rows per row block: ``a_Kp``, or the whole grouped GEMM's in a window.
+        self.a_kp = dims.a_Kp if a_pitch is None else a_pitch
         self.dims, self.tiling, self.cfg = dims, tiling, cfg
         self.double = tiling.double_buffer
         # r9 (the bias row) is used when the bias stage reads the bias, and when per-channel
@@ -82,11 +88,11 @@ class _Nest:
         #: bias-row step is set (3 with per-channel requantize: bias, multipliers, shifts).
         self.bias_step = bias_group(per_channel)
         # Words (or rows) each quantity moves per step of each index.
-        kp, nb, tm, tn = dims.Kp, dims.Nb, tiling.tm, tiling.tn
+        kp, nb, tm, tn = dims.Kp, self.pitch, tiling.tm, tiling.tn
         if dims.grouped and tn != 1:
             raise ValueError(f"a grouped GEMM has one column block per super tile, not tn={tn}")
         self.coef = {
-            "m": {"a": tm * dims.a_Kp * R // W, "b": 0, "out": tm * nb * self.out_tw,
+            "m": {"a": tm * self.a_kp * R // W, "b": 0, "out": tm * nb * self.out_tw,
                   "bias": 0},
             # grouped, the next column block reads the next Kp slice of A
             "n": {"a": tn * kp * R // W if dims.grouped else 0, "b": tn * kp * C // W,
@@ -147,13 +153,13 @@ class _Nest:
             set_ext = {"rs": ext, "imm": adv[q]} if adv.get(q) else None
             if q == "a":
                 loads.append(self._load(Dst.A, ext, set_ext, spad[q], tme, kte * d.R // W,
-                                        d.a_Kp * d.R // W, f"A: {tme} blocks, k {kte}"))
+                                        self.a_kp * d.R // W, f"A: {tme} blocks, k {kte}"))
             else:
                 loads.append(self._load(Dst.B, ext, set_ext, spad[q], tne, kte * d.C // W,
                                         d.Kp * d.C // W, f"B: {tne} blocks, k {kte}"))
         if res_from_r8 is not None:
             loads.append(self._load(Dst.E8, TEMP, {"rs": "r8", "imm": res_from_r8},
-                                    spad["res"], tme, tne * self.res_tw, d.Nb * self.res_tw,
+                                    spad["res"], tme, tne * self.res_tw, self.pitch * self.res_tw,
                                     f"residual: {tme} x {tne} tiles"))
         return loads
 
@@ -163,7 +169,8 @@ class _Nest:
         n_outer, n_inner = (tme, tne) if mn else (tne, tme)
         # operand -> (register, step per row block, step per column block)
         steps = {"a": ("r6", kte, 0), "b": ("r7", 0, kte),
-                 "out": ("r8", d.Nb * self.out_tw, self.out_tw), "bias": ("r9", 0, self.bias_step),
+                 "out": ("r8", self.pitch * self.out_tw, self.out_tw),
+                 "bias": ("r9", 0, self.bias_step),
                  "res": ("r10", tne * d.R, d.R)}
         used = {"a", "b"} | ({"out"} | ({"bias"} if self.has_bias else set())
                              | ({"res"} if self.has_res else set()) if last else set())
@@ -287,7 +294,8 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
                  regions: Mapping[str, Region], *, params: EpilogueParams, out: Region,
                  out_dt: str,
                  prefix: str = "gemm", halt: bool = True,
-                 transposed: bool = False) -> dict[str, Any]:
+                 transposed: bool = False, pitch: int | None = None,
+                 a_pitch: int | None = None) -> dict[str, Any]:
     """The context of ``gemm.j2``: prologue, first loads and the loop nest of super tiles.
 
     Parameters
@@ -315,6 +323,10 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
     transposed : bool
         Store the output tiles transposed (MATMUL ``tr``: the ``kmajor`` layout of
         :mod:`fusion.kernels.layout`).
+    pitch : int, optional
+        Output and residual tiles per block row, when not ``dims.Nb``: the nest is one bias
+        window's column slice of a wider output (:mod:`fusion.kernels.bias_window`);
+        ``a_pitch`` likewise A's rows per row block, when not ``dims.a_Kp`` (grouped).
 
     Returns
     -------
@@ -322,7 +334,8 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
         ``supertiles`` is a list of nodes: ``{"kind": "loop", "counter", "count", "body"}`` or
         ``{"kind": "step", "final", "loads", "grid", "after"}``, each with a ``label``.
     """
-    nest = _Nest(dims, tiling, stages, regions, out, out_dt, params.per_channel, transposed)
+    nest = _Nest(dims, tiling, stages, regions, out, out_dt, params.per_channel, transposed,
+                 pitch, a_pitch)
     first = nest.first_class()
     res_first = nest.res_off if nest.has_res and first["k"] else None
     # The first super tile's blocks go to the halves it reads: r6, r7, r10.
@@ -338,4 +351,4 @@ def gemm_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
                           if nest.has_bias else None),
             "tm": tiling.tm, "tn": tiling.tn, "kt": nest.size["k"][1], "order": tiling.order,
             "double_buffer": nest.double, "loops": counts, "prologue_loads": prologue,
-            "supertiles": body}
+            "supertiles": body, "refill": False, "window": None}

@@ -72,4 +72,5 @@ def stream_context(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
         "mask": f"{sum(cfg.stage_bit(s) for s in stages):#b}", "dt": out_dt,
         "tr": int(transposed), "out_step": dims.tile_words(DT_BYTES[out_dt]),
         "bias_step": bias_group(params.per_channel),
+        "refill": False, "window": None, "load_a": True,
     }

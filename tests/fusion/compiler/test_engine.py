@@ -7,6 +7,7 @@ from fusion.compiler.engine import decide_chain
 from fusion.compiler.lower import CompileError, chains
 from fusion.compiler.plan import compile_model
 from fusion.cost.analytical import AnalyticalModel
+from fusion.cost.host import HostCostModel
 from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
 from fusion.kernels.protocol import Refusal
@@ -78,6 +79,20 @@ def test_min_gain_keeps_the_unfused_cover():
     decisions = _plan(_layer(), config, min_gain=0.99)
     assert _kernels(decisions) == [["mm"], ["bias"], ["req"], ["relu"]]
     assert "minimum gain" in decisions[0].note
+
+
+def test_min_gain_never_moves_compute_to_the_host():
+    """A GEMV's passes cost about what the host does: the unfused cover runs them on the
+    host, and fusing saves under the minimum gain. Keeping that cover would move the bias and
+    requantize to the host on a prediction too close to trust; the fused kernel stays."""
+    config = VariantConfig(rows=4, cols=4, epilogue=ALL)
+    host = HostCostModel(seconds_per_op=1e-6, seconds_per_element=0.0)
+    decisions = _plan(_layer(m=1, relu=False), config, min_gain=0.5, host=host)
+    unfused = next(c for c in decisions[0].covers if len(c.cuts) == 3)
+    assert [o.on_host for o in unfused.options] == [False, True, True]
+    assert 0 < unfused.cycles - decisions[0].chosen.cycles < 0.5 * unfused.cycles
+    assert _kernels(decisions) == [["mm", "bias", "req"]]
+    assert not decisions[0].note
 
 
 def test_explain_prices_every_cover_and_says_why_losers_lost():

@@ -317,10 +317,17 @@ def test_residual_tiles_that_cannot_fit_the_epilogue_scratchpad():
               ("residual",))
 
 
-def test_bias_rows_must_fit_the_epilogue_scratchpad():
+def test_bias_rows_that_do_not_fit_load_in_windows_or_are_refused():
     cfg = VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=ALL, spad_e_depth=16)
-    with pytest.raises(ValueError, match="needs 17 rows .* has 16"):
-        build(cfg, 3, 3, 17, ("bias",))
+    kernel = build(cfg, 3, 3, 17, ("bias",))  # 17 bias rows: windows of 16 and 1 blocks
+    assert kernel.meta["chosen"]["bias_windows"] == 2
+    assert_sound(kernel)
+    # double-buffered residual tiles of a 4 x 2 super tile take all 16 rows
+    with pytest.raises(ValueError, match=r"needs 18 rows \(2 bias rows for the 2 column "
+                                         r"block\(s\) of a super tile and 16 for residual "
+                                         r"tiles\) but has 16"):
+        build(cfg, 8, 3, 17, ("bias", "residual"), tiling=Tiling(tm=4, tn=2))
+    # the unfused passes load the whole bias region
     with pytest.raises(ValueError, match=r"needs 18 epilogue scratchpad rows for one tile "
                                          r"\(17 bias rows \+ 1\) but the variant has 16"):
         build(cfg, 3, 3, 17, ("bias",), fused=False)

@@ -215,13 +215,19 @@ def test_per_channel_refusals():
 
 def test_tiling_counts_the_group_rows():
     cfg = VariantConfig(rows=1, cols=1, port_bytes=1, epilogue=ALL, spad_e_depth=16)
-    compiled_gemm(cfg, 3, 3, 6, stages=("bias", "requant"))  # 6 bias rows fit
-    with pytest.raises(ValueError, match=r"the epilogue scratchpad needs 18 rows "
-                                         r"\(18 bias group rows\) but has 16"):
-        compiled_gemm(cfg, 3, 3, 6, stages=("requant",), params=PC)
-    with pytest.raises(ValueError, match=r"needs 14 rows \(12 bias group rows and 2 for "
-                                         r"residual tiles\) but has 13"):
-        compiled_gemm(dataclasses.replace(cfg, spad_e_depth=13), 3, 3, 4,
+    kernel = compiled_gemm(cfg, 3, 3, 6, stages=("bias", "requant"))  # 6 bias rows fit
+    assert kernel.meta["chosen"]["bias_windows"] == 1
+    # 18 group rows: windows of 5 column blocks (15 rows) and 1
+    kernel = compiled_gemm(cfg, 3, 3, 6, stages=("requant",), params=PC)
+    assert kernel.meta["chosen"]["bias_windows"] == 2
+    # beside 2 residual rows, 3 blocks (9 rows) a window
+    kernel = compiled_gemm(dataclasses.replace(cfg, spad_e_depth=13), 3, 3, 4,
+                           stages=("requant", "residual"), params=PC, tiling=Tiling(tm=1, tn=1))
+    assert kernel.meta["chosen"]["bias_windows"] == 2
+    with pytest.raises(ValueError, match=r"needs 5 rows \(3 bias group rows for the 1 column "
+                                         r"block\(s\) of a super tile and 2 for residual "
+                                         r"tiles\) but has 4"):
+        compiled_gemm(dataclasses.replace(cfg, spad_e_depth=4), 3, 3, 4,
                       stages=("requant", "residual"), params=PC, tiling=Tiling(tm=1, tn=1))
 
 

@@ -1,0 +1,91 @@
+"""Bias windows: a GEMM whose bias region does not fit the epilogue scratchpad loads it in
+windows of column blocks.
+
+The fused epilogue reads each output tile's bias row (with per-channel requantize, its group
+of three rows: bias, multipliers, shifts) from the epilogue scratchpad. Loaded whole, the bias
+region takes ``3 * Nb`` rows, so a per-channel GEMM wider than ``spad_e_depth / 3`` column
+blocks (680 channels on an 8-column array with 256 rows: ResNet-50's 1,024 and 2,048-channel
+layers, the 1,000-way classifiers) could not fuse its epilogue at all.
+
+With windows, the GEMM runs as one program of *parts*, one per window of ``w`` consecutive
+column blocks: each part is the same kernel (super-tile nest or streamed GEMM) on the column
+slice ``[j0, j0 + w)``, with its own prologue, which first waits until the previous part's
+jobs are stored (they read the rows the window's bias load overwrites, and the operand rows
+the part's first loads overwrite) and then loads the window's bias rows from row 0. Only
+the addresses differ between parts: B, the bias groups, the output and the residual start
+``j0`` column blocks further on, and the output and residual keep the whole tensor's block
+pitch (``Nb`` tiles a block row). ``w`` is the most column blocks whose rows fit beside the
+residual rows, a multiple of the super tile's ``tn`` (a super tile never straddles two
+windows) whose rows are whole memory words (so every window starts on a word).
+
+One window (every GEMM whose bias fits, so every GEMM before windows existed) is the program
+it always was. Each further window costs a pipeline drain and refill, a few hundred cycles:
+the cost model walks the parts as it walks one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div
+
+
+def window_blocks(dims: GemmDims, free_rows: int, per_channel: bool, tn: int = 1) -> int:
+    """Column blocks whose bias rows are loaded at once, in ``free_rows`` epilogue rows.
+
+    ``dims.Nb`` when the whole region fits; else the most blocks, a multiple of ``tn``, whose
+    rows fill whole memory words; 0 when not even ``tn`` blocks fit.
+    """
+    if dims.bias_region_rows(per_channel) <= free_rows:
+        return dims.Nb
+    step, row, word = bias_group(per_channel), dims.config.e_row_bytes, dims.W
+    blocks = free_rows // step // tn * tn
+    while blocks > 0 and blocks * step * row % word:
+        blocks -= tn
+    return blocks
+
+
+def windows(nb: int, blocks: int) -> list[tuple[int, int]]:
+    """``(first column block, blocks)`` of each window over ``nb`` column blocks."""
+    if blocks < 1:
+        raise ValueError(f"a bias window has at least one column block, not {blocks}")
+    return [(j0, min(blocks, nb - j0)) for j0 in range(0, nb, blocks)]
+
+
+def window_dims(dims: GemmDims, first: int, blocks: int) -> GemmDims:
+    """The column slice ``[first, first + blocks)`` of ``dims`` as a GEMM of its own.
+
+    Grouped (windows of whole groups), the slice reduces over its groups' rows of K: grouped
+    again when it holds two groups or more; one group is a dense GEMM over ``kgroup`` rows
+    (every column block of the group reads the same rows, so the first block's slice of A
+    serves them all; rows past K are the layout's zero padding).
+    """
+    n = min(blocks * dims.C, dims.N - first * dims.C)
+    if not dims.grouped:
+        return dataclasses.replace(dims, N=n)
+    g0, groups = first // dims.kblocks, ceil_div(blocks, dims.kblocks)
+    if groups == 1:
+        return dataclasses.replace(dims, K=dims.kgroup, N=n, kgroup=0, kblocks=1)
+    k = min(dims.K, (g0 + groups) * dims.kgroup) - g0 * dims.kgroup
+    return dataclasses.replace(dims, K=k, N=n)
+
+
+def window_regions(dims: GemmDims, regions: Mapping[str, Region], out: Region, first: int,
+                   *, out_tile_words: int, per_channel: bool) -> tuple[dict[str, Region],
+                                                                       Region]:
+    """The regions of the window starting at column block ``first``, and its output: B, the
+    bias groups, the residual and the output moved on by ``first`` column blocks (and A,
+    grouped; dense, A is shared)."""
+    # bytes per column block (a window's first block always starts on a word)
+    step = {"b": dims.Kp * dims.C, "residual": dims.tile_bytes(1),
+            "bias": bias_group(per_channel) * dims.config.e_row_bytes}
+    if dims.grouped:  # A's [Mb][Nb * Kp][R]: one Kp slice per column block
+        step["a"] = dims.Kp * dims.R
+    moved = {name: _moved(region, first * step[name] // dims.W) if name in step else region
+             for name, region in regions.items()}
+    return moved, _moved(out, first * out_tile_words)
+
+
+def _moved(region: Region, words: int) -> Region:
+    return dataclasses.replace(region, addr=region.addr + words)
