@@ -7,6 +7,7 @@ which :func:`fusion.passes.qdq_fold.explain` reports.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from fusion.ir import ops, shapes
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, describe_quant
+from hwgen.lanes import round_shift
 
 DQ_OPS = ("DequantizeLinear", "dequantize")
 Q_OPS = ("QuantizeLinear", "quantize")
@@ -169,13 +171,15 @@ def emit_activation(edit: Edit, base: str, x: str, bounds: tuple[int, int] | Non
 
 
 def requant_epilogue(edit: Edit, base: str, acc: str, acc_scale: np.ndarray, axis: int,
-                     tail: Tail) -> None:
-    """``requant`` of int32 ``acc`` (real scale ``acc_scale``) then the tail's activation."""
+                     tail: Tail, attrs: dict | None = None) -> None:
+    """``requant`` of int32 ``acc`` (real scale ``acc_scale``) then the tail's activation;
+    ``attrs``: the requantize's attributes, when the caller chose its multipliers."""
     scale = np.asarray(acc_scale, np.float64) / tail.quant.scale[0]
     try:
-        attrs = ops.requant_attrs(float(scale[0]) if scale.size == 1 else tuple(scale.tolist()),
-                                  tail.quant.zero_point[0], out_dtype=tail.dtype, axis=axis,
-                                  round_even=True)  # QuantizeLinear rounds halves to even
+        attrs = attrs or ops.requant_attrs(
+            float(scale[0]) if scale.size == 1 else tuple(scale.tolist()),
+            tail.quant.zero_point[0], out_dtype=tail.dtype, axis=axis,
+            round_even=True)  # QuantizeLinear rounds halves to even
     except ValueError as exc:
         raise Refused(f"the requantize scale cannot be held by the multiplier: {exc}") from None
     if not _needs_activation(tail):
@@ -208,40 +212,6 @@ def maxpool_attrs(node: Node, x_shape: tuple[int, ...]) -> dict:
             "ceil_mode": node.attr("ceil_mode", 0)}
 
 
-def average_window(node: Node, x_shape: tuple[int, ...]) -> dict:
-    """The ``qconv2d`` window (kernel, strides, dilations, pads) of an average pool whose
-    divisor is the same for every window, the kernel size.
-
-    Raises
-    ------
-    Refused
-        For a pool that is not 2-D, and where the divisor varies at the borders:
-        ``count_include_pad`` = 0 with padding, or a ``ceil_mode`` window that hangs over.
-    """
-    what = f"{node.op} {node.name!r}"
-    if len(x_shape) != 4:
-        raise Refused(f"{what} pools a {len(x_shape)}-D tensor; the accelerator pools 4-D "
-                      f"NCHW tensors")
-    if node.op.endswith("GlobalAveragePool"):
-        return {"kernel": tuple(x_shape[2:]), "strides": (1, 1), "dilations": (1, 1),
-                "pads": (0, 0, 0, 0)}
-    kernel = tuple(node.attr("kernel_shape"))
-    strides = tuple(node.attr("strides") or (1, 1))
-    dilations = tuple(node.attr("dilations") or (1, 1))
-    pads = window_pads(node, x_shape, kernel)
-    if any(pads) and not node.attr("count_include_pad", 0):
-        raise Refused(f"{what} has count_include_pad=0 with padding {pads}: its divisor varies "
-                      f"at the borders, which one requantize cannot do; export it with "
-                      f"count_include_pad=1 or without padding")
-    floor, _, _ = shapes.window(x_shape[2:], kernel, strides, dilations, pads)
-    ceil, _, _ = shapes.window(x_shape[2:], kernel, strides, dilations, pads, "NOTSET",
-                               node.attr("ceil_mode", 0))
-    if floor != ceil:
-        raise Refused(f"{what} has ceil_mode=1 and its last windows hang over the input: their "
-                      f"divisor is smaller, which one requantize cannot do")
-    return {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads}
-
-
 def multiplier_range(acc: np.ndarray, want: np.ndarray, zp: int, bounds: tuple[int, int],
                      shift: int) -> tuple[float, float] | None:
     """The requantize multipliers at ``shift`` that could give ``want`` from ``acc``:
@@ -259,3 +229,36 @@ def multiplier_range(acc: np.ndarray, want: np.ndarray, zp: int, bounds: tuple[i
     ends = np.stack([(t - 0.5) * 2.0**shift / a, (t + 0.5) * 2.0**shift / a])
     low, high = ends.min(axis=0).max(), ends.max(axis=0).min()
     return (float(low), float(high)) if 0 < low <= high else None
+
+
+def exact_multiplier(acc: np.ndarray, want: np.ndarray, ratio: float, zp: int,
+                     out_dtype: str) -> tuple[int, int] | None:
+    """``(mult, shift)`` of the round-half-even requantize that gives ``want`` from every
+    value of ``acc`` (``sat(rne(acc * mult / 2**shift) + zp)``), or None when no multiplier
+    at the shift of ``ratio`` (the real scale it approximates) does.
+
+    Each ``acc`` whose ``want`` does not saturate bounds ``mult`` to an interval
+    (:func:`multiplier_range`); the candidates (the multiplier of ``ratio``, the middle and
+    the ends of the intersection) are checked exactly on every value, saturated ones
+    included. Callers pass the whole domain of ``acc`` (an 8-bit input's codes, a window
+    sum's range), so a multiplier found is exact on any input.
+    """
+    try:
+        attrs = ops.requant_attrs(ratio, 0)
+    except ValueError:
+        return None
+    mult0, shift = int(attrs["mult"]), int(attrs["shift"])
+    if mult0 <= 0:
+        return None
+    lo, hi = ops.INT_RANGE[out_dtype]
+    candidates = [mult0]
+    found = multiplier_range(acc, want, zp, (lo, hi), shift)
+    if found is not None:
+        low, high = found
+        candidates += [round((low + high) / 2), math.ceil(low), math.floor(high)]
+    for mult in dict.fromkeys(candidates):
+        if 0 < mult < 2**31:
+            got = round_shift(np.asarray(acc, np.int64) * mult, shift, even=True) + zp
+            if np.array_equal(np.clip(got, lo, hi), want):
+                return mult, shift
+    return None

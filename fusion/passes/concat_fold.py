@@ -25,7 +25,6 @@ output is read by anything but one ``QuantizeLinear`` (per tensor) or is a graph
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,8 +32,7 @@ import numpy as np
 from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
-from fusion.passes._qdq_common import multiplier_range, next_node
-from fusion.reference.hwgen_ops import qconcat_part
+from fusion.passes._qdq_common import exact_multiplier, next_node
 
 #: The requantize multiplier and shift of a scale of 1 (:func:`hwgen.reference.
 #: quantize_multiplier`): an input quantized as the output is copied.
@@ -60,31 +58,12 @@ def rescale(want: np.ndarray, in_dtype: str, in_zp: int, out_dtype: str, out_zp:
     ``in_dtype``, or None when no multiplier at the shift of ``ratio`` (the real scale
     ``in_scale / out_scale``) does.
 
-    ``want - out_zp`` on a code that does not saturate is ``rne(v * mult / 2**shift)`` with
-    ``v = code - in_zp``, which bounds ``mult`` to an interval
-    (:func:`fusion.passes._qdq_common.multiplier_range`). The candidates (the multiplier of
-    ``ratio``, the middle and the ends of the interval) are checked exactly on every code,
-    saturated ones included.
+    ``want - out_zp`` is ``sat(rne(v * mult / 2**shift))`` with ``v = code - in_zp``:
+    :func:`fusion.passes._qdq_common.exact_multiplier` finds it.
     """
     lo_code, hi_code = ops.INT_RANGE[in_dtype]
     v = np.arange(lo_code, hi_code + 1, dtype=np.int64) - in_zp
-    try:
-        attrs = ops.requant_attrs(ratio, 0)
-    except ValueError:
-        return None
-    mult0, shift = int(attrs["mult"]), int(attrs["shift"])
-    if mult0 <= 0:
-        return None
-    candidates = [mult0]
-    found = multiplier_range(v, want, out_zp, ops.INT_RANGE[out_dtype], shift)
-    if found is not None:
-        low, high = found
-        candidates += [round((low + high) / 2), math.ceil(low), math.floor(high)]
-    for mult in dict.fromkeys(candidates):
-        if 0 < mult < 2**31 and np.array_equal(
-                qconcat_part(v + in_zp, in_zp, mult, shift, out_zp, out_dtype), want):
-            return mult, shift
-    return None
+    return exact_multiplier(v, want, ratio, out_zp, out_dtype)
 
 
 def _per_tensor(quant: Quant | None) -> tuple[float, int] | None:

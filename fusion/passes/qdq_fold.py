@@ -27,9 +27,11 @@ QOperator ops
     hwgen op (``maxpool`` ...), keeping the quantization.
 Average pools
     ``DQ -> AveragePool | GlobalAveragePool -> Q`` and ``QLinear(Global)AveragePool`` become a
-    depthwise ``qconv2d`` with all-ones weights (the window sum; padding reads the zero point,
-    so it adds 0) and a ``requant`` by ``x_scale / (window * y_scale)``. Refused where the
-    divisor varies: ``count_include_pad`` = 0 with padding, ``ceil_mode`` windows that hang over.
+    window sum (a depthwise ``qconv2d`` with all-ones weights; padding reads the zero point,
+    so it adds 0) and a ``requant`` by ``x_scale / (window * y_scale)``; where the divisor
+    varies at the borders (``count_include_pad`` = 0 with padding, ``ceil_mode`` overhang), a
+    GEMM against the pooling matrix with one requantize scale per window
+    (:mod:`fusion.passes._qdq_pool`).
 Layout ops between Q and DQ
     ``MaxPool``, ``Flatten``, ``Reshape``, ``Transpose`` and ``Relu`` of a ``DQ`` run on the
     integers instead (``maxpool`` ..., ``Relu`` as ``clamp(lo=zero_point)``), followed by a
@@ -50,7 +52,6 @@ cannot hold closely enough. :func:`explain` says why for each op left.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -62,7 +63,6 @@ from fusion.passes._qdq_common import (
     Q_OPS,
     Refused,
     Tail,
-    average_window,
     const,
     dq_source,
     emit_activation,
@@ -76,6 +76,7 @@ from fusion.passes._qdq_common import (
 )
 from fusion.passes._qdq_compute import _acc_quant, _channel_vector, fold_compute, fold_qoperator
 from fusion.passes._qdq_pairs import fold_pair, fold_pairs, lower, lower_all
+from fusion.passes._qdq_pool import fold_pool
 
 COMPUTE = ("MatMul", "Gemm", "Conv")
 QOPERATOR = ("QLinearMatMul", "QLinearConv", "MatMulInteger", "ConvInteger")
@@ -156,76 +157,6 @@ def _emit_qadd(graph: Graph, node: Node, operands: list[tuple[str, Quant]], tail
     except GraphError as exc:
         raise Refused(f"{node.op} {node.name!r}: {exc}") from None
     return edit.apply()
-
-
-def fold_pool(graph: Graph, node: Node) -> Graph | None:
-    """An average pool as a window sum and one requantize.
-
-    The requantize scale ``x_scale / (window * y_scale)`` divides by the window size. The sum
-    of a window that covers the whole plane (a global pool, the usual end of a CNN) is a GEMM
-    over the spatial axis: the ``[N*C, H*W]`` view of x (NCHW, so a reshape moves nothing)
-    times a column of ones, which reads every input once (:func:`_global_sum`). Any other
-    window sum is a ``qconv2d`` with all-ones int8 weights and ``group`` = channels (padding
-    reads x's zero point, so it adds 0: ``count_include_pad`` = 1). None for a float pool.
-    """
-    i = node.inputs + ("",) * 5
-    if node.op.startswith("QLinear"):
-        x, y = i[0], node.outputs[0]
-        qx = quant_from(graph, x, i[1], i[2], 1)
-        tail = Tail((), y, quant_from(graph, y, i[3], i[4], 1), graph.tensors[y].dtype, None)
-    else:
-        source = dq_source(graph, i[0])
-        if source is None:
-            return None
-        x, qx = source
-        tail = match_tail(graph, node.outputs[0])
-        if tail is None:
-            raise Refused(f"{node.op} {node.name!r} is not followed by a QuantizeLinear; the "
-                          f"integer pool produces an 8-bit result")
-    per_tensor(x, qx)
-    if graph.tensors[x].dtype not in INT8S:
-        raise Refused(f"{node.op} {node.name!r} pools {x!r}, which is "
-                      f"{graph.tensors[x].dtype}; the integer pool takes 8-bit tensors")
-    window = average_window(node, graph.tensors[x].shape)
-    channels, size = graph.tensors[x].shape[1], math.prod(window["kernel"])
-    edit = Edit(graph)
-    edit.drop(node, *tail.nodes)
-    for name, quant in ((x, qx), (tail.output, per_tensor(tail.output, tail.quant))):
-        why = edit.annotate(name, quant)
-        if why:
-            raise Refused(why)
-    acc_scale = np.array([qx.scale[0] / size], np.float64)
-    x_shape = graph.tensors[x].shape
-    try:
-        if window["kernel"] == tuple(x_shape[2:]) and not any(window["pads"]):
-            _global_sum(edit, node.name, x, qx, x_shape, acc_scale, tail)
-            return edit.apply()
-        ones = edit.const(f"{node.name}/ones",
-                          np.ones((channels, 1, *window["kernel"]), np.int8), quant=Quant(1.0, 0))
-        acc = edit.node(f"{node.name}/qconv2d", "qconv2d", [x, ones], group=channels,
-                        quant=Quant(float(acc_scale[0]), 0), strides=window["strides"],
-                        dilations=window["dilations"], pads=window["pads"])
-        requant_epilogue(edit, node.name, acc, acc_scale, 1, tail)
-    except GraphError as exc:
-        raise Refused(f"{node.op} {node.name!r}: {exc}") from None
-    return edit.apply()
-
-
-def _global_sum(edit: Edit, base: str, x: str, qx: Quant, x_shape: tuple[int, ...],
-                acc_scale: np.ndarray, tail: Tail) -> None:
-    """``y = requant(reshape(x, [N*C, H*W]) @ ones[H*W, 1])`` reshaped to ``[N, C, 1, 1]``:
-    a global window sum as one GEMM with K = H*W. As a depthwise conv it was a GEMM with
-    K = C*H*W against a block-diagonal weight, C times the work, whose weight (C*C*H*W bytes,
-    256 KiB for ResNet-8's pool) dominated its cycles."""
-    n, c, h, w = x_shape
-    rows = edit.node(f"{base}/rows", "reshape", [x], quant=qx, shape=(n * c, h * w))
-    ones = edit.const(f"{base}/ones", np.ones((h * w, 1), np.int8), quant=Quant(1.0, 0))
-    acc = edit.node(f"{base}/qmatmul", "qmatmul", [rows, ones],
-                    quant=Quant(float(acc_scale[0]), 0))
-    pooled = dataclasses.replace(tail, output=f"{base}/pooled")
-    requant_epilogue(edit, base, acc, acc_scale, -1, pooled)
-    edit.node(f"{base}/reshape", "reshape", [pooled.output], output=tail.output,
-              quant=tail.quant, shape=(n, c, 1, 1))
 
 
 def fold_integer_layout(graph: Graph, node: Node) -> Graph:

@@ -69,9 +69,9 @@ def _qparams(dtype, xs, xz, ys, yz):
     return {"xs": np.float32(xs), "xz": t(xz), "ys": np.float32(ys), "yz": t(yz)}
 
 
-def qlinear_avgpool(seed=0, dtype="int8", shape=(1, 8, 9, 9), **attrs):
+def qlinear_avgpool(seed=0, dtype="int8", shape=(1, 8, 9, 9), scales=(0.043, 0.031), **attrs):
     rng = np.random.default_rng(seed)
-    inits = _qparams(dtype, 0.043, -3 if dtype == "int8" else 120, 0.031,
+    inits = _qparams(dtype, scales[0], -3 if dtype == "int8" else 120, scales[1],
                      5 if dtype == "int8" else 131)
     node = helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"],
                             domain=MS, **attrs)

@@ -66,7 +66,7 @@ def bn_pool_concat(seed: int, *, halves: bool = True) -> onnx.ModelProto:
     nodes.append(helper.make_node("AveragePool", [bn], ["pool2"], kernel_shape=[2, 2],
                                   pads=[0, 0, 1, 1], count_include_pad=1))
     nodes.append(helper.make_node("AveragePool", [bn], ["pool3"], kernel_shape=[3, 3],
-                                  pads=[1, 1, 1, 1]))  # count_include_pad=0: a host op
+                                  pads=[1, 1, 1, 1]))  # count_include_pad=0: a matrix GEMM
     branches = [q("pool2", "p2q", scale if halves else 1.37 * scale, zp),
                 q("pool3", "p3q", scale if halves else 1.21 * scale, zp)]
     nodes.append(helper.make_node("Concat", branches, ["cat"], axis=1))

@@ -35,6 +35,17 @@ FOLDS = {
                                                      shape=(2, 32, 8, 8)), 0.99),
     "qdq_avgpool_dilated": (lambda: cases.qdq_avgpool(8, kernel_shape=[2, 3], dilations=[2, 1],
                                                       strides=[1, 2]), 0.99),
+    # the divisor varies at the borders: a GEMM against the pooling matrix
+    "avgpool_pads_exclude": (lambda: cases.qlinear_avgpool(
+        19, kernel_shape=[3, 3], pads=[1, 1, 1, 1]), 0.99),
+    "avgpool_shufflenet": (lambda: cases.qlinear_avgpool(
+        27, shape=(2, 24, 16, 16), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        0.99),
+    "qdq_avgpool_ceil_overhang": (lambda: cases.qdq_avgpool(
+        20, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), 0.99),
+    "qdq_avgpool_ceil_pads_include": (lambda: cases.qdq_avgpool(
+        28, "AveragePool", "uint8", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 2],
+        ceil_mode=1, count_include_pad=1), 0.99),
     "qgemm_per_channel": (lambda: cases.qgemm(9, m=16, k=64, n=24), 0.99),
     "qgemm_transB_alpha": (lambda: cases.qgemm(10, transB=1, alpha=0.5), 0.99),
     "qgemm_uint8_per_tensor": (lambda: cases.qgemm(11, "uint8", per_channel=False), 0.99),
@@ -104,16 +115,38 @@ def test_average_pool_is_a_depthwise_window_sum_with_the_divisor_in_the_requanti
     assert requant.attr("mult") / 2 ** requant.attr("shift") == pytest.approx(want, rel=1e-8)
 
 
+def test_a_pool_whose_divisor_varies_is_a_gemm_against_its_pooling_matrix():
+    """ShuffleNet's pools (3x3, stride 2, padding 1, count_include_pad=0): a window at a
+    border divides by the 4 or 6 inputs it covers, so each output column (a window) of
+    ``[N*C, H*W] @ P`` gets its own requantize scale, x_scale / (count * y_scale)."""
+    model, _ = cases.qlinear_avgpool(29, shape=(1, 8, 6, 6), kernel_shape=[3, 3],
+                                     strides=[2, 2], pads=[1, 1, 1, 1])
+    graph = optimize(import_onnx(model), legalize=False)
+    ops_ = [n.op for n in graph.topo_order()]
+    assert ops_ == ["reshape", "qmatmul", "requant", "reshape"], ops_
+    mm = next(n for n in graph.nodes if n.op == "qmatmul")
+    pool = graph.initializers[mm.inputs[1]]
+    assert pool.shape == (36, 9) and set(np.unique(pool)) == {0, 1}
+    counts = pool.sum(axis=0).reshape(3, 3)
+    np.testing.assert_array_equal(counts, [[4, 6, 6], [6, 9, 9], [6, 9, 9]])
+    assert pool[0, 0] == 1 and pool[7, 0] == 1 and pool[2, 0] == 0  # rows 0-1, cols 0-1
+    requant = next(n for n in graph.nodes if n.op == "requant")
+    real = np.array(requant.attr("mult"), np.float64) / 2.0 ** np.array(requant.attr("shift"))
+    want = float(np.float32(0.043)) / (counts.reshape(-1) * float(np.float32(0.031)))
+    np.testing.assert_allclose(real, want, rtol=1e-8)
+
+
 def _refusal(model) -> str:
     graph = optimize(import_onnx(model))
     return "\n".join(qdq_fold.explain(graph))
 
 
 @pytest.mark.parametrize("build, why", [
-    (lambda: cases.qlinear_avgpool(19, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-     "count_include_pad=0 with padding (1, 1, 1, 1): its divisor varies at the borders"),
-    (lambda: cases.qdq_avgpool(20, kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
-     "ceil_mode=1 and its last windows hang over the input"),
+    (lambda: cases.qlinear_avgpool(19, shape=(1, 1, 24, 24), kernel_shape=[3, 3],
+                                   pads=[1, 1, 1, 1]),
+     "as a GEMM its 576 x 576 pooling matrix would take 331,776 bytes, more than the "
+     "262,144 allowed"),
+
     (lambda: cases.qdq_avgpool(21, "AveragePool", shape=(1, 4, 9), kernel_shape=[3]),
      "pools a 3-D tensor; the accelerator pools 4-D NCHW tensors"),
     (lambda: cases.qgemm(22, transA=1), "transA=1"),
@@ -131,6 +164,18 @@ def test_what_cannot_fold_is_explained_in_one_line(build, why):
         # as onnxruntime's own kernel computes it, which sums no products here (the same on
         # every CPU; its QGemm is not: tests/fusion/references.py)
         np.testing.assert_array_equal(got, cases.ort_run(model, feeds))
+
+
+def test_a_pool_whose_quotients_have_exact_halves_stays_on_the_host():
+    """Quantized in and out alike, a border window's sum over 6 can be an exact half, which
+    QuantizeLinear rounds to even: a multiplier just under 1/6 rounds every such half down,
+    one just over rounds them up, so none folds; the host computes it exactly."""
+    model, feeds = cases.qlinear_avgpool(30, kernel_shape=[3, 3], strides=[2, 2],
+                                         pads=[1, 1, 1, 1], scales=(0.043, 0.043))
+    assert ("divides some windows by 6: no requantize multiplier gives the quotient's "
+            "rounding") in _refusal(model)
+    got, _ = cases.hwgen_run(model, feeds, fold=True)
+    np.testing.assert_array_equal(got, cases.exact_run(model, feeds))
 
 
 def test_layout_ops_of_int8_tensors_become_hwgen_ops_keeping_the_quantization():
