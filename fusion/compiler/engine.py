@@ -21,7 +21,8 @@ Legality and profitability are kept apart:
 The host is one more engine for the segments it can run (no GEMM in them:
 :data:`fusion.compiler.lower.HOST_ALTERNATIVES`). Given a host cost model
 (:class:`fusion.cost.host.HostCostModel`), each such segment also gets a host option priced in
-accelerator cycles at the model's clock, and covers compare it like any kernel: the host wins
+accelerator cycles at the model's clock, plus moving its operands over the memory port, and
+covers compare it like any kernel: the host wins
 a segment only when its predicted cycles are fewer, or when the accelerator refuses the
 segment (a stage the variant lacks). ``--explain`` shows both prices and the choice. Without
 a host model (``--no-host-fallback``) the accelerator runs every chain, as before.
@@ -56,8 +57,8 @@ class Option:
     """One priced (or refused) kernel for a segment, or the host running it.
 
     A host option has no ``spec``; ``host_seconds`` is its predicted host time, ``cycles``
-    the same in accelerator cycles, and ``refused`` what the accelerator said of the segment
-    (None when it can run it too).
+    the same in accelerator cycles plus ``link_cycles`` moving its operands, and ``refused``
+    what the accelerator said of the segment (None when it can run it too).
     """
 
     spec: KernelSpec | None
@@ -66,6 +67,7 @@ class Option:
     host_seconds: float | None = None
     #: Which model priced it (:meth:`fusion.cost.model.CostModel.source`).
     priced_by: str = ""
+    link_cycles: float = 0.0
 
     @property
     def on_host(self) -> bool:
@@ -148,15 +150,18 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
     return options
 
 
-def _host_option(graph: Graph, chain: Chain, start: int, stop: int, host: HostCostModel,
-                 accelerator: list[Option]) -> Option | None:
-    """The host running segment ``start:stop``, or None when it holds a GEMM."""
+def _host_option(graph: Graph, config: VariantConfig, chain: Chain, start: int, stop: int,
+                 host: HostCostModel, accelerator: list[Option]) -> Option | None:
+    """The host running segment ``start:stop``, or None when it holds a GEMM: its compute,
+    and moving its operands to and from the accelerator's memory
+    (:meth:`~fusion.cost.host.HostCostModel.link_cycles`)."""
     nodes = chain.nodes[start:stop]
     if any(n.op not in HOST_ALTERNATIVES for n in nodes):
         return None
     seconds = sum(host.seconds(graph, n) for n in nodes)
+    link = sum(host.link_cycles(graph, n, config.port_bytes) for n in nodes)
     refused = accelerator[0].refused if accelerator and accelerator[0].spec is None else None
-    return Option(None, host.cycles(seconds), refused, seconds)
+    return Option(None, host.cycles(seconds) + link, refused, seconds, link_cycles=link)
 
 
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
@@ -183,7 +188,8 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
             found = _segment_options(graph, config, model, chain, i, j, memo, options)
             # layout steps (a convolution's im2col) run on the host even without fallback
             layout = all(n.op in HOST_OPS for n in chain.nodes[i:j])
-            on_host = (_host_option(graph, chain, i, j, host or HostCostModel(), found)
+            on_host = (_host_option(graph, config, chain, i, j, host or HostCostModel(),
+                                     found)
                        if host or layout else None)
             if on_host is not None:  # refused kernels price nothing: the host stands alone
                 found = sorted([o for o in found if o.spec is not None] + [on_host],
@@ -310,7 +316,7 @@ def _engine_lines(d: ChainDecision) -> list[str]:
         kernel = next((o for o in opts if o.spec is not None), None)
         name = _seg_name(d.chain, i, j)
         host = (f"host {on_host.cycles:,.0f} cycles ({on_host.host_seconds * 1e6:,.1f} us "
-                f"predicted)")
+                f"predicted, and {on_host.link_cycles:,.0f} cycles moving its operands)")
         if kernel is None:
             why = on_host.refused.text if on_host.refused else "no kernel"
             lines.append(f"  engine for {name}: {host}; accelerator refused ({why}): host")

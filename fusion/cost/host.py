@@ -16,17 +16,24 @@ are in the middle of those ranges, so a prediction is within a factor of about 5
 measured time; ``hwgen run`` reports both, per host op. The clock is
 :data:`hwgen.timing.DEFAULT_CLOCK_HZ` unless a model is given another.
 
-The comparison is of compute only on both sides: a kernel's cycles do not count the host's
-work to pack its operands, and a host op's seconds do not count moving its operands back from
-the accelerator's memory (in simulation there is no such move). At the default constants one
-host op is worth 2,000 cycles before its first element, so the accelerator keeps every op it
-can run in the bundled examples.
+A host op between kernels also moves its operands: it reads its inputs from the
+accelerator's memory and writes its outputs back. The engine adds those bytes at the memory
+port's width, one word a cycle (:meth:`HostCostModel.link_cycles`): the fastest any host
+bus on that port could move them, so the host is never priced above what it costs. That term
+decides the layout steps: a host im2col writes nine times the bytes it reads (a 3x3 window),
+where the window convolution gathers the same windows on the accelerator. (In simulation the
+testbench moves the bytes for free; a board's host bus will not.) A kernel's cycles do not
+count the host's work to pack its constant operands, which happens once, at compile time. At
+the default constants one host op is worth 2,000 cycles before its first element, so the
+accelerator keeps every op it can run in the bundled examples.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from fusion.ir.graph import Graph, Node
 from hwgen.timing import DEFAULT_CLOCK_HZ
@@ -62,6 +69,16 @@ class HostCostModel:
     def seconds(self, graph: Graph, node: Node) -> float:
         """Predicted wall seconds of ``node`` on the host."""
         return self.seconds_per_op + self.seconds_per_element * self.elements(graph, node)
+
+    @staticmethod
+    def link_cycles(graph: Graph, node: Node, port_bytes: int) -> float:
+        """Cycles to move ``node``'s operands between the accelerator's memory and the host:
+        the bytes it reads (its non-constant inputs) and writes, one ``port_bytes`` word a
+        cycle."""
+        moved = sum(math.prod(graph.tensors[n].shape) * np.dtype(graph.tensors[n].dtype).itemsize
+                    for n in (*(i for i in node.inputs if i and i not in graph.initializers),
+                              *node.outputs))
+        return moved / port_bytes
 
     def cycles(self, seconds: float) -> float:
         """``seconds`` in accelerator cycles at :attr:`clock_hz`."""

@@ -114,10 +114,14 @@ def test_the_engine_keeps_an_op_both_can_run_on_the_cheaper_accelerator():
     line = next(x for x in compiled.explain().splitlines() if "engine for pool" in x)
     kernel = compiled.kernels[0].predicted_cycles
     host = HostCostModel()
-    seconds = host.seconds(compiled.graph, compiled.graph.node("pool"))
+    node = compiled.graph.node("pool")
+    seconds = host.seconds(compiled.graph, node)
+    # the int8 pool reads 4 x 8 x 8 bytes and writes a quarter of that, a word a cycle
+    link = host.link_cycles(compiled.graph, node, V4X4.port_bytes)
+    assert link == (256 + 64) / V4X4.port_bytes
     assert line == (f"  engine for pool: accelerator {kernel:,.0f} cycles, host "
-                    f"{host.cycles(seconds):,.0f} cycles ({seconds * 1e6:,.1f} us predicted): "
-                    f"accelerator")
+                    f"{host.cycles(seconds) + link:,.0f} cycles ({seconds * 1e6:,.1f} us "
+                    f"predicted, and {link:,.0f} cycles moving its operands): accelerator")
     assert host.cycles(seconds) > kernel
 
 

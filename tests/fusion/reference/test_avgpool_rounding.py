@@ -7,9 +7,11 @@ before rounding, so an exact half rounds by the parity of ``value + zero point``
 -73.5 becomes -73 with an odd zero point, where QuantizeLinear's round half to even gives
 -74), and divide in float32. The executor takes the exact quotient instead.
 
-A QDQ ``DequantizeLinear -> AveragePool -> QuantizeLinear`` whose divisor varies stays a float
-host op: in float32 an exact -73.5 came out as -73 at some scales; the host computes it in
-float64 (``executor.run(float64=True)``, as the runtime runs host steps), where it is exact.
+A QDQ ``DequantizeLinear -> AveragePool -> QuantizeLinear`` run as a float host op computes in
+float64 (``executor.run(float64=True)``, as the runtime runs host steps): in float32 an exact
+-73.5 came out as -73 at some scales; in float64 the half is exact. Folded (its divisor varies:
+the pooling-matrix GEMM of :mod:`fusion.passes._qdq_pool`), the requantize of each divisor is
+exact on every window sum, so the halves round to even there too.
 """
 
 from fractions import Fraction
@@ -102,7 +104,10 @@ def test_window_pools_match_fractions(seed, kernel, pad, include, scales, zps):
     pads = [min(pad, k - 1) for k in kernel] * 2
     model = _model("QLinearAveragePool", x, scales, zps, kernel_shape=list(kernel),
                    pads=pads, count_include_pad=include)
-    got = _run(model, x)
+    # the host's pool, and the folded integer one (exact multipliers, or left to the host)
+    host, folded = _run(model, x), executor.run(optimize(import_onnx(model)), {"x": x})["y"]
+    np.testing.assert_array_equal(folded, host)
+    got = host
     padded = np.pad(x.astype(np.int64) - zps[0],
                     [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
     inside = np.pad(np.ones(x.shape[2:], np.int64), [(pads[0], pads[2]), (pads[1], pads[3])],
@@ -117,8 +122,7 @@ def test_window_pools_match_fractions(seed, kernel, pad, include, scales, zps):
 
 
 def _qdq_pool(scale: float, zp: int) -> onnx.ModelProto:
-    """``Q(AveragePool(DQ(x)))`` whose border windows count 2 (``count_include_pad`` = 0):
-    a pool the accelerator does not take (its divisor varies), run on the host."""
+    """``Q(AveragePool(DQ(x)))`` whose border windows count 2 (``count_include_pad`` = 0)."""
     inits = [numpy_helper.from_array(np.float32(scale), "s"),
              numpy_helper.from_array(np.int8(zp), "z")]
     nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xd"]),
@@ -133,14 +137,17 @@ def _qdq_pool(scale: float, zp: int) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("pair", [(-73, -74), (72, 73), (-1, -2), (0, 1)])
 @pytest.mark.parametrize("zp", [0, 3])
-def test_the_host_float_pool_rounds_exact_halves_to_even(pair, zp):
+def test_exact_halves_round_to_even_on_the_host_and_folded(pair, zp):
     # At this scale float32 arithmetic (DequantizeLinear products, the mean, the division in
     # QuantizeLinear) gave -73 for the exact -73.5; the host computes in float64 (as
-    # fusion.runtime.run runs host steps), where the half is exact and rounds to even.
+    # fusion.runtime.run runs host steps), where the half is exact and rounds to even, and the
+    # folded pool's requantize divides by 2 exactly, rounding half to even.
     scale = 0.04620436206459999
-    graph = optimize(import_onnx(_qdq_pool(scale, zp)))
-    assert "AveragePool" in [n.op for n in graph.nodes]  # left to the host
+    imported = import_onnx(_qdq_pool(scale, zp))
+    folded = optimize(imported)
+    assert "AveragePool" not in [n.op for n in folded.nodes]
     x = (np.array(pair, np.int64).reshape(1, 1, 1, 2) + zp).astype(np.int8)
-    got = executor.run(graph, {"x": x}, float64=True)["y"].ravel()
     half = _exact(sum(pair), 2, (scale, scale), (0, zp), "int8")
-    assert got.tolist() == [half, half]
+    for graph in (imported, folded):
+        got = executor.run(graph, {"x": x}, float64=True)["y"].ravel()
+        assert got.tolist() == [half, half]
