@@ -19,8 +19,9 @@ chunks in flight, so the port never waits for the array: for GEMVs (a batch of o
 are bound by streaming the weights.
 
 A grouped GEMM (``dims.kgroup``) reduces each tile over its column block's own slice of K
-(``Kp`` is that slice), so a super tile has one column block (``tn = 1``), and A is reloaded
-whenever the column block changes.
+(``Kp`` is that slice), so a super tile's column blocks lie in one group (``tn`` divides
+``kblocks``, the column blocks a group), all reading the group's slice of A, and A is
+reloaded whenever the super tile moves along n.
 """
 
 from __future__ import annotations
@@ -169,9 +170,10 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     if kt % cfg.k_align:
         problems.append(f"kt={kt} must be a multiple of k_align={cfg.k_align} "
                         f"(so that operand blocks are whole memory words)")
-    if dims.grouped and tn != 1:
+    if dims.grouped and dims.kblocks % tn:
         problems.append(f"a grouped GEMM (kgroup={dims.kgroup}) reads another slice of A per "
-                        f"column block, so a super tile has one column block, not tn={tn}")
+                        f"group, so a super tile's column blocks lie in one group: tn must "
+                        f"divide its kblocks={dims.kblocks}, not tn={tn}")
     if kt < dims.Kp and (tm, tn) != (1, 1):
         problems.append(f"K chunking (kt={kt} < Kp={dims.Kp}) needs tm=tn=1 because the "
                         f"accumulators hold one tile, not tm={tm}, tn={tn}")
@@ -289,9 +291,9 @@ def traffic(dims: GemmDims, tiling: Tiling) -> int:
     """Operand bytes loaded by the kernel, counting the blocks that stay resident."""
     a_bytes, b_bytes = dims.Mb * dims.a_Kp * dims.R, dims.Nb * dims.Kp * dims.C
     gm, gn = ceil_div(dims.Mb, tiling.tm), ceil_div(dims.Nb, tiling.tn)
-    if dims.grouped:  # each (m, n) super tile has its own A slice: A is read exactly once
+    if dims.grouped:  # each (m, n) super tile reads its group's A slice once
         resident_b = tiling.order == "nm" and (tiling.kt or dims.Kp) >= dims.Kp
-        return a_bytes + b_bytes * (1 if resident_b else gm)
+        return a_bytes * gn // dims.Nb + b_bytes * (1 if resident_b else gm)
     if (tiling.kt or dims.Kp) < dims.Kp:  # k chunks change every step: nothing stays resident
         return a_bytes * gn + b_bytes * gm
     if tiling.order == "mn":
@@ -350,8 +352,15 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
     chunked = kt < dims.Kp
     tms = [tm] if tm else [1] if chunked else range(1, min(dims.Mb, cfg.spad_a_depth // halves
                                                            // kt) + 1)
-    tns = [tn] if tn else [1] if chunked or dims.grouped else range(
-        1, min(dims.Nb, cfg.spad_b_depth // halves // kt) + 1)
+    most = min(dims.Nb, cfg.spad_b_depth // halves // kt)
+    if tn:
+        tns = [tn]
+    elif chunked:
+        tns = [1]
+    elif dims.grouped:  # the column blocks of a super tile lie in one group
+        tns = [t for t in range(1, min(most, dims.kblocks) + 1) if dims.kblocks % t == 0]
+    else:
+        tns = range(1, most + 1)
     found = []
     for tm_ in tms:
         for tn_ in tns:

@@ -38,12 +38,14 @@ def cases(config):
         problem = grouped_problem(config, m, k, n, kgroup, stages, seed=40 + i)
         out.append(GemmCase(m, k, n, stages=stages, tiling=tiling, problem=problem,
                             kgroup=kgroup))
-    # ShuffleNet's grouped 1x1s: 3 groups of 2 column blocks each (kblocks), K = 3 x 12
-    for i, (m, stages) in enumerate(((21, FUSED), (8, ()))):
+    # ShuffleNet's grouped 1x1s: 3 groups of 2 column blocks each (kblocks), K = 3 x 12; a
+    # super tile of one column block, or of a group's two (both read the group's A slice)
+    for i, (m, stages, tn) in enumerate(((21, FUSED, 1), (8, (), 1), (21, FUSED, 2),
+                                         (13, (), 2))):
         k, n, kblocks = 36, 6 * c, 2
         problem = grouped_problem(config, m, k, n, 12, stages, seed=60 + i, kblocks=kblocks)
         out.append(GemmCase(m, k, n, stages=stages, problem=problem, kgroup=12,
-                            kblocks=kblocks))
+                            kblocks=kblocks, tiling=Tiling(tn=tn)))
     return out
 
 

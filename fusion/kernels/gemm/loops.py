@@ -18,9 +18,11 @@ last one or two: the program size depends on the loop levels and ragged edges, n
 number of super tiles.
 
 A grouped GEMM (``dims.kgroup``: column block ``j`` reads only its own ``Kp`` slice of A,
-:mod:`fusion.kernels.layout`) has one column block per super tile (``tn = 1``), and A's
-address then moves along ``n`` too (by one slice), so A is reloaded whenever ``n`` steps,
-exactly as any quantity whose address moves; its row blocks are ``a_Kp`` apart.
+:mod:`fusion.kernels.layout`) has super tiles of column blocks of one group (``tn`` divides
+``kblocks``), which all read the slice of the super tile's first block (the layout repeats a
+group's slice for each of its blocks); A's address then moves along ``n`` too (by ``tn``
+slices), so A is reloaded whenever ``n`` steps, exactly as any quantity whose address moves;
+its row blocks are ``a_Kp`` apart.
 
 Registers, besides those of ``common.j2`` (r3 load stride, r11 and r12 the grid counters):
 
@@ -89,8 +91,9 @@ class _Nest:
         self.bias_step = bias_group(per_channel)
         # Words (or rows) each quantity moves per step of each index.
         kp, nb, tm, tn = dims.Kp, self.pitch, tiling.tm, tiling.tn
-        if dims.grouped and tn != 1:
-            raise ValueError(f"a grouped GEMM has one column block per super tile, not tn={tn}")
+        if dims.grouped and dims.kblocks % tn:
+            raise ValueError(f"a grouped GEMM's super tile holds column blocks of one group: "
+                             f"tn={tn} does not divide kblocks={dims.kblocks}")
         self.coef = {
             "m": {"a": tm * self.a_kp * R // W, "b": 0, "out": tm * nb * self.out_tw,
                   "bias": 0},

@@ -16,13 +16,15 @@ from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.kind import GEMM, compiled_gemm, gemm_key_parts, gemm_params
 from fusion.kernels.gemm.loops import gemm_context
 from fusion.kernels.layout import GemmDims, Region
-from fusion.kernels.tiling import Tiling, ranked_tilings, resolve, tiling_problem
+from fusion.kernels.tiling import Tiling, ranked_tilings, resolve, tiling_problem, traffic
 from hwgen.config import VariantConfig
 from hwgen.presets import ALL_STAGES, SIM_VARIANTS
 from hwgen.reference import EpilogueParams
+from tests.fusion.kernels.gemm.test_build import assert_sound
 from tests.fusion.test_real_models import REAL
 
 CFG = SIM_VARIANTS["4x4"]  # 4 x 4 array, 8-byte words, k_align 2
+V8 = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24)
 
 
 def block_diagonal(k, n, kgroup, cols, seed=0):
@@ -110,10 +112,25 @@ def test_kgroup_must_split_k_over_the_column_blocks(k, n, kgroup, why):
             gemm_params(4, k, n, kgroup=kgroup)
 
 
-def test_grouped_tilings_have_one_column_block():
-    dims = GemmDims(CFG, 40, 9 * 16, 16, kgroup=36)
+def test_grouped_super_tiles_hold_column_blocks_of_one_group():
+    dims = GemmDims(CFG, 40, 9 * 16, 16, kgroup=36)  # a group a column block
     assert {t.tn for t in ranked_tilings(dims)} == {1}
-    assert "one column block, not tn=2" in tiling_problem(dims, (), Tiling(tm=1, tn=2))
+    assert "tn must divide its kblocks=1, not tn=2" in tiling_problem(dims, (),
+                                                                     Tiling(tm=1, tn=2))
+    # ShuffleNet's grouped 1x1 at M = 4: 3 groups of 10 column blocks. One column block a
+    # super tile loads A's slice and B's block for each 320-step matmul (both port-bound);
+    # two blocks a super tile load it half as often (B's half holds three blocks of 320)
+    wide = GemmDims(V8, 4, 960, 240, kgroup=320, kblocks=10)
+    tns = {t.tn for t in ranked_tilings(wide, ("bias", "requant"))}
+    assert tns <= {1, 2, 5, 10} and max(tns) > 1
+    assert "not tn=3" in tiling_problem(wide, (), Tiling(tm=1, tn=3))
+    one, group = Tiling(tm=1, tn=1, kt=320), Tiling(tm=1, tn=2, kt=320)
+    assert traffic(wide, group) < traffic(wide, one)
+    kernels = [compiled_gemm(V8, 4, 960, 240, stages=("bias", "requant"), kgroup=320,
+                             kblocks=10, tiling=t) for t in (one, group)]
+    for kernel in kernels:
+        assert_sound(kernel)
+    assert kernels[1].ideal_cycles < 0.8 * kernels[0].ideal_cycles
 
 
 def walk_loads(ctx):
