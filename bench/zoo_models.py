@@ -12,7 +12,10 @@ otherwise.
 
 Per model: kernels, host ops by op (compute the host does: Softmax and LRN are there by
 design, :data:`fusion.compiler.lower.HOST_BY_DESIGN`), layout host steps, cycles, the MACs
-the model asks for, utilization (MACs / 64 over the kernels' cycles), compile and run wall
+the model asks for, utilization (MACs / 64 over the kernels' cycles), the most any plan of
+those kernels could reach (``bound``: :attr:`fusion.runtime.run_report.RunReport.
+bound_utilization`, each kernel at least its MACs on every PE and its weights streamed once;
+at batch 1 the late layers of ResNet-50 and DenseNet are weight-bound), compile and run wall
 seconds.
 
 ``python -m bench.zoo_models [MODEL ...]`` prints them and writes ``build/bench_zoo_models.json``;
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model zoo on {VARIANT.rows}x{VARIANT.cols}, all stages, window unit (every kernel "
           f"shadow-checked, outputs against the exact reference) ...", flush=True)
     print(f"  {'model':<18} {'kernels':>7} {'layout':>6} {'cycles':>10} {'MACs':>11} "
-          f"{'util':>5} {'compile s':>9} {'run s':>7}  host ops")
+          f"{'util':>5} {'bound':>5} {'compile s':>9} {'run s':>7}  host ops")
     rows = []
     for name in names:
         path = _model(name)
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"  {name:<18} {row['kernels']:>7} {row['layout_host_steps']:>6} "
               f"{row['cycles']:>10,} {row['macs']:>11,} {row['utilization']:>5.2f} "
+              f"{row['bound_utilization']:>5.2f} "
               f"{row['compile_seconds']:>9.1f} {row['wall_seconds']:>7.1f}  "
               f"{row['host_ops_by_op']}", flush=True)
         print(f"  {'':<18} {row['reference']}; {row['float_path']}", flush=True)

@@ -39,10 +39,8 @@ is still seen:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,9 +50,9 @@ from fusion.ir.graph import Graph, GraphError, Node
 from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
 from fusion.runtime.invariants import check_runs, timing_floor
+from fusion.runtime.run_report import HostRun, KernelRun, RunReport, kernel_macs
 from fusion.runtime.shadow_inputs import directed_inputs
-from hwgen.energy import EnergyEstimate, estimate
-from hwgen.energy import total as total_energy
+from hwgen.energy import estimate
 from hwgen.perf import memory_summary
 
 
@@ -85,175 +83,6 @@ class CounterViolation(ShadowMismatch):
 
 #: Directed input sets each kernel also runs on by default (``run_compiled(shadow_inputs=)``).
 DEFAULT_SHADOW_INPUTS = 2
-
-
-@dataclass
-class KernelRun:
-    """One kernel's measured run.
-
-    ``macs`` are the multiply-accumulates of its GEMMs as the array executes them (``M*K*N``
-    of each ``qmatmul``, so a depthwise convolution's block-diagonal zeros count); 0 for a
-    kernel with no GEMM. ``ideal_cycles`` is ``ceil(macs / (rows*cols))``: every PE busy
-    every cycle.
-    """
-
-    name: str
-    ops: list[str]
-    cycles: int
-    predicted_cycles: float
-    counters: dict[str, int]
-    describe: str
-    macs: int = 0
-    ideal_cycles: int = 0
-    #: The memory counters (:func:`hwgen.perf.memory_summary`) and the energy estimate
-    #: (:func:`hwgen.energy.estimate`) of the kernel's run.
-    memory: dict[str, int | float] = field(default_factory=dict)
-    energy: EnergyEstimate | None = None
-
-    @property
-    def utilization(self) -> float:
-        """``ideal_cycles / cycles``: the share of the array's peak this kernel reached."""
-        return self.ideal_cycles / self.cycles if self.cycles else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        energy = self.energy.to_dict() if self.energy is not None else {}
-        return {"name": self.name, "ops": self.ops, "cycles": self.cycles,
-                "predicted_cycles": round(self.predicted_cycles), "describe": self.describe,
-                "macs": self.macs, "ideal_cycles": self.ideal_cycles,
-                "utilization": round(self.utilization, 4), "counters": self.counters,
-                "memory": self.memory, **energy}
-
-
-@dataclass
-class HostRun:
-    """One host step: the op the reference executor ran between kernels, the elements it
-    produced, and how long it took (wall time, numpy on this machine).
-
-    ``role`` is the plan's (:class:`fusion.compiler.plan.HostStep`): ``"layout"`` or
-    ``"compute"``; ``reason`` why a compute op is on the host; ``predicted_seconds`` the
-    host cost model's prediction, beside the measured ``seconds``.
-    """
-
-    name: str
-    op: str
-    elements: int
-    seconds: float
-    role: str = "layout"
-    reason: str = ""
-    predicted_seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "op": self.op, "elements": self.elements,
-                "seconds": round(self.seconds, 6), "role": self.role, "reason": self.reason,
-                "predicted_seconds": round(self.predicted_seconds, 6)}
-
-
-@dataclass
-class RunReport:
-    """What :func:`run_compiled` measured, and the model's outputs."""
-
-    outputs: dict[str, np.ndarray]
-    kernels: list[KernelRun]
-    peak_memory_bytes: int
-    wall_seconds: float
-    host: list[HostRun] = field(default_factory=list)
-    #: Inferences the run computed (the plan's batch).
-    batch: int = 1
-    #: The plan's weight-bandwidth roofline in cycles
-    #: (:attr:`fusion.compiler.plan.CompiledModel.roofline_cycles`) and the weight bytes
-    #: behind it.
-    roofline_cycles: int = 0
-    weight_bytes: int = 0
-    #: Activation bytes the host wrote into the accelerator's memory for the model's run (the
-    #: model's inputs and what host steps made); constants, and inputs the hardware read where
-    #: an earlier kernel stored them, are not counted.
-    host_written_bytes: int = 0
-    #: Wall seconds of the one simulator launch (the model's kernels and the directed sets),
-    #: and the cycles it simulated: what the run's wall time should be made of.
-    sim_seconds: float = 0.0
-    simulated_cycles: int = 0
-
-    @property
-    def inferences_per_mcycle(self) -> float:
-        """Throughput: inferences per million kernel cycles."""
-        return self.batch * 1e6 / self.total_cycles if self.total_cycles else 0.0
-
-    @property
-    def roofline_fraction(self) -> float:
-        """The weight-bandwidth roofline over the measured kernel cycles (1.0: every cycle
-        streamed weights)."""
-        return self.roofline_cycles / self.total_cycles if self.total_cycles else 0.0
-
-    @property
-    def total_cycles(self) -> int:
-        return sum(k.cycles for k in self.kernels)
-
-    @property
-    def total_macs(self) -> int:
-        return sum(k.macs for k in self.kernels)
-
-    @property
-    def ideal_cycles(self) -> int:
-        return sum(k.ideal_cycles for k in self.kernels)
-
-    @property
-    def utilization(self) -> float:
-        """The model's ideal cycles over its measured kernel cycles."""
-        return self.ideal_cycles / self.total_cycles if self.total_cycles else 0.0
-
-    @property
-    def host_seconds(self) -> float:
-        return sum(h.seconds for h in self.host)
-
-    @property
-    def host_steps(self) -> list[str]:
-        return [h.name for h in self.host]
-
-    @property
-    def host_ops(self) -> list[HostRun]:
-        """The compute ops the host ran (not the layout steps; see
-        :attr:`fusion.compiler.plan.CompiledModel.host_ops`)."""
-        return [h for h in self.host if h.role == "compute"]
-
-    @property
-    def energy(self) -> EnergyEstimate:
-        """The kernels' energy estimates summed (:func:`hwgen.energy.total`)."""
-        return total_energy(k.energy for k in self.kernels if k.energy is not None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": True, "total_cycles": self.total_cycles,
-                "predicted_cycles": round(sum(k.predicted_cycles for k in self.kernels)),
-                "macs": self.total_macs, "ideal_cycles": self.ideal_cycles,
-                "utilization": round(self.utilization, 4), "batch": self.batch,
-                "inferences_per_mcycle": round(self.inferences_per_mcycle, 3),
-                "weight_bytes": self.weight_bytes, "roofline_cycles": self.roofline_cycles,
-                "roofline_fraction": round(self.roofline_fraction, 4),
-                "peak_memory_bytes": self.peak_memory_bytes,
-                "host_written_bytes": self.host_written_bytes,
-                "kernels": [k.to_dict() for k in self.kernels],
-                "memory_stall_cycles": sum(k.counters.get("stall_memory", 0)
-                                           for k in self.kernels),
-                **self.energy.to_dict(),
-                "host_steps": self.host_steps, "host": [h.to_dict() for h in self.host],
-                "host_ops": len(self.host_ops),
-                "host_seconds": round(self.host_seconds, 6),
-                "sim_seconds": round(self.sim_seconds, 3),
-                "simulated_cycles": self.simulated_cycles,
-                "wall_seconds": round(self.wall_seconds, 3)}
-
-
-def kernel_macs(graph: Graph, nodes: list[str]) -> int:
-    """Multiply-accumulates the model asks of the GEMMs among ``nodes``: ``M*K*N`` of each
-    ``qmatmul``, over its ``group`` (a grouped or depthwise conv in GEMM form multiplies a
-    block-diagonal weight, whose zero blocks are work the array does but the model does not
-    ask for: utilization counts only the MACs the model asks for)."""
-    total = 0
-    for name in nodes:
-        node = graph.node(name)
-        if node.op == "qmatmul":
-            a, b = (graph.tensors[n] for n in node.inputs[:2])
-            total += math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1] // node.attr("group", 1)
-    return total
 
 
 def evaluate_nodes(graph: Graph, nodes: list[Node], env: dict[str, np.ndarray]) -> None:
@@ -424,12 +253,15 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             if n == 0:
                 env[spec.output] = got
                 macs = kernel_macs(graph, list(spec.nodes))
+                ideal = -(-macs // (config.rows * config.cols))
+                weights = (spec.regions(config)["b"] if "b" in spec.kind.const_regions
+                           else 0)
                 runs.append(KernelRun(step.name, list(spec.nodes),
                                       int(result.counters["cycles"]), step.predicted_cycles,
-                                      dict(result.counters), spec.describe(), macs,
-                                      -(-macs // (config.rows * config.cols)),
+                                      dict(result.counters), spec.describe(), macs, ideal,
                                       memory_summary(result.counters, config.port_bytes),
-                                      estimate(result.counters, config, build.platform)))
+                                      estimate(result.counters, config, build.platform),
+                                      max(ideal, -(-weights // config.port_bytes))))
     outputs = {name: env[name].astype(graph.tensors[name].dtype, copy=False)
                for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,

@@ -5,7 +5,7 @@ without the simulator; tests/test_cli_models.py runs them end to end."""
 import pytest
 
 from fusion.ir.synthetic import mlp
-from fusion.runtime.run import HostRun, KernelRun, RunReport, kernel_macs
+from fusion.runtime.run_report import HostRun, KernelRun, RunReport, kernel_macs
 
 
 def test_a_kernels_macs_are_its_gemms_m_k_n():
@@ -36,6 +36,19 @@ def test_totals_and_utilization():
         "reason": "", "predicted_seconds": 0.0}
     assert d["host_ops"] == 0  # layout steps are not host ops
     assert (d["macs"], d["ideal_cycles"], d["utilization"]) == (6400, 100, 0.4)
+
+
+def test_the_bound_takes_each_kernels_larger_floor():
+    """A compute-bound kernel (its MACs on every PE: 100 cycles) and a weight-bound one (a
+    GEMV whose weights take 400 cycles to stream for 25 of MACs): no plan beats 500 cycles
+    for these 125 ideal ones, where the weight roofline alone says 400."""
+    kernels = [_run("conv", 200, 6400, 100), _run("fc", 450, 1600, 25)]
+    kernels[0].bound_cycles, kernels[1].bound_cycles = 100, 400
+    report = RunReport({}, kernels, 0, 1.0, roofline_cycles=400)
+    assert report.utilization == pytest.approx(125 / 650)
+    assert report.bound_utilization == pytest.approx(125 / 500)
+    assert report.to_dict()["bound_utilization"] == 0.25
+    assert report.to_dict()["kernels"][1]["bound_cycles"] == 400
 
 
 def test_host_ops_count_the_compute_steps_only():
