@@ -106,6 +106,10 @@ V8_CASES = [
     case("OW 5, residual", H=5, W=5, Cin=8, Cout=16, stages=("bias", "requant", "residual")),
     case("OW 10, K-major out", H=3, W=10, Cin=8, Cout=16, stages=("requant",),
          kmajor_out=True),
+    # DenseNet's 3x3 of 128 channels: 1,152 window rows a block, single buffered; the
+    # first 896 load while the step before computes, in four column chunks
+    case("single buffered, Cin 128 (DenseNet)", H=8, W=8, Cin=128, Cout=32, fill=-2,
+         stages=BRR),
 ]
 
 V4P4_CASES = [
@@ -201,7 +205,11 @@ def test_the_cases_cover_what_they_claim():
                for _, p in V8_CASES if "residual" not in p.stages)
     assert any(len(chunks(geometry(V8, p), column_chunk(geometry(V8, p), True))) >= 3
                for _, p in V8_CASES if "residual" in p.stages)
-    assert sum(geometry(V4P4, p).single_buffered for _, p in V4P4_CASES) == 2
+    # single buffered, with the first part of each block's windows double buffered
+    for cfg, cases in ((V4P4, V4P4_CASES), (V8, V8_CASES)):
+        single = [geometry(cfg, p) for _, p in cases if geometry(cfg, p).single_buffered]
+        assert len(single) == 2 if cfg is V4P4 else 1
+        assert all(0 < g.split_rows < g.Kp for g in single)
     for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
         ps = [p for _, p in cases]
         assert any(p.Cin % cfg.cols for p in ps) and any(p.N > 1 for p in ps)

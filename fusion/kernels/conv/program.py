@@ -20,8 +20,12 @@ per step ``t``:
 When a step's windows fit the A scratchpad but not half of it (a 3x3 convolution of 128
 channels is 1,152 rows a block), the step is single buffered (:attr:`~fusion.kernels.conv.
 params.ConvGeometry.single_buffered`): its matmuls, then ``wait FEED`` (they have read their
-windows), then the next step's window loads into the same rows; the loads no longer run
-while the matmuls do, but the windows are still gathered on the accelerator.
+windows), then the next step's window loads into the same rows. Where the rows the windows
+leave free allow (:attr:`~fusion.kernels.conv.params.ConvGeometry.split_rows`: 896 of those
+1,152 in a 2,048-row scratchpad), a block's window rows are split in two parts: the first
+part is double buffered (two halves) and loads while the step before computes, as in a
+double-buffered step, and only the second, in rows every step shares, loads after the
+``wait FEED``; each tile is then two matmuls, the first accumulating (``last`` = 0).
 
 Every address is relative to the step bases, so steps with the same padding pattern have
 the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
@@ -173,22 +177,61 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
     def out_base(s: int, nb0: int) -> int:
         return out.addr + (s * G * Nb + nb0) * out_tw
 
-    def loads_of_block(s: int, j: int, half: int, r14: int, r1: list) -> list[dict]:
-        """The block's window loads; ``r1`` holds the offset ``r1 - r14`` last set in this
-        step (None: unknown), so that loads from the same word share one ``addi``."""
+    split = geo.split_rows  # the window rows of a block that load while the step before runs
+    row_words = 1 if p.Cin > 1 else geo.class_words  # r3: a LOADW's rows apart
+
+    def spad_row(half: int, j: int, r: int) -> int:
+        """The A row of window row ``r`` of block ``j`` of a step in ``half``: the step's
+        blocks one after the other; split, rows below ``split`` in the half's part and the
+        rest in the part after both halves, which every step shares."""
+        if not split:
+            return half * geo.a_half + j * Kp + r
+        if r < split:
+            return (half * G + j) * split + r
+        return 2 * G * split + j * (Kp - split) + r - split
+
+    def loads_of_block(s: int, j: int, half: int, r14: int, r1: list, lo: int = 0,
+                       hi: int = Kp) -> list[dict]:
+        """The block's window loads of rows ``lo <= r < hi`` (a LOADW across a bound is cut
+        in two); ``r1`` holds the offset ``r1 - r14`` last set in this step (None: unknown),
+        so that loads from the same word share one ``addi``."""
         items, pos = [], 0
         for group in geo.groups:
             for m, k, w in group_loads(geo, x, s * G + j, group):
+                first = (pos + m) * p.Cin
+                a, b = max(first, lo), min(first + k * p.Cin, hi)
+                if a >= b:
+                    continue
                 # an all-fill load reads one word a row wherever r1 points
-                ext = (r1[0] if r1[0] is not None else 0) if w.ext is None else w.ext - r14
+                ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
+                       else w.ext - r14 + (a - first) * row_words)
                 if ext != r1[0]:
                     items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
                     r1[0] = ext
-                items += [{"kind": "li", "rd": "r2",
-                           "imm": half * geo.a_half + j * Kp + (pos + m) * p.Cin},
-                          {"kind": "loadw", "count": k * p.Cin, "shift": w.shift,
+                items += [{"kind": "li", "rd": "r2", "imm": spad_row(half, j, a)},
+                          {"kind": "loadw", "count": b - a, "shift": w.shift,
                            "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
             pos += len(group)
+        return items
+
+    def matmuls(half: int, j: int, nbl: int, tn_c: int, nb0: int, rhalf: int) -> list[dict]:
+        """Block ``j``'s matmul for column block ``nbl``: over all ``Kp`` window rows, or
+        split, over the two parts (the first accumulates, the second ends the tile)."""
+        parts = [(0, Kp)] if not split else [(0, split), (split, Kp)]
+        items = []
+        for lo, hi in parts:
+            last = hi == Kp
+            items += [{"kind": "li", "rd": "r6", "imm": spad_row(half, j, lo)},
+                      {"kind": "li", "rd": "r7", "imm": nbl * Kp + lo}]
+            if last:
+                items += [
+                    {"kind": "addi", "rd": "r8", "rs": "r15", "imm": (j * Nb + nbl) * out_tw},
+                    {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
+                    {"kind": "li", "rd": "r10",
+                     "imm": e_base + rhalf * G * tn * R + (j * tn_c + nbl) * R
+                     if residual else 0}]
+            items.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask_bits:#b}", "dt": dt,
+                          "tr": p.kmajor_out, "last": int(last)})
         return items
 
     def residual_loads(s: int, half: int, nb0: int, tn_c: int, r15: int) -> list[dict]:
@@ -222,8 +265,9 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         steps = []
         single = geo.single_buffered
         for t in range(T):
-            half, nxt = (0 if single else t % 2), t + 1 < T
-            other = 0 if single else 1 - half
+            # split, the parts below ``split`` alternate halves like double-buffered steps
+            half, nxt = (0 if single and not split else t % 2), t + 1 < T
+            other = 0 if single and not split else 1 - half
             rhalf = t % 2  # the residual tiles' epilogue half alternates either way
             step: list[dict] = []
             r1 = [None]  # a step may be a loop's body: r1 is unknown at its start
@@ -234,25 +278,15 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
             following = len(geo.step_blocks(t + 1)) if nxt else 0
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
-                    step += [
-                        {"kind": "li", "rd": "r6", "imm": half * geo.a_half + j * Kp},
-                        {"kind": "li", "rd": "r7", "imm": nbl * Kp},
-                        {"kind": "addi", "rd": "r8", "rs": "r15",
-                         "imm": (j * Nb + nbl) * out_tw},
-                        {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
-                        {"kind": "li", "rd": "r10",
-                         "imm": e_base + rhalf * G * tn * R + (j * tn_c + nbl) * R
-                         if residual else 0},
-                        {"kind": "matmul", "k": Kp, "mask": f"{mask_bits:#b}", "dt": dt,
-                         "tr": p.kmajor_out}]
-                if j < following and not single:
-                    step += loads_of_block(t + 1, j, other, r14, r1)
+                    step += matmuls(half, j, nbl, tn_c, nb0, rhalf)
+                if j < following and (split or not single):
+                    step += loads_of_block(t + 1, j, other, r14, r1, hi=split or Kp)
             if single and following:
                 step.append({"kind": "wait", "units": [Unit.FEED],
                              "why": "this step's matmuls have read the windows the next "
                                     "step's loads overwrite"})
                 for j in range(following):
-                    step += loads_of_block(t + 1, j, other, r14, r1)
+                    step += loads_of_block(t + 1, j, other, r14, r1, lo=split)
             if nxt:
                 d14, d15 = _in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
                 step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},

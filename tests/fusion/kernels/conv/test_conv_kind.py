@@ -77,13 +77,20 @@ def test_windows_past_half_the_a_scratchpad_are_single_buffered():
     p = conv(W=12, Cin=128)
     assert CONV.legality(V8, p) is None and geometry(V8, p).single_buffered
     assert not geometry(V8, conv(W=12, Cin=64)).single_buffered
+    geo = geometry(V8, p)
+    assert geo.split_rows == 896  # 2,048 rows: 896 + 896 + the last 256 of each block
     instrs = [decode(w) for w in compile_kernel(CONV, V8, p).program]
-    # the next step's window loads wait for this step's matmuls, into the same rows
     ops = [i.op for i in instrs]
-    first_matmul = ops.index(Op.MATMUL)
-    next_load = ops.index(Op.LOADW, first_matmul)
-    assert any(i.op is Op.WAIT and i.get("units") & Unit.FEED
-               for i in instrs[first_matmul:next_load])
+    # each tile is two matmuls: 896 rows accumulated, then 256 that end it
+    first = ops.index(Op.MATMUL)
+    assert (instrs[first].get("k"), instrs[first].get("last")) == (896, 0)
+    second = ops.index(Op.MATMUL, first + 1)
+    assert (instrs[second].get("k"), instrs[second].get("last")) == (256, 1)
+    # the next step's first 896 rows load while this step computes (the other half); the
+    # rest wait for this step's matmuls, into the rows every step shares
+    waits = [n for n in range(second, len(ops)) if ops[n] is Op.WAIT]
+    feed = next(n for n in waits if instrs[n].get("units") == Unit.FEED)
+    assert Op.LOADW in ops[second:feed] and Op.LOADW in ops[feed:]
 
 
 def test_kmajor_out_of_int32_is_refused():
