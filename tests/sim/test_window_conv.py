@@ -210,6 +210,9 @@ def test_the_cases_cover_what_they_claim():
         single = [geometry(cfg, p) for _, p in cases if geometry(cfg, p).single_buffered]
         assert len(single) == 2 if cfg is V4P4 else 1
         assert all(0 < g.split_rows < g.Kp for g in single)
+    # a split inside a kernel position's channels: that window load is cut in two
+    assert any(geometry(V4P4, p).split_rows % p.Cin for _, p in V4P4_CASES
+               if geometry(V4P4, p).single_buffered)
     for cases, cfg in ((V8_CASES, V8), (V4P4_CASES, V4P4)):
         ps = [p for _, p in cases]
         assert any(p.Cin % cfg.cols for p in ps) and any(p.N > 1 for p in ps)

@@ -235,16 +235,11 @@ class ConvGeometry:
     def split_rows(self) -> int:
         """Single buffered, the window rows of each block that still load while the step
         before computes: the first ``split_rows`` of the ``Kp``, double buffered in the rows
-        the step's windows leave free; the rest load after it. The split falls between two
-        groups of kernel positions (:attr:`groups`), so that no window load is cut, and on
-        a multiple of ``k_align``. 0 when the step is double buffered, or no such split
-        fits."""
+        the step's windows leave free (a multiple of ``k_align``); the rest load after it
+        (a window load across the split is cut in two: :mod:`fusion.kernels.conv.program`).
+        0 when the step is double buffered, or no such rows fit."""
         if not self.single_buffered:
             return 0
-        limit = self.config.spad_a_depth // self.bps - self.Kp
-        rows, best = 0, 0
-        for group in self.groups[:-1]:
-            rows += len(group) * self.params.Cin
-            if rows <= limit and rows % self.config.k_align == 0:
-                best = rows
-        return best
+        align = self.config.k_align
+        rows = (self.config.spad_a_depth // self.bps - self.Kp) // align * align
+        return rows if 0 < rows < self.Kp else 0

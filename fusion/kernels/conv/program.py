@@ -196,21 +196,23 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         in two); ``r1`` holds the offset ``r1 - r14`` last set in this step (None: unknown),
         so that loads from the same word share one ``addi``."""
         items, pos = [], 0
+        # the two parts' rows lie apart: a load never writes across the split
+        bounds = [(lo, min(hi, split)), (max(lo, split), hi)] if split else [(lo, hi)]
         for group in geo.groups:
             for m, k, w in group_loads(geo, x, s * G + j, group):
                 first = (pos + m) * p.Cin
-                a, b = max(first, lo), min(first + k * p.Cin, hi)
-                if a >= b:
-                    continue
-                # an all-fill load reads one word a row wherever r1 points
-                ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
-                       else w.ext - r14 + (a - first) * row_words)
-                if ext != r1[0]:
-                    items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
-                    r1[0] = ext
-                items += [{"kind": "li", "rd": "r2", "imm": spad_row(half, j, a)},
-                          {"kind": "loadw", "count": b - a, "shift": w.shift,
-                           "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
+                for a, b in ((max(first, u), min(first + k * p.Cin, v)) for u, v in bounds):
+                    if a >= b:
+                        continue
+                    # an all-fill load reads one word a row wherever r1 points
+                    ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
+                           else w.ext - r14 + (a - first) * row_words)
+                    if ext != r1[0]:
+                        items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
+                        r1[0] = ext
+                    items += [{"kind": "li", "rd": "r2", "imm": spad_row(half, j, a)},
+                              {"kind": "loadw", "count": b - a, "shift": w.shift,
+                               "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
             pos += len(group)
         return items
 
