@@ -115,7 +115,8 @@ def prune_pipeline() -> tuple[Pass, ...]:
 
 
 def legalize_pipeline() -> tuple[Pass, ...]:
-    """The legalization passes (conv into GEMM form, batched matmuls as one 2-D GEMM, weight
+    """The legalization passes (convolution taps that read only padding dropped, conv into
+    GEMM form, batched matmuls as one 2-D GEMM, weight
     zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds and
     channel joins moved before the layout changes of their inputs, layout chains that are
     identities bypassed), then DCE.
@@ -133,13 +134,14 @@ def legalize_pipeline() -> tuple[Pass, ...]:
         concat_layout,
         conv_legalize,
         dce,
+        dead_taps,
         im2col_rows,
         integer_eltwise,
         layout_identity,
         weight_zero_point,
     )
 
-    return (conv_legalize.run, batched_matmul.run, weight_zero_point.run,
+    return (dead_taps.run, conv_legalize.run, batched_matmul.run, weight_zero_point.run,
             integer_eltwise.run, add_layout.run, concat_layout.run, layout_identity.run,
             im2col_rows.run, dce.run)
 
