@@ -6,10 +6,9 @@ gateware (see there). The program is not rendered: the walk reads the context th
 renders (the addresses do not matter, so the regions are dummies) and follows the template's
 macros over it:
 
-- ``gemm.j2`` (:func:`fusion.kernels.gemm.loops.gemm_context`), per part (one per bias window,
-  :func:`fusion.kernels.gemm.parts.program_parts`): the prologue (after the first part, a
-  wait for the previous part's jobs; CSR writes, the bias load, the register setup), the
-  first super tile's loads, then the nest of hardware
+- ``gemm.j2`` (:func:`fusion.kernels.gemm.loops.gemm_context`), per bias window's part
+  (:func:`fusion.kernels.gemm.parts.program_parts`): the prologue (a wait for the part before;
+  CSR writes, the bias load, the register setup), the first super tile's loads, the nest of hardware
   loops (a counter before each, a branch per iteration) over the super tiles: double
   buffered ``loads(t+1) [wait EPI; load R(t+1)] grid(t) after wait LOAD+FEED``, single
   buffered ``grid(t) after wait FEED [wait EPI; load R(t+1)] loads(t+1) wait LOAD``;
@@ -121,9 +120,8 @@ def _prologue(m: Machine, c: VariantConfig, ctx: dict[str, Any], waited: bool) -
 
 def _gemm(m: Machine, dims: GemmDims, f: Features, stages: tuple[str, ...],
           lane_bytes: int) -> None:
-    """``gemm.j2`` (or ``gemm_stream.j2``), walked over the contexts of its parts (one per
-    bias window; the addresses do not matter): each part's prologue, the first super tile's
-    loads, then the loop nest of super tiles."""
+    """``gemm.j2`` (or ``gemm_stream.j2``), walked over its parts' contexts (one per bias
+    window; the addresses do not matter)."""
     c = dims.config
     params = EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op)
     dummy = Region("x", 0, 1)
