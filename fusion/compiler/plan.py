@@ -163,8 +163,7 @@ class CompiledModel:
     def weight_bytes(self) -> int:
         """Bytes of the constant GEMM weights the plan loads: each GEMM kernel's weight
         region (``b``, padded to whole tiles as it sits in memory), once."""
-        return sum(k.spec.regions(self.config)["b"] for k in self.kernels
-                   if "b" in k.spec.kind.const_regions)
+        return sum(k.spec.weight_bytes(self.config) for k in self.kernels)
 
     @property
     def roofline_cycles(self) -> int:

@@ -72,6 +72,11 @@ class KernelSpec:
         """Region name -> bytes, before any program is built."""
         return self.kind.regions(config, self.params)
 
+    def weight_bytes(self, config: VariantConfig) -> int:
+        """Bytes of its constant GEMM weights: the ``b`` region, padded to whole tiles as it
+        sits in memory; 0 for a kind that has none."""
+        return self.regions(config)["b"] if "b" in self.kind.const_regions else 0
+
     def region_role(self, region: str) -> str:
         """``const`` (weights, bias groups), ``output``, ``scratch`` or ``input``."""
         return self.kind.region_role(region)

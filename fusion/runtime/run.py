@@ -254,8 +254,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                 env[spec.output] = got
                 macs = kernel_macs(graph, list(spec.nodes))
                 ideal = -(-macs // (config.rows * config.cols))
-                weights = (spec.regions(config)["b"] if "b" in spec.kind.const_regions
-                           else 0)
+                weights = spec.weight_bytes(config)
                 runs.append(KernelRun(step.name, list(spec.nodes),
                                       int(result.counters["cycles"]), step.predicted_cycles,
                                       dict(result.counters), spec.describe(), macs, ideal,
