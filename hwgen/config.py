@@ -22,6 +22,9 @@ from hwgen.stages import STAGE_NAMES
 #: fuses graph ops in). A variant chains any ordered subset of them, each at most once.
 EPILOGUE_STAGES: tuple[str, ...] = STAGE_NAMES
 
+#: Accumulator banks a variant may have (``acc_banks``): MATMUL's ``bank`` field has 3 bits.
+ACC_BANK_CHOICES = (1, 2, 4, 8)
+
 #: Bumped whenever the meaning of a field changes, so that old descriptors are refused.
 DESCRIPTOR_VERSION = 1
 
@@ -112,6 +115,14 @@ class VariantConfig:
         cycles (tiles of a short K, passes, the window unit's tiles), which the cost model
         prices. A power of two dividing ``cols``; at 1 (no sharing) the key is the one the
         variant had before the option existed.
+    acc_banks : int
+        Accumulators per processing element (1, 2, 4 or 8): a MATMUL names its ``bank``, so a
+        super tile of up to ``acc_banks`` output tiles can keep its partial sums in the array
+        across k chunks. Without banks a chunked reduction (a K too deep for the
+        scratchpads: a 3x3 convolution of 256 channels is 2,304 rows) runs one tile at a
+        time, loading both operands for every tile; with them the operands of a chunk are
+        loaded once for the super tile. One bank is the array as it always was (its key
+        too).
     """
 
     rows: int = 4
@@ -128,6 +139,7 @@ class VariantConfig:
     imem_depth: int = 2048
     window_unit: bool = False
     epilogue_share: int = 1
+    acc_banks: int = 1
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols"):
@@ -189,6 +201,12 @@ class VariantConfig:
             raise ValueError(
                 f"epilogue_share must be a power of two dividing cols={self.cols} (the "
                 f"epilogue's lanes are cols / epilogue_share), not {share!r}")
+        banks = self.acc_banks
+        if (not isinstance(banks, int) or isinstance(banks, bool)
+                or banks not in ACC_BANK_CHOICES):
+            raise ValueError(
+                f"acc_banks must be one of {', '.join(map(str, ACC_BANK_CHOICES))} (the "
+                f"accumulators each processing element holds), not {banks!r}")
         if self.window_unit and not (self.window_loads and self.rows == self.cols):
             raise ValueError(
                 f"the window unit needs port_bytes == rows == cols <= 16 (one pixel's channels "
@@ -298,6 +316,8 @@ class VariantConfig:
             del data["window_unit"]
         if self.epilogue_share == 1:
             del data["epilogue_share"]
+        if self.acc_banks == 1:
+            del data["acc_banks"]
         return data
 
     def key(self) -> str:

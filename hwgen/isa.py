@@ -191,10 +191,14 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          _MASK, _DT,
          Field("last", "imm", _DT.lo + 1, 1, "uint",
                "1: this ends the tile; drain it through the epilogue"),
-         _TR),
-        "Queue `k` multiply-accumulate steps of one rows x cols output tile. Without `last` "
-        "the accumulators keep their sums for the next MATMUL; with it, the tile drains row "
-        "by row through the epilogue and is stored at `out`. Stalls only when the queue is full.",
+         _TR,
+         Field("bank", "f", 0, 3, "uint",
+               "the accumulator bank the tile sums in (variants with acc_banks > 1; "
+               "0 otherwise)")),
+        "Queue `k` multiply-accumulate steps of one rows x cols output tile into accumulator "
+        "bank `bank`. Without `last` the bank keeps its sums for the next MATMUL on it; with "
+        "it, the tile drains row by row through the epilogue, is stored at `out`, and the "
+        "bank starts again from zero. Stalls only when the queue is full.",
     ),
     Op.EPIPASS: (
         (_r("src", "r1", "first epilogue scratchpad row to read"),

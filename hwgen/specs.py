@@ -13,10 +13,12 @@ Grammar (``docs/variants.md``)::
              | "addr" N                      mem_addr_bits = N
              | "share" N                     epilogue_share = N (the epilogue's stages have
                                              cols / N lanes, N cycles a row)
+             | "banks" N                     acc_banks = N (accumulators per PE)
 
 Every other field is :class:`~hwgen.config.VariantConfig`'s default. A spec is normalised:
-stages always written, options in the order window, port, addr, share and only where they differ
-from the default (``4x4+addr18+window`` becomes ``4x4:bias,requant,relu+window+addr18``).
+stages always written, options in the order window, port, addr, share, banks and only where
+they differ from the default (``4x4+addr18+window`` becomes
+``4x4:bias,requant,relu+window+addr18``).
 Its name, a folder name and a FuseSoC core name, is that spec in letters, digits and
 underscores (``4x4_bias_requant_relu_window_addr18``).
 
@@ -31,12 +33,13 @@ from dataclasses import dataclass
 from hwgen.config import EPILOGUE_STAGES, VariantConfig
 
 #: What a bad spec's message points at.
-GRAMMAR = ("RxC[:stage,stage,...|:none][+window][+portN][+addrN][+shareN], e.g. "
+GRAMMAR = ("RxC[:stage,stage,...|:none][+window][+portN][+addrN][+shareN][+banksN], e.g. "
            "8x8:bias,requant,relu+port16")
 
 _SHAPE = re.compile(r"(\d+)x(\d+)")
-_OPTION = re.compile(r"(window)|(port|addr|share)(\d+)")
-_FIELDS = {"port": "port_bytes", "addr": "mem_addr_bits", "share": "epilogue_share"}
+_OPTION = re.compile(r"(window)|(port|addr|share|banks)(\d+)")
+_FIELDS = {"port": "port_bytes", "addr": "mem_addr_bits", "share": "epilogue_share",
+           "banks": "acc_banks"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def parse_spec(text: str) -> VariantSpec:
         m = _OPTION.fullmatch(option)
         if m is None:
             raise ValueError(f"variant spec {text!r}: unknown option {option!r}; the options "
-                             f"are +window, +portN, +addrN, +shareN ({GRAMMAR})")
+                             f"are +window, +portN, +addrN, +shareN, +banksN ({GRAMMAR})")
         what = m[1] or m[2]
         if what in seen:
             raise ValueError(f"variant spec {text!r} gives +{what} twice; give it once")
@@ -107,8 +110,8 @@ def _stages(text: str, stage_text: str) -> tuple[str, ...]:
 
 def normal_text(config: VariantConfig) -> str:
     """The spec of ``config`` in normal form: the stages always (``none`` for none), then the
-    options in the order window, port, addr, share, each only where it differs from what a spec
-    without it gets."""
+    options in the order window, port, addr, share, banks, each only where it differs from what
+    a spec without it gets."""
     default = VariantConfig()
     out = f"{config.rows}x{config.cols}:{','.join(config.epilogue) or 'none'}"
     if config.window_unit:
@@ -119,6 +122,8 @@ def normal_text(config: VariantConfig) -> str:
         out += f"+addr{config.mem_addr_bits}"
     if config.epilogue_share != default.epilogue_share:
         out += f"+share{config.epilogue_share}"
+    if config.acc_banks != default.acc_banks:
+        out += f"+banks{config.acc_banks}"
     return out
 
 

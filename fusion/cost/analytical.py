@@ -97,12 +97,12 @@ def _grid(m: Machine, g: dict[str, Any], job: Callable[[], None]) -> None:
     """Macro ``grid`` of ``common.j2``: a register set per register not kept and the outer
     counter; per outer iteration the inner counter, the inner loop (the job, the registers
     that step and the branch) and the registers that adjust and the branch."""
-    n_outer, n_inner, regs = g["n_outer"], g["n_inner"], g["regs"]
-    inner, outer = n_inner > 1, n_outer > 1
+    n_outer, n_inner, regs, looped = g["n_outer"], g["n_inner"], g["regs"], not g.get("banked")
+    inner, outer = n_inner > 1 and looped, n_outer > 1 and looped  # banked: unrolled_grid
     m.grid(job, n_outer=n_outer, n_inner=n_inner,
            setup=sum(not r["keep"] for r in regs) + outer, head=int(inner),
-           per_inner=(sum(bool(r["inner"]) for r in regs) + 1) if inner else 0,
-           per_outer=(sum(bool(r["adjust"]) for r in regs) + 1) if outer else 0)
+           per_inner=sum(bool(r["inner"]) for r in regs) + inner,
+           per_outer=sum(bool(r["adjust"]) for r in regs) + outer)
 
 
 def _prologue(m: Machine, c: VariantConfig, ctx: dict[str, Any], waited: bool) -> None:
@@ -157,7 +157,7 @@ def _nest(m: Machine, c: VariantConfig, ctx: dict[str, Any]) -> None:
         _load(m, c, ld, setup=bool(ld["set_ext"]) + set_stride)
 
     def grid(g: dict[str, Any]) -> None:
-        if g["n_outer"] > 1 or g["n_inner"] > 1:
+        if (g["n_outer"] > 1 or g["n_inner"] > 1) and not g.get("banked"):
             label()
         _grid(m, g, lambda: m.matmul(g["k"], bool(g["last"]), DT_BYTES[g["dt"]], bool(g["tr"])))
 

@@ -26,9 +26,21 @@ the cost model walks the parts as it walks one.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
+from typing import Protocol
 
 from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div
+
+
+class Tiling(Protocol):
+    """What the windows read of a :class:`fusion.kernels.tiling.Tiling` (that module
+    imports this one)."""
+
+    tm: int
+    tn: int
+    double_buffer: bool
+    stream: int
 
 
 def window_blocks(dims: GemmDims, free_rows: int, per_channel: bool, tn: int = 1) -> int:
@@ -89,3 +101,53 @@ def window_regions(dims: GemmDims, regions: Mapping[str, Region], out: Region, f
 
 def _moved(region: Region, words: int) -> Region:
     return dataclasses.replace(region, addr=region.addr + words)
+
+
+def residual_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int,
+                  halves: int) -> int:
+    """Epilogue scratchpad rows a fused residual's tiles take (0 without the stage)."""
+    return halves * tm * tn * dims.R if "residual" in stages else 0
+
+
+def bias_blocks(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
+                per_channel: bool = False) -> int:
+    """Column blocks of each bias window of the GEMM (:mod:`fusion.kernels.bias_window`) for
+    ``tiling`` (resolved): ``Nb`` when its bias region fits the epilogue scratchpad beside
+    the residual tiles, or it reads none; 0 when not even one super tile's column blocks fit
+    (grouped: a window holds whole groups)."""
+    # the bias region is loaded for the bias stage, and for per-channel requantize
+    if not ("bias" in stages or (per_channel and "requant" in stages)):
+        return dims.Nb
+    if tiling.stream:
+        free, tn = dims.config.spad_e_depth, 1
+    else:
+        halves = 2 if tiling.double_buffer else 1
+        tn = tiling.tn
+        free = dims.config.spad_e_depth - residual_rows(dims, stages, tiling.tm, tn, halves)
+    if dims.grouped:  # a window holds whole groups
+        tn = math.lcm(tn, dims.kblocks)
+    return window_blocks(dims, free, per_channel, tn)
+
+
+def bias_problem(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling,
+                  per_channel: bool) -> str | None:
+    """Why the bias windows of ``tiling`` cannot be: the residual tiles alone overflow the
+    epilogue scratchpad, or not one super tile's bias rows fit beside them."""
+    cfg = dims.config
+    halves = 1 if tiling.stream or not tiling.double_buffer else 2
+    res = 0 if tiling.stream else residual_rows(dims, stages, tiling.tm, tiling.tn, halves)
+    buffering = " or no double buffering" if halves == 2 else ""
+    if res > cfg.spad_e_depth:
+        return (f"the epilogue scratchpad needs {res} rows for residual tiles but has "
+                f"{cfg.spad_e_depth}; use smaller tm, tn{buffering}")
+    if bias_blocks(dims, stages, tiling, per_channel=per_channel):
+        return None
+    what = "bias group" if per_channel else "bias"
+    tn = 1 if tiling.stream else tiling.tn
+    tn = math.lcm(tn, dims.kblocks) if dims.grouped else tn
+    need = bias_group(per_channel) * tn
+    unit = "a group" if dims.grouped and dims.kblocks > 1 else "a super tile"
+    return (f"the epilogue scratchpad needs {need + res} rows ({need} {what} rows for the "
+            f"{tn} column block(s) of {unit}"
+            + (f" and {res} for residual tiles" if res else "")
+            + f") but has {cfg.spad_e_depth}; use smaller tm, tn{buffering}")

@@ -9,8 +9,9 @@ per-channel requantize: three rows per column block, also without the bias stage
 that do not all fit beside the residual tiles load in windows of column blocks
 (:mod:`fusion.kernels.bias_window`), so a super tile needs only its own blocks' rows.
 
-K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, and the
-accumulators hold exactly one tile, so it needs ``tm = tn = 1``.
+K chunking (``kt < Kp``) keeps the partial sums in the accumulators across matmuls, one
+accumulator bank a tile (``acc_banks``, MATMUL ``bank``), so ``tm * tn`` is at most the
+variant's banks: 1, one tile at a time, without banks.
 
 A streamed GEMM (``stream`` = q, :mod:`fusion.kernels.gemm.stream`) has one row block: its A
 stays in the A scratchpad, and B streams through a ring of ``q`` slots of ``Kp / q`` rows,
@@ -26,13 +27,14 @@ reloaded whenever the super tile moves along n.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from fusion.kernels.bias_window import window_blocks
+# the bias windows' fit, re-exported: their home is fusion.kernels.bias_window
+from fusion.kernels.bias_window import bias_blocks as bias_blocks
+from fusion.kernels.bias_window import bias_problem
 from fusion.kernels.codegen import FIELD_MAX
-from fusion.kernels.layout import GemmDims, bias_group, ceil_div
+from fusion.kernels.layout import GemmDims, ceil_div
 from hwgen.config import VariantConfig
 from hwgen.isa import MAX_LEFT
 
@@ -105,55 +107,6 @@ class Tiling:
                              f"not {self.stream!r}")
 
 
-def _residual_rows(dims: GemmDims, stages: tuple[str, ...], tm: int, tn: int,
-                   halves: int) -> int:
-    return halves * tm * tn * dims.R if "residual" in stages else 0
-
-
-def bias_blocks(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
-                per_channel: bool = False) -> int:
-    """Column blocks of each bias window of the GEMM (:mod:`fusion.kernels.bias_window`) for
-    ``tiling`` (resolved): ``Nb`` when its bias region fits the epilogue scratchpad beside
-    the residual tiles, or it reads none; 0 when not even one super tile's column blocks fit
-    (grouped: a window holds whole groups)."""
-    # the bias region is loaded for the bias stage, and for per-channel requantize
-    if not ("bias" in stages or (per_channel and "requant" in stages)):
-        return dims.Nb
-    if tiling.stream:
-        free, tn = dims.config.spad_e_depth, 1
-    else:
-        halves = 2 if tiling.double_buffer else 1
-        tn = tiling.tn
-        free = dims.config.spad_e_depth - _residual_rows(dims, stages, tiling.tm, tn, halves)
-    if dims.grouped:  # a window holds whole groups
-        tn = math.lcm(tn, dims.kblocks)
-    return window_blocks(dims, free, per_channel, tn)
-
-
-def _bias_problem(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling,
-                  per_channel: bool) -> str | None:
-    """Why the bias windows of ``tiling`` cannot be: the residual tiles alone overflow the
-    epilogue scratchpad, or not one super tile's bias rows fit beside them."""
-    cfg = dims.config
-    halves = 1 if tiling.stream or not tiling.double_buffer else 2
-    res = 0 if tiling.stream else _residual_rows(dims, stages, tiling.tm, tiling.tn, halves)
-    buffering = " or no double buffering" if halves == 2 else ""
-    if res > cfg.spad_e_depth:
-        return (f"the epilogue scratchpad needs {res} rows for residual tiles but has "
-                f"{cfg.spad_e_depth}; use smaller tm, tn{buffering}")
-    if bias_blocks(dims, stages, tiling, per_channel=per_channel):
-        return None
-    what = "bias group" if per_channel else "bias"
-    tn = 1 if tiling.stream else tiling.tn
-    tn = math.lcm(tn, dims.kblocks) if dims.grouped else tn
-    need = bias_group(per_channel) * tn
-    unit = "a group" if dims.grouped and dims.kblocks > 1 else "a super tile"
-    return (f"the epilogue scratchpad needs {need + res} rows ({need} {what} rows for the "
-            f"{tn} column block(s) of {unit}"
-            + (f" and {res} for residual tiles" if res else "")
-            + f") but has {cfg.spad_e_depth}; use smaller tm, tn{buffering}")
-
-
 def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
                  per_channel: bool = False) -> list[str]:
     """Why ``tiling`` (already resolved) cannot run on the variant; empty if it can.
@@ -174,9 +127,10 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
         problems.append(f"a grouped GEMM (kgroup={dims.kgroup}) reads another slice of A per "
                         f"group, so a super tile's column blocks lie in one group: tn must "
                         f"divide its kblocks={dims.kblocks}, not tn={tn}")
-    if kt < dims.Kp and (tm, tn) != (1, 1):
-        problems.append(f"K chunking (kt={kt} < Kp={dims.Kp}) needs tm=tn=1 because the "
-                        f"accumulators hold one tile, not tm={tm}, tn={tn}")
+    if kt < dims.Kp and tm * tn > cfg.acc_banks:
+        problems.append(f"K chunking (kt={kt} < Kp={dims.Kp}) keeps each tile's sums in an "
+                        f"accumulator bank: tm={tm} x tn={tn} tiles need {tm * tn}, the "
+                        f"variant has {cfg.acc_banks} (hwgen generate --acc-banks)")
     for name, t, depth in (("A", tm, cfg.spad_a_depth), ("B", tn, cfg.spad_b_depth)):
         have = depth // halves
         if t * kt > have:
@@ -186,7 +140,7 @@ def fit_problems(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
                 f"{'tm' if name == 'A' else 'tn'} or kt"
                 + (", or no double buffering" if halves == 2 else "")
             )
-    problem = _bias_problem(dims, stages, tiling, per_channel)
+    problem = bias_problem(dims, stages, tiling, per_channel)
     if problem:
         problems.append(problem)
     lengths = (kt, kt * dims.R // dims.W, kt * dims.C // dims.W, tn * dims.tile_words(1))
@@ -222,7 +176,7 @@ def stream_problems(dims: GemmDims, stages: tuple[str, ...], q: int, *,
             problems.append(f"a streamed GEMM holds Kp={dims.Kp} rows in the {name} "
                             f"scratchpad, which has {depth}")
     # (a streamed GEMM's bias windows do not depend on its chunk count)
-    problem = _bias_problem(dims, stages, Tiling(stream=2), per_channel)
+    problem = bias_problem(dims, stages, Tiling(stream=2), per_channel)
     if problem:
         problems.append(problem)
     if max(dims.Kp, dims.Kp * dims.R // dims.W) > FIELD_MAX:
@@ -344,23 +298,30 @@ def _best_order(dims: GemmDims, tiling: Tiling) -> Tiling:
     return nm if key < (estimated_cycles(dims, tiling), traffic(dims, tiling)) else tiling
 
 
-def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
+def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kts: list[int],
             tm: int | None, tn: int | None, order: str | None,
             per_channel: bool = False) -> list[Tiling]:
-    """Fitting tilings with k tile ``kt``, honouring the fixed choices, best first."""
-    cfg, halves = dims.config, 2 if double else 1
-    chunked = kt < dims.Kp
-    tms = [tm] if tm else [1] if chunked else range(1, min(dims.Mb, cfg.spad_a_depth // halves
-                                                           // kt) + 1)
-    most = min(dims.Nb, cfg.spad_b_depth // halves // kt)
-    if tn:
-        tns = [tn]
-    elif chunked:
-        tns = [1]
-    elif dims.grouped:  # the column blocks of a super tile lie in one group
-        tns = [t for t in range(1, min(most, dims.kblocks) + 1) if dims.kblocks % t == 0]
-    else:
-        tns = range(1, most + 1)
+    """Fitting tilings with a k tile of ``kts``, honouring the fixed choices, best first."""
+    cfg, halves, found = dims.config, 2 if double else 1, []
+    for kt in kts:
+        # chunked, a super tile's tiles each keep their sums in a bank
+        banks = cfg.acc_banks if kt < dims.Kp else dims.Mb * dims.Nb
+        tms = [tm] if tm else range(1, min(dims.Mb, banks, cfg.spad_a_depth // halves // kt) + 1)
+        most = min(dims.Nb, banks, cfg.spad_b_depth // halves // kt)
+        if tn:
+            tns = [tn]
+        elif dims.grouped:  # the column blocks of a super tile lie in one group
+            tns = [t for t in range(1, min(most, dims.kblocks) + 1) if dims.kblocks % t == 0]
+        else:
+            tns = range(1, most + 1)
+        found += _candidates(dims, stages, double, kt, tms, tns, order, per_channel)
+    found.sort(key=lambda item: item[0], reverse=True)
+    return [cand for _, cand in found]
+
+
+def _candidates(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int, tms, tns,
+                order: str | None, per_channel: bool) -> list[tuple[tuple, Tiling]]:
+    """``(rank key, tiling)`` of every fitting combination of ``tms`` and ``tns``."""
     found = []
     for tm_ in tms:
         for tn_ in tns:
@@ -373,8 +334,7 @@ def _ranked(dims: GemmDims, stages: tuple[str, ...], double: bool, kt: int,
             key = (-estimated_cycles(dims, cand), divides, -traffic(dims, cand),
                    cand.tm * cand.tn)
             found.append((key, cand))
-    found.sort(key=lambda item: item[0], reverse=True)
-    return [cand for _, cand in found]
+    return found
 
 
 def supertiles(dims: GemmDims, tiling: Tiling) -> int:
@@ -401,10 +361,19 @@ def loop_shape(dims: GemmDims, tiling: Tiling) -> tuple:
     return (tiling.double_buffer, tiling.order, tiling.stream, *shape)
 
 
-def _largest_kt(dims: GemmDims, double: bool) -> int:
-    """The largest k tile a one-tile super tile allows, evened out over the k chunks."""
+def _chunk_kts(dims: GemmDims, double: bool) -> list[int]:
+    """The k tiles a chunked GEMM is ranked with: the largest each super tile shape that
+    the accumulator banks allow fits (:func:`_largest_kt`), below ``Kp``."""
+    banks = dims.config.acc_banks
+    kts = {_largest_kt(dims, double, tm, tn) for tm in range(1, banks + 1)
+           for tn in range(1, banks // tm + 1)}
+    return sorted(kt for kt in kts if 0 < kt < dims.Kp)
+
+
+def _largest_kt(dims: GemmDims, double: bool, tm: int = 1, tn: int = 1) -> int:
+    """The largest k tile a ``tm x tn`` super tile allows, evened out over the k chunks."""
     cfg, halves, align = dims.config, 2 if double else 1, dims.config.k_align
-    limit = min(cfg.spad_a_depth // halves, cfg.spad_b_depth // halves, FIELD_MAX,
+    limit = min(cfg.spad_a_depth // halves // tm, cfg.spad_b_depth // halves // tn, FIELD_MAX,
                 FIELD_MAX * dims.W // max(dims.R, dims.C))
     kt = limit // align * align
     if kt < align:
@@ -435,10 +404,10 @@ def ranked_tilings(
     doubles = (True, False) if double_buffer is None else (bool(double_buffer),)
     for double in doubles:
         if kt is None or kt >= dims.Kp:
-            yield from _ranked(dims, stages, double, dims.Kp, tm, tn, order, per_channel)
-        chunk = _largest_kt(dims, double) if kt is None else kt
-        if 0 < chunk < dims.Kp:
-            yield from _ranked(dims, stages, double, chunk, tm, tn, order, per_channel)
+            yield from _ranked(dims, stages, double, [dims.Kp], tm, tn, order, per_channel)
+        chunks = _chunk_kts(dims, double) if kt is None else [kt] if kt < dims.Kp else []
+        if chunks:
+            yield from _ranked(dims, stages, double, chunks, tm, tn, order, per_channel)
 
 
 def default_tiling(
@@ -491,8 +460,9 @@ def _modest(dims: GemmDims, *, tm: int | None = None, tn: int | None = None,
             kt: int | None = None, order: str | None = None,
             double_buffer: bool | None = None) -> Tiling:
     """The least demanding tiling with the given choices: what is short when it fails is
-    what no tiling can do without. A super tile of several tiles takes the whole K (K
-    chunking needs one tile), so its problem is the scratchpad it does not fit."""
-    several = (tm or 1) > 1 or (tn or 1) > 1
+    what no tiling can do without. A super tile of more tiles than accumulator banks takes
+    the whole K (K chunking needs a bank a tile), so its problem is the scratchpad it does
+    not fit."""
+    several = (tm or 1) * (tn or 1) > dims.config.acc_banks
     return Tiling(tm=tm or 1, tn=tn or 1, kt=kt or (dims.Kp if several else dims.config.k_align),
                   order=order or "mn", double_buffer=bool(double_buffer))

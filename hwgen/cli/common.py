@@ -94,6 +94,10 @@ def add_variant_arguments(p: argparse.ArgumentParser) -> None:
                    help="the epilogue's stages get cols/N lanes and take N cycles a row: "
                         "N times fewer of their multipliers, slower only where rows drain "
                         "faster (a power of two dividing --cols; default 1)")
+    p.add_argument("--acc-banks", dest="acc_banks", type=int, metavar="N",
+                   help="accumulators per processing element (1, 2, 4 or 8; default 1): a "
+                        "super tile of up to N output tiles keeps its partial sums across "
+                        "k chunks, so a deep K loads its operands once per super tile")
 
 
 def config_from_args(args: argparse.Namespace) -> VariantConfig:
@@ -110,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> VariantConfig:
     fields = {}
     for name in ("rows", "cols", "port_bytes", "port_latency", "spad_a_depth", "spad_b_depth",
                  "spad_e_depth", "imem_depth", "mem_addr_bits", "window_unit",
-                 "epilogue_share"):
+                 "epilogue_share", "acc_banks"):
         value = getattr(args, name, None)
         if value is not None:
             fields[name] = value

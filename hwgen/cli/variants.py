@@ -24,7 +24,8 @@ SPEC_HELP = (
     f"a variant: {GRAMMAR}. Stages in the order bias,requant,relu,clamp,residual (none for "
     f"none; without ':' the default bias,requant,relu); +window adds the window unit (port = "
     f"rows = cols), +portN sets port_bytes, +addrN mem_addr_bits, +shareN shares the "
-    f"epilogue's lanes (cols/N lanes, N cycles a row)")
+    f"epilogue's lanes (cols/N lanes, N cycles a row), +banksN gives each PE N accumulator "
+    f"banks")
 
 
 def _seconds(text: str) -> float:

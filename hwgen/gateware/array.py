@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaranth import Module, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from hwgen.config import VariantConfig
 from hwgen.gateware.pe import ProcessingElement
@@ -16,22 +17,26 @@ class SystolicArray(wiring.Component):
     Each cycle the feeder presents one k-slice: ``a[i] = A[i, k]`` for the array rows and
     ``b[j] = B[k, j]`` for the columns, unskewed; the array delays row ``i`` by ``i`` cycles
     and column ``j`` by ``j`` so that the operands of the same k meet in every cell. Zeros
-    are bubbles. ``last`` marks the tile's final k-slice. Every operand is registered as it
-    enters (the feeder presents a block RAM's output, whose clock-to-output time would
-    otherwise run on into the first cells' multipliers). Finished results leave through
-    ``top`` (row 0 first) while ``shift`` is high. A tile's result is complete
-    :func:`hwgen.timing.array_latency` cycles after its last operands were presented.
+    are bubbles. ``last`` marks the tile's final k-slice; with accumulator banks
+    (``acc_banks`` > 1), ``bank`` names the bank the slice sums into, and travels with it.
+    Every operand is registered as it enters (the feeder presents a block RAM's output,
+    whose clock-to-output time would otherwise run on into the first cells' multipliers).
+    Finished results leave through ``top`` (row 0 first) while ``shift`` is high. A tile's
+    result is complete :func:`hwgen.timing.array_latency` cycles after its last operands
+    were presented.
     """
 
     def __init__(self, config: VariantConfig):
         self._config = config
         op, acc = signed(config.operand_bits), signed(config.acc_bits)
+        banks = {"bank": In(ceil_log2(config.acc_banks))} if config.acc_banks > 1 else {}
         super().__init__({
             "a": In(data.ArrayLayout(op, config.rows)),
             "b": In(data.ArrayLayout(op, config.cols)),
             "last": In(1),
             "shift": In(1),
             "top": Out(data.ArrayLayout(acc, config.cols)),
+            **banks,
         })
 
     def _delay(self, m: Module, value, cycles: int, name: str):
@@ -44,6 +49,7 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rows, cols = self._config.rows, self._config.cols
+        banked = self._config.acc_banks > 1
         pes = [[ProcessingElement(self._config) for _ in range(cols)] for _ in range(rows)]
         for i in range(rows):
             for j in range(cols):
@@ -53,9 +59,13 @@ class SystolicArray(wiring.Component):
                         pe.a_in.eq(self._delay(m, self.a[i], i + 1, f"a{i}")),
                         pe.last_in.eq(self._delay(m, self.last, i + 1, f"last{i}")),
                     ]
+                    if banked:
+                        m.d.comb += pe.bank_in.eq(self._delay(m, self.bank, i + 1, f"bank{i}"))
                 else:
                     m.d.comb += [pe.a_in.eq(pes[i][j - 1].a_out),
                                  pe.last_in.eq(pes[i][j - 1].last_out)]
+                    if banked:
+                        m.d.comb += pe.bank_in.eq(pes[i][j - 1].bank_out)
                 if i == 0:
                     m.d.comb += pe.b_in.eq(self._delay(m, self.b[j], j + 1, f"b{j}"))
                 else:

@@ -41,6 +41,8 @@ def job_layout(config: VariantConfig) -> data.StructLayout:
     }
     if config.window_unit:
         fields |= {"win": 1, "pos": 32}
+    if config.acc_banks > 1:
+        fields |= {"bank": ceil_log2(config.acc_banks)}
     return data.StructLayout(fields)
 
 
@@ -109,6 +111,10 @@ class ComputeUnit(wiring.Component):
         # tile's final slice and its first drained row (drain_active is the second).
         s1_valid, s1_last = Signal(), Signal()
         m.d.sync += [s1_valid.eq(issue), s1_last.eq(issue & ends_tile)]
+        if c.acc_banks > 1:  # the bank travels with the slice (the array delays it as `last`)
+            s1_bank = Signal.like(cur.bank)
+            m.d.sync += s1_bank.eq(cur.bank)
+            m.d.comb += array.bank.eq(s1_bank)
         for i in range(c.rows):
             m.d.comb += array.a[i].eq(Mux(s1_valid, self.a_data[8 * i:8 * i + 8].as_signed(), 0))
         for j in range(c.cols):

@@ -138,6 +138,8 @@ class Sequencer(wiring.Component):
             job.res.eq(reg(Op.MATMUL, "res")), job.mask.eq(_field(word, Op.MATMUL, "mask")),
             job.dt.eq(_field(word, Op.MATMUL, "dt")), job.tr.eq(_field(word, Op.MATMUL, "tr")),
         ]
+        if c.acc_banks > 1:
+            m.d.comb += job.bank.eq(_field(word, Op.MATMUL, "bank"))
         if c.window_unit:  # WINDOW's pos is MATMUL's res slot, whole
             m.d.comb += [job.win.eq(op == Op.WINDOW), job.pos.eq(reg(Op.WINDOW, "pos"))]
 

@@ -29,6 +29,9 @@ def test_defaults_are_valid_and_key_is_stable():
                                            "cols=4"),
         ({"epilogue_share": 3}, "epilogue_share must be a power of two"),
         ({"epilogue_share": 0}, "epilogue_share must be a power of two"),
+        ({"acc_banks": 3}, "acc_banks must be one of 1, 2, 4, 8"),
+        ({"acc_banks": 16}, "acc_banks must be one of 1, 2, 4, 8"),
+        ({"acc_banks": True}, "acc_banks must be one of 1, 2, 4, 8"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_message(fields, message):
@@ -43,6 +46,14 @@ def test_lane_sharing_keeps_unshared_keys_and_divides_the_lanes():
     assert shared.epilogue_lanes == 2
     assert shared.key() != VariantConfig(cols=8).key()
     assert VariantConfig.from_dict(shared.to_dict()) == shared
+
+
+def test_accumulator_banks_keep_the_key_of_one_bank():
+    # a variant of one bank keeps the key it had before the option existed
+    assert "acc_banks" not in VariantConfig().to_dict()
+    banked = VariantConfig(acc_banks=4)
+    assert banked.key() != VariantConfig().key()
+    assert VariantConfig.from_dict(banked.to_dict()) == banked
 
 
 def test_descriptor_round_trip(tmp_path):

@@ -26,6 +26,8 @@ from hwgen.specs import parse_spec
     ("4x4:bias,requant+share4+port4", "4x4:bias,requant+port4+share4",
      "4x4_bias_requant_port4_share4", {"epilogue_share": 4, "port_bytes": 4}),
     ("4x4+share1", "4x4:bias,requant,relu", "4x4_bias_requant_relu", {"epilogue_share": 1}),
+    ("8x8+banks4+window", "8x8:bias,requant,relu+window+banks4",
+     "8x8_bias_requant_relu_window_banks4", {"acc_banks": 4}),
 ])
 def test_a_spec_parses_to_its_normal_form_and_name(text, normal, name, fields):
     spec = parse_spec(text)
@@ -48,6 +50,7 @@ def test_a_spec_parses_to_its_normal_form_and_name(text, normal, name, fields):
     ("8x8+window+port16", "the window unit needs port_bytes == rows == cols"),
     ("4x4+addr99", "mem_addr_bits must be from 8 to 24"),
     ("4x4+share8", "epilogue_share must be a power of two dividing cols=4"),
+    ("4x4+banks3", "acc_banks must be one of 1, 2, 4, 8"),
 ])
 def test_a_bad_spec_is_one_line_naming_it(text, message):
     with pytest.raises(ValueError) as exc:

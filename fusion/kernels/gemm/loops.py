@@ -187,9 +187,15 @@ class _Nest:
             ops[name] = reg
             regs.append(g)
             moved[reg] = n_outer * (n_inner * g["inner"] + g["adjust"])
+        # chunked, a super tile's tiles each sum in their own accumulator bank, numbered in
+        # grid order (the same in every k chunk of the super tile)
+        banked = self.count["k"] > 1 and tme * tne > 1
+        if banked and tme * tne > self.cfg.acc_banks:  # fit_problems refuses such tilings
+            raise ValueError(f"a chunked super tile of {tme} x {tne} tiles needs as many "
+                             f"accumulator banks; the variant has {self.cfg.acc_banks}")
         return ({"n_outer": n_outer, "n_inner": n_inner, "regs": regs, "ops": ops, "k": kte,
                  "mask": f"{self.mask:#b}", "dt": self.out_dt, "last": int(last),
-                 "tr": int(last and self.transposed)}, moved)
+                 "tr": int(last and self.transposed), "banked": banked}, moved)
 
     def step(self, cls: Mapping[str, bool], exit_: tuple[str, dict] | None) -> dict[str, Any]:
         """The code of a super tile of class ``cls`` followed by ``exit_`` (carry, its class).

@@ -1,0 +1,90 @@
+"""Accumulator banks on Verilator: GEMMs whose super tiles of several tiles take their K in
+chunks, each tile summing in its own bank (MATMUL ``bank``), bit for bit against the numpy
+reference and with the analytical model's prediction equal to the measured cycles; and the
+same banked program on a variant without banks, which mixes the tiles' sums, is caught."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fusion.kernels.tiling import Tiling
+from hwgen.presets import SIM_VARIANTS
+from sim.gemm_check import GemmCase, grouped_problem, report, run_gemms
+from sim.run import Job, MemoryImage, run_programs
+
+pytestmark = pytest.mark.slow
+
+FUSED = ("bias", "requant", "relu")
+#: The 4x4 of the simulation tests with four accumulator banks.
+BANKED = dataclasses.replace(SIM_VARIANTS["4x4"], acc_banks=4)
+
+
+@pytest.fixture(scope="module")
+def banked():
+    from sim.build import build_variant
+
+    build_variant(BANKED)
+    return BANKED
+
+
+def cases(config):
+    c = config.cols
+    out = [
+        # 2 x 2 tiles over 3 k chunks, both loop orders, ragged M and N
+        GemmCase(13, 96, 15, stages=FUSED, tiling=Tiling(tm=2, tn=2, kt=32), seed=1),
+        GemmCase(16, 100, 16, tiling=Tiling(tm=2, tn=2, kt=24, order="nm"), seed=2),
+        # a row and a column of four tiles; single buffered; the residual stage
+        GemmCase(4, 64, 4 * c, stages=FUSED, tiling=Tiling(tm=1, tn=4, kt=16), seed=3),
+        GemmCase(4 * c, 64, 4, tiling=Tiling(tm=4, tn=1, kt=16, double_buffer=False), seed=4),
+        GemmCase(8, 48, 8, stages=("requant", "clamp", "residual"),
+                 tiling=Tiling(tm=2, tn=2, kt=16), seed=5),
+        # fewer tiles than banks, many super tiles (hardware loops around the unrolled grids)
+        GemmCase(40, 72, 40, stages=FUSED, tiling=Tiling(tm=1, tn=2, kt=24), seed=6),
+    ]
+    # grouped: a group of two column blocks in one super tile, its slice of K chunked
+    problem = grouped_problem(config, 9, 72, 4 * c, 36, FUSED, seed=7, kblocks=2)
+    out.append(GemmCase(9, 72, 4 * c, stages=FUSED, problem=problem, kgroup=36, kblocks=2,
+                        tiling=Tiling(tn=2, kt=12)))
+    return out
+
+
+def test_banked_k_chunks_are_bit_exact_and_predicted_exactly(banked):
+    todo = cases(banked)
+    for case in todo:
+        kernel = case.kernel(banked)
+        assert kernel.tiling.kt < kernel.dims.Kp and kernel.tiling.tm * kernel.tiling.tn > 1
+    for case, r in zip(todo, run_gemms(banked, todo), strict=True):
+        assert r.ok, r.summary()
+        kernel = case.kernel(banked)
+        predicted = kernel.kind.features(banked, kernel.signature).analytical_cycles()
+        assert predicted == r.cycles, f"{r.summary()}: predicted {predicted}"
+
+
+def test_banks_load_a_deep_k_once_per_super_tile(banked, v4x4):
+    """The tiler's own choice for a deep K and few rows: several tiles a chunk, so fewer bytes
+    and cycles than the one-tile chunks the same 4x4 without banks must use."""
+    deep = GemmCase(8, 1536, 32, stages=FUSED, seed=8)
+    chosen, alone = deep.kernel(banked).tiling, deep.kernel(v4x4).tiling
+    assert chosen.kt < 1536 and chosen.tm * chosen.tn > 1
+    assert alone.kt < 1536 and alone.tm * alone.tn == 1
+    (with_banks,), (without,) = run_gemms(banked, [deep]), run_gemms(v4x4, [deep])
+    assert with_banks.ok and without.ok, (with_banks.summary(), without.summary())
+    np.testing.assert_array_equal(with_banks.got, without.got)
+    assert with_banks.counters["bytes_read"] < without.counters["bytes_read"]
+    assert with_banks.cycles < without.cycles
+
+
+def test_a_banked_program_on_a_variant_without_banks_is_wrong(banked, v4x4):
+    """Without banks the tiles of a super tile share one accumulator: the sums mix, and the
+    check sees it (the banks, not the test, make the results right)."""
+    case = GemmCase(8, 48, 8, tiling=Tiling(tm=2, tn=2, kt=16), seed=9)
+    kernel = case.kernel(banked)
+    job = Job(program=kernel.program, memory=MemoryImage(writes=tuple(case.memory(kernel)),
+                                                         reads=kernel.reads))
+    (right,) = run_programs(banked, [job])
+    (wrong,) = run_programs(v4x4, [job])
+    assert report(banked, case, kernel, right).ok
+    bad = report(banked, case, kernel, wrong)
+    assert not bad.ok and bad.mismatches > 0
+    assert not np.array_equal(bad.got, report(banked, case, kernel, right).got)
