@@ -94,11 +94,11 @@ def run_one(name: str, batch: int, options: CompileOptions = DEFAULT) -> dict:
 
 
 def measure(path: Path, x: np.ndarray, want: np.ndarray | None, batch: int = 1,
-            options: CompileOptions = DEFAULT) -> dict:
-    """Compile ``path`` for :data:`VARIANT`, run it on ``x`` (every kernel shadow-checked)
+            options: CompileOptions = DEFAULT, variant: VariantConfig = VARIANT) -> dict:
+    """Compile ``path`` for ``variant``, run it on ``x`` (every kernel shadow-checked)
     and compare its output with ``want`` (None: the exact reference's, computed here)."""
     began = time.perf_counter()
-    compiled = compile_model(load_model(path, batch=batch), VARIANT, batch=batch,
+    compiled = compile_model(load_model(path, batch=batch), variant, batch=batch,
                              options=options)
     compile_seconds = time.perf_counter() - began
     began = time.perf_counter()

@@ -41,6 +41,9 @@ def cases(config):
                  tiling=Tiling(tm=2, tn=2, kt=16), seed=5),
         # fewer tiles than banks, many super tiles (hardware loops around the unrolled grids)
         GemmCase(40, 72, 40, stages=FUSED, tiling=Tiling(tm=1, tn=2, kt=24), seed=6),
+        # loops over m, n and k with the residual double buffered: eight loop registers
+        GemmCase(16, 96, 16, stages=("bias", "requant", "residual"),
+                 tiling=Tiling(tm=2, tn=2, kt=32), seed=10),
     ]
     # grouped: a group of two column blocks in one super tile, its slice of K chunked
     problem = grouped_problem(config, 9, 72, 4 * c, 36, FUSED, seed=7, kblocks=2)

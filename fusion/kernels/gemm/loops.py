@@ -49,7 +49,7 @@ from hwgen.reference import EpilogueParams
 
 DIMS = ("m", "n", "k")
 #: Registers free for the loops: everything but r0, r3, the matmul operands r6..r10 and the
-#: grid counters r11, r12 (r12 joins when every grid is one tile: it never loops then).
+#: grid counters r11, r12 (r12 joins when no grid loops: every grid one tile, or unrolled).
 POOL = ("r15", "r14", "r13", "r5", "r4", "r2", "r1")
 TEMP = "r11"
 
@@ -107,11 +107,13 @@ class _Nest:
         self.half = {"a": cfg.spad_a_depth // halves, "b": cfg.spad_b_depth // halves,
                      "res": tm * tn * R}
         self.e_res = dims.bias_region_rows(per_channel) if self.has_bias else 0
-        pool = list(POOL) + (["r12"] if (tm, tn) == (1, 1) else [])
+        # r12 counts a grid's inner loop; no grid loops when every one is a single tile, or
+        # chunked, when a grid of several tiles is unrolled (one bank a tile)
+        pool = list(POOL) + (["r12"] if (tm, tn) == (1, 1) or self.count["k"] > 1 else [])
         names = ["ax", "bx"] + (["an", "bn"] if self.double else []) + (
             ["rn"] if self.double and self.has_res else [])
         names += [f"count_{d}" for d in self.levels]
-        if len(names) > len(pool):  # cannot happen: three levels need tm = tn = 1
+        if len(names) > len(pool):  # cannot happen: three levels have no looped grid
             raise AssertionError(f"the GEMM loops need {len(names)} registers, {len(pool)} free")
         self.reg = dict(zip(names, pool, strict=False))
         self.cur = {"a": "r6", "b": "r7", "res": "r10"}
