@@ -60,14 +60,16 @@ SIDES = {"squeezenet": (64, 32), "inception_v1": (64, 32), "inception_v2": (64, 
          "resnet50": (32, 32), "shufflenet": (64, 32), "densenet121": (32, 32)}
 
 
-def input_shape(name: str, full: bool) -> tuple[int, int, int, int]:
-    side = SIDES[name][0 if full else 1]
+def input_shape(name: str, full: bool, side: int | None = None) -> tuple[int, int, int, int]:
+    """The input's NCHW shape: its :data:`SIDES` side, or ``side`` pixels when given."""
+    side = side or SIDES[name][0 if full else 1]
     return (1, 3, side, side)
 
 
-def sample(name: str, full: bool, seed: int) -> np.ndarray:
+def sample(name: str, full: bool, seed: int, side: int | None = None) -> np.ndarray:
     """A seeded float input (seeds 0 to 15 calibrate; the .npz uses 1000)."""
-    return np.random.default_rng(seed).normal(0, 1, input_shape(name, full)).astype(np.float32)
+    shape = input_shape(name, full, side)
+    return np.random.default_rng(seed).normal(0, 1, shape).astype(np.float32)
 
 
 def _pooled(size: int, kernel: int, stride: int, pads: tuple[int, int], ceil: bool) -> int:
@@ -160,10 +162,10 @@ class _ZooNet(_Net):
         return self._node("Softmax", [x], "prob", self.shapes[x], axis=1)
 
 
-def squeezenet(full: bool) -> onnx.ModelProto:
+def squeezenet(full: bool, side: int | None = None) -> onnx.ModelProto:
     # the small width keeps every expand layer a multiple of 24 channels: each Concat then
     # joins whole column blocks of the 4x4 and 8x8 arrays (fusion.kernels.concat)
-    net = _ZooNet(201, input_shape("squeezenet", full), 1 if full else 0.375)
+    net = _ZooNet(201, input_shape("squeezenet", full, side), 1 if full else 0.375)
     x = net.gconv("x", "conv1", net.ch(96), 7, 2, pad=0)
     x = net.pool(x, "pool1", "MaxPool", 3, 2, ceil=True)
     fires = [(16, 64), (16, 64), (32, 128), "pool", (32, 128), (48, 192), (48, 192),
@@ -189,8 +191,8 @@ def _inception_v1_module(net: _ZooNet, x: str, name: str, f: tuple[int, ...]) ->
     return net.concat([b1, b2, b3, b4], name)
 
 
-def inception_v1(full: bool) -> onnx.ModelProto:
-    net = _ZooNet(202, input_shape("inception_v1", full), 1 if full else 0.25)
+def inception_v1(full: bool, side: int | None = None) -> onnx.ModelProto:
+    net = _ZooNet(202, input_shape("inception_v1", full, side), 1 if full else 0.25)
     x = net.gconv("x", "conv1", net.ch(64), 7, 2)
     x = net.lrn(net.pool(x, "pool1", "MaxPool", 3, 2, ceil=True), "lrn1")
     x = net.gconv(net.gconv(x, "conv2r", net.ch(64), 1), "conv2", net.ch(192), 3)
@@ -225,8 +227,8 @@ def _inception_v2_module(net: _ZooNet, x: str, name: str, f: tuple, stride: int)
     return net.concat(branches, name)
 
 
-def inception_v2(full: bool) -> onnx.ModelProto:
-    net = _ZooNet(203, input_shape("inception_v2", full), 1 if full else 0.25)
+def inception_v2(full: bool, side: int | None = None) -> onnx.ModelProto:
+    net = _ZooNet(203, input_shape("inception_v2", full, side), 1 if full else 0.25)
     x = net.gconv("x", "conv1", net.ch(64), 7, 2, bn=True)
     x = net.pool(x, "pool1", "MaxPool", 3, 2, 1)
     x = net.gconv(net.gconv(x, "conv2r", net.ch(64), 1, bn=True), "conv2", net.ch(192), 3,
@@ -249,8 +251,8 @@ def inception_v2(full: bool) -> onnx.ModelProto:
     return net.model("inception_v2", net.head(x, 1000 if full else 10), net.shapes["x"])
 
 
-def resnet50(full: bool) -> onnx.ModelProto:
-    net = _ZooNet(204, input_shape("resnet50", full), 1 if full else 0.125)
+def resnet50(full: bool, side: int | None = None) -> onnx.ModelProto:
+    net = _ZooNet(204, input_shape("resnet50", full, side), 1 if full else 0.125)
     x = net.gconv("x", "conv1", net.ch(64), 7, 2, bn=True)
     x = net.pool(x, "pool1", "MaxPool", 3, 2, 1)
     stages = [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]
@@ -269,9 +271,9 @@ def resnet50(full: bool) -> onnx.ModelProto:
     return net.model("resnet50", net.head(x, 1000 if full else 10), net.shapes["x"])
 
 
-def shufflenet(full: bool) -> onnx.ModelProto:
+def shufflenet(full: bool, side: int | None = None) -> onnx.ModelProto:
     groups = 3
-    net = _ZooNet(205, input_shape("shufflenet", full), 1 if full else 0.25)
+    net = _ZooNet(205, input_shape("shufflenet", full, side), 1 if full else 0.25)
     x = net.gconv("x", "conv1", 24, 3, 2, bn=True)
     x = net.pool(x, "pool1", "MaxPool", 3, 2, 1)
     stages = [(240, 4), (480, 8), (960, 4)] if full else [(240, 2), (480, 2)]
@@ -296,8 +298,8 @@ def shufflenet(full: bool) -> onnx.ModelProto:
     return net.model("shufflenet", net.head(x, 1000 if full else 10), net.shapes["x"])
 
 
-def densenet121(full: bool) -> onnx.ModelProto:
-    net = _ZooNet(206, input_shape("densenet121", full), 1 if full else 0.25)
+def densenet121(full: bool, side: int | None = None) -> onnx.ModelProto:
+    net = _ZooNet(206, input_shape("densenet121", full, side), 1 if full else 0.25)
     growth = 32 if full else 8
     x = net.gconv("x", "conv0", net.ch(64), 7, 2, bn=True)
     x = net.pool(x, "pool0", "MaxPool", 3, 2, 1)
@@ -322,12 +324,15 @@ BUILDERS = {"squeezenet": squeezenet, "inception_v1": inception_v1,
             "densenet121": densenet121}
 
 
-def build(name: str, fmt: str, out: Path, full: bool) -> Path:
-    """Build, quantize and write ``<out>/<name>_<fmt>.onnx`` and its ``.npz``; the path."""
+def build(name: str, fmt: str, out: Path, full: bool, side: int | None = None) -> Path:
+    """Build, quantize and write ``<out>/<name>_<fmt>.onnx`` and its ``.npz``; the path. With
+    ``side``, the input is that many pixels a side (not :data:`SIDES`'), and the files are
+    ``<name>_<fmt>_<side>px``."""
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}_{fmt}.onnx"
-    quantize(name, BUILDERS[name](full), fmt, path, lambda seed: sample(name, full, seed))
-    x = sample(name, full, 1000)
+    path = out / (f"{name}_{fmt}_{side}px.onnx" if side else f"{name}_{fmt}.onnx")
+    quantize(name, BUILDERS[name](full, side), fmt, path,
+             lambda seed: sample(name, full, seed, side))
+    x = sample(name, full, 1000, side)
     (y,) = reference_session(path).run(["y"], {"x": x})
     np.savez(path.with_suffix(".npz"), x=x, y=y.astype(np.float32))
     return path
