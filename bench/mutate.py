@@ -14,7 +14,8 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
    examples that convolve and pool (:data:`WINDOW_MODELS`: window convolutions, depthwise
    convolutions, max and global pools on the unit, K-major stores); on the third, a 4x4 on
    LiteDRAM DDR3, ``hwgen gemm`` on :data:`GEMMS` and ``hwgen run`` of :data:`DRAM_MODELS`
-   (the read buffer and the DRAM adapter). The baseline runs all three.
+   (the read buffer and the DRAM adapter); on the fourth, a 4x4 with accumulator banks,
+   ``hwgen gemm`` of :data:`BANKED_GEMMS`. The baseline runs all four.
 
 A check catches the mutant when it exits non-zero: 1 is a mismatch or counter violation, 2 an
 error (a failed build or generate counts as caught, and the table says so; so does a crash,
@@ -51,6 +52,7 @@ VARIANTS = {
     "window": ("--rows", "4", "--cols", "4", "--port-bytes", "4", *_STAGES, "--window-unit"),
     "ddr3": ("--rows", "4", "--cols", "4", "--port-bytes", "16", "--mem-addr-bits", "21",
              *_STAGES, "--memory", "ddr3"),
+    "banks": ("--rows", "4", "--cols", "4", *_STAGES, "--acc-banks", "4"),
 }
 #: The bundled models the window variant runs (random inputs, every kernel shadow-checked):
 #: qdq_cnn (a max pool and an unpadded depthwise convolution on the unit, window loads) and
@@ -63,6 +65,9 @@ DRAM_MODELS = ("examples/qdq_cnn.onnx", "examples/qdq_mlp_residual.onnx")
 #: ``hwgen gemm`` shapes (M, K, N): a single tile, ragged edges over several super tiles,
 #: and a long K with K chunking.
 GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
+#: ``hwgen gemm`` shapes and tilings (M, K, N, tm, tn, kt) the banks variant runs: super
+#: tiles of several tiles over k chunks, each tile in its own accumulator bank.
+BANKED_GEMMS = ((13, 96, 15, 2, 2, 32), (16, 100, 16, 4, 1, 24))
 #: A GEMV streamed in q chunks (M, K, N, q), checked like the others: its counted WAITs.
 STREAMED = (3, 256, 40, 4)
 #: Seconds a check may take before it counts as hung (and so as caught).
@@ -124,6 +129,11 @@ def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
     if variant == "window":
         return [(f"run {Path(model).stem} (window)", ["run", model, "--variant", "variant"])
                 for model in WINDOW_MODELS]
+    if variant == "banks":
+        return [(f"gemm {m}x{k}x{n} {tm}x{tn} kt={kt} (banks)", [
+            "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
+            "--tm", str(tm), "--tn", str(tn), "--kt", str(kt)])
+            for m, k, n, tm, tn, kt in BANKED_GEMMS]
     if variant == "ddr3":
         return [(f"gemm {m}x{k}x{n} (ddr3)", ["gemm", "--variant", "variant", "--m", str(m),
                                                  "--k", str(k), "--n", str(n)])

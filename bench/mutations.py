@@ -30,8 +30,9 @@ class Mutation:
     variant : str
         Which variant of :data:`bench.mutate.VARIANTS` the mutant is built as and checked
         on: ``"base"``, ``"window"`` for the parts only a variant whose A row is one
-        memory word has (window loads, the window unit), or ``"ddr3"`` for the parts that
-        only a memory with variable latency exercises (the read buffer, the DRAM adapter).
+        memory word has (window loads, the window unit), ``"ddr3"`` for the parts that
+        only a memory with variable latency exercises (the read buffer, the DRAM adapter),
+        or ``"banks"`` for the accumulator banks.
     """
 
     name: str
@@ -50,6 +51,16 @@ LOADW_OLD = "lanes.append(Mux(cur.mask[r], pick, cur.fill))"
 LOADW_NEW = "lanes.append(pick)"
 
 MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("pe-one-bank", "hwgen/gateware/pe.py", "acc = accs[self.bank_in]",
+             "acc = accs[0]",
+             "every processing element sums every tile in bank 0: a super tile's tiles mix",
+             "banks"),
+    Mutation("seq-bank-dropped", "hwgen/gateware/sequencer.py",
+             'job.bank.eq(_field(word, Op.MATMUL, "bank"))', "job.bank.eq(0)",
+             "the sequencer does not pass MATMUL's bank on to the job", "banks"),
+    Mutation("gemm-bank-immediate", "rtl_templates/microcode/gemm.j2",
+             "{% if bank %}, bank={{ bank }}{% endif %}", "",
+             "the GEMM's unrolled grid names no bank (every tile in bank 0)", "banks"),
     Mutation("requant-round-ties", EPI,
              "Mux(odd, _below_half(shift, 65), _half(shift, 65))",
              "Mux(odd | (shift != 0), _below_half(shift, 65), _half(shift, 65))",
