@@ -34,10 +34,8 @@ become a hardware loop, and repeats of those (the images of a batch) an outer lo
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from fusion.kernels.codegen import (
@@ -47,33 +45,22 @@ from fusion.kernels.codegen import (
     load_context,
     render,
 )
+from fusion.kernels.conv.banked import banked_body
+
+# the loops of repeated steps and the window loads, re-exported: their homes are
+# fusion.kernels.conv.loops and fusion.kernels.conv.windows
+from fusion.kernels.conv.loops import LOOP_REGS as LOOP_REGS
+from fusion.kernels.conv.loops import compress as compress
+from fusion.kernels.conv.loops import instructions as instructions
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
+from fusion.kernels.conv.windows import chunks as chunks
+from fusion.kernels.conv.windows import in_base, window_loads
 from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
 from fusion.kernels.layout import GemmDims, Region, bias_group, bias_region_bytes
 from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Unit
 from hwgen.reference import output_dtype
-
-#: Loop counters, innermost first (rows of an image, then images).
-LOOP_REGS = ("r12", "r11")
-
-
-
-@dataclass(frozen=True)
-class Tap:
-    """One window load of a kernel position for one block: where its rows come from."""
-
-    ext: int | None  # word address (below 0 possible: its lanes are masked); None: all fill
-    shift: int
-    step: int
-    mask: int
-    keep: bool = False  # lanes outside the mask keep what the block's first load wrote
-
-
-def chunks(geo: ConvGeometry, tn: int) -> list[tuple[int, int]]:
-    """``(first column block, blocks)`` of each column chunk of at most ``tn`` blocks."""
-    return [(nb0, min(tn, geo.Nb - nb0)) for nb0 in range(0, geo.Nb, tn)]
 
 
 def column_chunk(geo: ConvGeometry, residual: bool) -> int:
@@ -98,71 +85,11 @@ def _dims(geo: ConvGeometry) -> GemmDims:
     return GemmDims(geo.config, geo.params.M, geo.params.K, geo.params.Cout)
 
 
-def segments(geo: ConvGeometry, b: int) -> list[tuple[int, int, int, int]]:
-    """The output rows block ``b`` spans: ``(t, r0, r1, ox0)`` for its lanes ``r0 <= r <
-    r1`` in output row ``t`` (of all ``N*OH``) from column ``ox0`` on; lanes past the last
-    pixel are in none."""
-    p, R = geo.params, geo.R  # noqa: N806
-    out, r = [], 0
-    while r < R and b * R + r < p.M:
-        t, ox0 = divmod(b * R + r, p.OW)
-        r1 = min(R, r + p.OW - ox0, p.M - b * R)
-        out.append((t, r, r1, ox0))
-        r = r1
-    return out
-
-
-def group_loads(geo: ConvGeometry, x: Region, b: int, group: list[tuple[int, int]]
-                ) -> list[tuple[int, int, Tap]]:
-    """The window loads that fill one group of kernel positions (:attr:`ConvGeometry.
-    groups`: one column ``kx``, rows ``ky`` of one class) for block ``b``, as ``(first
-    position of the group, positions, Tap)``.
-
-    Per output row the block spans (its lanes' segment), the group's positions whose input
-    row lies inside the input are a consecutive run. The first segment's run is loaded
-    without ``keep``, filling the lanes outside its mask, and the positions outside that run
-    are filled by all-fill loads; the other segments' runs merge their lanes in with ``keep``
-    (their positions outside the input keep the fill). A block lying in one output row
-    loads each position once, as without keep."""
-    p, R = geo.params, geo.R  # noqa: N806
-    sy, sx = p.stride
-    kx = group[0][1]
-    runs = []
-    for t, r0, r1, ox0 in segments(geo, b):
-        n, oy = divmod(t, p.OH)
-        inside = [m for m, (ky, _) in enumerate(group) if 0 <= oy * sy + ky - p.pads[0] < p.H]
-        ix0 = (ox0 - r0) * sx + kx - p.pads[1]  # lane 0's input column (a virtual one if r0)
-        mask = sum(1 << r for r in range(r0, r1) if 0 <= ix0 + r * sx < p.W)
-        if not inside or not mask:
-            continue
-        iy = oy * sy + group[inside[0]][0] - p.pads[0]
-        p0 = (n * p.H + iy) * p.W + ix0  # the input pixel of lane 0 of the run's first row
-        lo = p0 // R
-        runs.append((inside[0], len(inside), Tap(x.addr + lo * geo.cp, p0 - lo * R, sx, mask)))
-    fill = Tap(None, 0, 1, 0)
-    if not runs:
-        return [(0, len(group), fill)]
-    (m0, n0, first), rest = runs[0], runs[1:]
-    loads = [(m0, n0, first)]
-    if m0:
-        loads.append((0, m0, fill))
-    if m0 + n0 < len(group):
-        loads.append((m0 + n0, len(group) - m0 - n0, fill))
-    return loads + [(m, k, dataclasses.replace(w, keep=True)) for m, k, w in rest]
-
-
-def _in_base(geo: ConvGeometry, x: Region, s: int) -> int:
-    """``r14`` during step ``s``: the word address of the block of the input pixel of the
-    step's first output pixel's window (the relative offsets need not be small, only equal
-    between equal steps)."""
-    p = geo.params
-    t, ox = divmod(geo.step_blocks(s)[0] * geo.R, p.OW)
-    n, oy = divmod(t, p.OH)
-    return x.addr + (((n * p.H + oy * p.stride[0]) * p.W + ox * p.stride[1]) // geo.R) * geo.cp
-
-
-def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> dict[str, Any]:
-    """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring)."""
+def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
+                  part: int = 0) -> dict[str, Any]:
+    """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring); with
+    ``part`` > 0, in k chunks of ``part`` rows over the accumulator banks, ``tn`` column
+    blocks a chunk (:func:`banked_body`)."""
     c, p = geo.config, geo.params
     R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
     x, out = regions["x"], regions["out"]
@@ -178,7 +105,6 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         return out.addr + (s * G * Nb + nb0) * out_tw
 
     split = geo.split_rows  # the window rows of a block that load while the step before runs
-    row_words = 1 if p.Cin > 1 else geo.class_words  # r3: a LOADW's rows apart
 
     def spad_row(half: int, j: int, r: int) -> int:
         """The A row of window row ``r`` of block ``j`` of a step in ``half``: the step's
@@ -193,28 +119,10 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
     def loads_of_block(s: int, j: int, half: int, r14: int, r1: list, lo: int = 0,
                        hi: int = Kp) -> list[dict]:
         """The block's window loads of rows ``lo <= r < hi`` (a LOADW across a bound is cut
-        in two); ``r1`` holds the offset ``r1 - r14`` last set in this step (None: unknown),
-        so that loads from the same word share one ``addi``."""
-        items, pos = [], 0
+        in two) into ``half``."""
         # the two parts' rows lie apart: a load never writes across the split
         bounds = [(lo, min(hi, split)), (max(lo, split), hi)] if split else [(lo, hi)]
-        for group in geo.groups:
-            for m, k, w in group_loads(geo, x, s * G + j, group):
-                first = (pos + m) * p.Cin
-                for a, b in ((max(first, u), min(first + k * p.Cin, v)) for u, v in bounds):
-                    if a >= b:
-                        continue
-                    # an all-fill load reads one word a row wherever r1 points
-                    ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
-                           else w.ext - r14 + (a - first) * row_words)
-                    if ext != r1[0]:
-                        items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
-                        r1[0] = ext
-                    items += [{"kind": "li", "rd": "r2", "imm": spad_row(half, j, a)},
-                              {"kind": "loadw", "count": b - a, "shift": w.shift,
-                               "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
-            pos += len(group)
-        return items
+        return window_loads(geo, x, s * G + j, bounds, lambda r: spad_row(half, j, r), r14, r1)
 
     def matmuls(half: int, j: int, nbl: int, tn_c: int, nb0: int, rhalf: int) -> list[dict]:
         """Block ``j``'s matmul for column block ``nbl``: over all ``Kp`` window rows, or
@@ -247,7 +155,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         return items
 
     body: list[dict] = []
-    for nb0, tn_c in chunks(geo, tn):
+    for nb0, tn_c in chunks(geo, tn) if not part else ():
         what = f"column blocks {nb0}..{nb0 + tn_c - 1}"
         if nb0:
             body.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
@@ -256,7 +164,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
         body.append({"kind": "load", **load_context(
             c, Dst.B, regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes, 0, 1,
             tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")})
-        r14, r15 = _in_base(geo, x, 0), out_base(0, nb0)
+        r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
         body += [{"kind": "li", "rd": "r14", "imm": r14}, {"kind": "li", "rd": "r15", "imm": r15}]
         if residual:
             body += residual_loads(0, 0, nb0, tn_c, r15)
@@ -290,7 +198,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
                 for j in range(following):
                     step += loads_of_block(t + 1, j, other, r14, r1, lo=split)
             if nxt:
-                d14, d15 = _in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
+                d14, d15 = in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
                 step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
                          {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15},
                          {"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
@@ -298,10 +206,13 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
                 r14, r15 = r14 + d14, r15 + d15
             steps.append(step)
         body += compress(steps, f"conv_c{nb0}")
+    if part:
+        body = banked_body(geo, regions, tn, part)
     return {
         "what": (f"window convolution {p.N}x{p.Cin}x{p.H}x{p.W} -> {p.Cout} channels, "
                  f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} steps of "
-                 f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"),
+                 f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"
+                 + (f", k chunks of {part} rows in accumulator banks" if part else "")),
         # r3: rows one word apart (channels), or with one channel a row class apart
         "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
                   ("r5", p.fill & 0xFF)],
@@ -310,56 +221,6 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int) -> 
                       if reads_bias_region(p.stages, p.epilogue) else None),
         "body": body,
     }
-
-
-def compress(steps: Sequence[list[dict]], prefix: str, *,
-             counters: Sequence[str] = LOOP_REGS) -> list[dict]:
-    """The steps' items, with consecutive repeats folded into hardware loops.
-
-    Level by level (one level per loop counter of ``counters``, innermost first): at each
-    position the period (1 to 8 units) covering the most units is taken, and a unit repeated
-    at least twice becomes a loop. Units at the first level are steps; at the next, the
-    steps and loops the first left.
-    """
-    units: list[list[dict]] = [list(s) for s in steps]
-    for counter in counters:
-        out: list[list[dict]] = []
-        i = 0
-        while i < len(units):
-            best = None
-            for period in range(1, 9):
-                unit = units[i:i + period]
-                if len(unit) < period:
-                    break
-                times = 1
-                while units[i + times * period:i + (times + 1) * period] == unit:
-                    times += 1
-                if times >= 2 and (best is None or times * period > best[0] * best[1]):
-                    best = (times, period)
-            if best is None:
-                out.append(units[i])
-                i += 1
-                continue
-            times, period = best
-            body = [it for u in units[i:i + period] for it in u]
-            out.append([{"kind": "loop", "counter": counter, "count": times, "body": body}])
-            i += times * period
-        units = out
-    items = [it for u in units for it in u]
-    return _labelled(items, prefix, [0])
-
-
-def _labelled(items: list[dict], prefix: str, counter: list[int]) -> list[dict]:
-    """The items with a unique label on every loop (given after folding, so that loops
-    differing only by their label fold too)."""
-    out = []
-    for it in items:
-        if it["kind"] == "loop":
-            counter[0] += 1
-            it = {**it, "label": f"{prefix}_loop{counter[0]}",
-                  "body": _labelled(it["body"], prefix, counter)}
-        out.append(it)
-    return out
 
 
 def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
@@ -382,23 +243,38 @@ def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region],
     too-long error), in steps of ``step`` blocks when output rows are not whole blocks
     (None: :func:`geometry`'s choice)."""
     geo = geometry(config, p) if step is None else ConvGeometry(config, p, step)
-    text = render("conv.j2", **build_context(geo, regions, column_chunk(geo, "residual" in
-                                                                          p.stages)))
+    banked = banked_plan(config, p) if step is None else None
+    tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
+    text = render("conv.j2", **build_context(geo, regions, tn, part))
     return assemble_program(config, text, what=what)
 
 
-def instructions(items: Sequence[dict]) -> int:
-    """Instruction words the items assemble to (an upper bound: before redundant ``li``s are
-    dropped)."""
-    n = 0
-    for it in items:
-        if it["kind"] == "loop":
-            n += 2 + instructions(it["body"])
-        elif it["kind"] == "load":
-            n += 1 + 2 + (it["count"] > 1)
-        elif it["kind"] != "comment":
-            n += 1
-    return n
+@functools.lru_cache(maxsize=256)
+def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
+    """``(tn, part)`` of the program in k chunks over the accumulator banks
+    (:func:`banked_body`), when the variant has banks, the kernel no residual, and that
+    program fits the instruction memory and is faster than the one without, by the
+    analytical model at a dummy placement; None otherwise.
+
+    ``tn`` is as many column blocks as the banks hold beside the step's blocks, ``part`` the
+    most window rows a half of each scratchpad holds for them."""
+    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
+
+    geo = geometry(config, p)
+    tn = min(geo.Nb, config.acc_banks // geo.bps)
+    if config.acc_banks < 2 or "residual" in p.stages or tn < 1:
+        return None
+    part = min(config.spad_a_depth // 2 // geo.bps, config.spad_b_depth // 2 // tn)
+    part = min(part // config.k_align * config.k_align, geo.Kp)
+    if part < config.k_align:
+        return None
+    dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
+    text = drop_redundant_li(render("conv.j2", **build_context(geo, dummy, tn, part)))
+    if len(assemble_instrs(text)) > config.imem_depth:
+        return None
+    banked = estimate_program(config, assemble_program(config, text).instrs)
+    plain = estimate_program(config, program(config, p, dummy, step=geo.bps).instrs)
+    return (tn, part) if banked < plain else None
 
 
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:

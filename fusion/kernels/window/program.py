@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusion.kernels.codegen import Program, assemble_program, load_context, render
-from fusion.kernels.conv.program import compress, instructions
+from fusion.kernels.conv.loops import compress, instructions
 from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
 from fusion.kernels.layout import Region, bias_group, bias_region_bytes, ceil_div
 from fusion.kernels.window.params import WEIGHT_ROWS, WindowLayout, WindowParams

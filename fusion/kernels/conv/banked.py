@@ -1,0 +1,100 @@
+"""A window convolution in k chunks over the accumulator banks (variants with ``acc_banks``):
+the body :func:`fusion.kernels.conv.program.build_context` renders when
+:func:`fusion.kernels.conv.program.banked_plan` finds it faster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fusion.kernels.codegen import load_context
+from fusion.kernels.conv.loops import compress
+from fusion.kernels.conv.params import ConvGeometry
+from fusion.kernels.conv.windows import chunks, in_base, window_loads
+from fusion.kernels.layout import Region, bias_group
+from hwgen.isa import Dst, Unit
+from hwgen.reference import output_dtype
+
+
+def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
+                part: int) -> list[dict]:
+    """The body of a window convolution in k chunks over the accumulator banks.
+
+    Per column chunk of ``tn`` column blocks, per step, per k chunk of ``part`` window rows
+    (the last shorter): the chunk's window rows of the step's ``G`` blocks and its weight
+    rows of the chunk's column blocks load into one half of the A and B scratchpads while
+    the chunk before computes from the other; then one matmul per block and column block,
+    tile ``(j, n)`` summing in bank ``j * tn + n`` and draining after the last chunk. So a
+    step's windows load once for ``tn`` column blocks, where without banks each column
+    block whose weights fill the B scratchpad alone reloads them. No residual stage (the
+    kind's eligibility, :func:`banked_part`).
+    """
+    c, p = geo.config, geo.params
+    R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806
+    x, out = regions["x"], regions["out"]
+    dt = "i8" if output_dtype(p.stages).itemsize == 1 else "i32"
+    out_tw = R * c.cols * (1 if dt == "i8" else 4) // c.port_bytes
+    group, mask = bias_group(p.epilogue.per_channel), sum(c.stage_bit(s) for s in p.stages)
+    a_half, b_half, b_words = c.spad_a_depth // 2, c.spad_b_depth // 2, c.cols // c.port_bytes
+    row_words = 1 if p.Cin > 1 else geo.class_words  # r3 (the setup's)
+    kparts = [(lo, min(lo + part, Kp)) for lo in range(0, Kp, part)]
+    seq = [(t, q) for t in range(geo.steps) for q in range(len(kparts))]
+
+    def out_base(t: int, nb0: int) -> int:
+        return out.addr + (t * G * Nb + nb0) * out_tw
+
+    def loads(t: int, q: int, half: int, nb0: int, tn_c: int, r14: int, r1: list) -> list:
+        lo, hi = kparts[q]
+        items = [{"kind": "load", **load_context(
+            c, Dst.B, {"base": "r13", "off": (nb0 * Kp + lo) * b_words}, half * b_half, tn_c,
+            (hi - lo) * b_words, Kp * b_words, f"weights, rows {lo}..{hi - 1}")}]
+        if tn_c > 1:  # the load's segment stride took r3, the window loads' row stride
+            items.append({"kind": "li", "rd": "r3", "imm": row_words})
+        r1[0] = None  # and r1
+        for j in range(len(geo.step_blocks(t))):
+            items += window_loads(geo, x, t * G + j, [(lo, hi)],
+                                  lambda r, j=j: half * a_half + j * part + r - lo, r14, r1)
+        return items
+
+    body: list[dict] = [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
+    for nb0, tn_c in chunks(geo, tn):
+        if nb0:
+            body.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
+                         "why": "the last chunk is done with B"})
+        body.append({"kind": "comment", "text": f"column blocks {nb0}..{nb0 + tn_c - 1}"})
+        r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
+        body += [{"kind": "li", "rd": "r14", "imm": r14}, {"kind": "li", "rd": "r15", "imm": r15}]
+        body += loads(0, 0, 0, nb0, tn_c, r14, [None])
+        body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
+        steps: list[list[dict]] = []
+        r1: list = [None]
+        for n, (t, q) in enumerate(seq):
+            half, (lo, hi) = n % 2, kparts[q]
+            last = q == len(kparts) - 1
+            step = [] if q == 0 else steps.pop()  # a step's chunks are one unit (compress)
+            if q == 0:
+                r1 = [None]  # a unit may be a loop's body: r1 is unknown at its start
+            if n + 1 < len(seq):
+                step += loads(*seq[n + 1], 1 - half, nb0, tn_c, r14, r1)
+            for j in range(len(geo.step_blocks(t))):
+                for nbl in range(tn_c):
+                    step += [{"kind": "li", "rd": "r6", "imm": half * a_half + j * part},
+                             {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
+                    if last:
+                        step += [{"kind": "addi", "rd": "r8", "rs": "r15",
+                                  "imm": (j * Nb + nbl) * out_tw},
+                                 {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
+                                 {"kind": "li", "rd": "r10", "imm": 0}]
+                    step.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
+                                 "dt": dt, "tr": p.kmajor_out, "last": int(last),
+                                 "bank": j * tn_c + nbl})
+            if last and t + 1 < geo.steps:
+                d14, d15 = in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
+                step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
+                         {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15}]
+                r14, r15 = r14 + d14, r15 + d15
+            if n + 1 < len(seq):
+                step.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
+                             "why": "next k chunk's operands in; these matmuls have read theirs"})
+            steps.append(step)
+        body += compress(steps, f"conv_b{nb0}")
+    return body
