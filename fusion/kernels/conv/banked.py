@@ -26,7 +26,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     tile ``(j, n)`` summing in bank ``j * tn + n`` and draining after the last chunk. So a
     step's windows load once for ``tn`` column blocks, where without banks each column
     block whose weights fill the B scratchpad alone reloads them. No residual stage (the
-    kind's eligibility, :func:`banked_part`).
+    kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`).
     """
     c, p = geo.config, geo.params
     R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806

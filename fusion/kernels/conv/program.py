@@ -270,9 +270,10 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
         return None
     dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
     text = drop_redundant_li(render("conv.j2", **build_context(geo, dummy, tn, part)))
-    if len(assemble_instrs(text)) > config.imem_depth:
+    instrs = assemble_instrs(text)  # assembled once: its length, then its cycles
+    if len(instrs) > config.imem_depth:
         return None
-    banked = estimate_program(config, assemble_program(config, text).instrs)
+    banked = estimate_program(config, instrs)
     plain = estimate_program(config, program(config, p, dummy, step=geo.bps).instrs)
     return (tn, part) if banked < plain else None
 
