@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fusion.kernels.codegen import load_context
-from fusion.kernels.conv.loops import compress
+from fusion.kernels.conv.loops import LOOP_REGS, STEP_REGS, BiasRow, ChunkLoop, compress
 from fusion.kernels.conv.params import ConvGeometry
 from fusion.kernels.conv.windows import chunks, in_base, window_loads
 from fusion.kernels.layout import Region, bias_group
@@ -16,7 +16,7 @@ from hwgen.reference import output_dtype
 
 
 def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
-                part: int) -> list[dict]:
+                part: int, looped: bool = False) -> list[dict]:
     """The body of a window convolution in k chunks over the accumulator banks.
 
     Per column chunk of ``tn`` column blocks, per step, per k chunk of ``part`` window rows
@@ -26,7 +26,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     tile ``(j, n)`` summing in bank ``j * tn + n`` and draining after the last chunk. So a
     step's windows load once for ``tn`` column blocks, where without banks each column
     block whose weights fill the B scratchpad alone reloads them. No residual stage (the
-    kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`).
+    kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`). ``looped``, the
+    column chunks go in a hardware loop (:class:`~fusion.kernels.conv.loops.ChunkLoop`).
     """
     c, p = geo.config, geo.params
     R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806
@@ -45,7 +46,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     def loads(t: int, q: int, half: int, nb0: int, tn_c: int, r14: int, r1: list) -> list:
         lo, hi = kparts[q]
         items = [{"kind": "load", **load_context(
-            c, Dst.B, {"base": "r13", "off": (nb0 * Kp + lo) * b_words}, half * b_half, tn_c,
+            c, Dst.B, {"base": "r13", "off": ((0 if looped else nb0 * Kp) + lo) * b_words},
+            half * b_half, tn_c,
             (hi - lo) * b_words, Kp * b_words, f"weights, rows {lo}..{hi - 1}")}]
         if tn_c > 1:  # the load's segment stride took r3, the window loads' row stride
             items.append({"kind": "li", "rd": "r3", "imm": row_words})
@@ -55,16 +57,22 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                                   lambda r, j=j: half * a_half + j * part + r - lo, r14, r1)
         return items
 
-    body: list[dict] = [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
-    for nb0, tn_c in chunks(geo, tn):
-        if nb0:
-            body.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
-                         "why": "the last chunk is done with B"})
-        body.append({"kind": "comment", "text": f"column blocks {nb0}..{nb0 + tn_c - 1}"})
+    def chunk(nb0: int, tn_c: int) -> list[dict]:
+        """Column chunk ``nb0``'s items (looped: relative to the chunk registers)."""
+        bias_row = BiasRow(group, nb0, tn_c, looped)
+        items: list[dict] = []
+        if nb0 or looped:
+            items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
+                          "why": "the last chunk is done with B"})
+        items.append({"kind": "comment", "text": f"column blocks {nb0}..{nb0 + tn_c - 1}"
+                      if not looped else f"a chunk of {tn_c} column blocks"})
+        items += bias_row.start()
         r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
-        body += [{"kind": "li", "rd": "r14", "imm": r14}, {"kind": "li", "rd": "r15", "imm": r15}]
-        body += loads(0, 0, 0, nb0, tn_c, r14, [None])
-        body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
+        items.append({"kind": "li", "rd": "r14", "imm": r14})
+        if not looped:
+            items.append({"kind": "li", "rd": "r15", "imm": r15})
+        items += loads(0, 0, 0, nb0, tn_c, r14, [None])
+        items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
         steps: list[list[dict]] = []
         r1: list = [None]
         for n, (t, q) in enumerate(seq):
@@ -82,7 +90,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                     if last:
                         step += [{"kind": "addi", "rd": "r8", "rs": "r15",
                                   "imm": (j * Nb + nbl) * out_tw},
-                                 {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
+                                 *bias_row.set(nbl),
                                  {"kind": "li", "rd": "r10", "imm": 0}]
                     step.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
                                  "dt": dt, "tr": p.kmajor_out, "last": int(last),
@@ -96,5 +104,14 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 step.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
                              "why": "next k chunk's operands in; these matmuls have read theirs"})
             steps.append(step)
-        body += compress(steps, f"conv_b{nb0}")
+        items += compress(steps, f"conv_b{nb0}", counters=STEP_REGS if looped else LOOP_REGS)
+        if looped:
+            items += ChunkLoop.advance(tn_c * Kp * b_words, out_base(0, nb0 + tn_c) - r15)
+        return items
+
+    if looped:
+        return ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group, chunk)
+    body: list[dict] = [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
+    for nb0, tn_c in chunks(geo, tn):
+        body += chunk(nb0, tn_c)
     return body

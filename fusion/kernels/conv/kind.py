@@ -32,6 +32,7 @@ from fusion.kernels import layout
 from fusion.kernels.conv.features import ConvFeatures
 from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.conv.program import (
+    banked_plan,
     column_chunk,
     conv_regions,
     geometry,
@@ -70,12 +71,15 @@ def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None
     if p.Cin >= 1 << 12:
         return ("channels", f"{p.Cin} input channels exceed a window load's 12-bit row count")
     geo = geometry(config, p)
-    if geo.a_half > config.spad_a_depth:
+    # in k chunks over the accumulator banks, a block's windows need not fit A (nor a
+    # column block's weights B) at once: banked_plan is only ever a program that fits
+    banked = banked_plan(config, p) is not None
+    if geo.a_half > config.spad_a_depth and not banked:
         what = "an output row's" if geo.whole_rows else "a block's"
         return ("a_scratchpad", f"{what} windows ({geo.bps} blocks x {geo.Kp} rows) "
                 f"do not fit the A scratchpad ({config.spad_a_depth} rows)")
     tn = column_chunk(geo, "residual" in p.stages)
-    if tn < 1:
+    if tn < 1 and not banked:
         return ("b_scratchpad", f"a column block of weights ({geo.Kp} rows) and its residual "
                 f"tiles do not fit the B and epilogue scratchpads")
     if p.kmajor_out:
@@ -83,7 +87,7 @@ def conv_problem(config: VariantConfig, p: ConvParams) -> tuple[str, str] | None
             return "kmajor_out", "a K-major store needs a square array"
         if output_dtype(p.stages) != np.int8:
             return "kmajor_out", "a K-major store holds int8 tiles; this output is int32"
-    problem = program_problem(geo, tn)
+    problem = None if banked else program_problem(geo, tn)
     return None if problem is None else ("program_too_long", problem)
 
 

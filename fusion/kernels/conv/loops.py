@@ -4,10 +4,13 @@ fold into ``li``/``bnzd`` loops (:func:`compress`), shared by the window convolu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 #: Loop counters, innermost first (rows of an image, then images).
 LOOP_REGS = ("r12", "r11")
+#: Inside a loop over column chunks (:class:`ChunkLoop`, counter r11), the steps' counter.
+STEP_REGS = ("r12",)
 
 
 def compress(steps: Sequence[list[dict]], prefix: str, *,
@@ -72,3 +75,69 @@ def instructions(items: Sequence[dict]) -> int:
         elif it["kind"] != "comment":
             n += 1
     return n
+
+
+class BiasRow:
+    """How a column chunk's matmuls set r9, the epilogue row of column block ``nbl``'s bias
+    (``group`` rows a column block). Unrolled: an ``li`` of ``(nb0 + nbl) * group``.
+    In a :class:`ChunkLoop`, r9 is a chunk register: an ``addi`` moves it from the column
+    block the last matmul named, and every step starts and ends at the chunk's last column
+    block, so that equal steps (and chunks) have equal code."""
+
+    def __init__(self, group: int, nb0: int, tn_c: int, looped: bool) -> None:
+        self.group, self.nb0, self.tn_c, self.looped = group, nb0, tn_c, looped
+        self.at = tn_c - 1
+
+    def start(self) -> list[dict]:
+        """The chunk's first items: looped, r9 from the last chunk's last column block (or
+        the one before block 0, :meth:`ChunkLoop.items`) to this chunk's last."""
+        if not self.looped:
+            return []
+        return [{"kind": "addi", "rd": "r9", "rs": "r9", "imm": self.tn_c * self.group}]
+
+    def set(self, nbl: int) -> list[dict]:
+        """The items pointing r9 at column block ``nbl`` of the chunk."""
+        if not self.looped:
+            return [{"kind": "li", "rd": "r9", "imm": (self.nb0 + nbl) * self.group}]
+        delta, self.at = (nbl - self.at) * self.group, nbl
+        return [{"kind": "addi", "rd": "r9", "rs": "r9", "imm": delta}] if delta else []
+
+
+@dataclass(frozen=True)
+class ChunkLoop:
+    """A window convolution's column chunks of ``tn`` blocks (of ``Nb``) as one hardware
+    loop (counter r11), the last, narrower chunk after it: for programs whose chunks,
+    unrolled, exceed the instruction memory (a 3x3 convolution of 128 channels: one column
+    block a chunk, each reloading its windows).
+
+    A looped chunk's code is relative to three chunk registers: r13 its weights' word
+    address, r15 its first output tile's, r9 its bias rows (:class:`BiasRow`); each chunk
+    moves r13 and r15 on to the next (:meth:`advance`). The steps inside fold with r12
+    alone (:data:`STEP_REGS`)."""
+
+    Nb: int
+    tn: int
+
+    @staticmethod
+    def advance(b_words: int, out_delta: int) -> list[dict]:
+        """A chunk's last items: r13 past its ``b_words`` words of weights, r15 by
+        ``out_delta`` from its last step's output tile to the next chunk's first."""
+        return [{"kind": "addi", "rd": "r13", "rs": "r13", "imm": b_words},
+                {"kind": "addi", "rd": "r15", "rs": "r15", "imm": out_delta}]
+
+    def items(self, b_addr: int, out_addr: int, group: int,
+              chunk: Callable[[int, int], list[dict]]) -> list[dict]:
+        """The body: the chunk registers' start, the loop over the whole chunks (``chunk(nb0,
+        tn_c)`` builds one's items), then the last chunk when narrower."""
+        full, rest = divmod(self.Nb, self.tn)
+        items = [{"kind": "li", "rd": "r13", "imm": b_addr},
+                 {"kind": "li", "rd": "r15", "imm": out_addr},
+                 {"kind": "li", "rd": "r9", "imm": -group}]
+        if full > 1:
+            items.append({"kind": "loop", "counter": "r11", "count": full,
+                          "label": "conv_chunks", "body": chunk(0, self.tn)})
+        elif full:
+            items += chunk(0, self.tn)
+        if rest:
+            items += chunk(full * self.tn, rest)
+        return items

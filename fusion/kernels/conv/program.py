@@ -50,6 +50,7 @@ from fusion.kernels.conv.banked import banked_body
 # the loops of repeated steps and the window loads, re-exported: their homes are
 # fusion.kernels.conv.loops and fusion.kernels.conv.windows
 from fusion.kernels.conv.loops import LOOP_REGS as LOOP_REGS
+from fusion.kernels.conv.loops import STEP_REGS, BiasRow, ChunkLoop
 from fusion.kernels.conv.loops import compress as compress
 from fusion.kernels.conv.loops import instructions as instructions
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
@@ -59,7 +60,7 @@ from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
 from fusion.kernels.layout import GemmDims, Region, bias_group, bias_region_bytes
 from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst, Unit
+from hwgen.isa import Dst, Instr, Unit
 from hwgen.reference import output_dtype
 
 
@@ -86,10 +87,11 @@ def _dims(geo: ConvGeometry) -> GemmDims:
 
 
 def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
-                  part: int = 0) -> dict[str, Any]:
+                  part: int = 0, looped: bool = False) -> dict[str, Any]:
     """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring); with
     ``part`` > 0, in k chunks of ``part`` rows over the accumulator banks, ``tn`` column
-    blocks a chunk (:func:`banked_body`)."""
+    blocks a chunk (:func:`banked_body`); ``looped``, the column chunks in a hardware loop
+    (:class:`~fusion.kernels.conv.loops.ChunkLoop`; no residual stage)."""
     c, p = geo.config, geo.params
     R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
     x, out = regions["x"], regions["out"]
@@ -124,7 +126,8 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
         bounds = [(lo, min(hi, split)), (max(lo, split), hi)] if split else [(lo, hi)]
         return window_loads(geo, x, s * G + j, bounds, lambda r: spad_row(half, j, r), r14, r1)
 
-    def matmuls(half: int, j: int, nbl: int, tn_c: int, nb0: int, rhalf: int) -> list[dict]:
+    def matmuls(half: int, j: int, nbl: int, tn_c: int, rhalf: int,
+                bias_row: BiasRow) -> list[dict]:
         """Block ``j``'s matmul for column block ``nbl``: over all ``Kp`` window rows, or
         split, over the two parts (the first accumulates, the second ends the tile)."""
         parts = [(0, Kp)] if not split else [(0, split), (split, Kp)]
@@ -136,7 +139,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             if last:
                 items += [
                     {"kind": "addi", "rd": "r8", "rs": "r15", "imm": (j * Nb + nbl) * out_tw},
-                    {"kind": "li", "rd": "r9", "imm": (nb0 + nbl) * group},
+                    *bias_row.set(nbl),
                     {"kind": "li", "rd": "r10",
                      "imm": e_base + rhalf * G * tn * R + (j * tn_c + nbl) * R
                      if residual else 0}]
@@ -154,24 +157,32 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 f"residual tiles of block {j}")})
         return items
 
-    body: list[dict] = []
-    for nb0, tn_c in chunks(geo, tn) if not part else ():
-        what = f"column blocks {nb0}..{nb0 + tn_c - 1}"
-        if nb0:
-            body.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
-                         "why": "the last chunk is done with B and the epilogue halves"})
-        body.append({"kind": "comment", "text": what})
-        body.append({"kind": "load", **load_context(
-            c, Dst.B, regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes, 0, 1,
-            tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")})
+    def chunk(nb0: int, tn_c: int) -> list[dict]:
+        """Column chunk ``nb0``'s items; looped, relative to the chunk registers (r13 its
+        weights, r15 its first output tile, r9 its bias rows: :class:`ChunkLoop`)."""
+        what = (f"column blocks {nb0}..{nb0 + tn_c - 1}" if not looped
+                else f"a chunk of {tn_c} column blocks")
+        bias_row = BiasRow(group, nb0, tn_c, looped)
+        items: list[dict] = []
+        if nb0 or looped:
+            items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
+                          "why": "the last chunk is done with B and the epilogue halves"})
+        items.append({"kind": "comment", "text": what})
+        items += bias_row.start()
+        b_ext = ({"base": "r13", "off": 0} if looped
+                 else regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes)
+        items.append({"kind": "load", **load_context(
+            c, Dst.B, b_ext, 0, 1, tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")})
         r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
-        body += [{"kind": "li", "rd": "r14", "imm": r14}, {"kind": "li", "rd": "r15", "imm": r15}]
+        items.append({"kind": "li", "rd": "r14", "imm": r14})
+        if not looped:
+            items.append({"kind": "li", "rd": "r15", "imm": r15})
         if residual:
-            body += residual_loads(0, 0, nb0, tn_c, r15)
+            items += residual_loads(0, 0, nb0, tn_c, r15)
         r1: list = [None]
         for j in range(len(geo.step_blocks(0))):
-            body += loads_of_block(0, j, 0, r14, r1)
-        body.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first step's operands"})
+            items += loads_of_block(0, j, 0, r14, r1)
+        items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first step's operands"})
         steps = []
         single = geo.single_buffered
         for t in range(T):
@@ -188,7 +199,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             following = len(geo.step_blocks(t + 1)) if nxt else 0
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
-                    step += matmuls(half, j, nbl, tn_c, nb0, rhalf)
+                    step += matmuls(half, j, nbl, tn_c, rhalf, bias_row)
                 if j < following and (split or not single):
                     step += loads_of_block(t + 1, j, other, r14, r1, hi=split or Kp)
             if single and following:
@@ -205,14 +216,24 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                           "why": "next step's operands in; this step's matmuls have read theirs"}]
                 r14, r15 = r14 + d14, r15 + d15
             steps.append(step)
-        body += compress(steps, f"conv_c{nb0}")
+        items += compress(steps, f"conv_c{nb0}", counters=STEP_REGS if looped else LOOP_REGS)
+        if looped:
+            items += ChunkLoop.advance(tn_c * Kp * c.cols // c.port_bytes,
+                                       out_base(0, nb0 + tn_c) - r15)
+        return items
+
     if part:
-        body = banked_body(geo, regions, tn, part)
+        body = banked_body(geo, regions, tn, part, looped)
+    elif looped:
+        body = ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group, chunk)
+    else:
+        body = [it for nb0, tn_c in chunks(geo, tn) for it in chunk(nb0, tn_c)]
     return {
         "what": (f"window convolution {p.N}x{p.Cin}x{p.H}x{p.W} -> {p.Cout} channels, "
                  f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} steps of "
                  f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"
-                 + (f", k chunks of {part} rows in accumulator banks" if part else "")),
+                 + (f", k chunks of {part} rows in accumulator banks" if part else "")
+                 + (", the column chunks in a loop" if looped else "")),
         # r3: rows one word apart (channels), or with one channel a row class apart
         "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
                   ("r5", p.fill & 0xFF)],
@@ -241,20 +262,49 @@ def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region],
             what: str = "window convolution", step: int | None = None) -> Program:
     """The assembled program of ``p`` at the placed ``regions`` (``what`` names it in a
     too-long error), in steps of ``step`` blocks when output rows are not whole blocks
-    (None: :func:`geometry`'s choice)."""
+    (None: :func:`geometry`'s choice); its column chunks in a loop when unrolled they would
+    not fit the instruction memory (:func:`chunk_loop`)."""
     geo = geometry(config, p) if step is None else ConvGeometry(config, p, step)
     banked = banked_plan(config, p) if step is None else None
     tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
-    text = render("conv.j2", **build_context(geo, regions, tn, part))
+    looped = chunk_loop(geo, tn, part) is True
+    text = render("conv.j2", **build_context(geo, regions, tn, part, looped))
     return assemble_program(config, text, what=what)
+
+
+#: A placement for programs built to be measured: lengths and timings do not depend on the
+#: addresses (every address is set by ``addi`` from a base, or once by ``li``).
+_DUMMY = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
+
+
+@functools.lru_cache(maxsize=128)
+def _dummy_instrs(geo: ConvGeometry, tn: int, part: int = 0,
+                  looped: bool = False) -> tuple[Instr, ...]:
+    text = drop_redundant_li(render("conv.j2", **build_context(geo, _DUMMY, tn, part, looped)))
+    return tuple(assemble_instrs(text))
+
+
+def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
+    """Whether the program's column chunks of ``tn`` blocks go in a hardware loop
+    (:class:`~fusion.kernels.conv.loops.ChunkLoop`): False when the program fits the
+    instruction memory unrolled (the loop's counter and chunk registers cost a few cycles a
+    chunk), True when only looped, None when neither (or, with a residual stage or one
+    chunk, there is no loop to make)."""
+    imem = geo.config.imem_depth
+    if len(_dummy_instrs(geo, tn, part)) <= imem:
+        return False
+    if "residual" in geo.params.stages or geo.Nb < 2 * tn:
+        return None
+    return True if len(_dummy_instrs(geo, tn, part, True)) <= imem else None
 
 
 @functools.lru_cache(maxsize=256)
 def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
     """``(tn, part)`` of the program in k chunks over the accumulator banks
     (:func:`banked_body`), when the variant has banks, the kernel no residual, and that
-    program fits the instruction memory and is faster than the one without, by the
-    analytical model at a dummy placement; None otherwise.
+    program fits the instruction memory and is faster than the one without (or there is
+    none: a block's windows too deep for the A scratchpad), by the analytical model at a
+    dummy placement; None otherwise.
 
     ``tn`` is as many column blocks as the banks hold beside the step's blocks, ``part`` the
     most window rows a half of each scratchpad holds for them."""
@@ -268,27 +318,28 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
     part = min(part // config.k_align * config.k_align, geo.Kp)
     if part < config.k_align:
         return None
-    dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
-    text = drop_redundant_li(render("conv.j2", **build_context(geo, dummy, tn, part)))
-    instrs = assemble_instrs(text)  # assembled once: its length, then its cycles
-    if len(instrs) > config.imem_depth:
+    looped = chunk_loop(geo, tn, part)
+    if looped is None:
         return None
-    banked = estimate_program(config, instrs)
-    plain = estimate_program(config, program(config, p, dummy, step=geo.bps).instrs)
+    banked = estimate_program(config, _dummy_instrs(geo, tn, part, looped))
+    plain_tn = column_chunk(geo, False)
+    if (geo.a_half > config.spad_a_depth or plain_tn < 1
+            or program_problem(geo, plain_tn) is not None):
+        return tn, part
+    plain = estimate_program(config, program(config, p, _DUMMY, step=geo.bps).instrs)
     return (tn, part) if banked < plain else None
 
 
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:
     """Why the program would not fit the instruction memory (None if it does), before any
-    placement: the program at a dummy placement, assembled (its length does not depend on
-    the addresses: every address is set by ``addi`` from a base, or once by ``li``)."""
-    dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
-    text = drop_redundant_li(render("conv.j2", **build_context(geo, dummy, tn)))
-    length = len(assemble_instrs(text))
-    if length > geo.config.imem_depth:
-        return (f"its program needs {length} instructions, more than the "
-                f"{geo.config.imem_depth} of the instruction memory")
-    return None
+    placement, unrolled or with its column chunks in a loop (:func:`chunk_loop`)."""
+    if chunk_loop(geo, tn) is not None:
+        return None
+    length = len(_dummy_instrs(geo, tn))
+    looped = ("" if "residual" in geo.params.stages or geo.Nb < 2 * tn else
+              f" ({len(_dummy_instrs(geo, tn, 0, True))} with its column chunks in a loop)")
+    return (f"its program needs {length} instructions{looped}, more than the "
+            f"{geo.config.imem_depth} of the instruction memory")
 
 
 def geometry(config: VariantConfig, p: ConvParams) -> ConvGeometry:
@@ -315,9 +366,7 @@ def fastest_step(config: VariantConfig, p: ConvParams) -> int:
         tn = column_chunk(geo, residual)
         if tn < 1 or program_problem(geo, tn) is not None:
             continue
-        regions = {name: Region(name, 1 << 20, 1)
-                   for name in ("x", "b", "bias", "residual", "out")}
-        cycles = estimate_program(config, program(config, p, regions, step=bps).instrs)
+        cycles = estimate_program(config, program(config, p, _DUMMY, step=bps).instrs)
         if best is None or cycles < best[0]:
             best = (cycles, bps)
     return 1 if best is None else best[1]
