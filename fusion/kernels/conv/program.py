@@ -27,6 +27,11 @@ part is double buffered (two halves) and loads while the step before computes, a
 double-buffered step, and only the second, in rows every step shares, loads after the
 ``wait FEED``; each tile is then two matmuls, the first accumulating (``last`` = 0).
 
+With ``prefetch`` (:func:`b_prefetch`), the chunks are half as wide and each, once its first
+step's windows are in, loads the next chunk's weights into the B half it does not read, so
+the weights stream while the array computes; with one step, every chunk reuses the windows
+the first loaded.
+
 Every address is relative to the step bases, so steps with the same padding pattern have
 the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
 become a hardware loop, and repeats of those (the images of a batch) an outer loop
@@ -87,11 +92,14 @@ def _dims(geo: ConvGeometry) -> GemmDims:
 
 
 def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
-                  part: int = 0, looped: bool = False) -> dict[str, Any]:
+                  part: int = 0, looped: bool = False,
+                  prefetch: bool = False) -> dict[str, Any]:
     """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring); with
     ``part`` > 0, in k chunks of ``part`` rows over the accumulator banks, ``tn`` column
     blocks a chunk (:func:`banked_body`); ``looped``, the column chunks in a hardware loop
-    (:class:`~fusion.kernels.conv.loops.ChunkLoop`; no residual stage)."""
+    (:class:`~fusion.kernels.conv.loops.ChunkLoop`; no residual stage); ``prefetch``, each
+    chunk's weights load into the B half the chunk before does not read, while it computes
+    (:func:`b_prefetch`; unrolled, no residual stage)."""
     c, p = geo.config, geo.params
     R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
     x, out = regions["x"], regions["out"]
@@ -127,15 +135,16 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
         return window_loads(geo, x, s * G + j, bounds, lambda r: spad_row(half, j, r), r14, r1)
 
     def matmuls(half: int, j: int, nbl: int, tn_c: int, rhalf: int,
-                bias_row: BiasRow) -> list[dict]:
+                bias_row: BiasRow, b_row: int) -> list[dict]:
         """Block ``j``'s matmul for column block ``nbl``: over all ``Kp`` window rows, or
-        split, over the two parts (the first accumulates, the second ends the tile)."""
+        split, over the two parts (the first accumulates, the second ends the tile); the
+        chunk's weights from B row ``b_row``."""
         parts = [(0, Kp)] if not split else [(0, split), (split, Kp)]
         items = []
         for lo, hi in parts:
             last = hi == Kp
             items += [{"kind": "li", "rd": "r6", "imm": spad_row(half, j, lo)},
-                      {"kind": "li", "rd": "r7", "imm": nbl * Kp + lo}]
+                      {"kind": "li", "rd": "r7", "imm": b_row + nbl * Kp + lo}]
             if last:
                 items += [
                     {"kind": "addi", "rd": "r8", "rs": "r15", "imm": (j * Nb + nbl) * out_tw},
@@ -157,9 +166,17 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 f"residual tiles of block {j}")})
         return items
 
+    def load_b(nb0: int, tn_c: int, row: int, what: str) -> dict:
+        """The weights of column blocks ``nb0 ..`` into B from ``row`` on."""
+        return {"kind": "load", **load_context(
+            c, Dst.B, regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes, row, 1,
+            tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")}
+
     def chunk(nb0: int, tn_c: int) -> list[dict]:
         """Column chunk ``nb0``'s items; looped, relative to the chunk registers (r13 its
-        weights, r15 its first output tile, r9 its bias rows: :class:`ChunkLoop`)."""
+        weights, r15 its first output tile, r9 its bias rows: :class:`ChunkLoop`);
+        prefetching, its weights are in (the chunk before loaded them), in the B half of its
+        parity, and it loads the next chunk's into the other half."""
         what = (f"column blocks {nb0}..{nb0 + tn_c - 1}" if not looped
                 else f"a chunk of {tn_c} column blocks")
         bias_row = BiasRow(group, nb0, tn_c, looped)
@@ -169,10 +186,13 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                           "why": "the last chunk is done with B and the epilogue halves"})
         items.append({"kind": "comment", "text": what})
         items += bias_row.start()
-        b_ext = ({"base": "r13", "off": 0} if looped
-                 else regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes)
-        items.append({"kind": "load", **load_context(
-            c, Dst.B, b_ext, 0, 1, tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")})
+        b_row = (nb0 // tn) % 2 * tn * Kp if prefetch else 0
+        if looped:
+            items.append({"kind": "load", **load_context(
+                c, Dst.B, {"base": "r13", "off": 0}, 0, 1, tn_c * Kp * c.cols // c.port_bytes, 0,
+                f"weights of {what}")})
+        elif not (prefetch and nb0):
+            items.append(load_b(nb0, tn_c, 0, what))
         r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
         items.append({"kind": "li", "rd": "r14", "imm": r14})
         if not looped:
@@ -180,9 +200,17 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
         if residual:
             items += residual_loads(0, 0, nb0, tn_c, r15)
         r1: list = [None]
-        for j in range(len(geo.step_blocks(0))):
-            items += loads_of_block(0, j, 0, r14, r1)
-        items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first step's operands"})
+        # prefetching with one step, the windows of the chunk before are this chunk's: the
+        # only writes to A are that step's loads
+        if not (prefetch and nb0 and T == 1):
+            for j in range(len(geo.step_blocks(0))):
+                items += loads_of_block(0, j, 0, r14, r1)
+            items.append({"kind": "wait", "units": [Unit.LOAD],
+                          "why": "the first step's operands"})
+        if prefetch and nb0 + tn_c < Nb:
+            nxt0 = nb0 + tn_c
+            items.append(load_b(nxt0, min(tn, Nb - nxt0), tn * Kp - b_row,
+                                f"column blocks {nxt0}..{min(nxt0 + tn, Nb) - 1}, next"))
         steps = []
         single = geo.single_buffered
         for t in range(T):
@@ -199,7 +227,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             following = len(geo.step_blocks(t + 1)) if nxt else 0
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
-                    step += matmuls(half, j, nbl, tn_c, rhalf, bias_row)
+                    step += matmuls(half, j, nbl, tn_c, rhalf, bias_row, b_row)
                 if j < following and (split or not single):
                     step += loads_of_block(t + 1, j, other, r14, r1, hi=split or Kp)
             if single and following:
@@ -233,7 +261,9 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                  f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} steps of "
                  f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"
                  + (f", k chunks of {part} rows in accumulator banks" if part else "")
-                 + (", the column chunks in a loop" if looped else "")),
+                 + (", the column chunks in a loop" if looped else "")
+                 + (", each chunk's weights loading while the chunk before computes"
+                    if prefetch else "")),
         # r3: rows one word apart (channels), or with one channel a row class apart
         "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
                   ("r5", p.fill & 0xFF)],
@@ -263,12 +293,16 @@ def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region],
     """The assembled program of ``p`` at the placed ``regions`` (``what`` names it in a
     too-long error), in steps of ``step`` blocks when output rows are not whole blocks
     (None: :func:`geometry`'s choice); its column chunks in a loop when unrolled they would
-    not fit the instruction memory (:func:`chunk_loop`)."""
+    not fit the instruction memory (:func:`chunk_loop`), or half as wide, each loading the
+    next one's weights (:func:`b_prefetch`)."""
     geo = geometry(config, p) if step is None else ConvGeometry(config, p, step)
     banked = banked_plan(config, p) if step is None else None
     tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
-    looped = chunk_loop(geo, tn, part) is True
-    text = render("conv.j2", **build_context(geo, regions, tn, part, looped))
+    prefetch = not banked and b_prefetch(geo) > 0
+    if prefetch:
+        tn = b_prefetch(geo)
+    looped = not prefetch and chunk_loop(geo, tn, part) is True
+    text = render("conv.j2", **build_context(geo, regions, tn, part, looped, prefetch))
     return assemble_program(config, text, what=what)
 
 
@@ -278,10 +312,37 @@ _DUMMY = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residua
 
 
 @functools.lru_cache(maxsize=128)
-def _dummy_instrs(geo: ConvGeometry, tn: int, part: int = 0,
-                  looped: bool = False) -> tuple[Instr, ...]:
-    text = drop_redundant_li(render("conv.j2", **build_context(geo, _DUMMY, tn, part, looped)))
+def _dummy_instrs(geo: ConvGeometry, tn: int, part: int = 0, looped: bool = False,
+                  prefetch: bool = False) -> tuple[Instr, ...]:
+    text = drop_redundant_li(render("conv.j2", **build_context(geo, _DUMMY, tn, part, looped,
+                                                                prefetch)))
     return tuple(assemble_instrs(text))
+
+
+@functools.lru_cache(maxsize=256)
+def b_prefetch(geo: ConvGeometry) -> int:
+    """Column blocks a chunk (0: none) of the program whose chunks, half as wide as
+    :func:`column_chunk`'s, each load the next chunk's weights into the B half they do not
+    read while they compute, when it is faster by the analytical model and fits the
+    instruction memory unrolled. Where a small plane makes the weights most of the bytes
+    (ResNet-50's 1x1 of 512 to 1,024 channels at 4x4, stride 2) the chunks otherwise
+    wait for their weights with the array idle. No residual stage (its tiles take both
+    epilogue halves), and at least two chunks."""
+    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
+
+    tn = min(geo.Nb, geo.config.spad_b_depth // 2 // geo.Kp)
+    if "residual" in geo.params.stages or tn < 1 or geo.Nb <= tn:
+        return 0
+    instrs = _dummy_instrs(geo, tn, 0, False, True)
+    if len(instrs) > geo.config.imem_depth:
+        return 0
+    plain = column_chunk(geo, False)
+    looped = chunk_loop(geo, plain)
+    if looped is None:
+        return tn
+    cycles = estimate_program(geo.config, instrs)
+    return tn if cycles < estimate_program(geo.config, _dummy_instrs(geo, plain, 0, looped)) \
+        else 0
 
 
 def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
@@ -333,7 +394,7 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:
     """Why the program would not fit the instruction memory (None if it does), before any
     placement, unrolled or with its column chunks in a loop (:func:`chunk_loop`)."""
-    if chunk_loop(geo, tn) is not None:
+    if chunk_loop(geo, tn) is not None or b_prefetch(geo):
         return None
     length = len(_dummy_instrs(geo, tn))
     looped = ("" if "residual" in geo.params.stages or geo.Nb < 2 * tn else

@@ -1,0 +1,107 @@
+"""Window convolutions in the column-chunk schedules beside the plain one, on Verilator, bit
+for bit against a direct convolution and predicted exactly by the analytical model:
+
+- *looped*: the chunks in a hardware loop (:class:`~fusion.kernels.conv.loops.ChunkLoop`),
+  where unrolled the program exceeds the instruction memory, plain and banked, the last
+  chunk narrower where the column blocks do not divide;
+- *prefetch*: each chunk loading the next one's weights into the other B half while it
+  computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
+  every chunk then shares) and with several;
+- *deep*: banked, windows deeper than the A scratchpad (no plain program exists).
+
+Each is a shape the compiler used to refuse (a program too long, windows too deep) or price
+dearer than the host's im2col and the GEMM: 3x3 convolutions of 64 to 320 channels and 1x1
+convolutions of 128 on the 4x4 with 4-byte words and the 8x8."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fusion.kernels.conv.kind import CONV, conv_problem
+from fusion.kernels.conv.program import (
+    b_prefetch,
+    banked_plan,
+    chunk_loop,
+    column_chunk,
+    geometry,
+)
+from hwgen.reference import output_dtype
+from tests.sim.test_window_conv import BRR, V4P4, V8, case, direct_conv, run_cases
+
+pytestmark = pytest.mark.slow
+
+BANKED = dataclasses.replace(V4P4, window_unit=False, acc_banks=4)
+ONE_BY_ONE = dict(kh=1, kw=1, pads=(0, 0, 0, 0))
+
+#: (name, params, variant, schedule)
+CASES = [
+    (*case("plain: 16 chunks of 1 block", H=4, W=4, Cin=128, Cout=64, fill=-2, stages=BRR),
+     V4P4, "looped"),
+    (*case("plain, per-channel: 10 chunks of 3 blocks, then 2", H=5, W=5, Cin=64, Cout=128,
+           stages=BRR, per_channel=True, quant={"zp": 3}), V4P4, "looped"),
+    (*case("banked, per-channel: 3 chunks of 4 blocks, then 3", H=3, W=6, Cin=128, Cout=60,
+           fill=5, stages=BRR, per_channel=True), BANKED, "looped"),
+    (*case("banked, windows deeper than A: 2 chunks of 4, then 3", H=3, W=3, Cin=320,
+           Cout=44, stages=("bias", "requant")), BANKED, "looped"),
+    (*case("1x1 stride 2, one step: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
+           stride=(2, 2), stages=BRR, **ONE_BY_ONE), V4P4, "prefetch"),
+    (*case("1x1, 4 steps, per-channel: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
+           stages=BRR, per_channel=True, **ONE_BY_ONE), V4P4, "prefetch"),
+    (*case("3x3 stride 2, one step, 3 chunks of 1", H=2, W=2, Cin=64, Cout=24, stride=(2, 2),
+           fill=-4, stages=BRR), V8, "prefetch"),
+    (*case("banked, 2,304 window rows, int32 out", H=2, W=4, Cin=256, Cout=16, fill=-1,
+           stages=("bias",)), BANKED, "deep"),
+]
+
+
+def _schedule(config, p) -> str:
+    """Which schedule the compiler picks for ``p`` on ``config``."""
+    geo = geometry(config, p)
+    banked = banked_plan(config, p)
+    if banked is None and b_prefetch(geo):
+        return "prefetch"
+    tn, part = banked or (column_chunk(geo, False), 0)
+    if chunk_loop(geo, tn, part):
+        return "looped"
+    return "deep" if part and geo.a_half > config.spad_a_depth else "plain"
+
+
+def test_the_cases_are_what_they_claim():
+    for name, p, config, schedule in CASES:
+        assert conv_problem(config, p) is None, name
+        assert _schedule(config, p) == schedule, name
+        geo = geometry(config, p)
+        banked = banked_plan(config, p)
+        assert (banked is not None) == (config is BANKED), name
+        tn = banked[0] if banked else b_prefetch(geo) or column_chunk(geo, False)
+        assert (geo.Nb % tn > 0) == ("then" in name), name
+        if schedule == "prefetch":
+            assert (geo.steps == 1) == ("one step" in name), name
+    assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
+               for _, p, config, _ in CASES if config is BANKED) == 2
+    for name, p, _config, schedule in CASES:
+        if schedule == "deep":
+            assert conv_problem(V4P4, p)[0] == "a_scratchpad", name
+
+
+@pytest.fixture(scope="module")
+def runs():
+    found = []
+    for config in (V4P4, BANKED, V8):
+        cases = [(name, p) for name, p, c, _ in CASES if c is config]
+        found += [(config, run) for run in run_cases(config, cases)]
+    return found
+
+
+def test_the_schedules_are_bit_exact_and_predicted_exactly(runs):
+    assert len(runs) == len(CASES)
+    for config, run in runs:
+        p = run.params
+        assert len(run.kernel.program) <= config.imem_depth, run.name
+        want = direct_conv(p, run.ops).astype(output_dtype(p.stages))
+        np.testing.assert_array_equal(run.kernel.decode(run.result.outputs), want,
+                                      err_msg=run.name)
+        assert len(np.unique(want)) > min(20, want.size // 4), run.name
+        predicted = CONV.features(config, p).analytical_cycles()
+        assert predicted == run.result.counters["cycles"], run.name
