@@ -58,8 +58,11 @@ def _run(capsys, *args):
 
 def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp_path,
                                                                      capsys):
+    # the board runs the model's own values: its directed shadow sets are the same programs
+    # over the same link (eight times slower to simulate than the run alone), and the run
+    # alone below checks them
     status, board = _run(capsys, "--variant", str(folder), "--board-port", "sim",
-                         "--output", f"y={tmp_path / 'board.npy'}")
+                         "--shadow-inputs", "0", "--output", f"y={tmp_path / 'board.npy'}")
     assert status == 0 and board["whole_model"]["ok"]
     status, alone = _run(capsys, "--variant", str(folder),
                          "--output", f"y={tmp_path / 'alone.npy'}")
@@ -81,7 +84,9 @@ def test_qdq_cnn_through_the_host_link_matches_the_accelerator_alone(folder, tmp
             kb["name"]
     link = board["board"]
     assert link["design"] == open_board_folder(folder).digest
-    assert link["bytes_out"] > 40_000 and link["bytes_in"] > 4_000  # weights in, results out
+    # programs, weights and input in (18,346 bytes to the ECPIX-5, 23,722 to the ULX3S),
+    # outputs and counters out (3,060 from the ULX3S)
+    assert link["bytes_out"] > 15_000 and link["bytes_in"] > 2_000
 
 
 def test_a_board_running_another_design_is_refused_before_anything_is_written(ulx3s_folder,
