@@ -7,7 +7,10 @@ for bit against a direct convolution and predicted exactly by the analytical mod
 - *prefetch*: each chunk loading the next one's weights into the other B half while it
   computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
   every chunk then shares) and with several;
-- *deep*: banked, windows deeper than the A scratchpad (no plain program exists).
+- *deep*: banked, windows deeper than the A scratchpad (no plain program exists);
+- with *own bias rows* (:func:`~fusion.kernels.conv.program.bias_windowed`): per-channel
+  parameters of more column blocks than the epilogue scratchpad holds at three rows each,
+  each chunk loading its own, prefetching and plain (with a residual).
 
 Each is a shape the compiler used to refuse (a program too long, windows too deep) or price
 dearer than the host's im2col and the GEMM: 3x3 convolutions of 64 to 320 channels and 1x1
@@ -22,6 +25,7 @@ from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.program import (
     b_prefetch,
     banked_plan,
+    bias_windowed,
     chunk_loop,
     column_chunk,
     geometry,
@@ -52,6 +56,16 @@ CASES = [
            fill=-4, stages=BRR), V8, "prefetch"),
     (*case("banked, 2,304 window rows, int32 out", H=2, W=4, Cin=256, Cout=16, fill=-1,
            stages=("bias",)), BANKED, "deep"),
+    (*case("1x1 stride 2, one step, per-channel, own bias rows: chunks of 32, then 26", H=4,
+           W=4, Cin=32, Cout=360, stride=(2, 2), stages=BRR, per_channel=True, **ONE_BY_ONE),
+     V4P4, "prefetch"),
+    (*case("1x1, residual, per-channel, own bias rows: chunks of 23, then 21", H=4, W=4,
+           Cin=8, Cout=360, stages=("bias", "requant", "residual"), per_channel=True,
+           quant={"zp": -2}, **ONE_BY_ONE), V4P4, "plain"),
+    # ResNet-50's res4_0_proj (512 -> 1,024 channels) with fewer input channels
+    (*case("1x1 stride 2, one step, per-channel, own bias rows: 8 chunks of 16", H=4, W=4,
+           Cin=64, Cout=1024, stride=(2, 2), stages=BRR, per_channel=True, **ONE_BY_ONE),
+     V8, "prefetch"),
 ]
 
 
@@ -61,7 +75,7 @@ def _schedule(config, p) -> str:
     banked = banked_plan(config, p)
     if banked is None and b_prefetch(geo):
         return "prefetch"
-    tn, part = banked or (column_chunk(geo, False), 0)
+    tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
     if chunk_loop(geo, tn, part):
         return "looped"
     return "deep" if part and geo.a_half > config.spad_a_depth else "plain"
@@ -74,10 +88,12 @@ def test_the_cases_are_what_they_claim():
         geo = geometry(config, p)
         banked = banked_plan(config, p)
         assert (banked is not None) == (config is BANKED), name
-        tn = banked[0] if banked else b_prefetch(geo) or column_chunk(geo, False)
+        tn = (banked[0] if banked else b_prefetch(geo)
+              or column_chunk(geo, "residual" in p.stages))
         assert (geo.Nb % tn > 0) == ("then" in name), name
         if schedule == "prefetch":
             assert (geo.steps == 1) == ("one step" in name), name
+        assert bias_windowed(geo, tn) == ("own bias rows" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
     for name, p, _config, schedule in CASES:

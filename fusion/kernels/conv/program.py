@@ -71,20 +71,45 @@ from hwgen.reference import output_dtype
 
 def column_chunk(geo: ConvGeometry, residual: bool) -> int:
     """Column blocks per chunk: as many as the B scratchpad holds, and (with a residual) as
-    the epilogue scratchpad's two halves of residual tiles allow; 0 when none fits."""
+    the epilogue scratchpad's two halves of residual tiles allow beside the bias rows (all of
+    them, or where they do not fit, the chunk's: :func:`bias_windowed`); 0 when none fits."""
     c = geo.config
     tn = min(geo.Nb, c.spad_b_depth // geo.Kp)
     if residual:
-        free = c.spad_e_depth - _bias_rows(geo)
-        tn = min(tn, free // (2 * geo.bps * geo.R))
+        per_block = 2 * geo.bps * geo.R
+        whole = _bias_rows(geo)
+        if c.spad_e_depth - whole >= per_block:
+            tn = min(tn, (c.spad_e_depth - whole) // per_block)
+        else:
+            tn = min(tn, c.spad_e_depth // (per_block + _group_rows(geo)))
     return max(tn, 0)
 
 
 def _bias_rows(geo: ConvGeometry) -> int:
+    """Epilogue rows of the whole bias region (0 when the stages read none)."""
     p = geo.params
     if not reads_bias_region(p.stages, p.epilogue):
         return 0
     return _dims(geo).bias_region_rows(p.epilogue.per_channel)
+
+
+def _group_rows(geo: ConvGeometry) -> int:
+    """Epilogue rows of one column block's bias (its group), 0 when the stages read none."""
+    p = geo.params
+    return bias_group(p.epilogue.per_channel) if reads_bias_region(p.stages, p.epilogue) else 0
+
+
+def bias_windowed(geo: ConvGeometry, tn: int) -> bool:
+    """Whether each column chunk of ``tn`` blocks loads its own bias rows (to epilogue row 0,
+    after the chunk before has drained) because the whole bias region, with the residual
+    halves, does not fit the epilogue scratchpad: per-channel requantize takes three rows a
+    column block, so 1,024 channels on eight columns are 384 rows of 256. Unrolled programs
+    only (a looped chunk's bias load would need a register of its own). A chunk's rows start
+    on a memory word: window loads need ``port_bytes == cols``, and a row is ``4 * cols``
+    bytes."""
+    c = geo.config
+    res = 2 * geo.bps * geo.R * tn if "residual" in geo.params.stages else 0
+    return _bias_rows(geo) + res > c.spad_e_depth
 
 
 def _dims(geo: ConvGeometry) -> GemmDims:
@@ -108,7 +133,11 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     out_tw = R * c.cols * (1 if dt == "i8" else 4) // c.port_bytes
     res_tw = R * c.cols // c.port_bytes
     group = bias_group(p.epilogue.per_channel)
-    e_base = _bias_rows(geo)
+    windowed = bias_windowed(geo, tn)
+    if windowed and (looped or part):
+        raise ValueError("a chunk loads its own bias rows only in an unrolled program "
+                         "(fusion.kernels.conv.program.bias_windowed)")
+    e_base = tn * group if windowed else _bias_rows(geo)
     mask_bits = sum(c.stage_bit(s) for s in p.stages)
 
     def out_base(s: int, nb0: int) -> int:
@@ -179,13 +208,20 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
         parity, and it loads the next chunk's into the other half."""
         what = (f"column blocks {nb0}..{nb0 + tn_c - 1}" if not looped
                 else f"a chunk of {tn_c} column blocks")
-        bias_row = BiasRow(group, nb0, tn_c, looped)
+        # windowed, r9 counts from the chunk's own bias rows at row 0
+        bias_row = BiasRow(group, 0 if windowed else nb0, tn_c, looped)
         items: list[dict] = []
         if nb0 or looped:
             items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
-                          "why": "the last chunk is done with B and the epilogue halves"})
+                          "why": "the last chunk is done with B and the epilogue halves"
+                                 + (" and bias rows" if windowed else "")})
         items.append({"kind": "comment", "text": what})
         items += bias_row.start()
+        if windowed:
+            e_words = group * c.e_row_bytes // c.port_bytes  # a column block's bias rows
+            items.append({"kind": "load", **load_context(
+                c, Dst.E32, regions["bias"].addr + nb0 * e_words, 0, 1, tn_c * e_words, 0,
+                f"bias rows of {what}")})
         b_row = (nb0 // tn) % 2 * tn * Kp if prefetch else 0
         if looped:
             items.append({"kind": "load", **load_context(
@@ -207,6 +243,8 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 items += loads_of_block(0, j, 0, r14, r1)
             items.append({"kind": "wait", "units": [Unit.LOAD],
                           "why": "the first step's operands"})
+        elif windowed:
+            items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the chunk's bias rows"})
         if prefetch and nb0 + tn_c < Nb:
             nxt0 = nb0 + tn_c
             items.append(load_b(nxt0, min(tn, Nb - nxt0), tn * Kp - b_row,
@@ -269,7 +307,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                   ("r5", p.fill & 0xFF)],
         "csrs": csr_writes(p.stages, p.epilogue),
         "bias_load": (bias_load(_dims(geo), regions["bias"], p.epilogue.per_channel)
-                      if reads_bias_region(p.stages, p.epilogue) else None),
+                      if reads_bias_region(p.stages, p.epilogue) and not windowed else None),
         "body": body,
     }
 
@@ -354,7 +392,7 @@ def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
     imem = geo.config.imem_depth
     if len(_dummy_instrs(geo, tn, part)) <= imem:
         return False
-    if "residual" in geo.params.stages or geo.Nb < 2 * tn:
+    if "residual" in geo.params.stages or geo.Nb < 2 * tn or bias_windowed(geo, tn):
         return None
     return True if len(_dummy_instrs(geo, tn, part, True)) <= imem else None
 
@@ -373,7 +411,7 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
 
     geo = geometry(config, p)
     tn = min(geo.Nb, config.acc_banks // geo.bps)
-    if config.acc_banks < 2 or "residual" in p.stages or tn < 1:
+    if config.acc_banks < 2 or "residual" in p.stages or tn < 1 or bias_windowed(geo, tn):
         return None
     part = min(config.spad_a_depth // 2 // geo.bps, config.spad_b_depth // 2 // tn)
     part = min(part // config.k_align * config.k_align, geo.Kp)
@@ -397,8 +435,13 @@ def program_problem(geo: ConvGeometry, tn: int) -> str | None:
     if chunk_loop(geo, tn) is not None or b_prefetch(geo):
         return None
     length = len(_dummy_instrs(geo, tn))
-    looped = ("" if "residual" in geo.params.stages or geo.Nb < 2 * tn else
-              f" ({len(_dummy_instrs(geo, tn, 0, True))} with its column chunks in a loop)")
+    if "residual" in geo.params.stages or geo.Nb < 2 * tn:
+        looped = ""
+    elif bias_windowed(geo, tn):
+        looped = (" (and its column chunks, each loading its own bias rows, cannot go in a "
+                  "loop)")
+    else:
+        looped = f" ({len(_dummy_instrs(geo, tn, 0, True))} with its column chunks in a loop)"
     return (f"its program needs {length} instructions{looped}, more than the "
             f"{geo.config.imem_depth} of the instruction memory")
 

@@ -12,15 +12,18 @@ from fusion.kernels.conv.kind import CONV
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.conv.program import (
     LOOP_REGS,
+    b_prefetch,
+    bias_windowed,
     build_context,
     column_chunk,
     compress,
+    geometry,
     instructions,
 )
 from fusion.kernels.layout import Region
 from fusion.kernels.program import compile_kernel
 from hwgen.config import VariantConfig
-from hwgen.isa import Op, Unit, decode
+from hwgen.isa import Dst, Op, Unit, decode
 from hwgen.presets import ALL_STAGES
 from hwgen.reference import EpilogueParams, window_load
 
@@ -49,6 +52,11 @@ def conv(**kw) -> ConvParams:
     (VariantConfig(rows=4, cols=8, port_bytes=4, epilogue=ALL_STAGES),
      conv(stages=("requant",), epilogue=REQUANT, kmajor_out=True), "kmajor_out",
      ["K-major store needs a square array"]),
+    # 90 column blocks of per-channel parameters are 270 epilogue rows of 256: the chunks
+    # load their own, which a loop over the chunks cannot, and unrolled they are too long
+    (V4P4, conv(H=4, W=4, Cin=16, Cout=360, stages=("bias", "requant"),
+                epilogue=EpilogueParams(per_channel=True)), "program_too_long",
+     ["instructions", "each loading its own bias rows, cannot go in a loop"]),
 ])
 def test_refusals_name_the_reason(config, params, reason, words):
     refusal = CONV.legality(config, params)
@@ -58,6 +66,26 @@ def test_refusals_name_the_reason(config, params, reason, words):
     # the same shape without the offending feature is legal (the refusal is about that)
     if config.window_loads and not params.kmajor_out:
         assert CONV.legality(config, conv()) is None
+
+
+def test_chunks_load_their_own_bias_rows_where_all_do_not_fit():
+    """Per channel, three epilogue rows a column block: 128 blocks (1,024 channels) are 384
+    rows of 256, so each chunk loads its own to row 0 and the matmuls count from there; 85
+    blocks (680 channels, 255 rows) still load once."""
+    pc = EpilogueParams(per_channel=True)
+    for cout, windowed in ((1024, True), (680, False)):
+        params = conv(H=4, W=4, Cin=64, Cout=cout, kh=1, kw=1, pads=(0, 0, 0, 0),
+                      stride=(2, 2), stages=("bias", "requant"), epilogue=pc)
+        kernel = compile_kernel(CONV, V8, params)
+        e_loads = [i for i in map(decode, map(int, kernel.program))
+                   if i.op is Op.LOAD and i.get("dst") == Dst.E32]
+        geo = geometry(V8, params)
+        tn = b_prefetch(geo) or column_chunk(geo, False)
+        assert bias_windowed(geo, tn) is windowed
+        chunks = -(-geo.Nb // tn)
+        assert len(e_loads) == (chunks if windowed else 1), cout
+        words = 3 * V8.e_row_bytes // V8.port_bytes
+        assert sum(i.get("len") for i in e_loads) == geo.Nb * words
 
 
 def test_legal_counterparts_of_the_refusals():
