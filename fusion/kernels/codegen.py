@@ -103,17 +103,22 @@ def drop_redundant_li(text: str) -> str:
     is always kept: it sets a loop's trip count, which :func:`load_bytes` reads.
     """
     lines = text.splitlines()
+    bodies = [line.split("#", 1)[0].strip() for line in lines]
+    # before_label[n]: the first non-blank line after line n is a label (one pass from the end)
+    before_label, label_next = [False] * len(lines), False
+    for n in range(len(lines) - 1, -1, -1):
+        before_label[n] = label_next
+        if bodies[n]:
+            label_next = bodies[n].endswith(":")
     known: dict[str, int] = {}
     out = []
     for n, line in enumerate(lines):
-        body = line.split("#", 1)[0].strip()
+        body = bodies[n]
         if body.endswith(":"):
             known.clear()
         elif m := _LI.match(line):
             rd, value = m.group(1), int(m.group(2)) & 0xFFFFFFFF
-            following = next((x.split("#", 1)[0].strip() for x in lines[n + 1:]
-                              if x.split("#", 1)[0].strip()), "")
-            if known.get(rd) == value and not following.endswith(":") and rd != "r0":
+            if known.get(rd) == value and not before_label[n] and rd != "r0":
                 continue
             known[rd] = value
         elif m := _ADDI.match(line):

@@ -3,7 +3,9 @@ for bit against a direct convolution and predicted exactly by the analytical mod
 
 - *looped*: the chunks in a hardware loop (:class:`~fusion.kernels.conv.loops.ChunkLoop`),
   where unrolled the program exceeds the instruction memory, plain and banked, the last
-  chunk narrower where the column blocks do not divide;
+  chunk narrower where the column blocks do not divide, and chunks narrower than the B
+  scratchpad allows where only those fit looped (:func:`~fusion.kernels.conv.program.
+  plain_plan`);
 - *prefetch*: each chunk loading the next one's weights into the other B half while it
   computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
   every chunk then shares) and with several;
@@ -23,12 +25,11 @@ import pytest
 
 from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.program import (
-    b_prefetch,
     banked_plan,
     bias_windowed,
-    chunk_loop,
     column_chunk,
     geometry,
+    schedule,
 )
 from hwgen.reference import output_dtype
 from tests.sim.test_window_conv import BRR, V4P4, V8, case, direct_conv, run_cases
@@ -44,6 +45,8 @@ CASES = [
      V4P4, "looped"),
     (*case("plain, per-channel: 10 chunks of 3 blocks, then 2", H=5, W=5, Cin=64, Cout=128,
            stages=BRR, per_channel=True, quant={"zp": 3}), V4P4, "looped"),
+    (*case("plain, per-channel, narrower: 4 chunks of 4 blocks (7 fit B, not imem)", H=14,
+           W=14, Cin=32, Cout=128, stages=BRR, per_channel=True), V8, "looped"),
     (*case("banked, per-channel: 3 chunks of 4 blocks, then 3", H=3, W=6, Cin=128, Cout=60,
            fill=5, stages=BRR, per_channel=True), BANKED, "looped"),
     (*case("banked, windows deeper than A: 2 chunks of 4, then 3", H=3, W=3, Cin=320,
@@ -72,32 +75,32 @@ CASES = [
 def _schedule(config, p) -> str:
     """Which schedule the compiler picks for ``p`` on ``config``."""
     geo = geometry(config, p)
-    banked = banked_plan(config, p)
-    if banked is None and b_prefetch(geo):
+    _tn, part, looped, prefetch = schedule(geo)
+    if prefetch:
         return "prefetch"
-    tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
-    if chunk_loop(geo, tn, part):
+    if looped:
         return "looped"
     return "deep" if part and geo.a_half > config.spad_a_depth else "plain"
 
 
 def test_the_cases_are_what_they_claim():
-    for name, p, config, schedule in CASES:
+    for name, p, config, kind in CASES:
         assert conv_problem(config, p) is None, name
-        assert _schedule(config, p) == schedule, name
+        assert _schedule(config, p) == kind, name
         geo = geometry(config, p)
         banked = banked_plan(config, p)
         assert (banked is not None) == (config is BANKED), name
-        tn = (banked[0] if banked else b_prefetch(geo)
-              or column_chunk(geo, "residual" in p.stages))
+        tn = schedule(geo)[0]
         assert (geo.Nb % tn > 0) == ("then" in name), name
-        if schedule == "prefetch":
+        assert (tn < column_chunk(geo, "residual" in p.stages) and not banked
+                and kind != "prefetch") == ("narrower" in name), name
+        if kind == "prefetch":
             assert (geo.steps == 1) == ("one step" in name), name
         assert bias_windowed(geo, tn) == ("own bias rows" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
-    for name, p, _config, schedule in CASES:
-        if schedule == "deep":
+    for name, p, _config, kind in CASES:
+        if kind == "deep":
             assert conv_problem(V4P4, p)[0] == "a_scratchpad", name
 
 

@@ -37,6 +37,7 @@ from fusion.kernels.conv.program import (
     conv_regions,
     geometry,
     program_problem,
+    schedule,
 )
 from fusion.kernels.conv.program import program as conv_program
 from fusion.kernels.epilogue import epilogue_operands, pack_epilogue
@@ -156,7 +157,7 @@ class ConvKind(KernelKind):
     def build(self, config: VariantConfig, params: ConvParams,
               regions: Mapping[str, Region]) -> Build:
         geo = geometry(config, params)
-        tn = column_chunk(geo, "residual" in params.stages)
+        tn = schedule(geo)[0]
         built = conv_program(config, params, regions, what=self.describe(params))
         dims = _dims(config, params)
         return figures(config, built, busy=dims.Mb * dims.Nb * dims.Kp,

@@ -77,6 +77,19 @@ def instructions(items: Sequence[dict]) -> int:
     return n
 
 
+def least_instructions(items: Sequence[dict]) -> int:
+    """Instruction words the items assemble to at the least: every ``li`` may be dropped as
+    redundant (but a loop's trip count), every load keeps its LOAD. A program whose least
+    exceeds the instruction memory need not be assembled to be refused."""
+    n = 0
+    for it in items:
+        if it["kind"] == "loop":
+            n += 2 + least_instructions(it["body"])
+        elif it["kind"] not in ("comment", "li"):
+            n += 1
+    return n
+
+
 class BiasRow:
     """How a column chunk's matmuls set r9, the epilogue row of column block ``nbl``'s bias
     (``group`` rows a column block). Unrolled: an ``li`` of ``(nb0 + nbl) * group``.

@@ -1,322 +1,49 @@
-"""The program of a window convolution: the context ``conv.j2`` renders.
+"""A window convolution's schedule and its assembled program.
 
-The output's blocks of ``R`` pixels go in *steps* (:class:`~fusion.kernels.conv.params.
-ConvGeometry`): an output row's blocks, or, when output rows are not whole blocks, a few
-consecutive blocks. Per column chunk (the ``tn`` column blocks whose weights fit the B
-scratchpad): load the chunk's weights, the first step's windows and residual tiles, then
-per step ``t``:
+:mod:`fusion.kernels.conv.context` builds the program of a schedule (its structure is
+described there); this module chooses the schedule, each by the analytical model at a dummy
+placement (:data:`_DUMMY`: addresses do not change the timing), among those whose program
+fits the instruction memory:
 
-1. with the residual stage, once the epilogue has drained step ``t - 1`` (``wait EPI``), the
-   residual tiles of step ``t + 1`` into the epilogue half step ``t - 1`` used;
-2. per block ``j`` of the step: its matmuls (one per column block of the chunk, over all
-   ``Kp`` rows of the block's windows), then the window loads of block ``j`` of step
-   ``t + 1`` into the other A half (per kernel position, one LOADW per output row the block
-   spans: ``Cin`` rows, lane ``r`` at input pixel ``(ix0 + r*sx)``, padding lanes filled
-   with the zero point by the first, the later ones merging their lanes in with ``keep``),
-   so that the loads of the next step run while this step's matmuls do;
-3. the step bases move on (``r14`` input, ``r15`` output), and ``wait LOAD+FEED``: the next
-   step's operands are in, and this step's matmuls have read theirs.
-
-When a step's windows fit the A scratchpad but not half of it (a 3x3 convolution of 128
-channels is 1,152 rows a block), the step is single buffered (:attr:`~fusion.kernels.conv.
-params.ConvGeometry.single_buffered`): its matmuls, then ``wait FEED`` (they have read their
-windows), then the next step's window loads into the same rows. Where the rows the windows
-leave free allow (:attr:`~fusion.kernels.conv.params.ConvGeometry.split_rows`: 896 of those
-1,152 in a 2,048-row scratchpad), a block's window rows are split in two parts: the first
-part is double buffered (two halves) and loads while the step before computes, as in a
-double-buffered step, and only the second, in rows every step shares, loads after the
-``wait FEED``; each tile is then two matmuls, the first accumulating (``last`` = 0).
-
-With ``prefetch`` (:func:`b_prefetch`), the chunks are half as wide and each, once its first
-step's windows are in, loads the next chunk's weights into the B half it does not read, so
-the weights stream while the array computes; with one step, every chunk reuses the windows
-the first loaded.
-
-Every address is relative to the step bases, so steps with the same padding pattern have
-the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
-become a hardware loop, and repeats of those (the images of a batch) an outer loop
-(:func:`compress`)."""
+- *plain*: column chunks of ``tn`` blocks, unrolled, or looped (:func:`chunk_loop`), ``tn``
+  the widest the B scratchpad holds or, where only a loop fits, narrower
+  (:func:`plain_plan`);
+- *banked*: in k chunks over the accumulator banks (:func:`banked_plan`);
+- *prefetch*: half-width chunks that load the next one's weights while they compute
+  (:func:`b_prefetch`);
+- and the step size, when output rows are not whole blocks (:func:`fastest_step`)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
 
-from fusion.kernels.codegen import (
-    Program,
-    assemble_program,
-    drop_redundant_li,
-    load_context,
-    render,
-)
-from fusion.kernels.conv.banked import banked_body
+from fusion.kernels.codegen import Program, assemble_program, drop_redundant_li, render
 
-# the loops of repeated steps and the window loads, re-exported: their homes are
-# fusion.kernels.conv.loops and fusion.kernels.conv.windows
+# the program's context and the loops and window loads it uses, re-exported: their homes
+# are fusion.kernels.conv.context, .loops and .windows
+from fusion.kernels.conv.context import bias_windowed as bias_windowed
+from fusion.kernels.conv.context import build_context as build_context
+from fusion.kernels.conv.context import column_chunk as column_chunk
 from fusion.kernels.conv.loops import LOOP_REGS as LOOP_REGS
-from fusion.kernels.conv.loops import STEP_REGS, BiasRow, ChunkLoop
 from fusion.kernels.conv.loops import compress as compress
 from fusion.kernels.conv.loops import instructions as instructions
+from fusion.kernels.conv.loops import least_instructions
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.conv.windows import chunks as chunks
-from fusion.kernels.conv.windows import in_base, window_loads
-from fusion.kernels.epilogue import bias_load, csr_writes, reads_bias_region
-from fusion.kernels.layout import GemmDims, Region, bias_group, bias_region_bytes
+from fusion.kernels.epilogue import reads_bias_region
+from fusion.kernels.layout import GemmDims, Region, bias_region_bytes
 from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst, Instr, Unit
+from hwgen.isa import Instr
 from hwgen.reference import output_dtype
-
-
-def column_chunk(geo: ConvGeometry, residual: bool) -> int:
-    """Column blocks per chunk: as many as the B scratchpad holds, and (with a residual) as
-    the epilogue scratchpad's two halves of residual tiles allow beside the bias rows (all of
-    them, or where they do not fit, the chunk's: :func:`bias_windowed`); 0 when none fits."""
-    c = geo.config
-    tn = min(geo.Nb, c.spad_b_depth // geo.Kp)
-    if residual:
-        per_block = 2 * geo.bps * geo.R
-        whole = _bias_rows(geo)
-        if c.spad_e_depth - whole >= per_block:
-            tn = min(tn, (c.spad_e_depth - whole) // per_block)
-        else:
-            tn = min(tn, c.spad_e_depth // (per_block + _group_rows(geo)))
-    return max(tn, 0)
-
-
-def _bias_rows(geo: ConvGeometry) -> int:
-    """Epilogue rows of the whole bias region (0 when the stages read none)."""
-    p = geo.params
-    if not reads_bias_region(p.stages, p.epilogue):
-        return 0
-    return _dims(geo).bias_region_rows(p.epilogue.per_channel)
-
-
-def _group_rows(geo: ConvGeometry) -> int:
-    """Epilogue rows of one column block's bias (its group), 0 when the stages read none."""
-    p = geo.params
-    return bias_group(p.epilogue.per_channel) if reads_bias_region(p.stages, p.epilogue) else 0
-
-
-def bias_windowed(geo: ConvGeometry, tn: int) -> bool:
-    """Whether each column chunk of ``tn`` blocks loads its own bias rows (to epilogue row 0,
-    after the chunk before has drained) because the whole bias region, with the residual
-    halves, does not fit the epilogue scratchpad: per-channel requantize takes three rows a
-    column block, so 1,024 channels on eight columns are 384 rows of 256. Unrolled programs
-    only (a looped chunk's bias load would need a register of its own). A chunk's rows start
-    on a memory word: window loads need ``port_bytes == cols``, and a row is ``4 * cols``
-    bytes."""
-    c = geo.config
-    res = 2 * geo.bps * geo.R * tn if "residual" in geo.params.stages else 0
-    return _bias_rows(geo) + res > c.spad_e_depth
-
-
-def _dims(geo: ConvGeometry) -> GemmDims:
-    return GemmDims(geo.config, geo.params.M, geo.params.K, geo.params.Cout)
-
-
-def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
-                  part: int = 0, looped: bool = False,
-                  prefetch: bool = False) -> dict[str, Any]:
-    """The context of ``conv.j2`` for the placed ``regions`` (see the module docstring); with
-    ``part`` > 0, in k chunks of ``part`` rows over the accumulator banks, ``tn`` column
-    blocks a chunk (:func:`banked_body`); ``looped``, the column chunks in a hardware loop
-    (:class:`~fusion.kernels.conv.loops.ChunkLoop`; no residual stage); ``prefetch``, each
-    chunk's weights load into the B half the chunk before does not read, while it computes
-    (:func:`b_prefetch`; unrolled, no residual stage)."""
-    c, p = geo.config, geo.params
-    R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
-    x, out = regions["x"], regions["out"]
-    residual = "residual" in p.stages
-    dt = "i8" if output_dtype(p.stages).itemsize == 1 else "i32"
-    out_tw = R * c.cols * (1 if dt == "i8" else 4) // c.port_bytes
-    res_tw = R * c.cols // c.port_bytes
-    group = bias_group(p.epilogue.per_channel)
-    windowed = bias_windowed(geo, tn)
-    if windowed and (looped or part):
-        raise ValueError("a chunk loads its own bias rows only in an unrolled program "
-                         "(fusion.kernels.conv.program.bias_windowed)")
-    e_base = tn * group if windowed else _bias_rows(geo)
-    mask_bits = sum(c.stage_bit(s) for s in p.stages)
-
-    def out_base(s: int, nb0: int) -> int:
-        return out.addr + (s * G * Nb + nb0) * out_tw
-
-    split = geo.split_rows  # the window rows of a block that load while the step before runs
-
-    def spad_row(half: int, j: int, r: int) -> int:
-        """The A row of window row ``r`` of block ``j`` of a step in ``half``: the step's
-        blocks one after the other; split, rows below ``split`` in the half's part and the
-        rest in the part after both halves, which every step shares."""
-        if not split:
-            return half * geo.a_half + j * Kp + r
-        if r < split:
-            return (half * G + j) * split + r
-        return 2 * G * split + j * (Kp - split) + r - split
-
-    def loads_of_block(s: int, j: int, half: int, r14: int, r1: list, lo: int = 0,
-                       hi: int = Kp) -> list[dict]:
-        """The block's window loads of rows ``lo <= r < hi`` (a LOADW across a bound is cut
-        in two) into ``half``."""
-        # the two parts' rows lie apart: a load never writes across the split
-        bounds = [(lo, min(hi, split)), (max(lo, split), hi)] if split else [(lo, hi)]
-        return window_loads(geo, x, s * G + j, bounds, lambda r: spad_row(half, j, r), r14, r1)
-
-    def matmuls(half: int, j: int, nbl: int, tn_c: int, rhalf: int,
-                bias_row: BiasRow, b_row: int) -> list[dict]:
-        """Block ``j``'s matmul for column block ``nbl``: over all ``Kp`` window rows, or
-        split, over the two parts (the first accumulates, the second ends the tile); the
-        chunk's weights from B row ``b_row``."""
-        parts = [(0, Kp)] if not split else [(0, split), (split, Kp)]
-        items = []
-        for lo, hi in parts:
-            last = hi == Kp
-            items += [{"kind": "li", "rd": "r6", "imm": spad_row(half, j, lo)},
-                      {"kind": "li", "rd": "r7", "imm": b_row + nbl * Kp + lo}]
-            if last:
-                items += [
-                    {"kind": "addi", "rd": "r8", "rs": "r15", "imm": (j * Nb + nbl) * out_tw},
-                    *bias_row.set(nbl),
-                    {"kind": "li", "rd": "r10",
-                     "imm": e_base + rhalf * G * tn * R + (j * tn_c + nbl) * R
-                     if residual else 0}]
-            items.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask_bits:#b}", "dt": dt,
-                          "tr": p.kmajor_out, "last": int(last)})
-        return items
-
-    def residual_loads(s: int, half: int, nb0: int, tn_c: int, r15: int) -> list[dict]:
-        items = []
-        for j, b in enumerate(geo.step_blocks(s)):
-            ext = regions["residual"].addr + (b * Nb + nb0) * res_tw
-            items.append({"kind": "load", **load_context(
-                c, Dst.E8, {"base": "r15", "off": ext - r15},
-                e_base + half * G * tn * R + j * tn_c * R, 1, tn_c * res_tw, 0,
-                f"residual tiles of block {j}")})
-        return items
-
-    def load_b(nb0: int, tn_c: int, row: int, what: str) -> dict:
-        """The weights of column blocks ``nb0 ..`` into B from ``row`` on."""
-        return {"kind": "load", **load_context(
-            c, Dst.B, regions["b"].addr + nb0 * Kp * c.cols // c.port_bytes, row, 1,
-            tn_c * Kp * c.cols // c.port_bytes, 0, f"weights of {what}")}
-
-    def chunk(nb0: int, tn_c: int) -> list[dict]:
-        """Column chunk ``nb0``'s items; looped, relative to the chunk registers (r13 its
-        weights, r15 its first output tile, r9 its bias rows: :class:`ChunkLoop`);
-        prefetching, its weights are in (the chunk before loaded them), in the B half of its
-        parity, and it loads the next chunk's into the other half."""
-        what = (f"column blocks {nb0}..{nb0 + tn_c - 1}" if not looped
-                else f"a chunk of {tn_c} column blocks")
-        # windowed, r9 counts from the chunk's own bias rows at row 0
-        bias_row = BiasRow(group, 0 if windowed else nb0, tn_c, looped)
-        items: list[dict] = []
-        if nb0 or looped:
-            items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
-                          "why": "the last chunk is done with B and the epilogue halves"
-                                 + (" and bias rows" if windowed else "")})
-        items.append({"kind": "comment", "text": what})
-        items += bias_row.start()
-        if windowed:
-            e_words = group * c.e_row_bytes // c.port_bytes  # a column block's bias rows
-            items.append({"kind": "load", **load_context(
-                c, Dst.E32, regions["bias"].addr + nb0 * e_words, 0, 1, tn_c * e_words, 0,
-                f"bias rows of {what}")})
-        b_row = (nb0 // tn) % 2 * tn * Kp if prefetch else 0
-        if looped:
-            items.append({"kind": "load", **load_context(
-                c, Dst.B, {"base": "r13", "off": 0}, 0, 1, tn_c * Kp * c.cols // c.port_bytes, 0,
-                f"weights of {what}")})
-        elif not (prefetch and nb0):
-            items.append(load_b(nb0, tn_c, 0, what))
-        r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
-        items.append({"kind": "li", "rd": "r14", "imm": r14})
-        if not looped:
-            items.append({"kind": "li", "rd": "r15", "imm": r15})
-        if residual:
-            items += residual_loads(0, 0, nb0, tn_c, r15)
-        r1: list = [None]
-        # prefetching with one step, the windows of the chunk before are this chunk's: the
-        # only writes to A are that step's loads
-        if not (prefetch and nb0 and T == 1):
-            for j in range(len(geo.step_blocks(0))):
-                items += loads_of_block(0, j, 0, r14, r1)
-            items.append({"kind": "wait", "units": [Unit.LOAD],
-                          "why": "the first step's operands"})
-        elif windowed:
-            items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the chunk's bias rows"})
-        if prefetch and nb0 + tn_c < Nb:
-            nxt0 = nb0 + tn_c
-            items.append(load_b(nxt0, min(tn, Nb - nxt0), tn * Kp - b_row,
-                                f"column blocks {nxt0}..{min(nxt0 + tn, Nb) - 1}, next"))
-        steps = []
-        single = geo.single_buffered
-        for t in range(T):
-            # split, the parts below ``split`` alternate halves like double-buffered steps
-            half, nxt = (0 if single and not split else t % 2), t + 1 < T
-            other = 0 if single and not split else 1 - half
-            rhalf = t % 2  # the residual tiles' epilogue half alternates either way
-            step: list[dict] = []
-            r1 = [None]  # a step may be a loop's body: r1 is unknown at its start
-            if residual and nxt:
-                step.append({"kind": "wait", "units": [Unit.EPI],
-                             "why": "the residual half of the step before is drained"})
-                step += residual_loads(t + 1, 1 - rhalf, nb0, tn_c, r15)
-            following = len(geo.step_blocks(t + 1)) if nxt else 0
-            for j in range(len(geo.step_blocks(t))):
-                for nbl in range(tn_c):
-                    step += matmuls(half, j, nbl, tn_c, rhalf, bias_row, b_row)
-                if j < following and (split or not single):
-                    step += loads_of_block(t + 1, j, other, r14, r1, hi=split or Kp)
-            if single and following:
-                step.append({"kind": "wait", "units": [Unit.FEED],
-                             "why": "this step's matmuls have read the windows the next "
-                                    "step's loads overwrite"})
-                for j in range(following):
-                    step += loads_of_block(t + 1, j, other, r14, r1, lo=split)
-            if nxt:
-                d14, d15 = in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
-                step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
-                         {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15},
-                         {"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
-                          "why": "next step's operands in; this step's matmuls have read theirs"}]
-                r14, r15 = r14 + d14, r15 + d15
-            steps.append(step)
-        items += compress(steps, f"conv_c{nb0}", counters=STEP_REGS if looped else LOOP_REGS)
-        if looped:
-            items += ChunkLoop.advance(tn_c * Kp * c.cols // c.port_bytes,
-                                       out_base(0, nb0 + tn_c) - r15)
-        return items
-
-    if part:
-        body = banked_body(geo, regions, tn, part, looped)
-    elif looped:
-        body = ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group, chunk)
-    else:
-        body = [it for nb0, tn_c in chunks(geo, tn) for it in chunk(nb0, tn_c)]
-    return {
-        "what": (f"window convolution {p.N}x{p.Cin}x{p.H}x{p.W} -> {p.Cout} channels, "
-                 f"{p.kh}x{p.kw} stride {p.stride} pads {p.pads}; {T} steps of "
-                 f"{G} blocks, {len(chunks(geo, tn))} column chunk(s) of {tn}"
-                 + (f", k chunks of {part} rows in accumulator banks" if part else "")
-                 + (", the column chunks in a loop" if looped else "")
-                 + (", each chunk's weights loading while the chunk before computes"
-                    if prefetch else "")),
-        # r3: rows one word apart (channels), or with one channel a row class apart
-        "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
-                  ("r5", p.fill & 0xFF)],
-        "csrs": csr_writes(p.stages, p.epilogue),
-        "bias_load": (bias_load(_dims(geo), regions["bias"], p.epilogue.per_channel)
-                      if reads_bias_region(p.stages, p.epilogue) and not windowed else None),
-        "body": body,
-    }
 
 
 def conv_regions(config: VariantConfig, p: ConvParams) -> dict[str, int]:
     """The kernel's regions, name -> bytes: ``x`` (K-major over ``cp`` channels), ``b``,
     ``bias`` and ``residual`` when read, ``out``."""
     geo = geometry(config, p)
-    dims = _dims(geo)
+    dims = GemmDims(config, p.M, p.K, p.Cout)
     sizes = {"x": geo.in_blocks * geo.cp * geo.R, "b": dims.Nb * dims.Kp * dims.C}
     if reads_bias_region(p.stages, p.epilogue):
         sizes["bias"] = bias_region_bytes(dims, p.epilogue)
@@ -334,14 +61,23 @@ def program(config: VariantConfig, p: ConvParams, regions: Mapping[str, Region],
     not fit the instruction memory (:func:`chunk_loop`), or half as wide, each loading the
     next one's weights (:func:`b_prefetch`)."""
     geo = geometry(config, p) if step is None else ConvGeometry(config, p, step)
-    banked = banked_plan(config, p) if step is None else None
-    tn, part = banked or (column_chunk(geo, "residual" in p.stages), 0)
-    prefetch = not banked and b_prefetch(geo) > 0
-    if prefetch:
-        tn = b_prefetch(geo)
-    looped = not prefetch and chunk_loop(geo, tn, part) is True
-    text = render("conv.j2", **build_context(geo, regions, tn, part, looped, prefetch))
+    text = render("conv.j2", **build_context(geo, regions, *schedule(geo, step is None)))
     return assemble_program(config, text, what=what)
+
+
+def schedule(geo: ConvGeometry, banks: bool = True) -> tuple[int, int, bool, bool]:
+    """``(tn, part, looped, prefetch)`` of ``geo``'s program (the arguments of
+    :func:`build_context` after the placement): banked (:func:`banked_plan`; with ``banks``),
+    prefetching (:func:`b_prefetch`), or plain (:func:`plain_plan`; the widest column chunk
+    unrolled when none fits, and the kind refuses it)."""
+    banked = banked_plan(geo.config, geo.params) if banks else None
+    if banked:
+        tn, part = banked
+        return tn, part, chunk_loop(geo, tn, part) is True, False
+    if b_prefetch(geo):
+        return b_prefetch(geo), 0, False, True
+    tn, looped = plain_plan(geo) or (column_chunk(geo, "residual" in geo.params.stages), False)
+    return tn, 0, looped, False
 
 
 #: A placement for programs built to be measured: lengths and timings do not depend on the
@@ -374,13 +110,45 @@ def b_prefetch(geo: ConvGeometry) -> int:
     instrs = _dummy_instrs(geo, tn, 0, False, True)
     if len(instrs) > geo.config.imem_depth:
         return 0
-    plain = column_chunk(geo, False)
-    looped = chunk_loop(geo, plain)
-    if looped is None:
+    plain = plain_plan(geo)
+    if plain is None:
         return tn
     cycles = estimate_program(geo.config, instrs)
-    return tn if cycles < estimate_program(geo.config, _dummy_instrs(geo, plain, 0, looped)) \
+    return tn if cycles < estimate_program(geo.config, _dummy_instrs(geo, plain[0], 0, plain[1])) \
         else 0
+
+
+@functools.lru_cache(maxsize=256)
+def plain_plan(geo: ConvGeometry) -> tuple[int, bool] | None:
+    """``(tn, looped)`` of the plain program: the widest column chunk (:func:`column_chunk`)
+    unrolled where that fits the instruction memory; else the fastest, by the analytical
+    model, of the programs with chunks of that width and a few narrower ones (``ceil(Nb /
+    c)`` blocks for ``c`` chunks), each unrolled or looped (:func:`chunk_loop`), that fit.
+    Narrower chunks load their windows more often, but equal chunks are one loop body:
+    SqueezeNet's 3x3 convolution of 32 to 128 channels at 14x14 fits in chunks of 4 column
+    blocks (122,948 cycles), not of 6 or 7. None when none fits."""
+    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
+
+    widest = column_chunk(geo, "residual" in geo.params.stages)
+    if widest < 1:
+        return None
+    if chunk_loop(geo, widest) is False:
+        return widest, False
+    first = -(-geo.Nb // widest)
+    widths = list(dict.fromkeys(-(-geo.Nb // c) for c in range(first, 4 * first + 1)))
+    best: tuple[int, int, bool] | None = None
+    for tn in widths[:_NARROWER]:
+        looped = chunk_loop(geo, tn)
+        if looped is None:
+            continue
+        cycles = estimate_program(geo.config, _dummy_instrs(geo, tn, 0, looped))
+        if best is None or cycles < best[0]:
+            best = (cycles, tn, looped)
+    return None if best is None else best[1:]
+
+
+#: Chunk widths :func:`plain_plan` tries where the widest fits only looped, or not at all.
+_NARROWER = 5
 
 
 def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
@@ -389,12 +157,22 @@ def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
     instruction memory unrolled (the loop's counter and chunk registers cost a few cycles a
     chunk), True when only looped, None when neither (or, with a residual stage or one
     chunk, there is no loop to make)."""
-    imem = geo.config.imem_depth
-    if len(_dummy_instrs(geo, tn, part)) <= imem:
+    if _fits(geo, tn, part):
         return False
     if "residual" in geo.params.stages or geo.Nb < 2 * tn or bias_windowed(geo, tn):
         return None
-    return True if len(_dummy_instrs(geo, tn, part, True)) <= imem else None
+    return True if _fits(geo, tn, part, True) else None
+
+
+def _fits(geo: ConvGeometry, tn: int, part: int = 0, looped: bool = False) -> bool:
+    """Whether the program fits the instruction memory; not assembled where even its least
+    length (:func:`~fusion.kernels.conv.loops.least_instructions`) does not (a 7x7 stem
+    unrolled is 20,000 instructions)."""
+    imem = geo.config.imem_depth
+    ctx = build_context(geo, _DUMMY, tn, part, looped)
+    if least_instructions(ctx["body"]) > imem:
+        return False
+    return len(_dummy_instrs(geo, tn, part, looped)) <= imem
 
 
 @functools.lru_cache(maxsize=256)
@@ -421,9 +199,8 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
     if looped is None:
         return None
     banked = estimate_program(config, _dummy_instrs(geo, tn, part, looped))
-    plain_tn = column_chunk(geo, False)
-    if (geo.a_half > config.spad_a_depth or plain_tn < 1
-            or program_problem(geo, plain_tn) is not None):
+    if (geo.a_half > config.spad_a_depth or column_chunk(geo, False) < 1
+            or program_problem(geo, column_chunk(geo, False)) is not None):
         return tn, part
     plain = estimate_program(config, program(config, p, _DUMMY, step=geo.bps).instrs)
     return (tn, part) if banked < plain else None
@@ -431,8 +208,9 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int] | None:
 
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:
     """Why the program would not fit the instruction memory (None if it does), before any
-    placement, unrolled or with its column chunks in a loop (:func:`chunk_loop`)."""
-    if chunk_loop(geo, tn) is not None or b_prefetch(geo):
+    placement, unrolled or with its column chunks (of ``tn`` blocks, the widest, or narrower:
+    :func:`plain_plan`) in a loop (:func:`chunk_loop`)."""
+    if plain_plan(geo) is not None or b_prefetch(geo):
         return None
     length = len(_dummy_instrs(geo, tn))
     if "residual" in geo.params.stages or geo.Nb < 2 * tn:
@@ -441,7 +219,8 @@ def program_problem(geo: ConvGeometry, tn: int) -> str | None:
         looped = (" (and its column chunks, each loading its own bias rows, cannot go in a "
                   "loop)")
     else:
-        looped = f" ({len(_dummy_instrs(geo, tn, 0, True))} with its column chunks in a loop)"
+        looped = (f" ({len(_dummy_instrs(geo, tn, 0, True))} with its column chunks in a "
+                  f"loop, and no narrower chunks fit)")
     return (f"its program needs {length} instructions{looped}, more than the "
             f"{geo.config.imem_depth} of the instruction memory")
 
