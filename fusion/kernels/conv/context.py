@@ -28,10 +28,14 @@ part is double buffered (two halves) and loads while the step before computes, a
 double-buffered step, and only the second, in rows every step shares, loads after the
 ``wait FEED``; each tile is then two matmuls, the first accumulating (``last`` = 0).
 
-With ``prefetch`` (:func:`b_prefetch`), the chunks are half as wide and each, once its first
-step's windows are in, loads the next chunk's weights into the B half it does not read, so
-the weights stream while the array computes; with one step, every chunk reuses the windows
-the first loaded.
+With ``prefetch`` (:func:`~fusion.kernels.conv.program.b_prefetch`), the chunks are half as
+wide and each, once its first step's windows are in, loads the next chunk's weights into
+the B half it does not read, so the weights stream while the array computes; with one
+step, every chunk reuses the windows the first loaded.
+
+The bias rows (with per-channel requantize, three a column block) load once, before the
+first chunk; where they do not fit the epilogue scratchpad (:func:`bias_windowed`), each
+chunk loads its own to row 0 once the chunk before has drained.
 
 Every address is relative to the step bases, so steps with the same padding pattern have
 the same code: consecutive repeats (a period of up to 8 steps, the halves alternating)
@@ -88,7 +92,9 @@ def bias_windowed(geo: ConvGeometry, tn: int) -> bool:
     """Whether each column chunk of ``tn`` blocks loads its own bias rows (to epilogue row 0,
     after the chunk before has drained) because the whole bias region, with the residual
     halves, does not fit the epilogue scratchpad: per-channel requantize takes three rows a
-    column block, so 1,024 channels on eight columns are 384 rows of 256. Unrolled programs
+    column block, so 1,024 channels on eight columns are 384 rows of 256 (a GEMM loads such
+    rows in windows of column blocks, :mod:`fusion.kernels.bias_window`; here a window is a
+    chunk). Unrolled programs
     only (a looped chunk's bias load would need a register of its own). A chunk's rows start
     on a memory word: window loads need ``port_bytes == cols``, and a row is ``4 * cols``
     bytes."""
@@ -109,7 +115,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     blocks a chunk (:func:`banked_body`); ``looped``, the column chunks in a hardware loop
     (:class:`~fusion.kernels.conv.loops.ChunkLoop`; no residual stage); ``prefetch``, each
     chunk's weights load into the B half the chunk before does not read, while it computes
-    (:func:`b_prefetch`; unrolled, no residual stage)."""
+    (:func:`~fusion.kernels.conv.program.b_prefetch`; unrolled, no residual stage)."""
     c, p = geo.config, geo.params
     R, Kp, Nb, T, G = geo.R, geo.Kp, geo.Nb, geo.steps, geo.bps  # noqa: N806
     x, out = regions["x"], regions["out"]
@@ -121,7 +127,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     windowed = bias_windowed(geo, tn)
     if windowed and (looped or part):
         raise ValueError("a chunk loads its own bias rows only in an unrolled program "
-                         "(fusion.kernels.conv.program.bias_windowed)")
+                         "(fusion.kernels.conv.context.bias_windowed)")
     e_base = tn * group if windowed else _bias_rows(geo)
     mask_bits = sum(c.stage_bit(s) for s in p.stages)
 

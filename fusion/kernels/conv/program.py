@@ -85,11 +85,19 @@ def schedule(geo: ConvGeometry, banks: bool = True) -> tuple[int, int, bool, boo
 _DUMMY = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
 
 
+@functools.lru_cache(maxsize=8)
+def _dummy_context(geo: ConvGeometry, tn: int, part: int = 0, looped: bool = False,
+                   prefetch: bool = False) -> dict:
+    """:func:`build_context` at :data:`_DUMMY`, for :func:`_fits` and then
+    :func:`_dummy_instrs` (a few: the two ask one after the other; read, never changed)."""
+    return build_context(geo, _DUMMY, tn, part, looped, prefetch)
+
+
 @functools.lru_cache(maxsize=128)
 def _dummy_instrs(geo: ConvGeometry, tn: int, part: int = 0, looped: bool = False,
                   prefetch: bool = False) -> tuple[Instr, ...]:
-    text = drop_redundant_li(render("conv.j2", **build_context(geo, _DUMMY, tn, part, looped,
-                                                                prefetch)))
+    text = drop_redundant_li(render("conv.j2", **_dummy_context(geo, tn, part, looped,
+                                                                 prefetch)))
     return tuple(assemble_instrs(text))
 
 
@@ -169,8 +177,7 @@ def _fits(geo: ConvGeometry, tn: int, part: int = 0, looped: bool = False) -> bo
     length (:func:`~fusion.kernels.conv.loops.least_instructions`) does not (a 7x7 stem
     unrolled is 20,000 instructions)."""
     imem = geo.config.imem_depth
-    ctx = build_context(geo, _DUMMY, tn, part, looped)
-    if least_instructions(ctx["body"]) > imem:
+    if least_instructions(_dummy_context(geo, tn, part, looped)["body"]) > imem:
         return False
     return len(_dummy_instrs(geo, tn, part, looped)) <= imem
 
