@@ -129,6 +129,11 @@ def test_banked_window_convolutions_are_bit_exact_and_predicted_exactly(banked, 
     for name, p in CONV_CASES:
         assert banked_plan(banked, p) is not None, name
         assert banked_plan(without_banks, p) is None, name
+    # whole output rows several to a step (the step's windows serve fewer column blocks,
+    # each chunk's weights more blocks), and steps of one block
+    steps = {name: banked_plan(banked, p)[0] for name, p in CONV_CASES}
+    assert steps["Cin 128: 4 column blocks of 1,152 rows"] == 2
+    assert steps["OW 5, Cin 120: blocks span output rows"] == 1
     runs = run_cases(banked, CONV_CASES)
     plain = {run.name: run for run in run_cases(without_banks, CONV_CASES)}
     for run in runs:

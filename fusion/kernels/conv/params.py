@@ -167,20 +167,21 @@ class ConvGeometry:
 
     @property
     def bps(self) -> int:
-        """Blocks per step: a whole row's, or the step size given (the fastest is
-        :func:`fusion.kernels.conv.program.geometry`'s)."""
-        if self.whole_rows:
-            return self.bpr
-        if self.step_blocks_given is None:
+        """Blocks per step: the step size given (the fastest is :func:`fusion.kernels.conv.
+        program.geometry`'s; in k chunks over the accumulator banks, whole rows too may
+        go several to a step), or a whole row's."""
+        if self.step_blocks_given is not None:
+            return self.step_blocks_given
+        if not self.whole_rows:
             raise ValueError("output rows that are not whole blocks go in steps of a given "
                              "size: build the geometry with fusion.kernels.conv.program."
                              "geometry")
-        return self.step_blocks_given
+        return self.bpr
 
     @property
     def steps(self) -> int:
         """Steps: ``N * OH`` output rows, or the blocks in steps of ``bps``."""
-        if self.whole_rows:
+        if self.whole_rows and self.step_blocks_given is None:
             return self.params.N * self.params.OH
         return ceil_div(self.Mb, self.bps)
 

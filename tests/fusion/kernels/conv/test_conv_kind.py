@@ -256,3 +256,28 @@ def test_the_step_size_is_the_fastest_that_fits():
     assert cycles[geometry(V8, params).bps] == min(cycles.values())
     with pytest.raises(ValueError, match="steps of a given size"):
         _ = ConvGeometry(V8, params).bps  # not whole rows: the step is a choice
+
+
+def test_banked_steps_take_whole_rows_several_at_a_time_where_faster():
+    """DenseNet's 3x3 of 128 to 32 channels at 8x8 on four banks: steps of two output rows
+    (two column blocks a chunk) load fewer operand bytes than steps of one (four column
+    blocks, each chunk's weights reloaded every row), and the plan is the fastest of the
+    step sizes and k chunks it tries."""
+    from fusion.cost.analytical import estimate_program
+    from fusion.kernels.conv.program import _dummy_instrs, banked_plan, chunk_loop, schedule
+
+    banked = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, acc_banks=4)
+    p = conv(H=8, W=8, Cin=128, Cout=32, stages=("bias", "requant"),
+             epilogue=EpilogueParams(per_channel=True))
+    bps, tn, part = banked_plan(banked, p)
+    geo = geometry(banked, p)
+    assert (bps, tn) == (2, 2) and geo.whole_rows and geo.bps == 2 and geo.steps == 4
+    assert schedule(geo)[:2] == (2, part)
+
+    def cycles(bps: int, tn: int, part: int) -> int:
+        g = ConvGeometry(banked, p, bps)
+        return estimate_program(banked, _dummy_instrs(g, tn, part, chunk_loop(g, tn, part)))
+
+    chosen = cycles(bps, tn, part)
+    assert chosen < cycles(1, 4, 256) and chosen <= cycles(2, 2, 512)
+    assert CONV.features(banked, p).analytical_cycles() == chosen
