@@ -57,6 +57,10 @@ CASES = [
            stages=BRR, per_channel=True, **ONE_BY_ONE), V4P4, "prefetch"),
     (*case("3x3 stride 2, one step, 3 chunks of 1", H=2, W=2, Cin=64, Cout=24, stride=(2, 2),
            fill=-4, stages=BRR), V8, "prefetch"),
+    # Inception-v1's 3x3 at 4x4 with fewer outputs: both blocks' windows (2 x 864 rows)
+    # in one single-buffered step, the weights streaming past them
+    (*case("3x3 at 4x4, one step of every block, 5 chunks of 1", H=4, W=4, Cin=96, Cout=40,
+           fill=3, stages=BRR, per_channel=True), V8, "prefetch"),
     (*case("banked, 2,304 window rows, int32 out", H=2, W=4, Cin=256, Cout=16, fill=-1,
            stages=("bias",)), BANKED, "deep"),
     (*case("1x1 stride 2, one step, per-channel, own bias rows: chunks of 32, then 26", H=4,

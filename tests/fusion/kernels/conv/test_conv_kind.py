@@ -252,7 +252,8 @@ def test_the_step_size_is_the_fastest_that_fits():
     dummy = {name: Region(name, 1 << 20, 1) for name in ("x", "b", "bias", "residual", "out")}
     cycles = {d: estimate_program(V8, program(V8, params, dummy, step=d).instrs)
               for d in ConvGeometry(V8, params).step_choices}
-    assert len(cycles) == 5 and len(set(cycles.values())) > 1
+    # 1 to 5 blocks, and all 13 in one step (the A scratchpad holds their windows)
+    assert sorted(cycles)[-2:] == [5, 13] and len(set(cycles.values())) > 1
     assert cycles[geometry(V8, params).bps] == min(cycles.values())
     with pytest.raises(ValueError, match="steps of a given size"):
         _ = ConvGeometry(V8, params).bps  # not whole rows: the step is a choice
