@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from fusion.kernels.conv.kind import CONV, conv_problem
+from fusion.kernels.conv.banked import resident_windows
 from fusion.kernels.conv.program import (
     banked_plan,
     bias_windowed,
@@ -51,6 +52,11 @@ CASES = [
            fill=5, stages=BRR, per_channel=True), BANKED, "looped"),
     (*case("banked, windows deeper than A: 2 chunks of 4, then 3", H=3, W=3, Cin=320,
            Cout=44, stages=("bias", "requant")), BANKED, "looped"),
+    # one step: the windows load once and stay while the chunks' weights stream past
+    (*case("banked, windows resident, per-channel: 2 chunks of 4, then 2", H=2, W=2, Cin=120,
+           Cout=40, fill=-6, stages=BRR, per_channel=True), BANKED, "plain"),
+    (*case("banked, 1,800 window rows resident: 2 chunks of 4", H=2, W=2, Cin=200, Cout=30,
+           stages=BRR), BANKED, "plain"),
     (*case("1x1 stride 2, one step: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
            stride=(2, 2), stages=BRR, **ONE_BY_ONE), V4P4, "prefetch"),
     (*case("1x1, 4 steps, per-channel: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
@@ -101,6 +107,8 @@ def test_the_cases_are_what_they_claim():
         if kind == "prefetch":
             assert (geo.steps == 1) == ("one step" in name), name
         assert bias_windowed(geo, tn) == ("own bias rows" in name), name
+        if banked:
+            assert resident_windows(geo, tn) == ("resident" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
     for name, p, _config, kind in CASES:

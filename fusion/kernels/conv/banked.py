@@ -15,6 +15,17 @@ from hwgen.isa import Dst, Unit
 from hwgen.reference import output_dtype
 
 
+def resident_windows(geo: ConvGeometry, tn: int) -> bool:
+    """Whether the banked program's windows load once, whole, and stay in the A scratchpad
+    while the weights of every column chunk stream past them in k chunks: one step whose
+    blocks' windows the A scratchpad holds, and more than one column chunk (with one, the
+    windows loading chunk by chunk start the array sooner). Inception-v1's 3x3 of 160 to
+    320 channels at 2x2 (1,440 window rows, more than half the B scratchpad a column
+    block) otherwise reloads them for each of its ten chunks."""
+    return (geo.steps == 1 and geo.Mb * geo.Kp <= geo.config.spad_a_depth
+            and geo.Nb > tn)
+
+
 def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 part: int, looped: bool = False) -> list[dict]:
     """The body of a window convolution in k chunks over the accumulator banks.
@@ -28,6 +39,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     block whose weights fill the B scratchpad alone reloads them. No residual stage (the
     kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`). ``looped``, the
     column chunks go in a hardware loop (:class:`~fusion.kernels.conv.loops.ChunkLoop`).
+    With :func:`resident_windows`, block ``j``'s windows load once, before the chunks, into
+    A rows ``j * Kp`` on, and the k chunks load only weights.
     """
     c, p = geo.config, geo.params
     R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806
@@ -37,6 +50,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     group, mask = bias_group(p.epilogue.per_channel), sum(c.stage_bit(s) for s in p.stages)
     a_half, b_half, b_words = c.spad_a_depth // 2, c.spad_b_depth // 2, c.cols // c.port_bytes
     row_words = 1 if p.Cin > 1 else geo.class_words  # r3 (the setup's)
+    resident = resident_windows(geo, tn)
     kparts = [(lo, min(lo + part, Kp)) for lo in range(0, Kp, part)]
     seq = [(t, q) for t in range(geo.steps) for q in range(len(kparts))]
 
@@ -49,6 +63,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             c, Dst.B, {"base": "r13", "off": ((0 if looped else nb0 * Kp) + lo) * b_words},
             half * b_half, tn_c,
             (hi - lo) * b_words, Kp * b_words, f"weights, rows {lo}..{hi - 1}")}]
+        if resident:  # the windows are in A already
+            return items
         if tn_c > 1:  # the load's segment stride took r3, the window loads' row stride
             items.append({"kind": "li", "rd": "r3", "imm": row_words})
         r1[0] = None  # and r1
@@ -85,7 +101,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 step += loads(*seq[n + 1], 1 - half, nb0, tn_c, r14, r1)
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
-                    step += [{"kind": "li", "rd": "r6", "imm": half * a_half + j * part},
+                    a_row = j * Kp + lo if resident else half * a_half + j * part
+                    step += [{"kind": "li", "rd": "r6", "imm": a_row},
                              {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
                     if last:
                         step += [{"kind": "addi", "rd": "r8", "rs": "r15",
@@ -109,9 +126,17 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             items += ChunkLoop.advance(tn_c * Kp * b_words, out_base(0, nb0 + tn_c) - r15)
         return items
 
+    windows: list[dict] = []
+    if resident:  # every block's windows, whole, before the chunks (r3 is the setup's)
+        r14 = in_base(geo, x, 0)
+        windows.append({"kind": "li", "rd": "r14", "imm": r14})
+        for j in range(len(geo.step_blocks(0))):
+            windows += window_loads(geo, x, j, [(0, Kp)], lambda r, j=j: j * Kp + r, r14,
+                                    [None])
     if looped:
-        return ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group, chunk)
-    body: list[dict] = [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
+        return windows + ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group,
+                                                 chunk)
+    body: list[dict] = windows + [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
     for nb0, tn_c in chunks(geo, tn):
         body += chunk(nb0, tn_c)
     return body

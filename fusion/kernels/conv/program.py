@@ -22,6 +22,7 @@ from fusion.kernels.codegen import Program, assemble_program, drop_redundant_li,
 
 # the program's context and the loops and window loads it uses, re-exported: their homes
 # are fusion.kernels.conv.context, .loops and .windows
+from fusion.kernels.conv.banked import resident_windows
 from fusion.kernels.conv.context import bias_windowed as bias_windowed
 from fusion.kernels.conv.context import build_context as build_context
 from fusion.kernels.conv.context import column_chunk as column_chunk
@@ -210,7 +211,9 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int] | 
             break
         if bias_windowed(geo, tn):
             continue
-        top = min(config.spad_a_depth // 2 // bps, config.spad_b_depth // 2 // tn)
+        top = config.spad_b_depth // 2 // tn
+        if not resident_windows(geo, tn):  # the windows, too, in k chunks
+            top = min(top, config.spad_a_depth // 2 // bps)
         for shift in range(4):
             part = min(top >> shift, geo.Kp) // config.k_align * config.k_align
             if part < config.k_align:
