@@ -23,8 +23,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.banked import resident_windows
+from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.program import (
     banked_plan,
     bias_windowed,
