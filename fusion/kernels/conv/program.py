@@ -19,10 +19,10 @@ import functools
 from collections.abc import Mapping
 
 from fusion.kernels.codegen import Program, assemble_program, drop_redundant_li, render
+from fusion.kernels.conv.banked import resident_windows
 
 # the program's context and the loops and window loads it uses, re-exported: their homes
 # are fusion.kernels.conv.context, .loops and .windows
-from fusion.kernels.conv.banked import resident_windows
 from fusion.kernels.conv.context import bias_windowed as bias_windowed
 from fusion.kernels.conv.context import build_context as build_context
 from fusion.kernels.conv.context import column_chunk as column_chunk
