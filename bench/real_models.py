@@ -117,6 +117,9 @@ def measure(path: Path, x: np.ndarray, want: np.ndarray | None, batch: int = 1,
         "host_ops_by_op": dict(sorted(Counter(h.op for h in report.host_ops).items())),
         "host_written_bytes": report.host_written_bytes,
         "cycles": report.total_cycles, "macs": report.total_macs,
+        # the host steps' time in accelerator cycles (the host cost model's, at its clock:
+        # what the engine weighed against the kernels), beside the kernels' measured cycles
+        "host_cycles": round(sum(h.predicted_cycles for h in compiled.host)),
         "ideal_cycles": report.ideal_cycles, "utilization": round(report.utilization, 4),
         "bound_utilization": round(report.bound_utilization, 4),
         "roofline_fraction": round(report.roofline_fraction, 4),
