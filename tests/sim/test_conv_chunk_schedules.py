@@ -23,7 +23,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fusion.kernels.conv.banked import resident_windows
 from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.program import (
     banked_plan,
@@ -48,8 +47,11 @@ CASES = [
            stages=BRR, per_channel=True, quant={"zp": 3}), V4P4, "looped"),
     (*case("plain, per-channel, narrower: 4 chunks of 4 blocks (7 fit B, not imem)", H=14,
            W=14, Cin=32, Cout=128, stages=BRR, per_channel=True), V8, "looped"),
-    (*case("banked, per-channel: 3 chunks of 4 blocks, then 3", H=3, W=6, Cin=128, Cout=60,
-           fill=5, stages=BRR, per_channel=True), BANKED, "looped"),
+    (*case("banked, per-channel, windows resident a step at a time: 3 chunks of 4 blocks, "
+           "then 3", H=3, W=6, Cin=128, Cout=60, fill=5, stages=BRR, per_channel=True),
+     BANKED, "looped"),
+    (*case("banked, two blocks a step, windows resident a step at a time: 8 chunks of 2",
+           H=3, W=8, Cin=64, Cout=64, stages=BRR), BANKED, "looped"),
     (*case("banked, windows deeper than A: 2 chunks of 4, then 3", H=3, W=3, Cin=320,
            Cout=44, stages=("bias", "requant")), BANKED, "looped"),
     # one step: the windows load once and stay while the chunks' weights stream past
@@ -108,7 +110,7 @@ def test_the_cases_are_what_they_claim():
             assert (geo.steps == 1) == ("one step" in name), name
         assert bias_windowed(geo, tn) == ("own bias rows" in name), name
         if banked:
-            assert resident_windows(geo, tn) == ("resident" in name), name
+            assert geo.resident == ("resident" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
     for name, p, _config, kind in CASES:

@@ -15,17 +15,6 @@ from hwgen.isa import Dst, Unit
 from hwgen.reference import output_dtype
 
 
-def resident_windows(geo: ConvGeometry, tn: int) -> bool:
-    """Whether the banked program's windows load once, whole, and stay in the A scratchpad
-    while the weights of every column chunk stream past them in k chunks: one step whose
-    blocks' windows the A scratchpad holds, and more than one column chunk (with one, the
-    windows loading chunk by chunk start the array sooner). Inception-v1's 3x3 of 160 to
-    320 channels at 2x2 (1,440 window rows, more than half the B scratchpad a column
-    block) otherwise reloads them for each of its ten chunks."""
-    return (geo.steps == 1 and geo.Mb * geo.Kp <= geo.config.spad_a_depth
-            and geo.Nb > tn)
-
-
 def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 part: int, looped: bool = False) -> list[dict]:
     """The body of a window convolution in k chunks over the accumulator banks.
@@ -39,8 +28,9 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     block whose weights fill the B scratchpad alone reloads them. No residual stage (the
     kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`). ``looped``, the
     column chunks go in a hardware loop (:class:`~fusion.kernels.conv.loops.ChunkLoop`).
-    With :func:`resident_windows`, block ``j``'s windows load once, before the chunks, into
-    A rows ``j * Kp`` on, and the k chunks load only weights.
+    With :attr:`~fusion.kernels.conv.params.ConvGeometry.resident` windows the order turns:
+    per step, its blocks' windows load whole (block ``j``'s into A rows ``j * Kp`` on, once
+    the step before has read its own), then per column chunk, per k chunk, only weights.
     """
     c, p = geo.config, geo.params
     R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806
@@ -50,9 +40,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     group, mask = bias_group(p.epilogue.per_channel), sum(c.stage_bit(s) for s in p.stages)
     a_half, b_half, b_words = c.spad_a_depth // 2, c.spad_b_depth // 2, c.cols // c.port_bytes
     row_words = 1 if p.Cin > 1 else geo.class_words  # r3 (the setup's)
-    resident = resident_windows(geo, tn)
+    resident = geo.resident
     kparts = [(lo, min(lo + part, Kp)) for lo in range(0, Kp, part)]
-    seq = [(t, q) for t in range(geo.steps) for q in range(len(kparts))]
 
     def out_base(t: int, nb0: int) -> int:
         return out.addr + (t * G * Nb + nb0) * out_tw
@@ -73,21 +62,23 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                                   lambda r, j=j: half * a_half + j * part + r - lo, r14, r1)
         return items
 
-    def chunk(nb0: int, tn_c: int) -> list[dict]:
-        """Column chunk ``nb0``'s items (looped: relative to the chunk registers)."""
+    def chunk(nb0: int, tn_c: int, ts: list[int], tag: str) -> list[dict]:
+        """Column chunk ``nb0``'s items over steps ``ts`` (looped: relative to the chunk
+        registers); ``tag`` tells its labels from another step's."""
+        seq = [(t, q) for t in ts for q in range(len(kparts))]
         bias_row = BiasRow(group, nb0, tn_c, looped)
         items: list[dict] = []
-        if nb0 or looped:
+        if nb0 or looped or ts[0]:
             items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
                           "why": "the last chunk is done with B"})
         items.append({"kind": "comment", "text": f"column blocks {nb0}..{nb0 + tn_c - 1}"
                       if not looped else f"a chunk of {tn_c} column blocks"})
         items += bias_row.start()
-        r14, r15 = in_base(geo, x, 0), out_base(0, nb0)
+        r14, r15 = in_base(geo, x, ts[0]), out_base(ts[0], nb0)
         items.append({"kind": "li", "rd": "r14", "imm": r14})
         if not looped:
             items.append({"kind": "li", "rd": "r15", "imm": r15})
-        items += loads(0, 0, 0, nb0, tn_c, r14, [None])
+        items += loads(ts[0], 0, 0, nb0, tn_c, r14, [None])
         items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
         steps: list[list[dict]] = []
         r1: list = [None]
@@ -112,7 +103,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                     step.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
                                  "dt": dt, "tr": p.kmajor_out, "last": int(last),
                                  "bank": j * tn_c + nbl})
-            if last and t + 1 < geo.steps:
+            if last and t != ts[-1]:
                 d14, d15 = in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
                 step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
                          {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15}]
@@ -121,22 +112,35 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 step.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
                              "why": "next k chunk's operands in; these matmuls have read theirs"})
             steps.append(step)
-        items += compress(steps, f"conv_b{nb0}", counters=STEP_REGS if looped else LOOP_REGS)
+        items += compress(steps, f"conv_b{nb0}{tag}",
+                          counters=STEP_REGS if looped else LOOP_REGS)
         if looped:
-            items += ChunkLoop.advance(tn_c * Kp * b_words, out_base(0, nb0 + tn_c) - r15)
+            items += ChunkLoop.advance(tn_c * Kp * b_words, out_base(ts[0], nb0 + tn_c) - r15)
         return items
 
-    windows: list[dict] = []
-    if resident:  # every block's windows, whole, before the chunks (r3 is the setup's)
-        r14 = in_base(geo, x, 0)
-        windows.append({"kind": "li", "rd": "r14", "imm": r14})
-        for j in range(len(geo.step_blocks(0))):
-            windows += window_loads(geo, x, j, [(0, Kp)], lambda r, j=j: j * Kp + r, r14,
-                                    [None])
-    if looped:
-        return windows + ChunkLoop(Nb, tn).items(regions["b"].addr, out_base(0, 0), group,
-                                                 chunk)
-    body: list[dict] = windows + [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
-    for nb0, tn_c in chunks(geo, tn):
-        body += chunk(nb0, tn_c)
+    def windows(t: int) -> list[dict]:
+        """Resident, step ``t``'s windows, whole, once the step before has read its own."""
+        r14 = in_base(geo, x, t)
+        items = [{"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
+                  "why": "the step before has read its windows"}] if t else []
+        items += [{"kind": "li", "rd": "r3", "imm": row_words},  # weight loads took it
+                  {"kind": "li", "rd": "r14", "imm": r14}]
+        for j in range(len(geo.step_blocks(t))):
+            items += window_loads(geo, x, t * G + j, [(0, Kp)], lambda r, j=j: j * Kp + r,
+                                  r14, [None])
+        return items
+
+    body: list[dict] = []
+    for ts in ([[t] for t in range(geo.steps)] if resident else [list(range(geo.steps))]):
+        tag = f"_s{ts[0]}" if resident else ""
+        if resident:
+            body += windows(ts[0])
+        if looped:
+            body += ChunkLoop(Nb, tn, f"conv_chunks{tag}").items(
+                regions["b"].addr, out_base(ts[0], 0), group,
+                lambda nb0, tn_c, ts=ts, tag=tag: chunk(nb0, tn_c, ts, tag))
+            continue
+        body.append({"kind": "li", "rd": "r13", "imm": regions["b"].addr})
+        for nb0, tn_c in chunks(geo, tn):
+            body += chunk(nb0, tn_c, ts, tag)
     return body

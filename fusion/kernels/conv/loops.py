@@ -130,6 +130,8 @@ class ChunkLoop:
 
     Nb: int
     tn: int
+    #: The loop's label (a program with several such loops gives each its own).
+    label: str = "conv_chunks"
 
     @staticmethod
     def advance(b_words: int, out_delta: int) -> list[dict]:
@@ -148,7 +150,7 @@ class ChunkLoop:
                  {"kind": "li", "rd": "r9", "imm": -group}]
         if full > 1:
             items.append({"kind": "loop", "counter": "r11", "count": full,
-                          "label": "conv_chunks", "body": chunk(0, self.tn)})
+                          "label": self.label, "body": chunk(0, self.tn)})
         elif full:
             items += chunk(0, self.tn)
         if rest:

@@ -111,6 +111,11 @@ class ConvGeometry:
     params: ConvParams
     #: Blocks per step when output rows are not whole blocks (:attr:`bps`).
     step_blocks_given: int | None = None
+    #: In k chunks over the accumulator banks, a step's windows load whole, once, and stay
+    #: in the A scratchpad while every column chunk's weights stream past them (they fit:
+    #: ``bps * Kp`` rows), rather than with the weights, chunk by chunk
+    #: (:func:`fusion.kernels.conv.banked.banked_body`).
+    resident: bool = False
 
     @property
     def R(self) -> int:  # noqa: N802

@@ -270,9 +270,10 @@ def test_banked_steps_take_whole_rows_several_at_a_time_where_faster():
     banked = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, acc_banks=4)
     p = conv(H=8, W=8, Cin=128, Cout=32, stages=("bias", "requant"),
              epilogue=EpilogueParams(per_channel=True))
-    bps, tn, part = banked_plan(banked, p)
+    bps, tn, part, resident = banked_plan(banked, p)
     geo = geometry(banked, p)
-    assert (bps, tn) == (2, 2) and geo.whole_rows and geo.bps == 2 and geo.steps == 4
+    assert (bps, tn, resident) == (2, 2, False) and geo.whole_rows and geo.bps == 2
+    assert geo.steps == 4 and not geo.resident
     assert schedule(geo)[:2] == (2, part)
 
     def cycles(bps: int, tn: int, part: int) -> int:
