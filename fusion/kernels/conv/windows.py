@@ -6,6 +6,7 @@ over accumulator banks (:mod:`fusion.kernels.conv.banked`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -82,31 +83,41 @@ def group_loads(geo: ConvGeometry, x: Region, b: int, group: list[tuple[int, int
     return loads + [(m, k, dataclasses.replace(w, keep=True)) for m, k, w in rest]
 
 
+@functools.lru_cache(maxsize=4096)
+def block_loads(geo: ConvGeometry, x: Region, b: int) -> tuple[tuple[int, int, Tap], ...]:
+    """Block ``b``'s window loads in A row order, ``(first window row, rows, Tap)``, every
+    group's (:func:`group_loads`). Cached: a schedule's program asks for a block's loads once
+    per k chunk and column chunk, and the schedule search builds many programs."""
+    p = geo.params
+    loads, pos = [], 0
+    for group in geo.groups:
+        for m, k, w in group_loads(geo, x, b, group):
+            loads.append(((pos + m) * p.Cin, k * p.Cin, w))
+        pos += len(group)
+    return tuple(loads)
+
+
 def window_loads(geo: ConvGeometry, x: Region, b: int, bounds: Sequence[tuple[int, int]],
                  row_of: Callable[[int], int], r14: int, r1: list) -> list[dict]:
     """The items loading block ``b``'s window rows within ``bounds`` (row ranges; a LOADW
     across a bound is cut in two), window row ``r`` into A row ``row_of(r)``, relative to the
     input base ``r14``; ``r1`` holds the offset ``r1 - r14`` last set in this step (None:
     unknown), so that loads from the same word share one ``addi``."""
-    p = geo.params
-    row_words = 1 if p.Cin > 1 else geo.class_words  # r3: a LOADW's rows apart
-    items, pos = [], 0
-    for group in geo.groups:
-        for m, k, w in group_loads(geo, x, b, group):
-            first = (pos + m) * p.Cin
-            for lo, hi in ((max(first, u), min(first + k * p.Cin, v)) for u, v in bounds):
-                if lo >= hi:
-                    continue
-                # an all-fill load reads one word a row wherever r1 points
-                ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
-                       else w.ext - r14 + (lo - first) * row_words)
-                if ext != r1[0]:
-                    items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
-                    r1[0] = ext
-                items += [{"kind": "li", "rd": "r2", "imm": row_of(lo)},
-                          {"kind": "loadw", "count": hi - lo, "shift": w.shift,
-                           "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
-        pos += len(group)
+    row_words = 1 if geo.params.Cin > 1 else geo.class_words  # r3: a LOADW's rows apart
+    items = []
+    for first, rows, w in block_loads(geo, x, b):
+        for lo, hi in ((max(first, u), min(first + rows, v)) for u, v in bounds):
+            if lo >= hi:
+                continue
+            # an all-fill load reads one word a row wherever r1 points
+            ext = ((r1[0] if r1[0] is not None else 0) if w.ext is None
+                   else w.ext - r14 + (lo - first) * row_words)
+            if ext != r1[0]:
+                items.append({"kind": "addi", "rd": "r1", "rs": "r14", "imm": ext})
+                r1[0] = ext
+            items += [{"kind": "li", "rd": "r2", "imm": row_of(lo)},
+                      {"kind": "loadw", "count": hi - lo, "shift": w.shift,
+                       "step": w.step, "mask": w.mask, "keep": int(w.keep)}]
     return items
 
 
