@@ -18,6 +18,7 @@ of :func:`assemble`: ``assemble(disassemble(words)) == words`` for every decodab
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -90,6 +91,23 @@ def _parse(body: str, labels: dict[str, int]) -> Instr:
     return Instr(op, args)
 
 
+class _LabelNamed(Exception):
+    """A body names a label: it is parsed with the program's labels, not cached."""
+
+
+class _NoLabels(dict):
+    def __contains__(self, key: object) -> bool:
+        raise _LabelNamed
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_plain(body: str) -> Instr:
+    """:func:`_parse` of a body that names no label, cached: the compiler's schedule search
+    assembles many programs of the same few hundred lines. (Instr is frozen and nothing
+    changes its fields, so programs may share one.)"""
+    return _parse(body, _NoLabels())
+
+
 def assemble_instrs(text: str) -> list[Instr]:
     """Assemble source text into decoded instructions (see :func:`assemble`)."""
     lines = text.splitlines()
@@ -114,7 +132,10 @@ def assemble_instrs(text: str) -> list[Instr]:
     program = []
     for number, body in bodies:
         try:
-            program.append(_parse(body, labels))
+            try:
+                program.append(_parse_plain(body))
+            except _LabelNamed:
+                program.append(_parse(body, labels))
         except (ValueError, IsaError) as exc:
             raise AsmError(f"line {number}: {exc}") from None
     return program
