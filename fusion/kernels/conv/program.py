@@ -193,20 +193,31 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
 
     The fastest of: steps of ``bps`` blocks (1 up to the banks; whole output rows too may go
     several to a step), ``tn = banks // bps`` column blocks, and k chunks of ``part`` window
-    rows (the most a half of each scratchpad holds for them, or a half, a quarter or an
-    eighth of that). A step's window rows load once for its ``tn`` column blocks and a
-    chunk's weight rows once for its ``bps`` blocks, so the two trade: DenseNet's 3x3 of 128
-    to 32 channels at 8x8 on four banks loads 414 KB in steps of one block, 385 KB in steps
-    of two (50,388 cycles instead of 55,068, in chunks of 128 rows). Smaller chunks start
-    the array sooner and leave a shorter last chunk. Where a step's windows fit the A
-    scratchpad whole, also with them :attr:`~fusion.kernels.conv.params.ConvGeometry.
-    resident` (loaded once a step, not once a column chunk; Inception-v1's 3x3 of 160 to
-    320 channels at 2x2: 67,716 cycles instead of 99,006)."""
+    rows (the most a half of each scratchpad holds for them, or, for the two fastest step
+    sizes, a half, a quarter or an eighth of that). A step's window rows load once for its
+    ``tn`` column blocks and a chunk's weight rows once for its ``bps`` blocks, so the two
+    trade: DenseNet's 3x3 of 128 to 32 channels at 8x8 on four banks loads 414 KB in steps
+    of one block, 385 KB in steps of two (50,388 cycles instead of 55,068, in chunks of 128
+    rows). Smaller chunks start the array sooner and leave a shorter last chunk. Where a
+    step's windows fit the A scratchpad whole, also with them :attr:`~fusion.kernels.conv.
+    params.ConvGeometry.resident` (loaded once a step, not once a column chunk;
+    Inception-v1's 3x3 of 160 to 320 channels at 2x2: 67,716 cycles instead of 99,006)."""
     from fusion.cost.analytical import estimate_program  # the cost model reads kernels
 
     if config.acc_banks < 2 or "residual" in p.stages:
         return None
-    best: tuple[int, int, int, int, bool] | None = None
+
+    def priced(geo: ConvGeometry, tn: int, part: int) -> tuple[int, int, int, int, bool] | None:
+        looped = chunk_loop(geo, tn, part)
+        if looped is None:
+            return None
+        cycles = estimate_program(config, _dummy_instrs(geo, tn, part, looped))
+        return cycles, geo.bps, tn, part, geo.resident
+
+    # each step size and way of loading the windows at one k chunk, then the other k
+    # chunks for the two fastest of those (the step size and the windows' loads decide the
+    # bytes, the k chunk a few per cent: a search of all of them doubled compile times)
+    shapes: list[tuple[tuple[int, int, int, int, bool], list[int]]] = []
     for bps, resident in itertools.product(range(1, config.acc_banks + 1), (False, True)):
         geo = ConvGeometry(config, p, bps, resident)
         tn = min(geo.Nb, config.acc_banks // bps)
@@ -216,18 +227,23 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
         top = config.spad_b_depth // 2 // tn
         if not resident:  # the windows, too, in k chunks, into half the A scratchpad
             top = min(top, config.spad_a_depth // 2 // bps)
-        for shift in range(4):
-            part = min(top >> shift, geo.Kp) // config.k_align * config.k_align
-            if part < config.k_align:
+        parts = list(dict.fromkeys(min(top >> shift, geo.Kp) // config.k_align
+                                   * config.k_align for shift in range(4)))
+        parts = [part for part in parts if part >= config.k_align]
+        # the second largest first: at the largest the array waits long for the first
+        for n in sorted(range(len(parts)), key=lambda n: n != min(1, len(parts) - 1)):
+            found = priced(geo, tn, parts[n])
+            if found is not None:
+                shapes.append((found, parts[:n] + parts[n + 1:]))
                 break
-            looped = chunk_loop(geo, tn, part)
-            if looped is None:
-                continue
-            cycles = estimate_program(config, _dummy_instrs(geo, tn, part, looped))
-            if best is None or cycles < best[0]:
-                best = (cycles, bps, tn, part, resident)
-            if part == geo.Kp:
-                break
+    shapes.sort()
+    best = shapes[0][0] if shapes else None
+    for (_cycles, bps, tn, _part, resident), others in shapes[:2]:
+        geo = ConvGeometry(config, p, bps, resident)
+        for part in others:
+            found = priced(geo, tn, part)
+            if found is not None and found < best:
+                best = found
     if best is None:
         return None
     plain = _plain_geometry(config, p)
