@@ -91,21 +91,17 @@ def _parse(body: str, labels: dict[str, int]) -> Instr:
     return Instr(op, args)
 
 
-class _LabelNamed(Exception):
-    """A body names a label: it is parsed with the program's labels, not cached."""
-
-
-class _NoLabels(dict):
-    def __contains__(self, key: object) -> bool:
-        raise _LabelNamed
+#: Opcodes with a field that may name a label (a branch's target).
+_LABEL_OPS = frozenset(op.name.lower() for op in Op
+                       if any(f.kind == "label" for f in OPCODES[op][0]))
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _parse_plain(body: str) -> Instr:
-    """:func:`_parse` of a body that names no label, cached: the compiler's schedule search
-    assembles many programs of the same few hundred lines. (Instr is frozen and nothing
-    changes its fields, so programs may share one.)"""
-    return _parse(body, _NoLabels())
+    """:func:`_parse` of a body whose opcode names no label, cached: the compiler's schedule
+    search assembles many programs of the same few hundred lines. (Instr is frozen and
+    nothing changes its fields, so programs may share one.)"""
+    return _parse(body, {})
 
 
 def assemble_instrs(text: str) -> list[Instr]:
@@ -132,10 +128,8 @@ def assemble_instrs(text: str) -> list[Instr]:
     program = []
     for number, body in bodies:
         try:
-            try:
-                program.append(_parse_plain(body))
-            except _LabelNamed:
-                program.append(_parse(body, labels))
+            label = body.split(None, 1)[0].lower() in _LABEL_OPS
+            program.append(_parse(body, labels) if label else _parse_plain(body))
         except (ValueError, IsaError) as exc:
             raise AsmError(f"line {number}: {exc}") from None
     return program

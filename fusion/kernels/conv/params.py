@@ -192,9 +192,7 @@ class ConvGeometry:
 
     @property
     def steps(self) -> int:
-        """Steps: ``N * OH`` output rows, or the blocks in steps of ``bps``."""
-        if self.whole_rows and self.step_blocks_given is None:
-            return self.params.N * self.params.OH
+        """The blocks in steps of ``bps`` (whole rows a step: the ``N * OH`` output rows)."""
         return ceil_div(self.Mb, self.bps)
 
     def step_blocks(self, s: int) -> range:
