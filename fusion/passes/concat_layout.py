@@ -12,8 +12,12 @@ the next convolution reads its rows where they lie (:func:`fusion.passes.im2col_
 rows_start` finds them through the new ``L``).
 
 Each input's rows are found by :func:`~fusion.passes.im2col_rows.rows_start`, which proves
-that the layout chain making the NCHW input only renames them (whatever made the chain); a
-``qconcat`` any of whose inputs has no such rows is left as it is. The old layout changes stay
+that the layout chain making the NCHW input only renames them (whatever made the chain). An
+input that has no such rows (a host op's NCHW output: ShuffleNet's first average pool) gets
+its rows from a pointwise ``im2col``: one layout step over that input alone, where leaving the
+join in NCHW would put its output, and the whole stream after it, in NCHW (a layout step
+before and after every kernel that reads it). A ``qconcat`` none of whose inputs has rows is
+left as it is. The old layout changes stay
 where something else reads them; DCE removes the rest.
 """
 
@@ -30,16 +34,20 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     out = graph.tensors[node.outputs[0]]
     if len(out.shape) != 4 or node.attr("axis") != 1:
         return None
-    found = [rows_start(graph, x) for x in node.inputs if x]
-    if any(f is None for f in found) or len({spatial for _, spatial in found}) != 1:
-        return None
     n, c, h, w = out.shape
+    inputs = [x for x in node.inputs if x]
+    found = [rows_start(graph, x) for x in inputs]
+    if all(f is None for f in found) or any(f is not None and f[1] != (h, w) for f in found):
+        return None
     edit = Edit(graph)
     edit.drop(node)
+    starts = [f[0] if f is not None else
+              edit.node(f"{x}/rows", "im2col", [x], quant=graph.tensors[x].quant,
+                        kernel_shape=(1, 1))
+              for x, f in zip(inputs, found, strict=True)]
     attrs = dict(node.attrs)
     attrs["axis"] = 2
-    rows = edit.node(f"{node.name}/rows", "qconcat", [start for start, _ in found],
-                     quant=out.quant, **attrs)
+    rows = edit.node(f"{node.name}/rows", "qconcat", starts, quant=out.quant, **attrs)
     moved = edit.node(f"{node.name}/transpose", "transpose", [rows], quant=out.quant,
                       perm=(0, 2, 1))
     edit.node(f"{node.name}/reshape", "reshape", [moved], output=node.outputs[0],

@@ -117,9 +117,9 @@ def prune_pipeline() -> tuple[Pass, ...]:
 def legalize_pipeline() -> tuple[Pass, ...]:
     """The legalization passes (convolution taps that read only padding dropped, conv into
     GEMM form, batched matmuls as one 2-D GEMM, weight
-    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, residual adds and
-    channel joins moved before the layout changes of their inputs, layout chains that are
-    identities bypassed), then DCE.
+    zero points folded, standalone integer Relu/Clip/Add as epilogue ops, channel shuffles as
+    the order of their GEMM's columns, residual adds and channel joins moved before the layout
+    changes of their inputs, layout chains that are identities bypassed), then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
@@ -131,6 +131,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     from fusion.passes import (
         add_layout,
         batched_matmul,
+        channel_shuffle,
         concat_layout,
         conv_legalize,
         dce,
@@ -142,7 +143,8 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     )
 
     return (dead_taps.run, conv_legalize.run, batched_matmul.run, weight_zero_point.run,
-            integer_eltwise.run, add_layout.run, concat_layout.run, layout_identity.run,
+            integer_eltwise.run, channel_shuffle.run, add_layout.run, concat_layout.run,
+            layout_identity.run,
             im2col_rows.run, dce.run)
 
 

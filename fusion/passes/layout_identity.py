@@ -44,7 +44,8 @@ RESHAPES = frozenset({"reshape", "flatten", "Reshape", "Flatten", "Squeeze", "Un
 TRANSPOSES = frozenset({"transpose", "Transpose"})
 
 
-def _is_layout(node: Node | None) -> bool:
+def is_layout(node: Node | None) -> bool:
+    """``node`` only moves elements: a reshape, a transpose, or a pointwise ``im2col``."""
     if node is None or len(node.outputs) != 1 or not node.inputs or not node.inputs[0]:
         return False
     if node.op in RESHAPES or node.op in TRANSPOSES:
@@ -83,7 +84,7 @@ def layout_chain(graph: Graph, end: str) -> list[Node]:
     """The layout ops that make ``end``, first first (each one's input is the last's output)."""
     chain: list[Node] = []
     cur = end
-    while _is_layout(node := graph.producer(cur)):
+    while is_layout(node := graph.producer(cur)):
         chain.insert(0, node)
         cur = node.inputs[0]
     return chain
@@ -150,7 +151,7 @@ def matrix_view_start(graph: Graph, end: str) -> str | None:
 def reroute(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with the readers of layout op ``node``'s output reading the start of the
     identity chain that ends there, or None where there is none."""
-    if not _is_layout(node):
+    if not is_layout(node):
         return None
     end = node.outputs[0]
     if end in graph.outputs or not graph.consumers(end):

@@ -126,3 +126,22 @@ def test_joins_of_convolutions_join_their_rows():
     for node in joins:
         assert node.attr("axis") == 2 and len(graph.tensors[node.outputs[0]].shape) == 3
         assert all(graph.producer(x).op == "requant" for x in node.inputs)
+
+
+def test_a_join_with_a_host_input_joins_rows_too():
+    """ShuffleNet's stride-2 units join a host average pool (NCHW) with a convolution: the
+    pool's output gets its rows from a pointwise ``im2col`` and the join reads rows, so the
+    stream after it stays in the GEMMs' layout (no NCHW tensor between the next kernels)."""
+    from pathlib import Path
+
+    zoo = Path(__file__).resolve().parents[3] / "examples" / "zoo"
+    graph = driver.optimize(import_onnx(onnx.load(str(zoo / "shufflenet_qdq.onnx"))))
+    joins = [n for n in graph.nodes if n.op == "qconcat"]
+    assert len(joins) == 2
+    for node in joins:
+        assert node.attr("axis") == 2 and len(graph.tensors[node.outputs[0]].shape) == 3
+        makers = [graph.producer(x) for x in node.inputs]
+        assert sorted(m.op for m in makers) == ["im2col", "requant"]
+        (cols,) = [m for m in makers if m.op == "im2col"]
+        assert cols.attr("kernel_shape") == (1, 1)
+        assert graph.tensors[cols.outputs[0]].quant == graph.tensors[cols.inputs[0]].quant
