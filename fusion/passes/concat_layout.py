@@ -12,12 +12,15 @@ the next convolution reads its rows where they lie (:func:`fusion.passes.im2col_
 rows_start` finds them through the new ``L``).
 
 Each input's rows are found by :func:`~fusion.passes.im2col_rows.rows_start`, which proves
-that the layout chain making the NCHW input only renames them (whatever made the chain). An
-input that has no such rows (a host op's NCHW output: ShuffleNet's first average pool) gets
-its rows from a pointwise ``im2col``: one layout step over that input alone, where leaving the
-join in NCHW would put its output, and the whole stream after it, in NCHW (a layout step
-before and after every kernel that reads it). A ``qconcat`` none of whose inputs has rows is
-left as it is. The old layout changes stay
+that the layout chain making the NCHW input only renames them (whatever made the chain). When the
+inputs that have rows hold at least half the join's channels, an input that has none (a host
+op's NCHW output, or a pool's: ShuffleNet's average pools of its stride-2 units) gets them
+from a pointwise ``im2col``, one layout step over that input alone; left in NCHW, the join's
+output and the stream after it would be NCHW, with layout steps around the kernels that read
+it (ShuffleNet: its residual adds, which need both inputs in one layout). When most of the
+channels have no rows the join is left as it is: DenseNet's first dense layers join a max
+pool's output, and their batch-norm affines run on the window unit over NCHW for half the
+cycles of the grouped GEMM they would be over rows. The old layout changes stay
 where something else reads them; DCE removes the rest.
 """
 
@@ -26,6 +29,12 @@ from __future__ import annotations
 from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, rewrite_each
 from fusion.passes.im2col_rows import rows_start
+
+
+def _channels(graph: Graph, inputs: list[str], found: list, rows: bool) -> int:
+    """The channels of the join's ``inputs`` that have rows (``rows``), or that have none."""
+    return sum(graph.tensors[x].shape[1] for x, f in zip(inputs, found, strict=True)
+               if (f is not None) == rows)
 
 
 def _rewrite(graph: Graph, node: Node) -> Graph | None:
@@ -37,7 +46,8 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     n, c, h, w = out.shape
     inputs = [x for x in node.inputs if x]
     found = [rows_start(graph, x) for x in inputs]
-    if all(f is None for f in found) or any(f is not None and f[1] != (h, w) for f in found):
+    if any(f is not None and f[1] != (h, w) for f in found) \
+            or _channels(graph, inputs, found, True) < _channels(graph, inputs, found, False):
         return None
     edit = Edit(graph)
     edit.drop(node)
