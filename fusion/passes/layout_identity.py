@@ -32,6 +32,8 @@ unless the end is unannotated and none of its readers takes zero points from ann
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fusion.ir.graph import Graph, Node
@@ -100,10 +102,18 @@ def _same_value(graph: Graph, start: str, end: str) -> bool:
     return b.quant is None and not any(r.op in READS_QUANT for r in graph.consumers(end))
 
 
+#: The most elements a chain is pushed over (128 MiB of int64 indices): a larger tensor's
+#: layout chain is left where it is (the host runs it) rather than proven at that cost.
+MAX_PUSHED = 2**24
+
+
 def pushed(graph: Graph, chain: list[Node]) -> np.ndarray | None:
     """Where ``chain`` puts each element of its input: the input's element indices (row-major
-    over its declared shape) carried through every op, or None when a shape does not fit."""
+    over its declared shape) carried through every op, or None when a shape does not fit or
+    the input has more than :data:`MAX_PUSHED` elements."""
     start = graph.tensors[chain[0].inputs[0]].shape
+    if math.prod(start) > MAX_PUSHED:
+        return None
     index = np.arange(int(np.prod(start, dtype=np.int64)), dtype=np.int64).reshape(start)
     for node in chain:
         index = _move(graph, node, index)
