@@ -10,6 +10,8 @@ for bit against a direct convolution and predicted exactly by the analytical mod
   computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
   every chunk then shares) and with several;
 - *deep*: banked, windows deeper than the A scratchpad (no plain program exists);
+- banked with resident windows, unrolled, its equal steps folded into a loop (each step's
+  code relative to its input and output bases);
 - with *own bias rows* (:func:`~fusion.kernels.conv.program.bias_windowed`): per-channel
   parameters of more column blocks than the epilogue scratchpad holds at three rows each,
   each chunk loading its own, prefetching and plain (with a residual).
@@ -23,10 +25,13 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fusion.kernels.codegen import render
 from fusion.kernels.conv.kind import CONV, conv_problem
 from fusion.kernels.conv.program import (
+    _DUMMY,
     banked_plan,
     bias_windowed,
+    build_context,
     column_chunk,
     geometry,
     schedule,
@@ -59,6 +64,12 @@ CASES = [
            Cout=40, fill=-6, stages=BRR, per_channel=True), BANKED, "plain"),
     (*case("banked, 1,800 window rows resident: 2 chunks of 4", H=2, W=2, Cin=200, Cout=30,
            stages=BRR), BANKED, "plain"),
+    # resident and unrolled, the steps' code is relative to r14/r15: equal steps fold
+    (*case("banked, windows resident, the steps in a loop: 8 steps of 2 blocks, 3 chunks of "
+           "2", H=8, W=8, Cin=96, Cout=24, fill=2, stages=BRR), BANKED, "plain"),
+    (*case("banked, per-channel, windows resident, the steps in a loop: 12 steps of 1 block, "
+           "a chunk of 4, then 1", H=6, W=8, Cin=128, Cout=20, fill=-3, stages=BRR,
+           per_channel=True), BANKED, "plain"),
     (*case("1x1 stride 2, one step: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
            stride=(2, 2), stages=BRR, **ONE_BY_ONE), V4P4, "prefetch"),
     (*case("1x1, 4 steps, per-channel: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
@@ -111,6 +122,8 @@ def test_the_cases_are_what_they_claim():
         assert bias_windowed(geo, tn) == ("own bias rows" in name), name
         if banked:
             assert geo.resident == ("resident" in name), name
+        text = render("conv.j2", **build_context(geo, _DUMMY, *schedule(geo)))
+        assert ("conv_steps_loop" in text) == ("the steps in a loop" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
     for name, p, _config, kind in CASES:

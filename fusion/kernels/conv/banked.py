@@ -62,6 +62,11 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                                   lambda r, j=j: half * a_half + j * part + r - lo, r14, r1)
         return items
 
+    # resident and unrolled, each step's code is relative to r14 and r15 (set by the step's
+    # windows: its input base and its first output tile), so that equal steps fold into a
+    # loop (r11; the k chunks inside fold with r12)
+    folded = resident and not looped
+
     def chunk(nb0: int, tn_c: int, ts: list[int], tag: str) -> list[dict]:
         """Column chunk ``nb0``'s items over steps ``ts`` (looped: relative to the chunk
         registers); ``tag`` tells its labels from another step's."""
@@ -75,8 +80,12 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                       if not looped else f"a chunk of {tn_c} column blocks"})
         items += bias_row.start()
         r14, r15 = in_base(geo, x, ts[0]), out_base(ts[0], nb0)
-        items.append({"kind": "li", "rd": "r14", "imm": r14})
-        if not looped:
+        o15 = 0  # r15 holds out_base(ts[0], nb0) - o15
+        if folded:  # the step's windows set r14 and r15 (its column chunk 0)
+            o15 = r15 - out_base(ts[0], 0)
+        else:
+            items.append({"kind": "li", "rd": "r14", "imm": r14})
+        if not looped and not folded:
             items.append({"kind": "li", "rd": "r15", "imm": r15})
         items += loads(ts[0], 0, 0, nb0, tn_c, r14, [None])
         items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
@@ -97,7 +106,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                              {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
                     if last:
                         step += [{"kind": "addi", "rd": "r8", "rs": "r15",
-                                  "imm": (j * Nb + nbl) * out_tw},
+                                  "imm": o15 + (j * Nb + nbl) * out_tw},
                                  *bias_row.set(nbl),
                                  {"kind": "li", "rd": "r10", "imm": 0}]
                     step.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
@@ -113,23 +122,40 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                              "why": "next k chunk's operands in; these matmuls have read theirs"})
             steps.append(step)
         items += compress(steps, f"conv_b{nb0}{tag}",
-                          counters=STEP_REGS if looped else LOOP_REGS)
+                          counters=STEP_REGS if looped or folded else LOOP_REGS)
         if looped:
             items += ChunkLoop.advance(tn_c * Kp * b_words, out_base(ts[0], nb0 + tn_c) - r15)
         return items
 
     def windows(t: int) -> list[dict]:
-        """Resident, step ``t``'s windows, whole, once the step before has read its own."""
+        """Resident, step ``t``'s windows, whole, once the step before has read its own
+        (folded: r14 and r15 moved on from the step before's)."""
         r14 = in_base(geo, x, t)
         items = [{"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
                   "why": "the step before has read its windows"}] if t else []
-        items += [{"kind": "li", "rd": "r3", "imm": row_words},  # weight loads took it
-                  {"kind": "li", "rd": "r14", "imm": r14}]
+        items.append({"kind": "li", "rd": "r3", "imm": row_words})  # weight loads took it
+        if not folded or not t:
+            items.append({"kind": "li", "rd": "r14", "imm": r14})
+        else:
+            items.append({"kind": "addi", "rd": "r14", "rs": "r14",
+                          "imm": r14 - in_base(geo, x, t - 1)})
+        if folded:
+            items.append({"kind": "li", "rd": "r15", "imm": out_base(t, 0)} if not t else
+                         {"kind": "addi", "rd": "r15", "rs": "r15",
+                          "imm": out_base(t, 0) - out_base(t - 1, 0)})
         for j in range(len(geo.step_blocks(t))):
             items += window_loads(geo, x, t * G + j, [(0, Kp)], lambda r, j=j: j * Kp + r,
                                   r14, [None])
         return items
 
+    if folded:
+        units = []
+        for t in range(geo.steps):
+            unit = windows(t) + [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
+            for nb0, tn_c in chunks(geo, tn):
+                unit += chunk(nb0, tn_c, [t], "")
+            units.append(unit)
+        return compress(units, "conv_steps", counters=("r11",))
     body: list[dict] = []
     for ts in ([[t] for t in range(geo.steps)] if resident else [list(range(geo.steps))]):
         tag = f"_s{ts[0]}" if resident else ""
