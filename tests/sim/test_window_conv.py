@@ -95,7 +95,7 @@ V8_CASES = [
     # 64 output channels: 8 matmuls a block fill the job queue between window loads
     case("OW 5: 10x4 stride 2, Cin 1 (DS-CNN conv0)", H=49, W=10, Cin=1, Cout=64, kh=10,
          kw=4, stride=(2, 2), pads=(4, 1, 5, 1), fill=-5, stages=BRR),
-    case("OW 28: 5x5, Cin 3 (LeNet conv1)", H=12, W=32, Cin=3, Cout=6, kh=5, kw=5,
+    case("OW 28: 5x5, Cin 3 (LeNet conv1), channel-major", H=12, W=32, Cin=3, Cout=6, kh=5, kw=5,
          pads=(0, 0, 0, 0), stages=BRR),
     case("OW 10: 5x5, Cin 16 (LeNet conv2)", H=14, W=14, Cin=16, Cout=16, kh=5, kw=5,
          pads=(0, 0, 0, 0), stages=("bias", "requant")),
@@ -110,6 +110,13 @@ V8_CASES = [
     # first 896 load while the step before computes, in four column chunks
     case("single buffered, Cin 128 (DenseNet)", H=8, W=8, Cin=128, Cout=32, fill=-2,
          stages=BRR),
+    # channel-major window loads (a channel's rows of a kernel column in one LOADW): the
+    # 7x7 stride-2 stem of ResNet-50 and Inception on 3 channels, and 2 channels whose
+    # kernel rows fall in two classes (W = 12: rows two apart share their lanes' bytes)
+    case("channel-major: 7x7 stride 2 stem, Cin 3", H=20, W=16, Cin=3, Cout=16, kh=7, kw=7,
+         stride=(2, 2), pads=(3, 3, 3, 3), fill=-7, stages=BRR, per_channel=True),
+    case("channel-major: 7x7, two row classes, Cin 2", H=9, W=12, Cin=2, Cout=8, kh=7, kw=3,
+         pads=(3, 1, 3, 1), fill=4, stages=BRR),
 ]
 
 V4P4_CASES = [
@@ -226,6 +233,11 @@ def test_the_cases_cover_what_they_claim():
         # some block spans two output rows
         assert any(ConvGeometry(cfg, p).period > 1 for p in partial)
     assert any(p.OW == 28 and p.OW % V8.rows for _, p in V8_CASES)
+    for cfg, cases in ((V4P4, V4P4_CASES), (V8, V8_CASES)):
+        major = {name for name, p in cases if p.Cin > 1 and ConvGeometry(cfg, p).channel_major}
+        assert major == {name for name, _ in cases if "channel-major" in name}, major
+    assert {ConvGeometry(V8, p).row_class for name, p in V8_CASES if "channel-major" in name} \
+        == {1, 2}
 
 
 def test_analytical_cycles_equal_the_measured_cycles(runs):

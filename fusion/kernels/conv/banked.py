@@ -39,7 +39,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     out_tw = R * c.cols * (1 if dt == "i8" else 4) // c.port_bytes
     group, mask = bias_group(p.epilogue.per_channel), sum(c.stage_bit(s) for s in p.stages)
     a_half, b_half, b_words = c.spad_a_depth // 2, c.spad_b_depth // 2, c.cols // c.port_bytes
-    row_words = 1 if p.Cin > 1 else geo.class_words  # r3 (the setup's)
+    row_words = geo.row_words  # r3 (the setup's)
     resident = geo.resident
     kparts = [(lo, min(lo + part, Kp)) for lo in range(0, Kp, part)]
 

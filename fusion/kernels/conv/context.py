@@ -294,7 +294,7 @@ def build_context(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                  + (", each chunk's weights loading while the chunk before computes"
                     if prefetch else "")),
         # r3: rows one word apart (channels), or with one channel a row class apart
-        "setup": [("r3", 1 if p.Cin > 1 else geo.class_words), ("r4", geo.cp),
+        "setup": [("r3", geo.row_words), ("r4", geo.cp),
                   ("r5", p.fill & 0xFF)],
         "csrs": csr_writes(p.stages, p.epilogue),
         "bias_load": (bias_load(_dims(geo), regions["bias"], p.epilogue.per_channel)

@@ -211,25 +211,42 @@ class ConvGeometry:
         return self.row_class * self.params.W // self.R * self.cp
 
     @property
-    def groups(self) -> list[list[tuple[int, int]]]:
-        """The kernel positions ``(ky, kx)`` in the A scratchpad's order (and the weights'
-        K order), in groups one window load fills: with one input channel, a column ``kx``'s
-        rows of one :attr:`row_class` (a LOADW's rows ``class_words`` apart); otherwise each
-        position alone, in ``(ky, kx)`` order (``Cin`` rows one word apart)."""
+    def channel_major(self) -> bool:
+        """Window loads fill one input channel's rows at a time (its ``(ky, kx)`` positions in
+        groups of a column ``kx``'s rows of one :attr:`row_class`, a LOADW's rows
+        ``class_words`` apart), rather than one kernel position's ``Cin`` channels (rows one
+        word apart): with one channel, and where that takes fewer loads, ``Cin * kw *
+        row_class`` against ``kh * kw`` (a 7x7 stem of 3 channels: 21 loads a block, not 49;
+        each is a fixed cost beside its few bytes, and two instructions)."""
         p = self.params
-        if p.Cin > 1:
-            return [[(ky, kx)] for ky in range(p.kh) for kx in range(p.kw)]
+        return p.Cin == 1 or p.Cin * min(self.row_class, p.kh) < p.kh
+
+    @property
+    def groups(self) -> list[tuple[int | None, list[tuple[int, int]]]]:
+        """The kernel positions ``(ky, kx)`` in the A scratchpad's order (and the weights'
+        K order), in groups one window load fills, each with its channel: channel-major
+        (:attr:`channel_major`), channel ``c``'s column ``kx``'s rows of one :attr:`row_class`;
+        otherwise each position alone, in ``(ky, kx)`` order, all ``Cin`` channels (None)."""
+        p = self.params
+        if not self.channel_major:
+            return [(None, [(ky, kx)]) for ky in range(p.kh) for kx in range(p.kw)]
         q = min(self.row_class, p.kh)
-        return [[(ky, kx) for ky in range(a, p.kh, self.row_class)]
-                for kx in range(p.kw) for a in range(q)]
+        return [(c, [(ky, kx) for ky in range(a, p.kh, self.row_class)])
+                for c in range(p.Cin) for kx in range(p.kw) for a in range(q)]
+
+    @property
+    def row_words(self) -> int:
+        """Words from one row of a window load to the next (r3): ``class_words``
+        channel-major, else one (the next channel)."""
+        return self.class_words if self.channel_major else 1
 
     @property
     def k_order(self) -> list[int]:
         """The weights' rows in A scratchpad order: row ``i`` of the packed weights is row
         ``k_order[i]`` of the ``(ky, kx, c)``-ordered ``K x Cout`` matrix."""
         p = self.params
-        return [(ky * p.kw + kx) * p.Cin + c for g in self.groups for ky, kx in g
-                for c in range(p.Cin)]
+        return [(ky * p.kw + kx) * p.Cin + c for ch, g in self.groups for ky, kx in g
+                for c in (range(p.Cin) if ch is None else (ch,))]
 
     @property
     def a_half(self) -> int:

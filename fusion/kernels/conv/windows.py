@@ -89,11 +89,14 @@ def block_loads(geo: ConvGeometry, x: Region, b: int) -> tuple[tuple[int, int, T
     group's (:func:`group_loads`). Cached: a schedule's program asks for a block's loads once
     per k chunk and column chunk, and the schedule search builds many programs."""
     p = geo.params
-    loads, pos = [], 0
-    for group in geo.groups:
+    loads, row = [], 0  # the group's first window row
+    for channel, group in geo.groups:
+        per = p.Cin if channel is None else 1  # rows a position: its channels, or one
         for m, k, w in group_loads(geo, x, b, group):
-            loads.append(((pos + m) * p.Cin, k * p.Cin, w))
-        pos += len(group)
+            if channel is not None and w.ext is not None:  # the channel's word of a block
+                w = dataclasses.replace(w, ext=w.ext + channel)
+            loads.append((row + m * per, k * per, w))
+        row += len(group) * per
     return tuple(loads)
 
 
@@ -103,7 +106,7 @@ def window_loads(geo: ConvGeometry, x: Region, b: int, bounds: Sequence[tuple[in
     across a bound is cut in two), window row ``r`` into A row ``row_of(r)``, relative to the
     input base ``r14``; ``r1`` holds the offset ``r1 - r14`` last set in this step (None:
     unknown), so that loads from the same word share one ``addi``."""
-    row_words = 1 if geo.params.Cin > 1 else geo.class_words  # r3: a LOADW's rows apart
+    row_words = geo.row_words  # r3: a LOADW's rows apart
     items = []
     for first, rows, w in block_loads(geo, x, b):
         for lo, hi in ((max(first, u), min(first + rows, v)) for u, v in bounds):
