@@ -9,7 +9,8 @@ for bit against a direct convolution and predicted exactly by the analytical mod
 - *prefetch*: each chunk loading the next one's weights into the other B half while it
   computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
   every chunk then shares) and with several;
-- *deep*: banked, windows deeper than the A scratchpad (no plain program exists);
+- *deep*: banked, windows deeper than the A scratchpad (no plain program exists), streamed
+  chunk by chunk, or their first rows resident and the rest streamed;
 - banked with resident windows, unrolled, its equal steps folded into a loop (each step's
   code relative to its input and output bases);
 - with *own bias rows* (:func:`~fusion.kernels.conv.program.bias_windowed`): per-channel
@@ -57,8 +58,9 @@ CASES = [
      BANKED, "looped"),
     (*case("banked, two blocks a step, windows resident a step at a time: 8 chunks of 2",
            H=3, W=8, Cin=64, Cout=64, stages=BRR), BANKED, "looped"),
-    (*case("banked, windows deeper than A: 2 chunks of 4, then 3", H=3, W=3, Cin=320,
-           Cout=44, stages=("bias", "requant")), BANKED, "looped"),
+    # 2,880 window rows a block: the first 1,536 stay, the rest stream in k chunks of 256
+    (*case("banked, windows deeper than A, their first rows resident: 2 chunks of 4, then 3",
+           H=3, W=3, Cin=320, Cout=44, stages=("bias", "requant")), BANKED, "deep"),
     # one step: the windows load once and stay while the chunks' weights stream past
     (*case("banked, windows resident, per-channel: 2 chunks of 4, then 2", H=2, W=2, Cin=120,
            Cout=40, fill=-6, stages=BRR, per_channel=True), BANKED, "plain"),
@@ -126,6 +128,8 @@ def test_the_cases_are_what_they_claim():
         assert ("conv_steps_loop" in text) == ("the steps in a loop" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
                for _, p, config, _ in CASES if config is BANKED) == 2
+    assert sum(geometry(BANKED, p).resident and geometry(BANKED, p).Kp > BANKED.spad_a_depth
+               for _, p, config, _ in CASES if config is BANKED) == 1
     for name, p, _config, kind in CASES:
         if kind == "deep":
             assert conv_problem(V4P4, p)[0] == "a_scratchpad", name

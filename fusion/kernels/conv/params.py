@@ -113,7 +113,8 @@ class ConvGeometry:
     step_blocks_given: int | None = None
     #: In k chunks over the accumulator banks, a step's windows load whole, once, and stay
     #: in the A scratchpad while every column chunk's weights stream past them (they fit:
-    #: ``bps * Kp`` rows), rather than with the weights, chunk by chunk
+    #: ``bps * Kp`` rows; one block a step deeper than the scratchpad keeps its first rows
+    #: and streams the rest), rather than with the weights, chunk by chunk
     #: (:func:`fusion.kernels.conv.banked.banked_body`).
     resident: bool = False
 
