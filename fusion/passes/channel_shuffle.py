@@ -44,7 +44,8 @@ import numpy as np
 
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
-from fusion.passes.layout_identity import is_layout, layout_chain, pushed
+from fusion.passes.im2col_rows import rows_orders
+from fusion.passes.layout_identity import is_layout, layout_chain
 
 #: Ops between the GEMM and its rows ``Y`` that act on each column alone.
 _COLUMNWISE = frozenset({"bias_add", "requant", "relu", "clamp"})
@@ -54,24 +55,9 @@ def channel_order(graph: Graph, end: str) -> tuple[str, np.ndarray, list[Node]] 
     """The ``[N, H*W, C]`` rows ``Y``, the order ``p`` and the layout chain for which the NCHW
     ``end`` is ``Y`` viewed as NCHW with channel ``c`` taken from column ``p[c]``; None when the
     chain making ``end`` is no such permutation (or is the identity order)."""
-    et = graph.tensors[end]
-    if len(et.shape) != 4:
-        return None
-    n, c, h, w = et.shape
-    chain = layout_chain(graph, end)
-    for k in range(len(chain)):
-        start = chain[k].inputs[0]
-        st = graph.tensors[start]
-        if st.shape != (n, h * w, c) or (st.dtype, st.quant) != (et.dtype, et.quant):
-            continue
-        index = pushed(graph, chain[k:])
-        if index is None:
-            continue
-        nchw = np.arange(n * h * w * c, dtype=np.int64).reshape(n, h, w, c).transpose(0, 3, 1, 2)
-        order = index[0, :, 0, 0] % c
-        if np.array_equal(order, np.arange(c)) or not np.array_equal(index, nchw[:, order]):
-            continue
-        return start, order, chain[k:]
+    for start, k, order in rows_orders(graph, end):
+        if not np.array_equal(order, np.arange(order.size)):
+            return start, order, layout_chain(graph, end)[k:]
     return None
 
 

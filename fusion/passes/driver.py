@@ -144,8 +144,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
 
     return (dead_taps.run, conv_legalize.run, batched_matmul.run, weight_zero_point.run,
             integer_eltwise.run, channel_shuffle.run, add_layout.run, concat_layout.run,
-            layout_identity.run,
-            im2col_rows.run, dce.run)
+            layout_identity.run, im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

@@ -16,6 +16,8 @@ same dtype and quantization (the padding reads the zero point).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from fusion.ir.graph import Graph, Node
@@ -23,12 +25,14 @@ from fusion.passes._edit import Edit, rewrite_each
 from fusion.passes.layout_identity import layout_chain, pushed
 
 
-def rows_start(graph: Graph, x: str) -> tuple[str, tuple[int, int]] | None:
-    """The ``[N, H*W, C]`` tensor whose rows the layout chain making the NCHW ``x`` merely
-    renames, and ``(H, W)``; None when there is none."""
+def rows_orders(graph: Graph, x: str) -> Iterator[tuple[str, int, np.ndarray]]:
+    """Each ``[N, H*W, C]`` tensor ``Y`` (earliest first) that the layout chain making the
+    NCHW ``x`` turns into ``x`` with channel ``c`` taken from column ``order[c]`` of ``Y``,
+    with its position in the chain and that order (the identity where the chain merely renames
+    ``Y``'s rows; a channel shuffle otherwise: :mod:`fusion.passes.channel_shuffle`)."""
     xt = graph.tensors[x]
     if len(xt.shape) != 4:
-        return None
+        return
     n, c, h, w = xt.shape
     chain = layout_chain(graph, x)
     for k in range(len(chain)):
@@ -37,9 +41,20 @@ def rows_start(graph: Graph, x: str) -> tuple[str, tuple[int, int]] | None:
         if st.shape != (n, h * w, c) or st.dtype != xt.dtype or st.quant != xt.quant:
             continue
         index = pushed(graph, chain[k:])
+        if index is None:
+            continue
         want = np.arange(n * h * w * c, dtype=np.int64).reshape(n, h, w, c).transpose(0, 3, 1, 2)
-        if index is not None and np.array_equal(index, want):
-            return start, (h, w)
+        order = index[0, :, 0, 0] % c  # Y's element index is ((n * H*W) + pixel) * C + channel
+        if np.array_equal(index, want[:, order]):
+            yield start, k, order
+
+
+def rows_start(graph: Graph, x: str) -> tuple[str, tuple[int, int]] | None:
+    """The ``[N, H*W, C]`` tensor whose rows the layout chain making the NCHW ``x`` merely
+    renames, and ``(H, W)``; None when there is none."""
+    for start, _k, order in rows_orders(graph, x):
+        if np.array_equal(order, np.arange(order.size)):
+            return start, graph.tensors[x].shape[2:]
     return None
 
 

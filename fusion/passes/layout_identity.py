@@ -112,9 +112,10 @@ def pushed(graph: Graph, chain: list[Node]) -> np.ndarray | None:
     over its declared shape) carried through every op, or None when a shape does not fit or
     the input has more than :data:`MAX_PUSHED` elements."""
     start = graph.tensors[chain[0].inputs[0]].shape
-    if math.prod(start) > MAX_PUSHED:
+    size = math.prod(start)
+    if size > MAX_PUSHED:
         return None
-    index = np.arange(int(np.prod(start, dtype=np.int64)), dtype=np.int64).reshape(start)
+    index = np.arange(size, dtype=np.int64).reshape(start)
     for node in chain:
         index = _move(graph, node, index)
         if index is None:
