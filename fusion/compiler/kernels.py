@@ -292,10 +292,15 @@ def _window_pool(config: VariantConfig, x_shape: tuple[int, ...], pool: dict[str
     n, c, h, w = x_shape
     (kh, kw), pads = pool["kernel_shape"], tuple(pool["pads"])
     if pool["ceil_mode"]:
-        (oh, ow), _, _ = shapes.window((h, w), (kh, kw), (sy, sx), (1, 1), pads, ceil_mode=1)
-        floor_h = (h + pads[0] + pads[2] - kh) // sy + 1
-        floor_w = (w + pads[1] + pads[3] - kw) // sx + 1
-        pads = (pads[0], pads[1], pads[2] + (oh - floor_h) * sy, pads[3] + (ow - floor_w) * sx)
+        # on the input a negative end pad leaves (fusion.ir.shapes.crop_ends)
+        (ch, cw), whole = shapes.crop_ends((h, w), pads)
+        (oh, ow), _, _ = shapes.window((ch, cw), (kh, kw), (sy, sx), (1, 1), whole, ceil_mode=1)
+        more_h = (oh - (ch + whole[0] + whole[2] - kh) // sy - 1) * sy
+        more_w = (ow - (cw + whole[1] + whole[3] - kw) // sx - 1) * sx
+        if (more_h and pads[2] < 0) or (more_w and pads[3] < 0):
+            return None, ("its last windows run past the columns (rows) it crops, which "
+                          "hold data there, not padding")
+        pads = (pads[0], pads[1], pads[2] + more_h, pads[3] + more_w)
     try:
         params = WindowParams(N=n, H=h, W=w, C=c, kh=kh, kw=kw, stride=sy, pads=pads,
                               fill=-128, mode="max")

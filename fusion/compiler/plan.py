@@ -285,7 +285,9 @@ def tensor_shapes(graph: Graph) -> dict[str, tuple[int, ...]]:
 def after_passes(graph: Graph, config: VariantConfig, options: CompileOptions = DEFAULT, *,
                  optimized: bool = False) -> Graph:
     """The graph :func:`compile_model` compiles: ``graph`` pruned and legalized
-    (:func:`fusion.passes.driver.optimize`), then in the variant's own form of global pools.
+    (:func:`fusion.passes.driver.optimize`), then in the variant's own form of global pools,
+    and with convolutions whose program fits only in whole blocks of output columns
+    computing them for the max pool that reads them (:mod:`fusion.compiler.whole_rows`).
 
     A plan read with its model derives it again (:mod:`fusion.compiler.plan_reader`): the
     passes only, no pricing.
@@ -302,12 +304,15 @@ def after_passes(graph: Graph, config: VariantConfig, options: CompileOptions = 
     -------
     Graph
     """
+    from fusion.compiler import whole_rows
     from fusion.passes import global_pool_window
     from fusion.passes.driver import optimize
 
     g = graph if optimized else optimize(graph, legalize=True)
     if config.window_unit and options.window_unit:  # the target's own form of global pools
         g = global_pool_window.for_variant(g)
+    if config.window_loads and options.window_conv:  # window convolutions of whole rows
+        g = whole_rows.for_variant(g, config)
     return g
 
 

@@ -47,13 +47,20 @@ def check_requant(c: Call, channels: int | None) -> str:
     return out
 
 
-def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ceil: int = 0):
+def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ceil: int = 0,
+                  crop: bool = False):
+    """The window's output size; with ``crop``, negative end pads crop the input
+    (:func:`fusion.ir.shapes.crop_ends`)."""
     if len(x_shape) != 4:
         raise c.error(f"input must be 4-D NCHW, not {x_shape}")
     if len(kernel) != 2:
         raise c.error(f"kernel_shape must have 2 entries, not {kernel}")
-    out, _, _ = shapes.window(x_shape[2:], kernel, c.attrs["strides"], c.attrs["dilations"],
-                              c.attrs["pads"], "NOTSET", ceil)
+    spatial, pads = x_shape[2:], c.attrs["pads"]
+    if crop and isinstance(pads, tuple | list) and any(
+            isinstance(p, int) and p < 0 for p in pads):
+        spatial, pads = shapes.crop_ends(spatial, pads)
+    out, _, _ = shapes.window(spatial, kernel, c.attrs["strides"], c.attrs["dilations"], pads,
+                              "NOTSET", ceil)
     return out
 
 
@@ -203,10 +210,12 @@ def _qconcat(c: Call):
     return (TensorType(concat_shape(c, present, c.attrs["axis"]), _int8_out(c)),)
 
 
-@register("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN, summary="2-D max pooling, NCHW")
+@register("maxpool", "x", kernel_shape=REQ, ceil_mode=0, **_WIN,
+          summary="2-D max pooling, NCHW (a negative end pad crops the input)")
 def _hw_maxpool(c: Call):
     x = c.need("x", INTS)
-    out = _window_attrs(c, x.shape, tuple(c.attrs["kernel_shape"]), c.attrs["ceil_mode"])
+    out = _window_attrs(c, x.shape, tuple(c.attrs["kernel_shape"]), c.attrs["ceil_mode"],
+                        crop=True)
     return (TensorType((*x.shape[:2], *out), x.dtype),)
 
 
@@ -260,12 +269,16 @@ def _dequantize(c: Call):
     return (TensorType(x.shape, "float32"),)
 
 
-@register("im2col", "x", kernel_shape=REQ, **_WIN, spatial=(),
+@register("im2col", "x", kernel_shape=REQ, **_WIN, spatial=(), cropped=0,
      summary="NCHW -> [N, OH*OW, C*kH*kW] windows, padded with x's zero point; with "
-             "spatial=(H, W), x is the [N, H*W, C] rows of the pixels instead")
+             "spatial=(H, W), x is the [N, H*W, C] rows of the pixels instead; cropped: "
+             "the last output columns, computed for whole blocks, that the reader crops")
 def _im2col(c: Call):
     x = c.need("x", INT8S)
     kernel = tuple(c.attrs["kernel_shape"])
+    cropped = c.attrs["cropped"]
+    if not isinstance(cropped, int) or isinstance(cropped, bool) or cropped < 0:
+        raise c.error(f"cropped {cropped!r} must be a whole number of output columns")
     spatial = tuple(c.attrs["spatial"])
     if spatial:  # the rows of a GEMM's output: [N, H*W, C]
         if len(spatial) != 2 or len(x.shape) != 3 or spatial[0] * spatial[1] != x.shape[1] \
@@ -275,5 +288,7 @@ def _im2col(c: Call):
     else:
         nchw = x.shape
     out = _window_attrs(c, nchw, kernel)
+    if cropped >= out[1]:
+        raise c.error(f"cropped {cropped} leaves none of the {out[1]} output columns")
     return (TensorType((nchw[0], out[0] * out[1], nchw[1] * kernel[0] * kernel[1]),
                        x.dtype),)

@@ -59,7 +59,9 @@ Integer op semantics
     input; an input quantized as the output has ``mult = 2**30, shift = 30`` (a copy).
 ``maxpool(x)``
     2-D max pooling, NCHW; ``kernel_shape``, ``strides``, ``pads``, ``dilations``, ``ceil_mode``;
-    padding never wins. Order-preserving, so it commutes with the quantization.
+    padding never wins. Order-preserving, so it commutes with the quantization. A negative
+    end pad (never ONNX's) crops that many trailing rows or columns first: the pool reads a
+    convolution's output computed in whole blocks of columns (:mod:`fusion.compiler.whole_rows`).
 ``flatten``, ``reshape`` (``shape`` attribute, ONNX 0/-1 rules), ``transpose`` (``perm``)
     Layout only; the output keeps the input's quantization.
 ``quantize(x: float32) -> int8 | uint8``

@@ -49,6 +49,23 @@ def axis(value: int, rank: int, what: str = "axis") -> int:
     return value % rank
 
 
+def crop_ends(spatial: Sequence[int], pads: Sequence[int]) -> tuple[Shape, Shape]:
+    """``spatial`` less the columns (rows) a negative end pad crops, and ``pads`` with those
+    ends 0: hwgen's ``maxpool`` reads an end pad below 0 as that many trailing elements
+    dropped, a window never reaching them (a convolution that computes whole blocks of
+    output columns writes more than its pool reads: :mod:`fusion.compiler.whole_rows`).
+    ONNX's own pads are never negative (:func:`window` refuses them)."""
+    rank = len(spatial)
+    pads = tuple(pads)
+    if len(pads) != 2 * rank or any(p < 0 for p in pads[:rank]):
+        raise GraphError(f"pads {pads} must be {2 * rank} values (all begins, then all ends), "
+                         f"the begins non-negative")
+    cropped = tuple(n + min(e, 0) for n, e in zip(spatial, pads[rank:], strict=True))
+    if any(n < 1 for n in cropped):
+        raise GraphError(f"end pads {pads[rank:]} crop all of the input {tuple(spatial)}")
+    return cropped, (*pads[:rank], *(max(e, 0) for e in pads[rank:]))
+
+
 def window(
     spatial: Sequence[int],
     kernel: Sequence[int],

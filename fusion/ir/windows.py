@@ -19,10 +19,15 @@ def windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int] | None,
             auto_pad: str = "NOTSET", ceil_mode: int = 0) -> np.ndarray:
     """Every window of ``x`` ([N, C, *spatial]) as ``[N, C, *kernel, *out]``.
 
-    Padding (and, with ``ceil_mode``, any overhang of the last window) reads ``fill``.
+    Padding (and, with ``ceil_mode``, any overhang of the last window) reads ``fill``; a
+    negative end pad crops that many trailing elements first (:func:`fusion.ir.shapes.
+    crop_ends`).
     """
+    rank = len(x.shape) - 2
+    if auto_pad == "NOTSET" and pads is not None and any(p < 0 for p in pads[rank:]):
+        spatial, pads = shapes.crop_ends(x.shape[2:], pads)
+        x = x[(slice(None), slice(None), *(slice(0, n) for n in spatial))]
     spatial = x.shape[2:]
-    rank = len(spatial)
     strides = tuple(strides or (1,) * rank)
     dilations = tuple(dilations or (1,) * rank)
     out, begin, end = shapes.window(spatial, kernel, strides, dilations, pads, auto_pad,

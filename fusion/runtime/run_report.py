@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from fusion.ir import shapes
 from fusion.ir.graph import Graph
 from hwgen.energy import EnergyEstimate
 from hwgen.energy import total as total_energy
@@ -193,5 +194,21 @@ def kernel_macs(graph: Graph, nodes: list[str]) -> int:
         node = graph.node(name)
         if node.op == "qmatmul":
             a, b = (graph.tensors[n] for n in node.inputs[:2])
-            total += math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1] // node.attr("group", 1)
+            total += _asked_rows(graph, a.name) * a.shape[-1] * b.shape[-1] \
+                // node.attr("group", 1)
     return total
+
+
+def _asked_rows(graph: Graph, a: str) -> int:
+    """The GEMM rows of ``a`` the model asks for: all of them, but the output columns an
+    ``im2col`` computes only to make whole blocks (``cropped``: :mod:`fusion.compiler.
+    whole_rows`)."""
+    rows = math.prod(graph.tensors[a].shape[:-1])
+    node = graph.producer(a)
+    if node is None or node.op != "im2col" or not node.attr("cropped"):
+        return rows
+    x = graph.tensors[node.inputs[0]].shape
+    spatial = tuple(node.attr("spatial") or ()) or x[2:]
+    (_, ow), _, _ = shapes.window(spatial, node.attr("kernel_shape"), node.attr("strides"),
+                                  node.attr("dilations"), node.attr("pads"))
+    return rows // ow * (ow - node.attr("cropped"))

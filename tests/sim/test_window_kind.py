@@ -7,8 +7,9 @@ the measured ones; and the counters' invariants hold.
 Cases: 3x3 pad 1 stride 1, 3x3 stride 2 and 3, 1x1, odd heights and widths, C = 8 and 24
 (a partial channel block), a batch of 2, asymmetric pads with non-zero fills, per-channel
 requantize, int32 output, the K-major store, planes in several chunks of the A scratchpad,
-and a max pool. All cases of a variant run in one simulator launch, on the 8x8 array and on
-the 4x4 array with 4-byte words, both with the window unit.
+and max pools, one cropping its input's last columns (a negative end pad). All cases of a
+variant run in one simulator launch, on the 8x8 array and on the 4x4 array with 4-byte
+words, both with the window unit.
 
 The chunked cases ask for the chunk size (``chunk``) that an A scratchpad of 128 rows
 forces (:data:`V8_SMALL_A`, the size its capacity rule picks: checked below), so that they
@@ -73,6 +74,10 @@ V8_CASES = [
     case("K-major out", H=8, W=8, C=24, fill=-3, stages=("bias", "requant"), kmajor_out=True),
     case("2x3 window", H=10, W=9, C=8, kh=2, kw=3, pads=(1, 1, 0, 1), stages=BRR),
     case("max pool 3x3 s2", H=11, W=11, C=16, stride=2, fill=-128, mode="max"),
+    # the last 3 of 16 columns cropped (a convolution's whole blocks of columns): they hold
+    # 127, which any window reading them would return
+    case("max pool cropping 3 columns", H=9, W=16, C=16, stride=2, pads=(0, 0, 0, -3),
+         fill=-128, mode="max"),
 ]
 #: On V8, in the chunks :data:`V8_SMALL_A`'s capacity forces.
 CHUNKED_CASES = [
@@ -97,7 +102,9 @@ def values(p: WindowParams, seed: int) -> dict[str, np.ndarray]:
     """Full-range int8 input and weights, and what the stages read."""
     rng = np.random.default_rng(seed)
     spread = 5500 * math.sqrt(p.taps)
-    ops = {"x": rng.integers(-128, 128, (p.N * p.H * p.W, p.C), dtype=np.int8)}
+    x = rng.integers(-128, 128, (p.N, p.H, p.W, p.C), dtype=np.int8)
+    x[:, p.H + min(p.pads[2], 0):] = x[:, :, p.W + min(p.pads[3], 0):] = 127  # cropped
+    ops = {"x": x.reshape(-1, p.C)}
     if p.mode == "mac":
         ops["w"] = rng.integers(-128, 128, (p.taps, p.C), dtype=np.int8)
     if "bias" in p.stages:
@@ -115,6 +122,7 @@ def direct(p: WindowParams, ops: dict[str, np.ndarray]) -> np.ndarray:
     input pixel (or the fill outside the input) times the tap's weight, summed; or the max."""
     x = ops["x"].reshape(p.N, p.H, p.W, p.C).astype(np.int64)
     acc = np.zeros((p.N, p.OH, p.OW, p.C), np.int64)
+    h, w = p.H + min(p.pads[2], 0), p.W + min(p.pads[3], 0)  # a negative end pad crops
     for n in range(p.N):
         for oy in range(p.OH):
             for ox in range(p.OW):
@@ -122,7 +130,7 @@ def direct(p: WindowParams, ops: dict[str, np.ndarray]) -> np.ndarray:
                 for ky in range(p.kh):
                     for kx in range(p.kw):
                         iy, ix = oy * p.stride + ky - p.pads[0], ox * p.stride + kx - p.pads[1]
-                        v = x[n, iy, ix] if 0 <= iy < p.H and 0 <= ix < p.W else \
+                        v = x[n, iy, ix] if 0 <= iy < h and 0 <= ix < w else \
                             np.full(p.C, p.fill, np.int64)
                         taps.append(v * ops["w"][ky * p.kw + kx] if p.mode == "mac" else v)
                 acc[n, oy, ox] = np.sum(taps, axis=0) if p.mode == "mac" else np.max(taps, 0)
@@ -164,6 +172,7 @@ def test_the_cases_cover_what_they_claim():
         assert any(p.kmajor_out for p in ps) and any(p.epilogue.per_channel for p in ps)
         assert any(p.stride == 2 for p in ps) and any(p.fill for p in ps)
         assert any(p.mode == "max" for p in ps) and any(p.kh == 1 for p in ps)
+    assert any(min(p.pads) < 0 for _, p in V8_CASES)
     for _, p in CHUNKED_CASES:
         small = WindowLayout(V8_SMALL_A, dataclasses.replace(p, chunk=0))
         assert chunk_tiles(small) == p.chunk  # what the small scratchpad would force

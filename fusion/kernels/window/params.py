@@ -37,7 +37,10 @@ class WindowParams:
     stride : int
         The window's step in both axes (1..3).
     pads : (int, int, int, int)
-        Top, left, bottom and right padding (ONNX ``pads`` order), read as ``fill``.
+        Top, left, bottom and right padding (ONNX ``pads`` order), read as ``fill``. A
+        negative bottom or right pad crops: no window reaches those last rows or columns,
+        which the input holds (its producer computed whole blocks of columns) but the pool
+        does not read (:mod:`fusion.compiler.whole_rows`).
     fill : int
         The int8 lane value padding reads: the input's zero point for a convolution.
     mode : str
@@ -74,10 +77,12 @@ class WindowParams:
                              f"{self.chunk!r}")
         check_sizes(N=self.N, H=self.H, W=self.W, C=self.C, kh=self.kh, kw=self.kw,
                     stride=self.stride)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                   for v in self.pads) or len(self.pads) != 4:
-            raise ValueError(f"pads must be 4 integers >= 0 (top, left, bottom, right), not "
-                             f"{self.pads!r}")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self.pads) or \
+                len(self.pads) != 4 or min(self.pads[:2]) < 0 or self.pads[2] <= -self.H \
+                or self.pads[3] <= -self.W:
+            raise ValueError(f"pads must be 4 integers (top, left, bottom, right), the top and "
+                             f"left >= 0, a negative bottom or right cropping less than the "
+                             f"input, not {self.pads!r}")
         object.__setattr__(self, "pads", tuple(self.pads))
         if not -128 <= self.fill <= 127:
             raise ValueError(f"fill is an int8 lane value, not {self.fill!r}")
