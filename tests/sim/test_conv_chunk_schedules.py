@@ -10,7 +10,8 @@ for bit against a direct convolution and predicted exactly by the analytical mod
   computes (:func:`~fusion.kernels.conv.program.b_prefetch`), with one step (whose windows
   every chunk then shares) and with several;
 - *deep*: banked, windows deeper than the A scratchpad (no plain program exists), streamed
-  chunk by chunk, or their first rows resident and the rest streamed;
+  chunk by chunk, or their first rows resident and the rest streamed, one block a step or
+  two;
 - banked with resident windows, unrolled, its equal steps folded into a loop (each step's
   code relative to its input and output bases);
 - with *own bias rows* (:func:`~fusion.kernels.conv.program.bias_windowed`): per-channel
@@ -61,6 +62,13 @@ CASES = [
     # 2,880 window rows a block: the first 1,536 stay, the rest stream in k chunks of 256
     (*case("banked, windows deeper than A, their first rows resident: 2 chunks of 4, then 3",
            H=3, W=3, Cin=320, Cout=44, stages=("bias", "requant")), BANKED, "deep"),
+    # two blocks a step deeper than A: the first 896 of each block's 1,152 (2,304) rows
+    # stay, block j's from A row 896 j, the rest stream into two halves after both
+    (*case("banked, two blocks a step deeper than A, the first rows of each resident: 3 "
+           "chunks of 2", H=2, W=8, Cin=128, Cout=24, fill=-5, stages=BRR), BANKED, "deep"),
+    (*case("banked, per-channel, two blocks a step deeper than A, the first rows of each "
+           "resident: 3 chunks of 2", H=3, W=6, Cin=256, Cout=24, fill=4, stages=BRR,
+           per_channel=True), BANKED, "looped"),
     # one step: the windows load once and stay while the chunks' weights stream past
     (*case("banked, windows resident, per-channel: 2 chunks of 4, then 2", H=2, W=2, Cin=120,
            Cout=40, fill=-6, stages=BRR, per_channel=True), BANKED, "plain"),
@@ -70,7 +78,7 @@ CASES = [
     (*case("banked, windows resident, the steps in a loop: 8 steps of 2 blocks, 3 chunks of "
            "2", H=8, W=8, Cin=96, Cout=24, fill=2, stages=BRR), BANKED, "plain"),
     (*case("banked, per-channel, windows resident, the steps in a loop: 12 steps of 1 block, "
-           "a chunk of 4, then 1", H=6, W=8, Cin=128, Cout=20, fill=-3, stages=BRR,
+           "a chunk of 4, then 1", H=6, W=8, Cin=160, Cout=20, fill=-3, stages=BRR,
            per_channel=True), BANKED, "plain"),
     (*case("1x1 stride 2, one step: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
            stride=(2, 2), stages=BRR, **ONE_BY_ONE), V4P4, "prefetch"),
@@ -127,9 +135,12 @@ def test_the_cases_are_what_they_claim():
         text = render("conv.j2", **build_context(geo, _DUMMY, *schedule(geo)))
         assert ("conv_steps_loop" in text) == ("the steps in a loop" in name), name
     assert sum(geometry(BANKED, p).a_half > BANKED.spad_a_depth
-               for _, p, config, _ in CASES if config is BANKED) == 2
-    assert sum(geometry(BANKED, p).resident and geometry(BANKED, p).Kp > BANKED.spad_a_depth
-               for _, p, config, _ in CASES if config is BANKED) == 1
+               for _, p, config, _ in CASES if config is BANKED) == 4
+    # resident, deeper than A: one block of 2,880 rows, two of 1,152 and two of 2,304
+    deep = [geo for geo in (geometry(BANKED, p) for _, p, config, _ in CASES
+                            if config is BANKED) if geo.resident and geo.deep]
+    assert sorted((geo.bps, geo.Kp) for geo in deep) == [(1, 2880), (2, 1152), (2, 2304)]
+    assert all(geo.kept_rows(schedule(geo)[1]) < geo.Kp for geo in deep)
     for name, p, _config, kind in CASES:
         if kind == "deep":
             assert conv_problem(V4P4, p)[0] == "a_scratchpad", name

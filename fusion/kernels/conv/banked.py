@@ -31,8 +31,9 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     With :attr:`~fusion.kernels.conv.params.ConvGeometry.resident` windows the order turns:
     per step, its blocks' windows load whole (block ``j``'s into A rows ``j * Kp`` on, once
     the step before has read its own), then per column chunk, per k chunk, only weights; a
-    block deeper than the A scratchpad keeps its first k chunks and loads the others with
-    their weights, into two halves after them.
+    step deeper than the A scratchpad keeps each block's first k chunks (:meth:`~fusion.
+    kernels.conv.params.ConvGeometry.kept_rows`) and loads the others with their weights,
+    into two halves after them.
     """
     c, p = geo.config, geo.params
     R, Kp, Nb, G = geo.R, geo.Kp, geo.Nb, geo.bps  # noqa: N806
@@ -44,11 +45,11 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     row_words = geo.row_words  # r3 (the setup's)
     resident = geo.resident
     kparts = [(lo, min(lo + part, Kp)) for lo in range(0, Kp, part)]
-    # resident rows: all of them, or, one block a step deeper than the A scratchpad, the
-    # first ``kept`` (whole k chunks); the rest stream chunk by chunk into two halves of
-    # ``part`` rows after them, as without residency (ResNet-50's 3x3 of 256 channels at
-    # 2x2: 2,304 window rows, 1,920 kept)
-    kept = Kp if G * Kp <= c.spad_a_depth else (c.spad_a_depth - 2 * part) // part * part
+    # resident rows of each block: all of them, or, a step deeper than the A scratchpad,
+    # the first ``kept`` (whole k chunks), block j's from A row j * kept; the rest stream
+    # chunk by chunk into two halves of ``part`` rows a block after them, as without
+    # residency
+    kept = geo.kept_rows(part)
 
     def kept_chunk(hi: int) -> bool:
         return resident and hi <= kept
@@ -74,7 +75,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
 
     def a_base(half: int, j: int) -> int:
         """The A row of a streamed k chunk's first window row, block ``j`` of its step."""
-        return kept + half * part if resident else half * a_half + j * part
+        return G * kept + (half * G + j) * part if resident else half * a_half + j * part
 
     # resident and unrolled, each step's code is relative to r14 and r15 (set by the step's
     # windows: its input base and its first output tile), so that equal steps fold into a
@@ -115,7 +116,7 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                 step += loads(*seq[n + 1], 1 - half, nb0, tn_c, r14, r1)
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
-                    a_row = j * Kp + lo if kept_chunk(hi) else a_base(half, j)
+                    a_row = j * kept + lo if kept_chunk(hi) else a_base(half, j)
                     step += [{"kind": "li", "rd": "r6", "imm": a_row},
                              {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
                     if last:
@@ -158,8 +159,8 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                          {"kind": "addi", "rd": "r15", "rs": "r15",
                           "imm": out_base(t, 0) - out_base(t - 1, 0)})
         for j in range(len(geo.step_blocks(t))):
-            items += window_loads(geo, x, t * G + j, [(0, kept)], lambda r, j=j: j * Kp + r,
-                                  r14, [None])
+            items += window_loads(geo, x, t * G + j, [(0, kept)],
+                                  lambda r, j=j: j * kept + r, r14, [None])
         return items
 
     if folded:

@@ -113,9 +113,9 @@ class ConvGeometry:
     step_blocks_given: int | None = None
     #: In k chunks over the accumulator banks, a step's windows load whole, once, and stay
     #: in the A scratchpad while every column chunk's weights stream past them (they fit:
-    #: ``bps * Kp`` rows; one block a step deeper than the scratchpad keeps its first rows
-    #: and streams the rest), rather than with the weights, chunk by chunk
-    #: (:func:`fusion.kernels.conv.banked.banked_body`).
+    #: ``bps * Kp`` rows; a step deeper than the scratchpad keeps each block's first rows
+    #: and streams the rest, :meth:`kept_rows`), rather than with the weights, chunk by
+    #: chunk (:func:`fusion.kernels.conv.banked.banked_body`).
     resident: bool = False
 
     @property
@@ -248,6 +248,24 @@ class ConvGeometry:
         p = self.params
         return [(ky * p.kw + kx) * p.Cin + c for ch, g in self.groups for ky, kx in g
                 for c in (range(p.Cin) if ch is None else (ch,))]
+
+    def kept_rows(self, part: int) -> int:
+        """Resident (:attr:`resident`), in k chunks of ``part`` rows, the window rows of each
+        block of a step that stay in the A scratchpad: all ``Kp`` where the step's windows
+        fit it (:attr:`deep` is False); else the most whole k chunks that leave two halves
+        of a streamed chunk of every block after them. ResNet-50's 3x3 of 256 channels at
+        2x2 (one block, 2,304 rows) keeps 1,920 in k chunks of 128; DenseNet's of 128
+        channels at 8x8 in steps of two blocks (2 x 1,152 rows) keeps 768 of each in k
+        chunks of 128."""
+        if not self.deep:
+            return self.Kp
+        return (self.config.spad_a_depth - 2 * self.bps * part) // self.bps // part * part
+
+    @property
+    def deep(self) -> bool:
+        """A step's windows (``bps * Kp`` rows) are deeper than the A scratchpad: only k
+        chunks over the accumulator banks can run it."""
+        return self.bps * self.Kp > self.config.spad_a_depth
 
     @property
     def a_half(self) -> int:

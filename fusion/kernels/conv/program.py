@@ -221,14 +221,13 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
     for bps, resident in itertools.product(range(1, config.acc_banks + 1), (False, True)):
         geo = ConvGeometry(config, p, bps, resident)
         tn = min(geo.Nb, config.acc_banks // bps)
-        deep = bps * geo.Kp > config.spad_a_depth  # resident, only the first rows stay
-        if bps > geo.Mb or bias_windowed(geo, tn) or (resident and deep and bps > 1):
+        if bps > geo.Mb or bias_windowed(geo, tn):
             continue
         top = config.spad_b_depth // 2 // tn
         if not resident:  # the windows, too, in k chunks, into half the A scratchpad
             top = min(top, config.spad_a_depth // 2 // bps)
-        elif deep:  # the rest stream into two halves after the kept rows
-            top = min(top, config.spad_a_depth // 4)
+        elif geo.deep:  # each block's first rows stay, the rest stream into two halves
+            top = min(top, config.spad_a_depth // 4 // bps)  # after them (kept_rows)
         parts = list(dict.fromkeys(min(top >> shift, geo.Kp) // config.k_align
                                    * config.k_align for shift in range(4)))
         parts = [part for part in parts if part >= config.k_align]
