@@ -74,6 +74,20 @@ def _lrn(c: Call):
     return (TensorType(x.shape, x.dtype),)
 
 
+@register("lrn", "x", size=REQUIRED, alpha=0.0001, beta=0.75, bias=1.0, axis=1,
+          summary="LRN across the channels on axis (2: a GEMM's [N, H*W, C] rows), on the "
+                  "host (fusion.passes.lrn_rows)")
+def _lrn_axis(c: Call):
+    x = c.need("x", ("float32",))
+    if len(x.shape) < 3:
+        raise c.error(f"input {x.name!r} has shape {x.shape}; lrn needs 3 or more axes")
+    shapes.axis(c.attrs["axis"], len(x.shape))
+    size = c.attrs["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise c.error(f"size is {size!r}; it must be a positive integer (the channels summed)")
+    return (TensorType(x.shape, x.dtype),)
+
+
 @register("BatchNormalization", "X scale B input_mean input_var", epsilon=1e-5, momentum=0.9,
           training_mode=0, summary="inference batch normalization: a per-channel affine "
           "(on the accelerator when quantized: fusion.passes.batchnorm)")

@@ -62,6 +62,10 @@ Integer op semantics
     padding never wins. Order-preserving, so it commutes with the quantization. A negative
     end pad (never ONNX's) crops that many trailing rows or columns first: the pool reads a
     convolution's output computed in whole blocks of columns (:mod:`fusion.compiler.whole_rows`).
+``lrn(x: float32) -> float32``
+    ONNX's LRN (``size``, ``alpha``, ``beta``, ``bias``) across the channels on ``axis``
+    rather than axis 1: on the host, over a convolution's ``[N, H*W, C]`` rows
+    (:mod:`fusion.passes.lrn_rows`).
 ``flatten``, ``reshape`` (``shape`` attribute, ONNX 0/-1 rules), ``transpose`` (``perm``)
     Layout only; the output keeps the input's quantization.
 ``quantize(x: float32) -> int8 | uint8``

@@ -56,16 +56,31 @@ def _softmax(ctx: Ctx, x):
                     np.float64 if ctx.float64 else np.float32),)
 
 
-@implements("LRN")
-def _lrn(ctx: Ctx, x):
-    # ONNX: square_sum over channels c - floor((size-1)/2) .. c + ceil((size-1)/2), clipped
-    a = ctx.attrs
-    size = a["size"]
+def lrn(x: np.ndarray, size: int, alpha: float, beta: float, bias: float,
+        axis: int = 1) -> np.ndarray:
+    """ONNX's LRN across the channels on ``axis`` (ONNX's own: 1, NCHW; hwgen's ``lrn`` of a
+    GEMM's ``[N, H*W, C]`` rows: 2), in float64: each element over ``bias + alpha / size *``
+    the sum of squares of channels ``c - floor((size-1)/2) .. c + ceil((size-1)/2)``
+    (clipped) to the ``beta``. The same operations, in the same order, on either axis."""
+    x = np.moveaxis(x, axis, 1)
     squares = np.square(x.astype(np.float64))
     before, after = (size - 1) // 2, -(-(size - 1) // 2)
     padded = np.pad(squares, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
     window = sum(padded[:, i:i + x.shape[1]] for i in range(size))
-    y = x / (a["bias"] + a["alpha"] / size * window) ** a["beta"]
+    return np.moveaxis(x / (bias + alpha / size * window) ** beta, 1, axis)
+
+
+@implements("LRN")
+def _lrn(ctx: Ctx, x):
+    a = ctx.attrs
+    y = lrn(x, a["size"], a["alpha"], a["beta"], a["bias"])
+    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+
+
+@implements("lrn")
+def _lrn_axis(ctx: Ctx, x):
+    a = ctx.attrs
+    y = lrn(x, a["size"], a["alpha"], a["beta"], a["bias"], a["axis"] % x.ndim)
     return (y.astype(np.float64 if ctx.float64 else np.float32),)
 
 

@@ -2,11 +2,12 @@
 variant with the window unit: every kernel shadow-checked, and the output equal to the exact
 reference's checked-in one. The four cover what issue 32 added: DenseNet's quantized
 BatchNormalization as a per-channel affine kernel, ResNet-50's ``Sum`` residuals as qadd,
-Inception-v1's LRN on the host with its max pool on the accelerator, the QOperator
-ShuffleNet's ``QLinearSoftmax`` and channel shuffle, and SqueezeNet's Concats (QDQ and
-``QLinearConcat``) as joins on the accelerator, each input copied or rescaled into its slice
-of the output, stored K-major for the next convolution, and its ceil-mode max pools on the
-window unit."""
+Inception-v1's LRN on the host (the second over its convolution's rows) with its max pool
+on the accelerator, the QOperator ShuffleNet's ``QLinearSoftmax`` and channel shuffle, and
+SqueezeNet's Concats (QDQ and ``QLinearConcat``) as joins on the accelerator, each input
+copied or rescaled into its slice of the output, stored K-major for the next convolution,
+its ceil-mode max pools on the window unit, the first cropping the columns its stem
+computes for whole blocks."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def test_zoo_model_runs_exactly(name):
     if name == "densenet121_qdq":
         affine = [k for k in report.kernels if "_bn1" in k.name or "norm5" in k.name]
         assert affine, "no batch-norm affine ran on the accelerator"
+    if name == "inception_v1_qdq":  # lrn2 reads conv2's rows as they lie: no transpose
+        ops = [h.node.op for h in compiled.host]
+        assert "lrn" in ops and "transpose" not in ops, ops
     if name.startswith("squeezenet"):
         joins = [k for k in compiled.steps if getattr(k, "spec", None) is not None
                  and k.spec.kind.name == "concat"]
@@ -51,6 +55,8 @@ def test_zoo_model_runs_exactly(name):
                  and k.spec.params.mode == "max"]
         assert len(pools) == 3  # ceil-mode 3x3/2 max pools, as more end padding
         assert any(p.spec.params.pads[2] > p.spec.params.pads[0] for p in pools)
+        assert pools[0].spec.params.pads[3] < 0  # the stem's extra columns, cropped
+        assert compiled.kernels[0].spec.kind.name == "conv"  # the stem, whole rows
         mixes = [j.spec.params.rescaled for j in joins]
         assert any(any(m) and not all(m) for m in mixes)  # a copy beside a rescale
         assert any(j.spec.params.kmajor_out for j in joins)

@@ -1,0 +1,86 @@
+"""Local response normalization on a GEMM's rows, where the host needs no transpose first.
+
+LRN stays on the host by design (a power of a sum of squares across channels), as
+``dequantize -> LRN -> quantize``. After a convolution, its input is the NCHW view of the
+GEMM's ``[N, H*W, C]`` rows (a ``transpose`` and ``reshape``), so the host moved every value
+into NCHW for an op that reads each pixel's channels, and the next kernel read it back as
+rows: Inception-v1's conv2, two host steps of 49,152 elements each beside the LRN's one.
+
+LRN across channels needs the channels only in some axis. This pass, where the view's only
+reader is the ``dequantize``, the LRN's only reader a per-tensor ``quantize``:
+
+    rows -> transpose -> reshape -> dequantize -> LRN -> quantize -> y
+
+makes it
+
+    rows -> dequantize -> lrn(axis=2) -> quantize -> transpose -> reshape -> y
+
+(hwgen's ``lrn``: ONNX's LRN across the channels of any axis,
+:func:`fusion.reference.onnx_host_ops.lrn`). Every value is the same: dequantize and
+quantize are per element with one scale and zero point, and LRN does the same operations on
+each pixel's channels in either layout. The view now follows the quantize, where the next
+kernel reads the rows as they are (:mod:`fusion.passes.layout_identity`,
+:mod:`fusion.passes.im2col_rows`).
+"""
+
+from __future__ import annotations
+
+from fusion.ir.graph import Graph, Node
+from fusion.passes._edit import Edit, rewrite_each
+from fusion.passes.im2col_rows import rows_start
+
+
+def _sole_reader(graph: Graph, tensor: str, op: str) -> Node | None:
+    readers = graph.consumers(tensor)
+    if len(readers) != 1 or readers[0].op != op or tensor in graph.outputs:
+        return None
+    return readers[0]
+
+
+def rewrite(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` with the ``dequantize`` ``node``'s LRN run on the rows its NCHW input
+    renames, or None where it is not that pattern (module docstring)."""
+    if node.op != "dequantize":
+        return None
+    x = graph.tensors[node.inputs[0]]
+    found = rows_start(graph, x.name)
+    if found is None or len(x.shape) != 4 or list(graph.consumers(x.name)) != [node] \
+            or x.name in graph.outputs:
+        return None
+    rows = graph.tensors[found[0]]
+    lrn = _sole_reader(graph, node.outputs[0], "LRN")
+    quantize = lrn and _sole_reader(graph, lrn.outputs[0], "quantize")
+    if quantize is None:
+        return None
+    y = graph.tensors[quantize.outputs[0]]
+    if rows.quant != x.quant or x.quant is None or x.quant.per_channel \
+            or y.quant is None or y.quant.per_channel:
+        return None
+    edit = Edit(graph)
+    edit.drop(node, lrn, quantize)
+    # the nodes keep their names (the host steps the plan lists), their outputs are rows
+    real = edit.node(node.name, "dequantize", (rows.name,), output=edit.fresh(
+        f"{node.outputs[0]}/rows"), **node.attr_dict)
+    normed = edit.node(lrn.name, "lrn", (real,), output=edit.fresh(f"{lrn.outputs[0]}/rows"),
+                       **lrn.attr_dict, axis=2)
+    q = edit.node(quantize.name, "quantize", (normed,), quant=y.quant,
+                  output=edit.fresh(f"{y.name}/rows"), **quantize.attr_dict)
+    nchw = edit.node(f"{quantize.name}/transpose", "transpose", (q,), perm=(0, 2, 1))
+    edit.node(f"{quantize.name}/reshape", "reshape", (nchw,), output=y.name,
+              shape=y.shape)
+    return edit.apply()
+
+
+def run(graph: Graph) -> tuple[Graph, bool]:
+    """Run every LRN after a convolution on the convolution's rows (module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    (Graph, bool)
+        The graph, and whether it changed.
+    """
+    return rewrite_each(graph, rewrite)
