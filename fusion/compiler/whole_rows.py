@@ -64,13 +64,6 @@ def for_variant(graph: Graph, config: VariantConfig) -> Graph:
     return graph
 
 
-def _sole_reader(graph: Graph, tensor: str) -> Node | None:
-    readers = graph.consumers(tensor)
-    if len(readers) != 1 or tensor in graph.outputs:
-        return None
-    return readers[0]
-
-
 def _chain(graph: Graph, pool: Node) -> list[Node] | None:
     """The nodes from the ``im2col`` to the ``pool`` (module docstring), or None."""
     found = rows_start(graph, pool.inputs[0])
@@ -88,14 +81,14 @@ def _chain(graph: Graph, pool: Node) -> list[Node] | None:
     if windows is None or windows.op != "im2col":
         return None
     nodes = [windows, node, *reversed(back)]
-    transpose = _sole_reader(graph, rows)
-    reshape = transpose and _sole_reader(graph, transpose.outputs[0])
+    transpose = graph.sole_reader(rows)
+    reshape = transpose and graph.sole_reader(transpose.outputs[0])
     if (transpose is None or transpose.op != "transpose" or tuple(transpose.attr("perm"))
             != (0, 2, 1) or reshape is None or reshape.op != "reshape"
             or reshape.outputs[0] != pool.inputs[0]
-            or _sole_reader(graph, reshape.outputs[0]) is not pool):
+            or graph.sole_reader(reshape.outputs[0]) is not pool):
         return None
-    if any(_sole_reader(graph, n.outputs[0]) is None for n in nodes):
+    if any(graph.sole_reader(n.outputs[0]) is None for n in nodes):
         return None
     return [*nodes, transpose, reshape, pool]
 

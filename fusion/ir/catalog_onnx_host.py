@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from fusion.ir import shapes
 from fusion.ir.catalog_onnx import broadcast_binary, qlinear_binary, variadic_broadcast
+from fusion.ir.graph import Tensor
 from fusion.ir.registry import INT8S, REQUIRED, Call, TensorType, register
 
 _NUM = ("float32", "int8", "uint8", "int32", "int64")
@@ -65,11 +66,15 @@ def _softmax(c: Call):
           summary="local response normalization across channels (a power of a windowed sum "
                   "of squares)")
 def _lrn(c: Call):
-    x = c.need("X", ("float32",))
+    return _lrn_type(c, c.need("X", ("float32",)), "LRN needs (N, C, D1, ...)")
+
+
+def _lrn_type(c: Call, x: Tensor, rank_fix: str) -> tuple[TensorType]:
+    """An LRN's output type, its input of 3 or more axes and its ``size`` checked."""
     if len(x.shape) < 3:
-        raise c.error(f"input {x.name!r} has shape {x.shape}; LRN needs (N, C, D1, ...)")
+        raise c.error(f"input {x.name!r} has shape {x.shape}; {rank_fix}")
     size = c.attrs["size"]
-    if not isinstance(size, int) or size < 1:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise c.error(f"size is {size!r}; it must be a positive integer (the channels summed)")
     return (TensorType(x.shape, x.dtype),)
 
@@ -79,13 +84,9 @@ def _lrn(c: Call):
                   "host (fusion.passes.lrn_rows)")
 def _lrn_axis(c: Call):
     x = c.need("x", ("float32",))
-    if len(x.shape) < 3:
-        raise c.error(f"input {x.name!r} has shape {x.shape}; lrn needs 3 or more axes")
+    out = _lrn_type(c, x, "lrn needs 3 or more axes")
     shapes.axis(c.attrs["axis"], len(x.shape))
-    size = c.attrs["size"]
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise c.error(f"size is {size!r}; it must be a positive integer (the channels summed)")
-    return (TensorType(x.shape, x.dtype),)
+    return out
 
 
 @register("BatchNormalization", "X scale B input_mean input_var", epsilon=1e-5, momentum=0.9,

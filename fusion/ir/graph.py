@@ -219,6 +219,14 @@ class Graph:
         """The nodes that read ``tensor``, in topological order."""
         return self._consumers.get(tensor, ())
 
+    def sole_reader(self, tensor: str, op: str | None = None) -> Node | None:
+        """The one node that reads ``tensor`` (an ``op`` node, when given); None when it has
+        none or several, or is a graph output (whose value must stay as it is)."""
+        readers = self.consumers(tensor)
+        if len(readers) != 1 or tensor in self.outputs or op not in (None, readers[0].op):
+            return None
+        return readers[0]
+
     def node(self, name: str) -> Node:
         for node in self.nodes:
             if node.name == name:

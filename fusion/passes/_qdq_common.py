@@ -90,10 +90,7 @@ def per_tensor(name: str, quant: Quant) -> Quant:
 
 def next_node(graph: Graph, tensor: str) -> Node | None:
     """The one reader of ``tensor`` when it has exactly one and is not a graph output."""
-    readers = graph.consumers(tensor)
-    if tensor in graph.outputs or len(readers) != 1:
-        return None
-    return readers[0]
+    return graph.sole_reader(tensor)
 
 
 def quantize_value(value: float, quant: Quant, dtype: str) -> int:

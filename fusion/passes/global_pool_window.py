@@ -29,13 +29,6 @@ from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, rewrite_each
 
 
-def _only_reader(graph: Graph, tensor: str, op: str) -> Node | None:
-    readers = graph.consumers(tensor)
-    if len(readers) != 1 or readers[0].op != op or tensor in graph.outputs:
-        return None
-    return readers[0]
-
-
 def rewrite(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with the global-sum GEMM ``node`` written as a depthwise convolution, or
     None when ``node`` is not one (the form :func:`fusion.passes.qdq_fold._global_sum`
@@ -56,10 +49,10 @@ def rewrite(graph: Graph, node: Node) -> Graph | None:
     if graph.tensors[rows].shape != (n * c, h * wd) or w.shape != (h * wd, 1) \
             or w.dtype != np.int8 or not (w == 1).all():
         return None
-    requant = _only_reader(graph, node.outputs[0], "requant")
+    requant = graph.sole_reader(node.outputs[0], "requant")
     if requant is None or np.ndim(requant.attr("mult")) != 0:
         return None
-    back = _only_reader(graph, requant.outputs[0], "reshape")
+    back = graph.sole_reader(requant.outputs[0], "reshape")
     if back is None or graph.tensors[back.outputs[0]].shape != (n, c, 1, 1):
         return None
     edit = Edit(graph)

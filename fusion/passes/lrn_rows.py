@@ -30,13 +30,6 @@ from fusion.passes._edit import Edit, rewrite_each
 from fusion.passes.im2col_rows import rows_start
 
 
-def _sole_reader(graph: Graph, tensor: str, op: str) -> Node | None:
-    readers = graph.consumers(tensor)
-    if len(readers) != 1 or readers[0].op != op or tensor in graph.outputs:
-        return None
-    return readers[0]
-
-
 def rewrite(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with the ``dequantize`` ``node``'s LRN run on the rows its NCHW input
     renames, or None where it is not that pattern (module docstring)."""
@@ -48,8 +41,8 @@ def rewrite(graph: Graph, node: Node) -> Graph | None:
             or x.name in graph.outputs:
         return None
     rows = graph.tensors[found[0]]
-    lrn = _sole_reader(graph, node.outputs[0], "LRN")
-    quantize = lrn and _sole_reader(graph, lrn.outputs[0], "quantize")
+    lrn = graph.sole_reader(node.outputs[0], "LRN")
+    quantize = lrn and graph.sole_reader(lrn.outputs[0], "quantize")
     if quantize is None:
         return None
     y = graph.tensors[quantize.outputs[0]]
