@@ -65,7 +65,7 @@ HOST_COMPUTE_OPS = frozenset({
     "Add", "Mul", "Max", "Min", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
     "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
-    "Sum", "LRN", "lrn", "BatchNormalization", "QLinearSoftmax"})
+    "Sum", "LRN", "lrn", "BatchNormalization", "batchnorm", "QLinearSoftmax"})
 #: Host ops by design: exponentials and powers over a row or across channels, which GEMM
 #: accelerators of this kind leave to the host (their cost is small beside the convolutions'
 #: and they need a divider and a transcendental unit). Not a fallback: ``--no-host-fallback``

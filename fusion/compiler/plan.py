@@ -107,7 +107,7 @@ def host_step(graph: Graph, node: Node, model: HostCostModel, reason: str = "") 
     seconds = model.seconds(graph, node)
     if not reason and role == "compute":
         reason = BY_DESIGN if node.op in HOST_BY_DESIGN else NO_KERNEL
-        if node.op == "BatchNormalization":  # why the pass left it: a channel, a half
+        if node.op in ("BatchNormalization", "batchnorm"):  # why the pass left it: a channel
             from fusion.passes.batchnorm import why_host
 
             why = why_host(graph, node)

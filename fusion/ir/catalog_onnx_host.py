@@ -81,7 +81,7 @@ def _lrn_type(c: Call, x: Tensor, rank_fix: str) -> tuple[TensorType]:
 
 @register("lrn", "x", size=REQUIRED, alpha=0.0001, beta=0.75, bias=1.0, axis=1,
           summary="LRN across the channels on axis (2: a GEMM's [N, H*W, C] rows), on the "
-                  "host (fusion.passes.lrn_rows)")
+                  "host (fusion.passes.host_rows)")
 def _lrn_axis(c: Call):
     x = c.need("x", ("float32",))
     out = _lrn_type(c, x, "lrn needs 3 or more axes")
@@ -103,12 +103,26 @@ def _batch_normalization(c: Call):
     if len(x.shape) < 2:
         raise c.error(f"input {x.name!r} has shape {x.shape}; BatchNormalization needs "
                       f"(N, C, ...)")
+    return _per_channel(c, x, 1)
+
+
+def _per_channel(c: Call, x: Tensor, axis: int) -> tuple[TensorType]:
+    """A batch normalization's output type, its parameters one per channel on ``axis``."""
+    channels = x.shape[axis]
     for slot in ("scale", "B", "input_mean", "input_var"):
         t = c.need(slot, ("float32",))
-        if t.shape != (x.shape[1],):
-            raise c.error(f"{slot} {t.name!r} has shape {t.shape}; it must be ({x.shape[1]},), "
+        if t.shape != (channels,):
+            raise c.error(f"{slot} {t.name!r} has shape {t.shape}; it must be ({channels},), "
                           f"one value per channel of {x.name!r}")
     return (TensorType(x.shape, x.dtype),)
+
+
+@register("batchnorm", "X scale B input_mean input_var", epsilon=1e-5, axis=1,
+          summary="inference batch normalization over the channels on axis (2: a GEMM's "
+                  "[N, H*W, C] rows), on the host (fusion.passes.host_rows)")
+def _batchnorm_axis(c: Call):
+    x = c.need("X", ("float32",))
+    return _per_channel(c, x, shapes.axis(c.attrs["axis"], max(len(x.shape), 1)))
 
 
 def concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:

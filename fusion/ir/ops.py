@@ -65,7 +65,7 @@ Integer op semantics
 ``lrn(x: float32) -> float32``
     ONNX's LRN (``size``, ``alpha``, ``beta``, ``bias``) across the channels on ``axis``
     rather than axis 1: on the host, over a convolution's ``[N, H*W, C]`` rows
-    (:mod:`fusion.passes.lrn_rows`).
+    (:mod:`fusion.passes.host_rows`).
 ``flatten``, ``reshape`` (``shape`` attribute, ONNX 0/-1 rules), ``transpose`` (``perm``)
     Layout only; the output keeps the input's quantization.
 ``quantize(x: float32) -> int8 | uint8``

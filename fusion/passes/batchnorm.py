@@ -272,7 +272,8 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
         return "its input is not dequantized from an 8-bit tensor"
     if tail is None:
         return "its output is not quantized (QuantizeLinear)"
-    if len(graph.tensors[x].shape) != 4:
+    # (hwgen's batchnorm, on a GEMM's rows, asks only why: fusion.passes.host_rows)
+    if node.op == "BatchNormalization" and len(graph.tensors[x].shape) != 4:
         return f"its input is {len(graph.tensors[x].shape)}-D; the affine is a 4-D convolution"
     params = affine(graph, node)
     if params is None:
@@ -304,8 +305,9 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
 
 
 def why_host(graph: Graph, node: Node) -> str | None:
-    """Why BatchNormalization ``node``, left by the pass, stays a float host op (None if the
-    affine has exact parameters after all)."""
+    """Why BatchNormalization ``node`` (or hwgen's ``batchnorm`` it became on a GEMM's rows),
+    left by the pass, stays a float host op (None if the affine has exact parameters after
+    all)."""
     found = _affine_parameters(graph, node)
     return found if isinstance(found, str) else None
 

@@ -119,7 +119,8 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     GEMM form, batched matmuls as one 2-D GEMM, weight
     zero points folded, standalone integer Relu/Clip/Add as epilogue ops, channel shuffles as
     the order of their GEMM's columns, residual adds and channel joins moved before the layout
-    changes of their inputs, the host's LRN run on a convolution's rows, layout chains that
+    changes of their inputs, the host's LRN and BatchNormalization run on a GEMM's rows,
+    layout chains that
     are identities bypassed), then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
@@ -137,16 +138,16 @@ def legalize_pipeline() -> tuple[Pass, ...]:
         conv_legalize,
         dce,
         dead_taps,
+        host_rows,
         im2col_rows,
         integer_eltwise,
         layout_identity,
-        lrn_rows,
         weight_zero_point,
     )
 
     return (dead_taps.run, conv_legalize.run, batched_matmul.run, weight_zero_point.run,
             integer_eltwise.run, channel_shuffle.run, add_layout.run, concat_layout.run,
-            lrn_rows.run, layout_identity.run, im2col_rows.run, dce.run)
+            host_rows.run, layout_identity.run, im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

@@ -84,11 +84,14 @@ def _lrn_axis(ctx: Ctx, x):
     return (y.astype(np.float64 if ctx.float64 else np.float32),)
 
 
-def batch_normalization(x: np.ndarray, scale, bias, mean, var, epsilon: float) -> np.ndarray:
-    """Inference batch normalization of ``(N, C, ...)`` ``x``, operation for operation and
-    dtype for dtype as ONNX's reference (``s * (x - mean) / sqrt(var + epsilon) + bias``):
-    float32 parameters keep ``sqrt(var + epsilon)`` in float32, as there."""
-    shape = (-1,) + (1,) * (x.ndim - 2)
+def batch_normalization(x: np.ndarray, scale, bias, mean, var, epsilon: float,
+                        axis: int = 1) -> np.ndarray:
+    """Inference batch normalization of ``x`` over its channels on ``axis`` (ONNX's own: 1,
+    ``(N, C, ...)``; hwgen's ``batchnorm`` of a GEMM's ``[N, H*W, C]`` rows: 2), operation
+    for operation and dtype for dtype as ONNX's reference (``s * (x - mean) / sqrt(var +
+    epsilon) + bias``): float32 parameters keep ``sqrt(var + epsilon)`` in float32, as
+    there."""
+    shape = (-1,) + (1,) * (x.ndim - 1 - axis)
     scale, bias, mean, var = (np.asarray(v).reshape(shape) for v in (scale, bias, mean, var))
     return scale * (x - mean) / np.sqrt(var + epsilon) + bias
 
@@ -96,6 +99,13 @@ def batch_normalization(x: np.ndarray, scale, bias, mean, var, epsilon: float) -
 @implements("BatchNormalization")
 def _batch_normalization(ctx: Ctx, x, scale, bias, mean, var):
     y = batch_normalization(x, scale, bias, mean, var, ctx.attrs["epsilon"])
+    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+
+
+@implements("batchnorm")
+def _batch_normalization_axis(ctx: Ctx, x, scale, bias, mean, var):
+    y = batch_normalization(x, scale, bias, mean, var, ctx.attrs["epsilon"],
+                            ctx.attrs["axis"] % x.ndim)
     return (y.astype(np.float64 if ctx.float64 else np.float32),)
 
 

@@ -34,7 +34,7 @@ NAMES = [f"{name}_{fmt}" for name in BUILDERS for fmt in FORMATS[name]]
 V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, window_unit=True)
 
 #: The compute each model leaves to the host today, by op. Softmax, QLinearSoftmax and LRN are
-#: there by design (``lrn``: an LRN over a convolution's rows, fusion.passes.lrn_rows); the
+#: there by design (``lrn``: an LRN over a convolution's rows, fusion.passes.host_rows); the
 #: rest is issue 32's work: a join (``qconcat``) whose inputs do not fill
 #: whole column blocks of the 8x8 array (the small models' widths are not multiples of 8 but
 #: SqueezeNet's: fusion.kernels.concat), the float tail onnxruntime's QOperator ShuffleNet

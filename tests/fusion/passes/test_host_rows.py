@@ -9,9 +9,9 @@ import pytest
 
 from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
-from fusion.passes import dce, lrn_rows
+from fusion.passes import dce, host_rows
 from fusion.reference import executor
-from fusion.reference.onnx_host_ops import lrn
+from fusion.reference.onnx_host_ops import batch_normalization, lrn
 from tests.helpers.pass_testing import assert_unchanged
 
 H, W, C = 4, 5, 12
@@ -36,7 +36,7 @@ def conv_lrn(*, also_read: str = "", then: str = "quantize"):
 
 def test_the_lrn_reads_the_rows():
     before, out = conv_lrn()
-    got, changed = lrn_rows.run(before)
+    got, changed = host_rows.run(before)
     got = dce.run(got)[0]
     assert changed
     ops = [n.op for n in got.topo_order()]
@@ -54,7 +54,7 @@ def test_the_lrn_reads_the_rows():
     ("no quantize after the LRN", {"then": "relu"}),
 ])
 def test_near_misses_are_left_alone(why, kw):
-    assert_unchanged(lrn_rows.run, conv_lrn(**kw)[0])
+    assert_unchanged(host_rows.run, conv_lrn(**kw)[0])
 
 
 def test_lrn_on_any_axis_is_onnxs_lrn():
@@ -82,3 +82,44 @@ def test_lrn_on_any_axis_is_onnxs_lrn():
     np.testing.assert_allclose(got, spec, rtol=1e-12)
     # and the same operations on either axis: equal to ONNX's axis in every bit
     np.testing.assert_array_equal(got, lrn(x, **LRN))
+
+
+def conv_batchnorm():
+    """A join's rows, their NCHW view and ``dequantize -> BatchNormalization -> quantize``:
+    DenseNet's BN that no int8 affine reproduces, left to the host."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("g")
+    rows = b.input("rows", (1, H * W, C), "int8", quant=QX)
+    nchw = b.reshape(b.transpose(rows, (0, 2, 1), name="t"), (1, C, H, W), name="nchw")
+    params = [b.const(n, v.astype(np.float32)) for n, v in (
+        ("scale", rng.uniform(0.5, 2, C)), ("shift", rng.normal(0, 1, C)),
+        ("mean", rng.normal(0, 1, C)), ("var", rng.uniform(0.5, 2, C)))]
+    normed = b.op("BatchNormalization", b.dequantize(nchw, name="dq"), *params, name="bn",
+                  epsilon=1e-3)
+    return b.build([b.quantize(normed, QY, name="q")])
+
+
+def test_a_host_batch_norm_reads_the_rows():
+    from fusion.passes import batchnorm
+
+    before = conv_batchnorm()
+    got = dce.run(host_rows.run(before)[0])[0]
+    node = got.node("bn")
+    assert node.op == "batchnorm" and node.attr("axis") == 2 and node.attr("epsilon") == 1e-3
+    assert [n.op for n in got.topo_order()][-2:] == ["transpose", "reshape"]
+    for seed in range(3):
+        x = np.random.default_rng(seed).integers(-128, 128, (1, H * W, C)).astype(np.int8)
+        np.testing.assert_array_equal(executor.run(got, {"rows": x})["q"],
+                                      executor.run(before, {"rows": x})["q"])
+    # the plan's reason for it is the one the BatchNormalization had
+    assert batchnorm.why_host(got, node) == batchnorm.why_host(before, before.node("bn"))
+
+
+def test_batch_norm_on_any_axis_is_the_same_operations():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0, 3, (2, C, H, W)).astype(np.float32)
+    params = [rng.uniform(0.5, 2, C).astype(np.float32) for _ in range(4)]
+    rows = x.reshape(2, C, H * W).transpose(0, 2, 1)
+    got = batch_normalization(rows, *params, 1e-3, axis=2)
+    np.testing.assert_array_equal(got.transpose(0, 2, 1).reshape(x.shape),
+                                  batch_normalization(x, *params, 1e-3))
