@@ -109,6 +109,8 @@ def rewrite(graph: Graph, pool: Node, config: VariantConfig) -> Graph | None:
     # the pool's last window ends inside the convolution's columns (nor does it crop)
     if ow == wide or pads[3] != 0 or (out_w - 1) * sx + kw - pads[1] > ow:
         return None
+    if _refusal(graph, config, windows) != "program_too_long":  # it fits as it is
+        return None
     csx = tuple(windows.attr("strides") or (1, 1))[1]
     cpads = tuple(windows.attr("pads") or (0, 0, 0, 0))
     more = (wide - ow) * csx  # right pad columns: a stride's worth a more output column
@@ -126,20 +128,18 @@ def rewrite(graph: Graph, pool: Node, config: VariantConfig) -> Graph | None:
         made[node.name] = remade
     padded = Graph([made.get(node.name, node) for node in graph.nodes], tensors, graph.inputs,
                    graph.outputs, graph.initializers, graph.name)
+    return None if _refusal(padded, config, windows) is not None else padded
 
-    def refusal(g: Graph) -> str | None:
-        """The window convolution's refusal of the chain in ``g`` (its short reason), or
-        None when it takes it."""
-        chain = next((ch for ch in chains(g)[0] if ch.prefix and ch.prefix[0].name ==
-                      windows.name), None)
-        if chain is None:
-            return "no_chain"
-        spec = spec_for(g, config, chain, 0, len(chain.prefix) + 1 + len(chain.ops))
-        if not isinstance(spec, KernelSpec):
-            return spec.reason
-        found = spec.kind.legality(config, spec.params)
-        return None if found is None else found.reason
 
-    if refusal(graph) != "program_too_long" or refusal(padded) is not None:
-        return None
-    return padded
+def _refusal(graph: Graph, config: VariantConfig, windows: Node) -> str | None:
+    """The window convolution's refusal (its short reason) of the chain the ``im2col``
+    ``windows`` starts in ``graph``, or None when it takes it: the compiler's own check."""
+    chain = next((ch for ch in chains(graph)[0] if ch.prefix and ch.prefix[0].name ==
+                  windows.name), None)
+    if chain is None:
+        return "no_chain"
+    spec = spec_for(graph, config, chain, 0, len(chain.prefix) + 1 + len(chain.ops))
+    if not isinstance(spec, KernelSpec):
+        return spec.reason
+    found = spec.kind.legality(config, spec.params)
+    return None if found is None else found.reason

@@ -120,8 +120,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     zero points folded, standalone integer Relu/Clip/Add as epilogue ops, channel shuffles as
     the order of their GEMM's columns, residual adds and channel joins moved before the layout
     changes of their inputs, the host's LRN and BatchNormalization run on a GEMM's rows,
-    layout chains that
-    are identities bypassed), then DCE.
+    layout chains that are identities bypassed), then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then

@@ -46,8 +46,7 @@ def rewrite(graph: Graph, node: Node) -> Graph | None:
         return None
     x = graph.tensors[node.inputs[0]]
     found = rows_start(graph, x.name)
-    if found is None or len(x.shape) != 4 or list(graph.consumers(x.name)) != [node] \
-            or x.name in graph.outputs:
+    if found is None or len(x.shape) != 4 or graph.sole_reader(x.name) is not node:
         return None
     rows = graph.tensors[found[0]]
     op = graph.sole_reader(node.outputs[0])
