@@ -67,7 +67,7 @@ CASES = [
     (*case("banked, two blocks a step deeper than A, the first rows of each resident: 3 "
            "chunks of 2", H=2, W=8, Cin=128, Cout=24, fill=-5, stages=BRR), BANKED, "deep"),
     (*case("banked, per-channel, two blocks a step deeper than A, the first rows of each "
-           "resident: 3 chunks of 2", H=3, W=6, Cin=256, Cout=24, fill=4, stages=BRR,
+           "resident: 3 chunks of 2", H=4, W=6, Cin=256, Cout=24, fill=4, stages=BRR,
            per_channel=True), BANKED, "looped"),
     # one step: the windows load once and stay while the chunks' weights stream past
     (*case("banked, windows resident, per-channel: 2 chunks of 4, then 2", H=2, W=2, Cin=120,
@@ -78,7 +78,7 @@ CASES = [
     (*case("banked, windows resident, the steps in a loop: 8 steps of 2 blocks, 3 chunks of "
            "2", H=8, W=8, Cin=96, Cout=24, fill=2, stages=BRR), BANKED, "plain"),
     (*case("banked, per-channel, windows resident, the steps in a loop: 12 steps of 1 block, "
-           "a chunk of 4, then 1", H=6, W=8, Cin=160, Cout=20, fill=-3, stages=BRR,
+           "a chunk of 4, then 1", H=6, W=8, Cin=176, Cout=20, fill=-3, stages=BRR,
            per_channel=True), BANKED, "plain"),
     (*case("1x1 stride 2, one step: chunks of 8, then 2", H=4, W=4, Cin=128, Cout=40,
            stride=(2, 2), stages=BRR, **ONE_BY_ONE), V4P4, "prefetch"),

@@ -23,7 +23,12 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     (the last shorter): the chunk's window rows of the step's ``G`` blocks and its weight
     rows of the chunk's column blocks load into one half of the A and B scratchpads while
     the chunk before computes from the other; then one matmul per block and column block,
-    tile ``(j, n)`` summing in bank ``j * tn + n`` and draining after the last chunk. So a
+    tile ``(j, n)`` summing in bank ``j * tn + n`` and draining after the last chunk. The
+    next chunk's loads issue once the chunk before this one has read its halves (a counted
+    WAIT with this chunk's first matmul queued behind it), so that neither the array nor
+    the port waits for the other's instructions; a column chunk starts in the half after
+    the one the chunk before it ended in (looped, every chunk starts in half 0: after an
+    odd number of k chunks, once the chunk before has read it all). So a
     step's windows load once for ``tn`` column blocks, where without banks each column
     block whose weights fill the B scratchpad alone reloads them. No residual stage (the
     kind's eligibility, :func:`~fusion.kernels.conv.program.banked_plan`). ``looped``, the
@@ -82,15 +87,19 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
     # loop (r11; the k chunks inside fold with r12)
     folded = resident and not looped
 
-    def chunk(nb0: int, tn_c: int, ts: list[int], tag: str) -> list[dict]:
+    def chunk(nb0: int, tn_c: int, ts: list[int], tag: str, h0: int = 0,
+              before: int | None = None) -> list[dict]:
         """Column chunk ``nb0``'s items over steps ``ts`` (looped: relative to the chunk
-        registers); ``tag`` tells its labels from another step's."""
+        registers); ``tag`` tells its labels from another step's. Its k chunks alternate
+        halves from half ``h0``; ``before``: the matmuls of the last k chunk of the column
+        chunk before, which may still be queued when this one loads its first operands into
+        the other half (0: it reads this one's first half too; None: nothing to wait for)."""
         seq = [(t, q) for t in ts for q in range(len(kparts))]
         bias_row = BiasRow(group, nb0, tn_c, looped)
         items: list[dict] = []
-        if nb0 or looped or ts[0]:
-            items.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED, Unit.EPI],
-                          "why": "the last chunk is done with B"})
+        if before is not None:
+            items.append({"kind": "wait", "units": [Unit.FEED], "left": before,
+                          "why": "the column chunk before has read this half"})
         items.append({"kind": "comment", "text": f"column blocks {nb0}..{nb0 + tn_c - 1}"
                       if not looped else f"a chunk of {tn_c} column blocks"})
         items += bias_row.start()
@@ -102,39 +111,54 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
             items.append({"kind": "li", "rd": "r14", "imm": r14})
         if not looped and not folded:
             items.append({"kind": "li", "rd": "r15", "imm": r15})
-        items += loads(ts[0], 0, 0, nb0, tn_c, r14, [None])
-        items.append({"kind": "wait", "units": [Unit.LOAD], "why": "the first k chunk's operands"})
+        items += loads(ts[0], 0, h0, nb0, tn_c, r14, [None])
         steps: list[list[dict]] = []
         r1: list = [None]
         for n, (t, q) in enumerate(seq):
-            half, (lo, hi) = n % 2, kparts[q]
+            half, (lo, hi) = (n + h0) % 2, kparts[q]
             last = q == len(kparts) - 1
             step = [] if q == 0 else steps.pop()  # a step's chunks are one unit (compress)
             if q == 0:
                 r1 = [None]  # a unit may be a loop's body: r1 is unknown at its start
-            if n + 1 < len(seq):
-                step += loads(*seq[n + 1], 1 - half, nb0, tn_c, r14, r1)
+            jobs: list[list[dict]] = []
             for j in range(len(geo.step_blocks(t))):
                 for nbl in range(tn_c):
                     a_row = j * kept + lo if kept_chunk(hi) else a_base(half, j)
-                    step += [{"kind": "li", "rd": "r6", "imm": a_row},
-                             {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
+                    job = [{"kind": "li", "rd": "r6", "imm": a_row},
+                           {"kind": "li", "rd": "r7", "imm": half * b_half + nbl * (hi - lo)}]
                     if last:
-                        step += [{"kind": "addi", "rd": "r8", "rs": "r15",
-                                  "imm": o15 + (j * Nb + nbl) * out_tw},
-                                 *bias_row.set(nbl),
-                                 {"kind": "li", "rd": "r10", "imm": 0}]
-                    step.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
-                                 "dt": dt, "tr": p.kmajor_out, "last": int(last),
-                                 "bank": j * tn_c + nbl})
-            if last and t != ts[-1]:
-                d14, d15 = in_base(geo, x, t + 1) - r14, out_base(t + 1, nb0) - r15
-                step += [{"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14},
-                         {"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15}]
-                r14, r15 = r14 + d14, r15 + d15
+                        job += [{"kind": "addi", "rd": "r8", "rs": "r15",
+                                 "imm": o15 + (j * Nb + nbl) * out_tw},
+                                *bias_row.set(nbl),
+                                {"kind": "li", "rd": "r10", "imm": 0}]
+                    job.append({"kind": "matmul", "k": hi - lo, "mask": f"{mask:#b}",
+                                "dt": dt, "tr": p.kmajor_out, "last": int(last),
+                                "bank": j * tn_c + nbl})
+                    jobs.append(job)
+            # the next chunk's operands go into the halves the chunk before read, once its
+            # matmuls are done with them: with this chunk's first matmul queued behind them,
+            # so that the array goes on from one chunk to the next, and before the others,
+            # so that the port does not wait for their instructions (nor for the first
+            # load's registers, set before the waits: the loads in flight have read theirs)
+            after = []
             if n + 1 < len(seq):
-                step.append({"kind": "wait", "units": [Unit.LOAD, Unit.FEED],
-                             "why": "next k chunk's operands in; these matmuls have read theirs"})
+                if last:  # the next step's loads are relative to its input base
+                    d14 = in_base(geo, x, t + 1) - r14
+                    after.append({"kind": "addi", "rd": "r14", "rs": "r14", "imm": d14})
+                    r14 += d14
+                first, *after_first = loads(*seq[n + 1], 1 - half, nb0, tn_c, r14, r1)
+                step.append({**first, "kind": "load_regs"})
+                after += [{"kind": "wait", "units": [Unit.FEED], "left": 1,
+                           "why": "the chunk before has read its halves"},
+                          {**first, "kind": "load_issue"}, *after_first]
+            step += jobs[0][:-1]
+            step += [{"kind": "wait", "units": [Unit.LOAD], "why": "this k chunk's operands"},
+                     jobs[0][-1], *after]
+            step += [it for job in jobs[1:] for it in job]
+            if last and t != ts[-1]:
+                d15 = out_base(t + 1, nb0) - r15
+                step.append({"kind": "addi", "rd": "r15", "rs": "r15", "imm": d15})
+                r15 += d15
             steps.append(step)
         items += compress(steps, f"conv_b{nb0}{tag}",
                           counters=STEP_REGS if looped or folded else LOOP_REGS)
@@ -163,13 +187,22 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
                                   lambda r, j=j: j * kept + r, r14, [None])
         return items
 
+    def unrolled(ts: list[int], tag: str) -> list[dict]:
+        """The column chunks over steps ``ts``, unrolled: each starts in the half after the
+        one the chunk before ended in, so that it loads its first operands while that
+        chunk's last matmuls run."""
+        items: list[dict] = []
+        n_seq, prev = len(ts) * len(kparts), None
+        for i, (nb0, tn_c) in enumerate(chunks(geo, tn)):
+            items += chunk(nb0, tn_c, ts, tag, i * n_seq % 2, prev)
+            prev = len(geo.step_blocks(ts[-1])) * tn_c
+        return items
+
     if folded:
         units = []
         for t in range(geo.steps):
-            unit = windows(t) + [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
-            for nb0, tn_c in chunks(geo, tn):
-                unit += chunk(nb0, tn_c, [t], "")
-            units.append(unit)
+            units.append(windows(t) + [{"kind": "li", "rd": "r13", "imm": regions["b"].addr}]
+                         + unrolled([t], ""))
         return compress(units, "conv_steps", counters=("r11",))
     body: list[dict] = []
     for ts in ([[t] for t in range(geo.steps)] if resident else [list(range(geo.steps))]):
@@ -177,11 +210,15 @@ def banked_body(geo: ConvGeometry, regions: Mapping[str, Region], tn: int,
         if resident:
             body += windows(ts[0])
         if looped:
+            # every chunk the same code: from half 0, so the chunk before, in an odd number
+            # of k chunks, ended there too and must have read it all
+            n_seq = len(ts) * len(kparts)
+            before = 0 if n_seq % 2 else len(geo.step_blocks(ts[-1])) * tn
             body += ChunkLoop(Nb, tn, f"conv_chunks{tag}").items(
                 regions["b"].addr, out_base(ts[0], 0), group,
-                lambda nb0, tn_c, ts=ts, tag=tag: chunk(nb0, tn_c, ts, tag))
+                lambda nb0, tn_c, ts=ts, tag=tag, before=before: chunk(nb0, tn_c, ts, tag,
+                                                                      0, before))
             continue
         body.append({"kind": "li", "rd": "r13", "imm": regions["b"].addr})
-        for nb0, tn_c in chunks(geo, tn):
-            body += chunk(nb0, tn_c, ts, tag)
+        body += unrolled(ts, tag)
     return body

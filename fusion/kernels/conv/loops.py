@@ -72,6 +72,8 @@ def instructions(items: Sequence[dict]) -> int:
             n += 2 + instructions(it["body"])
         elif it["kind"] == "load":
             n += 1 + 2 + (it["count"] > 1)
+        elif it["kind"] == "load_regs":
+            n += 2 + (it["count"] > 1)
         elif it["kind"] != "comment":
             n += 1
     return n
@@ -85,7 +87,7 @@ def least_instructions(items: Sequence[dict]) -> int:
     for it in items:
         if it["kind"] == "loop":
             n += 2 + least_instructions(it["body"])
-        elif it["kind"] not in ("comment", "li"):
+        elif it["kind"] not in ("comment", "li", "load_regs"):
             n += 1
     return n
 

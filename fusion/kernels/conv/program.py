@@ -231,6 +231,11 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
         parts = list(dict.fromkeys(min(top >> shift, geo.Kp) // config.k_align
                                    * config.k_align for shift in range(4)))
         parts = [part for part in parts if part >= config.k_align]
+        # and an even number of k chunks where the part gives an odd one: a looped column
+        # chunk then ends in the half the next one does not start in (banked_body), and
+        # loads that one's first operands while its own last matmuls run
+        parts += [even for even in (_even_part(geo.Kp, part, config.k_align) for part in parts)
+                  if even and even not in parts]
         # the second largest first: at the largest the array waits long for the first
         for n in sorted(range(len(parts)), key=lambda n: n != min(1, len(parts) - 1)):
             found = priced(geo, tn, parts[n])
@@ -253,6 +258,21 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
         return best[1:]
     cycles = estimate_program(config, program(config, p, _DUMMY, step=plain.bps).instrs)
     return best[1:] if best[0] < cycles else None
+
+
+def _even_part(depth: int, part: int, align: int) -> int | None:
+    """A k chunk (a multiple of ``align``) splitting ``depth`` rows into an even number of
+    chunks, one more or one fewer than ``part``'s odd number (more than one); None where
+    ``part``'s is even or none is."""
+    n = -(-depth // part)
+    if n < 3 or n % 2 == 0:
+        return None
+    for m in (n + 1, n - 1):
+        rows = -(-depth // m)
+        even = -(-rows // align) * align
+        if -(-depth // even) == m:
+            return even
+    return None
 
 
 def program_problem(geo: ConvGeometry, tn: int) -> str | None:
