@@ -65,12 +65,12 @@ HOST_COMPUTE_OPS = frozenset({
     "Add", "Mul", "Max", "Min", "Relu", "Clip", "Softmax", "Sigmoid", "Concat", "Pad", "MaxPool",
     "AveragePool", "GlobalAveragePool", "QLinearAdd", "QLinearMul", "QLinearConcat",
     "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
-    "Sum", "LRN", "lrn", "BatchNormalization", "batchnorm", "QLinearSoftmax"})
+    "Sum", "LRN", "lrn", "BatchNormalization", "batchnorm", "QLinearSoftmax", "softmax"})
 #: Host ops by design: exponentials and powers over a row or across channels, which GEMM
 #: accelerators of this kind leave to the host (their cost is small beside the convolutions'
 #: and they need a divider and a transcendental unit). Not a fallback: ``--no-host-fallback``
 #: allows them.
-HOST_BY_DESIGN = frozenset({"Softmax", "QLinearSoftmax", "LRN", "lrn"})
+HOST_BY_DESIGN = frozenset({"Softmax", "QLinearSoftmax", "softmax", "LRN", "lrn"})
 #: Epilogue ops and the stage each one is (the graph op each stage spec implements).
 STAGE_OF = {spec.op: spec.name for spec in STAGES if spec.op is not None}
 #: Graph ops that run on a stage they are not the spec's op of: ``add_wrap``, an int8/uint8

@@ -79,12 +79,38 @@ def _lrn_type(c: Call, x: Tensor, rank_fix: str) -> tuple[TensorType]:
     return (TensorType(x.shape, x.dtype),)
 
 
+#: What hwgen's host ops (``softmax``, ``lrn``, ``batchnorm``) read and write: float32, or an
+#: 8-bit tensor with its Quant, dequantized before the op and quantized after it
+#: (:func:`fusion.reference.onnx_host_ops.on_real`, :mod:`fusion.passes.host_quantized`).
+_REAL_OR_8BIT = ("float32",) + INT8S
+
+
+def _real_type(c: Call, slot: str, out_shape: tuple[int, ...] | None = None
+               ) -> tuple[Tensor, tuple[TensorType]]:
+    """The input of a host op on real values, and its output's type (``dtype``)."""
+    x = c.need(slot, _REAL_OR_8BIT)
+    if c.attrs["dtype"] not in _REAL_OR_8BIT:
+        raise c.error(f"dtype {c.attrs['dtype']!r} must be float32, int8 or uint8")
+    return x, (TensorType(x.shape if out_shape is None else out_shape, c.attrs["dtype"]),)
+
+
+@register("softmax", "x", axis=-1, dtype="float32",
+          summary="Softmax along one axis (opset 13) of the real values x holds, on the host; "
+                  "8-bit in and out with the tensors' Quant (fusion.passes.host_quantized)")
+def _softmax_real(c: Call):
+    x, out = _real_type(c, "x")
+    shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
+    return out
+
+
 @register("lrn", "x", size=REQUIRED, alpha=0.0001, beta=0.75, bias=1.0, axis=1,
+          dtype="float32",
           summary="LRN across the channels on axis (2: a GEMM's [N, H*W, C] rows), on the "
-                  "host (fusion.passes.host_rows)")
+                  "host (fusion.passes.host_rows); 8-bit in and out with the tensors' Quant "
+                  "(fusion.passes.host_quantized)")
 def _lrn_axis(c: Call):
-    x = c.need("x", ("float32",))
-    out = _lrn_type(c, x, "lrn needs 3 or more axes")
+    x, out = _real_type(c, "x")
+    _lrn_type(c, x, "lrn needs 3 or more axes")
     shapes.axis(c.attrs["axis"], len(x.shape))
     return out
 
@@ -118,11 +144,14 @@ def _per_channel(c: Call, x: Tensor, axis: int) -> tuple[TensorType]:
 
 
 @register("batchnorm", "X scale B input_mean input_var", epsilon=1e-5, axis=1,
+          dtype="float32",
           summary="inference batch normalization over the channels on axis (2: a GEMM's "
-                  "[N, H*W, C] rows), on the host (fusion.passes.host_rows)")
+                  "[N, H*W, C] rows), on the host (fusion.passes.host_rows); 8-bit in and "
+                  "out with the tensors' Quant (fusion.passes.host_quantized)")
 def _batchnorm_axis(c: Call):
-    x = c.need("X", ("float32",))
-    return _per_channel(c, x, shapes.axis(c.attrs["axis"], max(len(x.shape), 1)))
+    x, out = _real_type(c, "X")
+    _per_channel(c, x, shapes.axis(c.attrs["axis"], max(len(x.shape), 1)))
+    return out
 
 
 def concat_shape(c: Call, tensors: list, axis: int) -> tuple[int, ...]:

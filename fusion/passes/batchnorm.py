@@ -263,11 +263,18 @@ def _affine_parameters(graph: Graph, node: Node) -> tuple[str, float, list] | st
     """``(x, s_x, per-channel parameters)`` of BatchNormalization ``node``'s exact affine, or
     why it has none."""
     x = node.inputs[0]
-    try:
-        source = dq_source(graph, x)
-        tail = match_tail(graph, node.outputs[0])
-    except Refused as exc:
-        return str(exc)
+    xt, yt = graph.tensors[x], graph.tensors[node.outputs[0]]
+    if node.op == "batchnorm" and xt.dtype != "float32":
+        # hwgen's batchnorm on 8-bit tensors asks only why (fusion.passes.host_quantized): it
+        # dequantizes x and quantizes y itself
+        source = (x, xt.quant) if xt.quant is not None else None
+        tail = Tail((), yt.name, yt.quant, yt.dtype, None) if yt.quant is not None else None
+    else:
+        try:
+            source = dq_source(graph, x)
+            tail = match_tail(graph, node.outputs[0])
+        except Refused as exc:
+            return str(exc)
     if source is None or graph.tensors[source[0]].dtype not in ("int8", "uint8"):
         return "its input is not dequantized from an 8-bit tensor"
     if tail is None:

@@ -35,7 +35,9 @@ def foldable(graph: Graph, node: Node) -> bool:
     return all(math.prod(graph.tensors[o].shape) <= MAX_ELEMENTS for o in node.outputs)
 
 
-def _evaluate(graph: Graph, node: Node) -> dict[str, object]:
+def evaluate(graph: Graph, node: Node) -> dict[str, object]:
+    """The values of ``node``'s outputs, its inputs all initializers, by the reference
+    executor (output name -> array)."""
     names = [i for i in node.inputs if i]
     mini = Graph([node], {n: graph.tensors[n] for n in (*names, *node.outputs)}, (),
                  node.outputs, {n: graph.initializers[n] for n in names}, f"fold {node.name}")
@@ -63,7 +65,7 @@ def run(graph: Graph) -> tuple[Graph, bool]:
     for node in graph.topo_order():
         if not foldable(view, node):
             continue
-        for name, value in _evaluate(view, node).items():
+        for name, value in evaluate(view, node).items():
             edit.initializers[name] = value
         edit.drop(node)
         folded.append(node.name)

@@ -119,8 +119,9 @@ def legalize_pipeline() -> tuple[Pass, ...]:
     GEMM form, batched matmuls as one 2-D GEMM, weight
     zero points folded, standalone integer Relu/Clip/Add as epilogue ops, channel shuffles as
     the order of their GEMM's columns, residual adds and channel joins moved before the layout
-    changes of their inputs, the host's LRN and BatchNormalization run on a GEMM's rows,
-    layout chains that are identities bypassed), then DCE.
+    changes of their inputs, the host's LRN and BatchNormalization run on a GEMM's rows, the
+    host's ops between a dequantize and a quantize on the 8-bit tensors themselves, layout
+    chains that are identities bypassed), then DCE.
 
     ``layout_identity`` belongs here, after ``conv_legalize``: the identities it removes are
     made by legalization itself (a convolution's ``transpose``/``reshape`` back to NCHW, then
@@ -137,6 +138,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
         conv_legalize,
         dce,
         dead_taps,
+        host_quantized,
         host_rows,
         im2col_rows,
         integer_eltwise,
@@ -146,7 +148,7 @@ def legalize_pipeline() -> tuple[Pass, ...]:
 
     return (dead_taps.run, conv_legalize.run, batched_matmul.run, weight_zero_point.run,
             integer_eltwise.run, channel_shuffle.run, add_layout.run, concat_layout.run,
-            host_rows.run, layout_identity.run, im2col_rows.run, dce.run)
+            host_rows.run, host_quantized.run, layout_identity.run, im2col_rows.run, dce.run)
 
 
 def optimize(graph: Graph, *, legalize: bool = True, max_rounds: int = MAX_ROUNDS,

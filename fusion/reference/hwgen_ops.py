@@ -173,24 +173,34 @@ def _repeat(ctx: Ctx, x):
 
 @implements("quantize")
 def _quantize(ctx: Ctx, x):
+    return (quantized(ctx, x),)
+
+
+def quantized(ctx: Ctx, x: np.ndarray) -> np.ndarray:
+    """``x`` quantized to ``ctx``'s output with its Quant, as ONNX QuantizeLinear: float32
+    division (float64 with ``ctx.float64``), round half to even, saturate."""
     out = ctx.outputs[0]
     if out.quant is None:
         raise ctx.error(f"its output {out.name!r} has no quantization; give it a Quant")
     lo, hi = ops.INT_RANGE[out.dtype]
-    # ONNX QuantizeLinear: float32 division (float64 with ctx.float64), round half to even,
-    # saturate.
     q = np.rint(x.astype(np.float64 if ctx.float64 else np.float32) / scale(out))
     q = np.clip(q, -(2.0**40), 2.0**40).astype(np.int64) + zero_point(out)  # cast-safe
-    return (np.clip(q, lo, hi),)
+    return np.clip(q, lo, hi)
 
 
 @implements("dequantize")
 def _dequantize(ctx: Ctx, x):
+    return (dequantized(ctx, x),)
+
+
+def dequantized(ctx: Ctx, x: np.ndarray) -> np.ndarray:
+    """``x``, ``ctx``'s first input, dequantized with its Quant, as ONNX DequantizeLinear
+    (float32, float64 with ``ctx.float64``)."""
     t = ctx.inputs[0]
     if t.quant is None:
         raise ctx.error(f"its input {t.name!r} has no quantization; give it a Quant")
     real = np.float64 if ctx.float64 else np.float32  # as DequantizeLinear (onnx_ops)
-    return ((x.astype(real) - zero_point(t).astype(real)) * scale(t).astype(real),)
+    return (x.astype(real) - zero_point(t).astype(real)) * scale(t).astype(real)
 
 
 @implements("im2col")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fusion.reference.hwgen_ops import dequantized, quantized
 from fusion.reference.registry import Ctx, implements
 
 
@@ -77,11 +78,31 @@ def _lrn(ctx: Ctx, x):
     return (y.astype(np.float64 if ctx.float64 else np.float32),)
 
 
+def on_real(fn):
+    """hwgen's form of a host op, ``fn(ctx, x, *rest) -> float array``, on the real values
+    its tensors hold: an 8-bit input dequantized with its Quant first, and an 8-bit output
+    (the op's ``dtype``) quantized with its Quant after, as ``dequantize`` and ``quantize``
+    would around it (:mod:`fusion.passes.host_quantized`); float32 in and out as it is."""
+    def run(ctx: Ctx, x, *rest):
+        if x.dtype.kind in "iu":
+            x = dequantized(ctx, x)
+        y = fn(ctx, x, *rest).astype(np.float64 if ctx.float64 else np.float32)
+        return (quantized(ctx, y) if ctx.attrs["dtype"] != "float32" else y,)
+    return run
+
+
+@implements("softmax")
+@on_real
+def _softmax_real(ctx: Ctx, x):
+    return softmax(x, ctx.attrs["axis"] % max(x.ndim, 1), np.float64 if ctx.float64 else
+                   np.float32)
+
+
 @implements("lrn")
+@on_real
 def _lrn_axis(ctx: Ctx, x):
     a = ctx.attrs
-    y = lrn(x, a["size"], a["alpha"], a["beta"], a["bias"], a["axis"] % x.ndim)
-    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+    return lrn(x, a["size"], a["alpha"], a["beta"], a["bias"], a["axis"] % x.ndim)
 
 
 def batch_normalization(x: np.ndarray, scale, bias, mean, var, epsilon: float,
@@ -103,10 +124,10 @@ def _batch_normalization(ctx: Ctx, x, scale, bias, mean, var):
 
 
 @implements("batchnorm")
+@on_real
 def _batch_normalization_axis(ctx: Ctx, x, scale, bias, mean, var):
-    y = batch_normalization(x, scale, bias, mean, var, ctx.attrs["epsilon"],
-                            ctx.attrs["axis"] % x.ndim)
-    return (y.astype(np.float64 if ctx.float64 else np.float32),)
+    return batch_normalization(x, scale, bias, mean, var, ctx.attrs["epsilon"],
+                               ctx.attrs["axis"] % x.ndim)
 
 
 @implements("QLinearSoftmax")

@@ -44,17 +44,16 @@ V8W = VariantConfig(rows=8, cols=8, epilogue=ALL_STAGES, mem_addr_bits=24, windo
 #: halves, which round to even, and no requantize multiplier does that
 #: (fusion.passes._qdq_pool).
 HOST_OPS = {
-    "squeezenet_qdq": {"Softmax": 1},
+    "squeezenet_qdq": {"softmax": 1},
     "squeezenet_qop": {"QLinearSoftmax": 1},
-    "inception_v1_qdq": {"qconcat": 3, "LRN": 1, "lrn": 1, "Softmax": 1},
-    "inception_v2_qdq": {"qconcat": 4, "Softmax": 1},
-    "resnet50_qdq": {"Softmax": 1},
-    "shufflenet_qdq": {"AveragePool": 1, "qconcat": 1, "Softmax": 1},
+    "inception_v1_qdq": {"qconcat": 3, "lrn": 2, "softmax": 1},
+    "inception_v2_qdq": {"qconcat": 4, "softmax": 1},
+    "resnet50_qdq": {"softmax": 1},
+    "shufflenet_qdq": {"AveragePool": 1, "qconcat": 1, "softmax": 1},
     "shufflenet_qop": {"GlobalAveragePool": 1, "qconcat": 1, "QLinearSoftmax": 1, "Relu": 1,
                        "Sum": 1},
-    "densenet121_qdq": {"qconcat": 5, "Softmax": 1},
+    "densenet121_qdq": {"qconcat": 5, "softmax": 1},
 }
-
 
 def _checked_in(name: str):
     with np.load(ZOO / f"{name}.npz", allow_pickle=False) as data:
