@@ -13,6 +13,8 @@ so they list :data:`MAX_CONCAT_INPUTS` slots, all optional after the first.
 
 from __future__ import annotations
 
+import math
+
 from fusion.ir import shapes
 from fusion.ir.catalog_onnx import broadcast_binary, qlinear_binary, variadic_broadcast
 from fusion.ir.graph import Tensor
@@ -94,13 +96,19 @@ def _real_type(c: Call, slot: str, out_shape: tuple[int, ...] | None = None
     return x, (TensorType(x.shape if out_shape is None else out_shape, c.attrs["dtype"]),)
 
 
-@register("softmax", "x", axis=-1, dtype="float32",
+@register("softmax", "x", axis=-1, dtype="float32", shape=(),
           summary="Softmax along one axis (opset 13) of the real values x holds, on the host; "
-                  "8-bit in and out with the tensors' Quant (fusion.passes.host_quantized)")
+                  "8-bit in and out with the tensors' Quant (fusion.passes.host_quantized); "
+                  "shape: the output's, its elements in x's order (default x's)")
 def _softmax_real(c: Call):
-    x, out = _real_type(c, "x")
+    x = c.need("x", _REAL_OR_8BIT)
+    shape = tuple(c.attrs["shape"]) or x.shape
+    if any(not isinstance(d, int) or d < 0 for d in shape) or \
+            math.prod(shape) != math.prod(x.shape):
+        raise c.error(f"shape {shape} does not hold the {math.prod(x.shape)} elements of "
+                      f"{x.name!r}")
     shapes.axis(c.attrs["axis"], max(len(x.shape), 1))
-    return out
+    return _real_type(c, "x", shape)[1]
 
 
 @register("lrn", "x", size=REQUIRED, alpha=0.0001, beta=0.75, bias=1.0, axis=1,

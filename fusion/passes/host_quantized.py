@@ -15,8 +15,10 @@ the same functions in the same order as the three nodes
 (:func:`fusion.reference.onnx_host_ops.on_real`), so every value is the same, in float32 and
 in float64 alike. The op's quantized constant parameters (a BatchNormalization's scale and
 bias, each a ``dequantize`` of an int8 constant) become their float values, computed as the
-``dequantize`` would. Run after :mod:`fusion.passes.host_rows`, whose ops on a GEMM's rows it
-then takes too.
+``dequantize`` would. A softmax over its last axis reads, past a chain of layout ops that
+keeps every element in its order and the last axis as it is, the chain's start, and gives
+its output the chain's shape (:func:`read_view`). Run after :mod:`fusion.passes.host_rows`,
+whose ops on a GEMM's rows it then takes too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit, reads_constants, rewrite_each
 from fusion.passes.constant_fold import evaluate
+from fusion.passes.layout_identity import matrix_view_start
 
 #: The host ops this pass takes, and hwgen's form of each, with the attributes it keeps
 #: (the axis ONNX's own form implies where it has none).
@@ -58,6 +61,27 @@ def rewrite(graph: Graph, node: Node) -> Graph | None:
     return edit.apply()
 
 
+def read_view(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` with hwgen's ``softmax`` ``node``, over its input's last axis, reading the
+    start of the layout chain that makes its input, where that chain keeps every element in
+    its order and the last axis as it is (SqueezeNet's pool, transposed, reshaped and
+    flattened, all of one row of 1,000): the softmax of that tensor in the chain's shape.
+    None where there is no such chain."""
+    if node.op != "softmax":
+        return None
+    x = graph.tensors[node.inputs[0]]
+    if node.attr("axis", -1) % len(x.shape) != len(x.shape) - 1:
+        return None
+    start = matrix_view_start(graph, x.name)
+    if start is None or start == x.name:
+        return None
+    edit = Edit(graph)
+    edit.drop(node)
+    edit.node(node.name, "softmax", [start], output=node.outputs[0], dtype=node.attr("dtype"),
+              axis=-1, shape=tuple(node.attr("shape") or ()) or x.shape)
+    return edit.apply()
+
+
 def _folded(graph: Graph, edit: Edit, node: Node, param: str) -> str:
     """``param`` of the op ``node``, or, where it is a constant's ``dequantize`` (or
     ``DequantizeLinear``) that only the op reads, that value as a constant: a host
@@ -73,5 +97,18 @@ def _folded(graph: Graph, edit: Edit, node: Node, param: str) -> str:
 
 
 def run(graph: Graph) -> tuple[Graph, bool]:
-    """Every such op of ``graph`` on 8-bit tensors."""
-    return rewrite_each(graph, rewrite)
+    """Every such op of ``graph`` on 8-bit tensors, and every softmax reading past the layout
+    chain before it (:func:`read_view`).
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    (Graph, bool)
+        The graph, and whether it changed.
+    """
+    graph, fused = rewrite_each(graph, rewrite)
+    graph, viewed = rewrite_each(graph, read_view)
+    return graph, fused or viewed

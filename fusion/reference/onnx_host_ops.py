@@ -94,8 +94,9 @@ def on_real(fn):
 @implements("softmax")
 @on_real
 def _softmax_real(ctx: Ctx, x):
-    return softmax(x, ctx.attrs["axis"] % max(x.ndim, 1), np.float64 if ctx.float64 else
-                   np.float32)
+    y = softmax(x, ctx.attrs["axis"] % max(x.ndim, 1), np.float64 if ctx.float64 else
+                np.float32)
+    return y.reshape(ctx.outputs[0].shape)
 
 
 @implements("lrn")

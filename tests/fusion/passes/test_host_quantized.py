@@ -89,3 +89,26 @@ def test_the_ops_on_a_convolutions_rows_too():
 ])
 def test_near_misses_are_left_alone(why, kw):
     assert_unchanged(host_quantized.run, host_op("LRN", **kw)[0])
+
+
+@pytest.mark.parametrize("shape, identity", [((1, 1, 10), True), ((1, 2, 5), False)])
+def test_a_softmax_reads_past_a_layout_chain_that_keeps_the_order(shape, identity):
+    """SqueezeNet's tail: its pool's [1, 1, 1000], transposed, reshaped and flattened (every
+    element where it was), then the softmax: one host step reading the pool. A chain that
+    moves elements ([1, 2, 5] transposed) stays."""
+    b = GraphBuilder("g")
+    x = b.input("x", shape, "int8", quant=QX)
+    t = b.transpose(x, (0, 2, 1), name="t", quant=QX)
+    flat = b.op("flatten", b.reshape(t, (1, 10, 1, 1), name="r", quant=QX), name="flat",
+                axis=1, quant=QX)
+    out = b.quantize(b.op("Softmax", b.dequantize(flat, name="dq"), name="op", axis=1), QY,
+                     name="q")
+    before = b.build([out])
+    got = dce.run(host_quantized.run(before)[0])[0]
+    ops = [n.op for n in got.topo_order()]
+    assert ops == (["softmax"] if identity else ["transpose", "reshape", "flatten", "softmax"])
+    assert got.tensors[out].shape == (1, 10)
+    for seed in range(3):
+        v = np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
+        np.testing.assert_array_equal(executor.run(got, {"x": v})[out],
+                                      executor.run(before, {"x": v})[out])
