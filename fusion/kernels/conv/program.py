@@ -33,7 +33,7 @@ from fusion.kernels.conv.loops import least_instructions
 from fusion.kernels.conv.params import ConvGeometry, ConvParams
 from fusion.kernels.conv.windows import chunks as chunks
 from fusion.kernels.epilogue import reads_bias_region
-from fusion.kernels.layout import GemmDims, Region, bias_region_bytes
+from fusion.kernels.layout import GemmDims, Region, bias_region_bytes, ceil_div
 from hwgen.asm import assemble_instrs
 from hwgen.config import VariantConfig
 from hwgen.isa import Instr
@@ -264,13 +264,12 @@ def _even_part(depth: int, part: int, align: int) -> int | None:
     """A k chunk (a multiple of ``align``) splitting ``depth`` rows into an even number of
     chunks, one more or one fewer than ``part``'s odd number (more than one); None where
     ``part``'s is even or none is."""
-    n = -(-depth // part)
+    n = ceil_div(depth, part)
     if n < 3 or n % 2 == 0:
         return None
     for m in (n + 1, n - 1):
-        rows = -(-depth // m)
-        even = -(-rows // align) * align
-        if -(-depth // even) == m:
+        even = ceil_div(ceil_div(depth, m), align) * align
+        if ceil_div(depth, even) == m:
             return even
     return None
 
