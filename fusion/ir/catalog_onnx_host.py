@@ -96,12 +96,16 @@ def _real_type(c: Call, slot: str, out_shape: tuple[int, ...] | None = None
     return x, (TensorType(x.shape if out_shape is None else out_shape, c.attrs["dtype"]),)
 
 
-@register("softmax", "x", axis=-1, dtype="float32", shape=(),
+@register("softmax", "x", axis=-1, dtype="float32", shape=(), real="",
           summary="Softmax along one axis (opset 13) of the real values x holds, on the host; "
                   "8-bit in and out with the tensors' Quant (fusion.passes.host_quantized); "
-                  "shape: the output's, its elements in x's order (default x's)")
+                  "shape: the output's, its elements in x's order (default x's); real: "
+                  "'float64' computes in float64 always (QLinearSoftmax's), '' in the "
+                  "executor's precision (Softmax's)")
 def _softmax_real(c: Call):
     x = c.need("x", _REAL_OR_8BIT)
+    if c.attrs["real"] not in ("", "float64"):
+        raise c.error(f"real {c.attrs['real']!r} must be '' or 'float64'")
     shape = tuple(c.attrs["shape"]) or x.shape
     if any(not isinstance(d, int) or d < 0 for d in shape) or \
             math.prod(shape) != math.prod(x.shape):

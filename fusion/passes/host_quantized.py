@@ -17,8 +17,9 @@ in float64 alike. The op's quantized constant parameters (a BatchNormalization's
 bias, each a ``dequantize`` of an int8 constant) become their float values, computed as the
 ``dequantize`` would. A softmax over its last axis reads, past a chain of layout ops that
 keeps every element in its order and the last axis as it is, the chain's start, and gives
-its output the chain's shape (:func:`read_view`). Run after :mod:`fusion.passes.host_rows`,
-whose ops on a GEMM's rows it then takes too.
+its output the chain's shape (:func:`read_view`); a QOperator model's ``QLinearSoftmax`` is
+that softmax already, and becomes it (:func:`qlinear_softmax`), so that it reads so too.
+Run after :mod:`fusion.passes.host_rows`, whose ops on a GEMM's rows it then takes too.
 """
 
 from __future__ import annotations
@@ -61,6 +62,28 @@ def rewrite(graph: Graph, node: Node) -> Graph | None:
     return edit.apply()
 
 
+def qlinear_softmax(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` with onnxruntime's ``QLinearSoftmax`` ``node`` as hwgen's ``softmax`` on
+    8-bit tensors, computing in float64 as the QLinearSoftmax reference does (``real``), so
+    that :func:`read_view` applies to it as to a QDQ model's; None where its quantizations are
+    not per tensor, or where, before opset 13, it normalizes over more than its last axis
+    (the input flattened to 2-D at ``axis``)."""
+    if node.op != "QLinearSoftmax":
+        return None
+    x, y = graph.tensors[node.inputs[0]], graph.tensors[node.outputs[0]]
+    if x.quant is None or x.quant.per_channel or y.quant is None or y.quant.per_channel:
+        return None
+    rank = max(len(x.shape), 1)
+    axis = node.attr("axis", -1) % rank
+    if node.attr("opset", 13) < 13 and axis != rank - 1:
+        return None
+    edit = Edit(graph)
+    edit.drop(node)
+    edit.node(node.name, "softmax", [x.name], output=y.name, dtype=y.dtype, axis=axis,
+              real="float64")
+    return edit.apply()
+
+
 def read_view(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with hwgen's ``softmax`` ``node``, over its input's last axis, reading the
     start of the layout chain that makes its input, where that chain keeps every element in
@@ -78,7 +101,8 @@ def read_view(graph: Graph, node: Node) -> Graph | None:
     edit = Edit(graph)
     edit.drop(node)
     edit.node(node.name, "softmax", [start], output=node.outputs[0], dtype=node.attr("dtype"),
-              axis=-1, shape=tuple(node.attr("shape") or ()) or x.shape)
+              axis=-1, shape=tuple(node.attr("shape") or ()) or x.shape,
+              real=node.attr("real", ""))
     return edit.apply()
 
 
@@ -110,5 +134,6 @@ def run(graph: Graph) -> tuple[Graph, bool]:
         The graph, and whether it changed.
     """
     graph, fused = rewrite_each(graph, rewrite)
+    graph, converted = rewrite_each(graph, qlinear_softmax)
     graph, viewed = rewrite_each(graph, read_view)
-    return graph, fused or viewed
+    return graph, fused or converted or viewed

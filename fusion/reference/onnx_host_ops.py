@@ -17,6 +17,8 @@ so that their integer outputs agree with it:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from fusion.reference.hwgen_ops import dequantized, quantized
@@ -82,8 +84,12 @@ def on_real(fn):
     """hwgen's form of a host op, ``fn(ctx, x, *rest) -> float array``, on the real values
     its tensors hold: an 8-bit input dequantized with its Quant first, and an 8-bit output
     (the op's ``dtype``) quantized with its Quant after, as ``dequantize`` and ``quantize``
-    would around it (:mod:`fusion.passes.host_quantized`); float32 in and out as it is."""
+    would around it (:mod:`fusion.passes.host_quantized`); float32 in and out as it is. An op
+    whose ``real`` attribute is ``"float64"`` computes in float64 whatever the executor's
+    precision (QLinearSoftmax's, :func:`_qlinear_softmax`)."""
     def run(ctx: Ctx, x, *rest):
+        if ctx.attrs.get("real") == "float64" and not ctx.float64:
+            ctx = dataclasses.replace(ctx, float64=True)  # QLinearSoftmax's, in any executor
         if x.dtype.kind in "iu":
             x = dequantized(ctx, x)
         y = fn(ctx, x, *rest).astype(np.float64 if ctx.float64 else np.float32)

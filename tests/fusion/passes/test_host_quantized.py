@@ -112,3 +112,33 @@ def test_a_softmax_reads_past_a_layout_chain_that_keeps_the_order(shape, identit
         v = np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
         np.testing.assert_array_equal(executor.run(got, {"x": v})[out],
                                       executor.run(before, {"x": v})[out])
+
+
+@pytest.mark.parametrize("shape, axis, opset, converted", [
+    ((2, 3, 10), -1, 13, True), ((2, 3, 10), 1, 13, True), ((2, 3, 10), 2, 11, True),
+    ((2, 3, 10), 1, 11, False),  # before opset 13: axes 1 and 2 flattened, not one axis
+])
+def test_qlinear_softmax_becomes_the_softmax_on_8_bit_tensors(shape, axis, opset, converted):
+    """A QOperator model's QLinearSoftmax is hwgen's softmax on 8-bit tensors computing in
+    float64, as the QLinearSoftmax reference does: equal to it in either executor."""
+    b = GraphBuilder("g")
+    x = b.input("x", shape, "int8", quant=QX)
+    consts = [b.const("xs", np.array(QX.scale[0], np.float32)),
+              b.const("xz", np.array(QX.zero_point[0], np.int8)),
+              b.const("ys", np.array(QY.scale[0], np.float32)),
+              b.const("yz", np.array(QY.zero_point[0], np.int8))]
+    out = b.op("QLinearSoftmax", x, *consts, name="op", axis=axis, opset=opset, quant=QY)
+    before = b.build([out])
+    if not converted:
+        assert_unchanged(host_quantized.run, before)
+        return
+    got = dce.run(host_quantized.run(before)[0])[0]
+    assert [(n.op, n.attr("real"), n.attr("dtype")) for n in got.topo_order()] == [
+        ("softmax", "float64", "int8")]
+    for seed in range(4):
+        v = np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
+        want = executor.run(before, {"x": v})[out]
+        for float64 in (False, True):
+            np.testing.assert_array_equal(executor.run(got, {"x": v}, float64=float64)[out],
+                                          want)
+        assert len(np.unique(want)) > 5
