@@ -58,3 +58,56 @@ def test_inputs_in_other_layouts_are_left_alone():
     b.qadd(tx, ty, q, name="add", outputs=["s"])
     graph = b.build(["s"])
     assert add_layout.run(graph) == (graph, False)
+
+
+def float_residual_units(units: int = 2):
+    """A QOperator ShuffleNet's float residual stream: the GEMM rows of each unit's
+    convolution, in NCHW (``L``) and dequantized, added in float to the stream, a Relu, and
+    the Relu quantized for the next convolution and added by the next unit's Sum."""
+    q, qs = Quant(0.05, -3), Quant(0.07, -128)
+    b = GraphBuilder("stream")
+    rows = [b.input(f"g{i}", (1, 12, 8), "int8", quant=q) for i in range(units + 1)]
+
+    def nchw(t, name):
+        return b.reshape(b.transpose(t, (0, 2, 1), name=f"{name}/t", quant=q), (1, 8, 3, 4),
+                         name=f"{name}/r", quant=q)
+
+    stream = b.dequantize(nchw(rows[0], "v0"), name="dq0")
+    outs = []
+    for i in range(1, units + 1):
+        added = b.op("Sum", stream, b.dequantize(nchw(rows[i], f"v{i}"), name=f"dq{i}"),
+                     name=f"sum{i}")
+        stream = b.op("Relu", added, name=f"relu{i}")
+        outs.append(b.quantize(stream, qs, name=f"q{i}"))
+    return b.build(outs), outs
+
+
+def test_the_float_residual_stream_runs_in_the_gemm_layout_and_stays_exact():
+    before, outs = float_residual_units()
+    got, changed = add_layout.run(before)
+    assert changed
+    # every host op reads the GEMM rows; only the quantized outputs are changed to NCHW
+    for name in ("sum1", "relu1", "sum2", "relu2", "q1", "q2", "dq0", "dq1", "dq2"):
+        assert got.tensors[got.node(name).outputs[0]].shape[1:] == (12, 8), name
+    for out in outs:
+        assert got.producer(got.producer(out).inputs[0]).op == "transpose"
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        feed = {f"g{i}": rng.integers(-128, 128, (1, 12, 8)).astype(np.int8) for i in range(3)}
+        for float64 in (False, True):
+            want = executor.run(before, feed, float64=float64)
+            have = executor.run(got, feed, float64=float64)
+            for out in outs:
+                np.testing.assert_array_equal(have[out], want[out])
+
+
+def test_float_ops_that_broadcast_or_mix_layouts_are_left_alone():
+    b = GraphBuilder("t")
+    x = b.input("x", (1, 6, 4), "float32")
+    y = b.input("y", (1, 4, 6), "float32")
+    c = b.input("c", (1, 4, 1), "float32")
+    tx = b.reshape(b.transpose(x, (0, 2, 1), name="tx"), (1, 4, 6), name="rx")
+    b.op("Add", tx, y, name="mixed", outputs=["s"])  # y is in NCHW already
+    b.op("Add", tx, c, name="broadcast", outputs=["t"])
+    graph = b.build(["s", "t"])
+    assert add_layout.run(graph) == (graph, False)
