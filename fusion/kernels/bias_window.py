@@ -71,7 +71,8 @@ def window_dims(dims: GemmDims, first: int, blocks: int) -> GemmDims:
     Grouped (windows of whole groups), the slice reduces over its groups' rows of K: grouped
     again when it holds two groups or more; one group is a dense GEMM over ``kgroup`` rows
     (every column block of the group reads the same rows, so the first block's slice of A
-    serves them all; rows past K are the layout's zero padding).
+    serves them all, or, A K-major as it is (:attr:`fusion.kernels.layout.GemmDims.
+    a_direct`), the group's own rows; rows past K are the layout's zero padding).
     """
     n = min(blocks * dims.C, dims.N - first * dims.C)
     if not dims.grouped:
@@ -88,14 +89,15 @@ def window_regions(dims: GemmDims, regions: Mapping[str, Region], out: Region, f
                                                                        Region]:
     """The regions of the window starting at column block ``first``, and its output: B, the
     bias groups, the residual and the output moved on by ``first`` column blocks (and A,
-    grouped; dense, A is shared)."""
+    grouped, to the first block's rows: :meth:`fusion.kernels.layout.GemmDims.a_rows_at`;
+    dense, A is shared)."""
     # bytes per column block (a window's first block always starts on a word)
     step = {"b": dims.Kp * dims.C, "residual": dims.tile_bytes(1),
             "bias": bias_group(per_channel) * dims.config.e_row_bytes}
-    if dims.grouped:  # A's [Mb][Nb * Kp][R]: one Kp slice per column block
-        step["a"] = dims.Kp * dims.R
     moved = {name: _moved(region, first * step[name] // dims.W) if name in step else region
              for name, region in regions.items()}
+    if dims.grouped and "a" in regions:  # A's rows of the window's first column block
+        moved["a"] = _moved(regions["a"], dims.a_rows_at(first) * dims.R // dims.W)
     return moved, _moved(out, first * out_tile_words)
 
 

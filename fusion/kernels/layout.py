@@ -13,6 +13,9 @@ A grouped GEMM (``kgroup > 0``, a grouped or depthwise convolution) has a block-
 column block ``j`` reads only rows ``[j*kgroup, (j+1)*kgroup)`` of K. Its tiles then reduce
 over ``Kp`` = ``kgroup`` rounded up to ``k_align`` only (not K): A keeps every row of K, one
 ``Kp`` slice per column block (``a_Kp = Nb * Kp``), and B holds only the diagonal blocks.
+Where a group's rows are whole k steps and the groups tile K and N
+(:attr:`GemmDims.a_direct`), A is the plain K-major layout (``a_Kp = K``): a column block's
+rows are one run of every row block, where a producer's K-major store put them.
 
 All padding is zeros. The layouts, outermost index first:
 
@@ -120,10 +123,36 @@ class GemmDims:
         return ceil_div(self.kgroup or self.K, align) * align
 
     @property
+    def a_direct(self) -> bool:
+        """A grouped GEMM whose A is the plain K-major layout ``[Mb][K][R]``: each group's
+        ``kgroup`` rows are whole k steps (a multiple of ``k_align``, so ``Kp == kgroup``)
+        and the groups tile K and N exactly, so the rows a column block reads are one
+        contiguous run of every row block, where a producer's K-major store put them. With
+        one column block a group this is the slice-per-block layout byte for byte; with
+        more, the kernel runs a part per group (:func:`fusion.kernels.gemm.parts.
+        program_parts`), each a dense GEMM over its group's rows, instead of reading a copy
+        of the group's rows per column block (which no kernel stores: the host wrote it)."""
+        if not self.grouped or self.kgroup % self.config.k_align or self.N % self.C:
+            return False
+        if self.kblocks == 1:
+            return self.K == self.Nb * self.kgroup
+        return self.Nb % self.kblocks == 0 and self.K == self.Nb // self.kblocks * self.kgroup
+
+    @property
     def a_Kp(self) -> int:  # noqa: N802
         """A's padded width: :attr:`Kp`, or grouped ``Nb * Kp`` (one ``Kp`` slice per column
-        block); A's layout is ``[Mb][a_Kp][R]``."""
+        block), or ``K`` where A is K-major as it is (:attr:`a_direct`); A's layout is
+        ``[Mb][a_Kp][R]``."""
+        if self.a_direct:
+            return self.K
         return self.Nb * self.Kp if self.grouped else self.Kp
+
+    def a_rows_at(self, nb: int) -> int:
+        """The first row of A's ``[a_Kp]`` rows that column block ``nb`` reads: its slice,
+        or (:attr:`a_direct`) its group's first row of K."""
+        if self.a_direct:
+            return nb // self.kblocks * self.kgroup
+        return nb * self.Kp if self.grouped else 0
 
     def k_rows(self, nb: int) -> tuple[int, int]:
         """The rows ``[lo, hi)`` of K that column block ``nb`` reads (all of K when dense)."""
@@ -218,11 +247,12 @@ def pack_a(dims: GemmDims, a: np.ndarray) -> bytes:
     """A (M x K int8) in the ``[Mb][a_Kp][R]`` layout.
 
     Grouped, column block ``j``'s rows of K (:meth:`GemmDims.k_rows`) start at
-    ``j * Kp``, each slice zero padded to ``Kp``.
+    ``j * Kp``, each slice zero padded to ``Kp`` (unless :attr:`GemmDims.a_direct`: then A
+    is K-major as it is).
     """
     a = _check(a, (dims.M, dims.K), np.int8, "a")
     padded = np.zeros((dims.Mb * dims.R, dims.a_Kp), np.int8)
-    if dims.grouped:
+    if dims.grouped and not dims.a_direct:
         for nb in range(dims.Nb):
             lo, hi = dims.k_rows(nb)
             padded[: dims.M, nb * dims.Kp: nb * dims.Kp + hi - lo] = a[:, lo:hi]

@@ -247,7 +247,7 @@ def traffic(dims: GemmDims, tiling: Tiling) -> int:
     gm, gn = ceil_div(dims.Mb, tiling.tm), ceil_div(dims.Nb, tiling.tn)
     if dims.grouped:  # each (m, n) super tile reads its group's A slice once
         resident_b = tiling.order == "nm" and (tiling.kt or dims.Kp) >= dims.Kp
-        return a_bytes * gn // dims.Nb + b_bytes * (1 if resident_b else gm)
+        return dims.Mb * dims.Kp * dims.R * gn + b_bytes * (1 if resident_b else gm)
     if (tiling.kt or dims.Kp) < dims.Kp:  # k chunks change every step: nothing stays resident
         return a_bytes * gn + b_bytes * gm
     if tiling.order == "mn":

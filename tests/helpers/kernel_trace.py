@@ -303,12 +303,14 @@ def _derive(kernel, store: Store, i: int, j: int, r: int) -> list[tuple[str, int
     if store.kind == "matmul":
         assert store.row == r, (where, store.row)
         # grouped, A is [Mb][Nb * Kp][R]: a Kp slice per column block, the same rows for
-        # every block of a group (kblocks), so any of them will do
+        # every block of a group (kblocks), so any of them will do; K-major as it is
+        # (a_direct), the group's own rows of K
         peers = ([j // d.kblocks * d.kblocks + n for n in range(d.kblocks)] if d.grouped
                  else [0])
+        starts = [d.a_rows_at(j)] if d.a_direct else [p * d.Kp for p in peers]
         a_rows = [x for x, _ in store.acc]
-        assert any(a_rows == [Label("a", (i * d.a_Kp + p * d.Kp + k) * d.R, "a")
-                              for k in range(d.Kp)] for p in peers), f"{where}: wrong A rows"
+        assert any(a_rows == [Label("a", (i * d.a_Kp + s + k) * d.R, "a")
+                              for k in range(d.Kp)] for s in starts), f"{where}: wrong A rows"
         b = [Label("b", (j * d.Kp + k) * d.C, "b") for k in range(d.Kp)]
         assert [y for _, y in store.acc] == b, f"{where}: wrong B rows"
         return [("matmul", store.mask, store.dt)]

@@ -222,7 +222,8 @@ class GemmKind(KernelKind):
         ``kmajor/(Nb*C)`` when stored transposed, the rest tile-blocked."""
         dims = gemm_dims(config, params)
         if region == "a":
-            return layout.layout_name("grouped" if params.kgroup else "kmajor", dims.a_Kp)
+            return layout.layout_name("grouped" if dims.grouped and not dims.a_direct
+                                      else "kmajor", dims.a_Kp)
         if region == "out" and params.kmajor_out:
             return layout.layout_name("kmajor", dims.Nb * dims.C)
         return "tiles"

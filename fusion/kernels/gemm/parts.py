@@ -31,6 +31,10 @@ def program_parts(dims: GemmDims, tiling: Tiling, stages: tuple[str, ...],
     if blocks == 0:
         raise ValueError(f"tiling {tiling}: the bias rows of a super tile do not fit the "
                          f"epilogue scratchpad (fusion.kernels.tiling.fit_problems)")
+    if dims.a_direct and dims.kblocks > 1:
+        # A is K-major as the producer stored it: a part per group, each a dense GEMM over
+        # the group's rows (a super tile's A moves by a group's rows only between parts)
+        blocks = min(blocks, dims.kblocks)
     parts = windows(dims.Nb, blocks)
     template = "gemm_stream.j2" if tiling.stream else "gemm.j2"
     out_tw = dims.tile_words(DT_BYTES[out_dt])

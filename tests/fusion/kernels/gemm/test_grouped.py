@@ -117,10 +117,13 @@ def test_grouped_super_tiles_hold_column_blocks_of_one_group():
     assert {t.tn for t in ranked_tilings(dims)} == {1}
     assert "tn must divide its kblocks=1, not tn=2" in tiling_problem(dims, (),
                                                                      Tiling(tm=1, tn=2))
-    # ShuffleNet's grouped 1x1 at M = 4: 3 groups of 10 column blocks. One column block a
-    # super tile loads A's slice and B's block for each 320-step matmul (both port-bound);
-    # two blocks a super tile load it half as often (B's half holds three blocks of 320)
+    # ShuffleNet's grouped 1x1 at M = 4: 3 groups of 10 column blocks. Its A is K-major as
+    # the producer stored it (a_direct), and the kernel is a part per group, a dense GEMM
+    # over the group's 320 rows: A's rows stay resident across the group's column blocks
+    # whatever the super tile, so each row of A is loaded once (a slice per super tile, as
+    # the layout of a slice per column block loads it, took 19,320 and 14,520 cycles)
     wide = GemmDims(V8, 4, 960, 240, kgroup=320, kblocks=10)
+    assert wide.a_direct
     tns = {t.tn for t in ranked_tilings(wide, ("bias", "requant"))}
     assert tns <= {1, 2, 5, 10} and max(tns) > 1
     assert "not tn=3" in tiling_problem(wide, (), Tiling(tm=1, tn=3))
@@ -128,9 +131,12 @@ def test_grouped_super_tiles_hold_column_blocks_of_one_group():
     assert traffic(wide, group) < traffic(wide, one)
     kernels = [compiled_gemm(V8, 4, 960, 240, stages=("bias", "requant"), kgroup=320,
                              kblocks=10, tiling=t) for t in (one, group)]
+    b_bytes = wide.Nb * wide.Kp * wide.C
     for kernel in kernels:
         assert_sound(kernel)
-    assert kernels[1].ideal_cycles < 0.8 * kernels[0].ideal_cycles
+        bias = kernel.regions["bias"].nbytes
+        assert kernel.bytes_loaded == wide.Mb * wide.K * wide.R + b_bytes + bias
+        assert kernel.ideal_cycles < 0.8 * 14_520
 
 
 def walk_loads(ctx):
@@ -256,10 +262,16 @@ def test_grouping_of_a_convolutions_weights(group, n, cols, expect):
 
 def test_column_blocks_of_one_group_read_its_rows():
     """``kblocks``: the 4 column blocks of a 16-channel group (4 columns) all read that
-    group's 24 rows; A holds one slice per column block, B the diagonal blocks."""
+    group's 24 rows; A is K-major as a producer stores it (a group's rows are whole k steps:
+    ``a_direct``), B holds the diagonal blocks. A group of 21 rows (not whole k steps of 2)
+    reads a slice of A per column block."""
     dims = GemmDims(CFG, 5, 48, 32, kgroup=24, kblocks=4)  # 2 groups of 16 channels
     assert [dims.k_rows(nb) for nb in range(dims.Nb)] == [(0, 24)] * 4 + [(24, 48)] * 4
-    assert dims.a_Kp == dims.Nb * dims.Kp == 8 * 24
+    assert dims.a_direct and dims.a_Kp == dims.K == 48
+    assert [dims.a_rows_at(nb) for nb in range(dims.Nb)] == [0] * 4 + [24] * 4
+    odd = GemmDims(CFG, 5, 42, 32, kgroup=21, kblocks=4)
+    assert not odd.a_direct and odd.a_Kp == odd.Nb * odd.Kp == 8 * 22
+    assert [odd.a_rows_at(nb) for nb in range(odd.Nb)] == [22 * nb for nb in range(8)]
     with pytest.raises(ValueError, match="kblocks must be a positive integer"):
         GemmDims(CFG, 5, 48, 32, kgroup=24, kblocks=0)
     with pytest.raises(ValueError, match="in groups of 8"):  # one group: dense
