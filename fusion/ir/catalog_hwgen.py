@@ -64,8 +64,10 @@ def _window_attrs(c: Call, x_shape: tuple[int, ...], kernel: tuple[int, ...], ce
     return out
 
 
-@register("qmatmul", "a b", weights="b", group=1,
-          summary="(a - a_zp) @ (b - b_zp) -> int32")
+@register("qmatmul", "a b", weights="b", group=1, asked=1,
+          summary="(a - a_zp) @ (b - b_zp) -> int32; asked=0: the model asks for none of "
+                  "its multiply-accumulates (a channel permutation the compiler made, "
+                  "fusion.passes.channel_shuffle), so utilization does not count them")
 def _qmatmul(c: Call):
     a, b = c.need("a", INT8S), c.need("b", INT8S)
     group = c.attrs["group"]

@@ -28,20 +28,26 @@ something else also reads (it would see the permuted values), or that is a graph
 The GEMM keeps its ``group`` attribute, which counts the MACs the model asks for
 (:mod:`fusion.ir.ops`). A grouped convolution's permuted columns are no longer block-diagonal
 in order, so it runs as a dense GEMM of block-diagonal weights
-(:func:`fusion.compiler.kernels.grouping` says so in the plan). That is the price: no order of
-the channels keeps both the grouped convolution before the shuffle and the one after it
-grouped (each group after it reads channels of every group before it), and the array's
-stores write whole column blocks, so the permutation cannot be a strided store either. In
-ShuffleNet v1 (3 groups, 64 px) the first grouped convolution of a stage-2 unit was dense
-already (a group's 20 channels do not divide 8 columns); a stage-3 one goes from 6,198 to
-16,215 predicted cycles, where the five host layout steps it replaces were predicted at
-5,840 each (and kept the next kernels from reading the rows where they lie).
+(:func:`fusion.compiler.kernels.grouping` says so in the plan): no order of the channels keeps
+both the grouped convolution before the shuffle and the one after it grouped (each group
+after it reads channels of every group before it), and the array's stores write whole column
+blocks, so the permutation cannot be a strided store either. Where the groups save more
+than a permutation costs (:func:`_keeps_groups`: ShuffleNet v1's stage-3 and -4 units), the
+GEMM keeps its weights in their order, grouped, and the permutation is a GEMM of its own by
+the 0/1 permutation matrix, requantized by 1 (exact: each output is one input), whose
+multiply-accumulates the model does not ask for (``asked=0``: utilization does not count
+them). In ShuffleNet v1 (3 groups, 64 px) a stage-3 unit's first grouped convolution is
+then 6,751 predicted cycles and its permutation 4,217, where the dense GEMM took 16,215; a
+stage-4 one 12,451 and 7,688 where it took 30,426. A stage-2 one stays dense (a group's 20
+channels do not divide 8 columns), and so do the first units of stages 3 and 4, whose groups
+save less.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
 from fusion.passes.im2col_rows import rows_orders
@@ -123,6 +129,9 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     if any(len(graph.consumers(op.outputs[0])) != 1 or op.outputs[0] in graph.outputs
            for op in chain[:-1]):
         return None
+    quant = graph.tensors[rows].quant
+    if quant is not None and not quant.per_channel and _keeps_groups(graph, gemm, order):
+        return _permuting_gemm(graph, node, rows, order)
     edit = Edit(graph)
     edit.drop(*makers, node)
     wt = graph.tensors[weights]
@@ -145,6 +154,59 @@ def _rewrite(graph: Graph, node: Node) -> Graph | None:
     moved = edit.node(f"{node.name}/transpose", "transpose", [rows], quant=et.quant,
                       perm=(0, 2, 1))
     edit.node(node.name, "reshape", [moved], output=end, shape=et.shape)
+    return edit.apply()
+
+
+def _keeps_groups(graph: Graph, gemm: Node, order: np.ndarray) -> bool:
+    """Whether grouped ``gemm`` should stay grouped, its permutation a GEMM of its own
+    (:func:`_permuting_gemm`): its weights are block-diagonal in their own order, each
+    group's channels whole column blocks of 8 (so of any array up to 8 columns wide: the
+    compiler then runs it as a grouped GEMM, :func:`fusion.compiler.kernels.grouping`),
+    ``order`` mixes the groups, and the work the groups save, ``M*K*N*(G-1)/G``
+    multiply-accumulates, is more than twice the permutation's ``M*N*N`` (whose ``N x N``
+    weights also stream through the port). ShuffleNet v1's stage-3 and -4 units (K = 480 and
+    960 over N = 120 and 240, 3 groups) keep their groups; their first units (K = 240 and
+    480) and stage 2's (20 channels a group) do not."""
+    group = int(gemm.attr("group", 1) or 1)
+    w = graph.initializers[gemm.inputs[1]]
+    if group <= 1 or w.ndim != 2 or w.shape[1] != order.size:
+        return False
+    k, n = w.shape
+    if k % group or n % group or (n // group) % GROUP_COLUMNS:
+        return False
+    rows = np.arange(k)[:, None] // (k // group)
+    cols = np.arange(n)[None, :] // (n // group)
+    if np.any(w[rows != cols]) or np.array_equal(order // (n // group), cols[0]):
+        return False
+    return k * (group - 1) / group > 2 * n
+
+
+#: The column blocks a group's channels must fill for :func:`_keeps_groups` (a pass sees no
+#: variant): 8, the widest array the zoo runs on, so any array of up to 8 columns groups it.
+GROUP_COLUMNS = 8
+
+
+def _permuting_gemm(graph: Graph, node: Node, rows: str, order: np.ndarray) -> Graph:
+    """``graph`` with the layout chain ending at ``node`` (a channel permutation of the
+    GEMM rows ``rows``) as a GEMM of ``rows`` by the 0/1 permutation matrix, requantized by
+    1 to ``rows``' own quantization (exact: each output is one input, less and plus the zero
+    point), then the plain layout change to NCHW."""
+    y = graph.tensors[rows]
+    n = order.size
+    matrix = np.zeros((n, n), np.int8)
+    matrix[order, np.arange(n)] = 1
+    edit = Edit(graph)
+    edit.drop(node)
+    base = node.name
+    perm = edit.const(f"{base}/permutation", matrix, quant=Quant(1.0, 0))
+    acc = edit.node(f"{base}/qmatmul", "qmatmul", [rows, perm], asked=0,
+                    quant=Quant(float(y.quant.scale[0]), 0))
+    moved = edit.node(f"{base}/requant", "requant", [acc], quant=y.quant,
+                      **ops.requant_attrs(1.0, int(y.quant.zero_point[0]), out_dtype=y.dtype,
+                                          round_even=True))
+    et = graph.tensors[node.outputs[0]]
+    nchw = edit.node(f"{base}/transpose", "transpose", [moved], quant=et.quant, perm=(0, 2, 1))
+    edit.node(base, "reshape", [nchw], output=node.outputs[0], shape=et.shape)
     return edit.apply()
 
 

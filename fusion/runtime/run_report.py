@@ -188,11 +188,12 @@ def kernel_macs(graph: Graph, nodes: list[str]) -> int:
     """Multiply-accumulates the model asks of the GEMMs among ``nodes``: ``M*K*N`` of each
     ``qmatmul``, over its ``group`` (a grouped or depthwise conv in GEMM form multiplies a
     block-diagonal weight, whose zero blocks are work the array does but the model does not
-    ask for: utilization counts only the MACs the model asks for)."""
+    ask for: utilization counts only the MACs the model asks for; a ``qmatmul`` with
+    ``asked=0``, a channel permutation the compiler made, asks for none)."""
     total = 0
     for name in nodes:
         node = graph.node(name)
-        if node.op == "qmatmul":
+        if node.op == "qmatmul" and node.attr("asked", 1):
             a, b = (graph.tensors[n] for n in node.inputs[:2])
             total += _asked_rows(graph, a.name) * a.shape[-1] * b.shape[-1] \
                 // node.attr("group", 1)

@@ -8,6 +8,7 @@ from fusion.ir.builder import GraphBuilder
 from fusion.ir.graph import Quant
 from fusion.passes import channel_shuffle, dce, im2col_rows
 from fusion.reference import executor
+from fusion.runtime.run_report import kernel_macs
 from tests.helpers.pass_testing import assert_unchanged
 
 GROUPS, C, H, W = 3, 12, 4, 4
@@ -83,3 +84,56 @@ def test_the_shuffle_becomes_the_gemms_column_order():
 ])
 def test_near_misses_are_left_alone(graph):
     assert_unchanged(channel_shuffle.run, graph())
+
+
+def grouped_shuffled(k: int, channels: int, groups: int = 3) -> tuple:
+    """A grouped 1x1 convolution in GEMM form (``k`` input channels, block-diagonal weights,
+    ``group`` attribute), its requantize, then the channel shuffle of its ``groups``, read by
+    a plain GEMM: ShuffleNet v1's first grouped convolution of a unit, at M = 16."""
+    rng = np.random.default_rng(11)
+    b = GraphBuilder("g")
+    x = b.input("x", (1, H * W, k), "int8", quant=QX)
+    w = rng.integers(-127, 128, (k, channels)).astype(np.int8)
+    w[np.arange(k)[:, None] // (k // groups) != np.arange(channels)[None, :]
+      // (channels // groups)] = 0
+    acc = b.qmatmul(x, b.const("w", w, quant=Quant(0.02, 0)), name="mm", group=groups)
+    y = b.requant(acc, QY, round_even=True, name="rq")
+    nchw = b.reshape(b.transpose(y, (0, 2, 1), name="t"), (1, channels, H, W), name="nchw")
+    split = b.reshape(nchw, (1, groups, channels // groups, H, W), name="split")
+    joined = b.reshape(b.transpose(split, (0, 2, 1, 3, 4), name="swap"),
+                       (1, channels, H, W), name="join")
+    cols = b.im2col(joined, (1, 1), name="cols")
+    out = b.qmatmul(cols, b.const("w2", rng.integers(-127, 128, (channels, 8)).astype(
+        np.int8), quant=Quant(0.02, 0)), name="mm2")
+    return b.build([out]), out
+
+
+@pytest.mark.parametrize("k, channels, kept", [
+    (480, 120, True),   # ShuffleNet's stage 3: the groups save 2/3 of 480 rows, > 2 x 120
+    (240, 120, False),  # its first unit: 160 < 240, the columns take the order instead
+    (480, 60, False),   # 20 channels a group are no whole column blocks: no groups to keep
+])
+def test_a_grouped_gemm_keeps_its_groups_and_a_gemm_permutes(k, channels, kept):
+    """Where the groups save more than the permutation costs, the grouped GEMM keeps its
+    block-diagonal weights in their order and a GEMM by the 0/1 permutation matrix (asked=0:
+    the model asks for none of its multiply-accumulates) reorders the channels, exactly."""
+    before, out = grouped_shuffled(k, channels)
+    got = dce.run(im2col_rows.run(channel_shuffle.run(before)[0])[0])[0]
+    permuting = [n for n in got.topo_order() if n.op == "qmatmul" and n.attr("asked") == 0]
+    w = got.initializers[got.node("mm").inputs[1]]
+    if kept:
+        assert len(permuting) == 1
+        np.testing.assert_array_equal(w, before.initializers["w"])  # still block-diagonal
+        p = got.initializers[permuting[0].inputs[1]]
+        assert (p.sum(axis=0) == 1).all() and (p.sum(axis=1) == 1).all()
+        # utilization counts the grouped convolution's work, not the permutation's
+        assert kernel_macs(got, [permuting[0].name]) == 0
+        assert kernel_macs(got, ["mm"]) == H * W * k * channels // 3
+    else:
+        assert not permuting
+        assert not np.array_equal(w, before.initializers["w"])  # the columns took the order
+    assert "transpose" not in [n.op for n in got.topo_order()]
+    for seed in range(3):
+        inputs = _inputs(before, seed)
+        np.testing.assert_array_equal(executor.run(got, inputs)[out],
+                                      executor.run(before, inputs)[out])
