@@ -109,12 +109,13 @@ def grouped_shuffled(k: int, channels: int, groups: int = 3) -> tuple:
 
 
 @pytest.mark.parametrize("k, channels, kept", [
-    (480, 120, True),   # ShuffleNet's stage 3: the groups save 2/3 of 480 rows, > 2 x 120
-    (240, 120, False),  # its first unit: 160 < 240, the columns take the order instead
+    (480, 120, True),   # ShuffleNet's stage 3: the groups save 2/3 of 480 rows, > 120
+    (240, 120, True),   # its first unit: 160 > 120
+    (150, 120, False),  # 100 < 120: the columns take the order instead
     (480, 60, False),   # 20 channels a group are no whole column blocks: no groups to keep
 ])
 def test_a_grouped_gemm_keeps_its_groups_and_a_gemm_permutes(k, channels, kept):
-    """Where the groups save more than the permutation costs, the grouped GEMM keeps its
+    """Where the groups save more work than the permutation takes, the grouped GEMM keeps its
     block-diagonal weights in their order and a GEMM by the 0/1 permutation matrix (asked=0:
     the model asks for none of its multiply-accumulates) reorders the channels, exactly."""
     before, out = grouped_shuffled(k, channels)
