@@ -45,6 +45,26 @@ def _layout(graph: Graph, name: str) -> tuple[Node, Node] | None:
     return transpose, reshape
 
 
+def _one_layout(graph: Graph, layouts: list[tuple[Node, Node]]) -> bool:
+    """Whether the ``(transpose, reshape)`` pairs change tensors of one shape by one
+    permutation to one shape: the layout change that can follow the op instead."""
+    t0, r0 = layouts[0]
+    shape = graph.tensors[t0.inputs[0]].shape
+    return all(t.attr("perm") == t0.attr("perm") and r.attr("shape") == r0.attr("shape")
+               and graph.tensors[t.inputs[0]].shape == shape for t, r in layouts)
+
+
+def _view_after(edit: Edit, node: Node, done: str, layout: tuple[Node, Node]) -> None:
+    """``node``'s output as ``layout`` (a transpose, then a reshape) of ``done``, the op's
+    result in the inputs' own layout."""
+    out = edit.graph.tensors[node.outputs[0]]
+    transpose, reshape = layout
+    moved = edit.node(f"{node.name}/transpose", "transpose", [done], quant=out.quant,
+                      perm=transpose.attr("perm"))
+    edit.node(f"{node.name}/reshape", "reshape", [moved], output=out.name, quant=out.quant,
+              shape=reshape.attr("shape"))
+
+
 def commute(graph: Graph, node: Node) -> Graph | None:
     """``graph`` with the layout changes of ``qadd`` ``node``'s inputs moved after it, or None
     where the pattern does not hold exactly."""
@@ -53,11 +73,9 @@ def commute(graph: Graph, node: Node) -> Graph | None:
     found = [_layout(graph, name) for name in node.inputs]
     if any(f is None for f in found):
         return None
-    (ta, ra), (tb, rb) = found
-    a0, b0 = ta.inputs[0], tb.inputs[0]
-    if (ta.attr("perm") != tb.attr("perm") or ra.attr("shape") != rb.attr("shape")
-            or graph.tensors[a0].shape != graph.tensors[b0].shape):
+    if not _one_layout(graph, found):
         return None
+    a0, b0 = (t.inputs[0] for t, _r in found)
     for name in (a0, b0):
         q = graph.tensors[name].quant
         if q is None or q.per_channel:
@@ -67,10 +85,7 @@ def commute(graph: Graph, node: Node) -> Graph | None:
     edit.drop(node)
     summed = edit.node(node.name, "qadd", [a0, b0], output=edit.fresh(f"{out.name}/gemm"),
                        quant=out.quant, **node.attr_dict)
-    moved = edit.node(f"{node.name}/transpose", "transpose", [summed], quant=out.quant,
-                      perm=ta.attr("perm"))
-    edit.node(f"{node.name}/reshape", "reshape", [moved], output=node.outputs[0],
-              quant=out.quant, shape=ra.attr("shape"))
+    _view_after(edit, node, summed, found[0])
     return edit.apply()
 
 
@@ -109,11 +124,8 @@ def commute_real(graph: Graph, node: Node) -> Graph | None:
     found = [_real_source(graph, name) for name in node.inputs]
     if any(f is None for f in found):
         return None
-    first = found[0]
-    for _dq, t, r in found:
-        if (t.attr("perm") != first[1].attr("perm") or r.attr("shape") != first[2].attr("shape")
-                or graph.tensors[t.inputs[0]].shape != graph.tensors[first[1].inputs[0]].shape):
-            return None
+    if not _one_layout(graph, [(t, r) for _dq, t, r in found]):
+        return None
     edit = Edit(graph)
     edit.drop(node)
     inputs = []
@@ -130,10 +142,7 @@ def commute_real(graph: Graph, node: Node) -> Graph | None:
                                 output=edit.fresh(f"{dq.outputs[0]}/gemm"), **dq.attr_dict))
     done = edit.node(node.name, node.op, inputs, output=edit.fresh(f"{out.name}/gemm"),
                      quant=out.quant, **node.attr_dict)
-    moved = edit.node(f"{node.name}/transpose", "transpose", [done], quant=out.quant,
-                      perm=first[1].attr("perm"))
-    edit.node(f"{node.name}/reshape", "reshape", [moved], output=out.name, quant=out.quant,
-              shape=first[2].attr("shape"))
+    _view_after(edit, node, done, found[0][1:])
     return edit.apply()
 
 
