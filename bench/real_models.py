@@ -113,13 +113,15 @@ def measure(path: Path, x: np.ndarray, want: np.ndarray | None, batch: int = 1,
     return {
         "model": path.stem, "batch": batch, "options": options.label,
         "kernels": len(report.kernels),
-        "layout_host_steps": len(layout), "host_ops": len(report.host_ops),
+        "layout_host_steps": len(layout), "repacks": len(compiled.repacks),
+        "host_ops": len(report.host_ops),
         "host_ops_by_op": dict(sorted(Counter(h.op for h in report.host_ops).items())),
         "host_written_bytes": report.host_written_bytes,
         "cycles": report.total_cycles, "macs": report.total_macs,
-        # the host steps' time in accelerator cycles (the host cost model's, at its clock:
-        # what the engine weighed against the kernels), beside the kernels' measured cycles
-        "host_cycles": round(sum(h.predicted_cycles for h in compiled.host)),
+        # the host steps' and repacks' time in accelerator cycles (the host cost model's, at
+        # its clock: what the engine weighed against the kernels), beside the kernels'
+        # measured cycles
+        "host_cycles": round(compiled.predicted_host_cycles),
         "ideal_cycles": report.ideal_cycles, "utilization": round(report.utilization, 4),
         "bound_utilization": round(report.bound_utilization, 4),
         "roofline_fraction": round(report.roofline_fraction, 4),

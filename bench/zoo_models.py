@@ -12,15 +12,17 @@ outside it makes the benchmark exit 1) and, for the QDQ forms, with onnxruntime'
 otherwise.
 
 Per model: kernels, host ops by op (compute the host does: Softmax and LRN are there by
-design, :data:`fusion.compiler.lower.HOST_BY_DESIGN`), layout host steps, cycles (the
-kernels', measured), the host steps' predicted time in accelerator cycles (``host cyc``: the
-host cost model's, which the engine weighs against a kernel's cycles), the MACs
+design, :data:`fusion.compiler.lower.HOST_BY_DESIGN`), layout host steps, repacks (kernel
+inputs the host rewrites from an earlier kernel's output in another layout:
+:mod:`fusion.compiler.repack`), cycles (the kernels', measured), the host steps' and repacks'
+predicted time in accelerator cycles (``host cyc``: the host cost model's, which the engine
+weighs against a kernel's cycles), the MACs
 the model asks for, utilization (MACs / 64 over the kernels' cycles), the most any plan of
 those kernels could reach (``bound``: :attr:`fusion.runtime.run_report.RunReport.
 bound_utilization`, each kernel at least its MACs on every PE and its weights streamed once;
 at batch 1 the late layers of ResNet-50 and DenseNet are weight-bound), the bytes the host
 writes into the accelerator's memory (``host KB``: the model's input, what host steps made,
-and operands no kernel stored where and as their reader takes them), compile and run wall
+and the repacks), compile and run wall
 seconds.
 
 ``python -m bench.zoo_models [MODEL ...]`` prints them and writes ``build/bench_zoo_models.json``;
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model zoo on {VARIANT.rows}x{VARIANT.cols}, all stages, window unit, "
           f"{VARIANT.acc_banks} accumulator banks (every kernel "
           f"shadow-checked, outputs against the exact reference) ...", flush=True)
-    print(f"  {'model':<18} {'kernels':>7} {'layout':>6} {'cycles':>10} {'host cyc':>9} "
+    print(f"  {'model':<18} {'kernels':>7} {'layout':>6} {'repack':>6} {'cycles':>10} "
+          f"{'host cyc':>9} "
           f"{'MACs':>11} {'util':>5} {'bound':>5} {'host KB':>7} {'compile s':>9} "
           f"{'run s':>7}  host ops")
     rows = []
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         row["float_path"] = _float_path(path, x, row.pop("output"))
         rows.append(row)
         print(f"  {name:<18} {row['kernels']:>7} {row['layout_host_steps']:>6} "
+              f"{row['repacks']:>6} "
               f"{row['cycles']:>10,} {row['host_cycles']:>9,} {row['macs']:>11,} "
               f"{row['utilization']:>5.2f} "
               f"{row['bound_utilization']:>5.2f} {row['host_written_bytes'] / 1024:>7.0f} "

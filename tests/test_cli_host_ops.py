@@ -25,7 +25,7 @@ def test_compile_lists_the_host_ops(model, variant_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "host op sig (QLinearSigmoid): no accelerator kernel; predicted" in out
     assert "host op softmax (Softmax, left to the host by design: " in out
-    assert "2 kernels, 2 host ops, 2 layout host steps;" in out
+    assert "2 kernels, 2 host ops, 2 layout host steps, 0 repacks between kernels;" in out
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert plan["host_ops"] == 2
 

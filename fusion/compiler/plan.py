@@ -14,6 +14,7 @@ read) is :mod:`fusion.compiler.plan_folder`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_rol
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.placed_choice import ranked
+from fusion.compiler.repack import Repack, find_repacks
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.host import HostCostModel
@@ -145,6 +147,8 @@ class CompiledModel:
     platform: PlatformConfig = field(default_factory=PlatformConfig)
     #: The model that priced them, in words (:meth:`fusion.cost.model.CostModel.describe`).
     priced_by: str = "the analytical model"
+    #: What priced the host steps and the repacks.
+    host_model: HostCostModel = field(default_factory=HostCostModel)
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -185,9 +189,25 @@ class CompiledModel:
         host by design (what ``--no-host-fallback`` refuses)."""
         return [s for s in self.host_ops if is_fallback(s.node)]
 
+    @functools.cached_property
+    def repacks(self) -> list[Repack]:
+        """The kernel inputs the host rewrites between kernels: an earlier kernel stored the
+        tensor, but not in the layout this one reads (:mod:`fusion.compiler.repack`). Layout
+        steps on the host that no graph node asks for."""
+        return find_repacks(self.graph, self.config, self.kernels,
+                            {k.name: self.memory.in_place(k.name) for k in self.kernels},
+                            self.host_model)
+
     @property
     def predicted_host_seconds(self) -> float:
-        return sum(s.predicted_seconds for s in self.host)
+        """The host steps' and the repacks' predicted seconds."""
+        return (sum(s.predicted_seconds for s in self.host)
+                + sum(r.predicted_seconds for r in self.repacks))
+
+    @property
+    def predicted_host_cycles(self) -> float:
+        """:attr:`predicted_host_seconds` in accelerator cycles at the host model's clock."""
+        return self.host_model.cycles(self.predicted_host_seconds)
 
     def explain(self) -> str:
         lines = [f"candidates priced by {self.priced_by} on {self.platform.describe()}"]
@@ -205,6 +225,12 @@ class CompiledModel:
             lines.append(f"{len(layout)} layout host steps ("
                          f"{', '.join(sorted({h.node.op for h in layout}))}): predicted "
                          f"{sum(h.predicted_seconds for h in layout) * 1e6:,.1f} us")
+        for r in self.repacks:
+            lines.append(f"repack {r.name}: the host rewrites {r.tensor!r} between kernels, "
+                         f"stored by {r.producer} as {r.stored}, read as {r.wanted} "
+                         f"({r.read_bytes:,} B read, {r.written_bytes:,} B written; predicted "
+                         f"{r.predicted_seconds * 1e6:,.1f} us and {r.link_cycles:,.0f} cycles "
+                         f"on the memory port)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +260,7 @@ class CompiledModel:
                 "predicted_cycles": round(self.predicted_cycles),
                 "host_ops": len(self.host_ops),
                 "predicted_host_seconds": self.predicted_host_seconds,
+                "repacks": [r.to_dict() for r in self.repacks],
                 "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
                 "memory": self.memory.to_dict(), "cache": self.cache_stats}
 
@@ -408,7 +435,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
-                         platform, model.describe())
+                         platform, model.describe(), host_model)
 
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:

@@ -68,7 +68,12 @@ class HostCostModel:
 
     def seconds(self, graph: Graph, node: Node) -> float:
         """Predicted wall seconds of ``node`` on the host."""
-        return self.seconds_per_op + self.seconds_per_element * self.elements(graph, node)
+        return self.seconds_of(self.elements(graph, node))
+
+    def seconds_of(self, elements: int) -> float:
+        """Predicted wall seconds of one host op that reads and writes ``elements`` in all
+        (a node, or a repack between kernels: :mod:`fusion.compiler.repack`)."""
+        return self.seconds_per_op + self.seconds_per_element * elements
 
     @staticmethod
     def link_cycles(graph: Graph, node: Node, port_bytes: int) -> float:

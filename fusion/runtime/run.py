@@ -265,7 +265,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
-                     host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results))
+                     host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results),
+                     [r.to_dict() for r in compiled.repacks])
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

@@ -97,13 +97,17 @@ class RunReport:
     roofline_cycles: int = 0
     weight_bytes: int = 0
     #: Activation bytes the host wrote into the accelerator's memory for the model's run (the
-    #: model's inputs and what host steps made); constants, and inputs the hardware read where
-    #: an earlier kernel stored them, are not counted.
+    #: model's inputs, what host steps made and the repacks); constants, and inputs the
+    #: hardware read where an earlier kernel stored them, are not counted.
     host_written_bytes: int = 0
     #: Wall seconds of the one simulator launch (the model's kernels and the directed sets),
     #: and the cycles it simulated: what the run's wall time should be made of.
     sim_seconds: float = 0.0
     simulated_cycles: int = 0
+    #: The plan's repacks (:attr:`fusion.compiler.plan.CompiledModel.repacks`): kernel inputs
+    #: the runtime wrote from an earlier kernel's output in another layout, part of
+    #: ``host_written_bytes``.
+    repacks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def inferences_per_mcycle(self) -> float:
@@ -171,7 +175,7 @@ class RunReport:
                 "weight_bytes": self.weight_bytes, "roofline_cycles": self.roofline_cycles,
                 "roofline_fraction": round(self.roofline_fraction, 4),
                 "peak_memory_bytes": self.peak_memory_bytes,
-                "host_written_bytes": self.host_written_bytes,
+                "host_written_bytes": self.host_written_bytes, "repacks": self.repacks,
                 "kernels": [k.to_dict() for k in self.kernels],
                 "memory_stall_cycles": sum(k.counters.get("stall_memory", 0)
                                            for k in self.kernels),

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     cache = compiled.cache_stats
     print(f"{len(compiled.kernels)} kernels, {len(compiled.host_ops)} host ops, "
-          f"{len(compiled.host) - len(compiled.host_ops)} layout host steps; predicted "
+          f"{len(compiled.host) - len(compiled.host_ops)} layout host steps, "
+          f"{len(compiled.repacks)} repacks between kernels; predicted "
           f"{compiled.predicted_cycles:,.0f} cycles; peak external memory "
           f"{compiled.memory.peak_bytes:,} B (without reuse {compiled.memory.unshared_bytes:,} "
           f"B); kernel cache: {cache.get('memory_hits', 0) + cache.get('disk_hits', 0)} hits, "

@@ -224,7 +224,11 @@ def run(args: argparse.Namespace) -> int:
     host = (f"{len(report.host_ops)} host ops in "
             f"{sum(h.seconds for h in report.host_ops) * 1e3:.1f} ms, "
             f"{len(layout)} layout host steps in {sum(h.seconds for h in layout) * 1e3:.1f} ms"
-            + (f" ({', '.join(sorted({h.op for h in layout}))})" if layout else ""))
+            + (f" ({', '.join(sorted({h.op for h in layout}))})" if layout else "")
+            + (f", {len(report.repacks)} repacks between kernels (predicted "
+               f"{sum(r['predicted_seconds'] for r in report.repacks) * 1e3:.1f} ms on the "
+               f"host, {sum(r['written_bytes'] for r in report.repacks):,} B written)"
+               if report.repacks else ""))
     print(f"ok: {len(report.kernels)} kernels {'fused' if compiled.fusion else 'unfused'}, "
           f"each bit-exact against the reference; {report.total_cycles:,} cycles for "
           f"{report.total_macs:,} MACs (utilization {report.utilization:.2f} of the "

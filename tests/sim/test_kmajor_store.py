@@ -135,3 +135,24 @@ def test_a_model_runs_its_gemm_chain_on_one_memory():
                                             output_scale(model, name)),
                                  "vs the exact reference", integer=want.dtype.kind in "iu")
     assert ok, figures
+
+
+def test_the_runtime_writes_a_repack_the_plan_lists():
+    """The residual MLP's second GEMM reads the first one's output as its A and as its
+    residual: the tiles serve the residual where they lie, and the A is the plan's one
+    repack, which the host writes (and the run report counts) beside the model's input."""
+    from fusion.compiler.plan import HostStep, compile_model
+    from fusion.frontend.load import load_model
+    from fusion.kernels.cache import KernelCache
+    from fusion.runtime.run import random_inputs, run_compiled
+    from tests.fusion.compiler.test_store_layout import EXAMPLES
+
+    config = SIM_VARIANTS["4x4"]
+    compiled = compile_model(load_model(EXAMPLES / "qdq_mlp_residual.onnx"), config,
+                             cache=KernelCache(disk=False))
+    first, second = (s for s in compiled.steps if not isinstance(s, HostStep))
+    (repack,) = compiled.repacks
+    report = run_compiled(compiled, random_inputs(compiled.graph, seed=3))
+    assert report.repacks == [repack.to_dict()]
+    assert report.host_written_bytes == (first.compiled.regions["a"].nbytes
+                                         + repack.written_bytes)

@@ -4,6 +4,7 @@ any reader of tiles, or a variant that cannot transpose, keeps the tiles. The pl
 records the choice and refuses one the compiler would not make."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,27 @@ def test_the_plan_folder_keeps_the_choice_and_refuses_another(tmp_path):
     path.write_text(json.dumps(plan))
     with pytest.raises(PlanError, match="output layouts"):
         read_plan(tmp_path / "p", SQUARE)
+
+
+def test_a_tensor_no_store_serves_is_a_priced_repack_in_the_plan():
+    # the second GEMM reads the first's output twice: as its A (K-major) and as its residual
+    # (tiles); the tiles serve the residual, and the host rewrites the A between the kernels
+    compiled, (first, second) = _kernels("qdq_mlp_residual.onnx", SQUARE)
+    (repack,) = compiled.repacks
+    assert (repack.kernel, repack.region, repack.producer) == (second.name, "a", first.name)
+    assert repack.tensor == first.spec.output == second.spec.inputs[0]
+    assert repack.stored.startswith("tiles/") and repack.wanted.startswith("kmajor/")
+    assert repack.written_bytes == second.compiled.regions["a"].nbytes
+    assert repack.read_bytes == first.compiled.regions["out"].nbytes
+    assert repack.predicted_cycles > 0 and repack.link_cycles > 0
+    host = compiled.host_model
+    assert compiled.predicted_host_seconds == pytest.approx(
+        sum(h.predicted_seconds for h in compiled.host) + host.seconds_of(
+            2 * math.prod(compiled.graph.tensors[repack.tensor].shape)))
+    assert f"repack {second.name}.a" in compiled.explain()
+    assert compiled.to_dict()["repacks"] == [repack.to_dict()]
+
+
+def test_a_plan_whose_readers_take_every_output_in_place_has_no_repack():
+    compiled, _ = _kernels("qop_mlp.onnx", SQUARE)
+    assert compiled.repacks == [] and compiled.to_dict()["repacks"] == []
