@@ -7,9 +7,13 @@ memory planner then lets those GEMMs read the producer's buffer where it lies
 (:func:`fusion.compiler.memplan.aliases`): the activation never leaves the accelerator's memory
 between the two kernels, and the host neither reads nor repacks it.
 
-The rule, per producing GEMM: store K-major when at least one kernel would read the output in
-place that way and none would read it in place as tiles. Host steps and graph outputs read
-whichever layout it is (the runtime decodes it), so they do not vote. A producer the
+The rule, per producing GEMM: store K-major when the kernels that would read the output in
+place that way read more bytes of it than those that would read it in place as tiles. A
+reader the store does not serve gets its region from the host, which rewrites the tensor in
+its layout between the kernels (a repack, :mod:`fusion.compiler.repack`, priced by the
+bytes it moves): Inception's joins feed three 1x1 convolutions (K-major) and a max pool
+(tiles), and one repack is cheaper than three. On a tie the tiles stay. Host steps and graph
+outputs read whichever layout it is (the runtime decodes it), so they do not vote. A producer the
 hardware cannot store transposed (its kind's legality with ``kmajor_out``: a non-square
 array, an int32 or unfused output) keeps its tiles. GEMMs and window convolutions
 (:mod:`fusion.kernels.conv`) both store K-major, and both read it: a GEMM as its A, a
@@ -69,9 +73,11 @@ def _one_round(config: VariantConfig, specs: Sequence[KernelSpec],
             continue
         reads = readers.get(spec.output, [])
         shape = tuple(shapes[spec.output])
-        as_kmajor = sum(aliases(config, reader, region, turned, shape)
-                        for reader, region in reads)
-        as_tiles = sum(aliases(config, reader, region, spec, shape) for reader, region in reads)
-        if as_kmajor and not as_tiles:
+        # the bytes each store would spare the host repacking (a reader's region, as it reads it)
+        as_kmajor = sum(reader.regions(config)[region] for reader, region in reads
+                        if aliases(config, reader, region, turned, shape))
+        as_tiles = sum(reader.regions(config)[region] for reader, region in reads
+                       if aliases(config, reader, region, spec, shape))
+        if as_kmajor > as_tiles:
             chosen.add(spec.name)
     return chosen

@@ -86,3 +86,26 @@ def test_a_tensor_no_store_serves_is_a_priced_repack_in_the_plan():
 def test_a_plan_whose_readers_take_every_output_in_place_has_no_repack():
     compiled, _ = _kernels("qop_mlp.onnx", SQUARE)
     assert compiled.repacks == [] and compiled.to_dict()["repacks"] == []
+
+
+def _gemm_spec(name, inputs, output, stages=("requant",)):
+    from fusion.compiler.kernels import KernelSpec
+    from fusion.kernels.gemm.params import GemmParams
+    from fusion.kernels.kinds import kind
+
+    return KernelSpec(name=name, kind=kind("gemm"), nodes=(name,), inputs=tuple(inputs),
+                      output=output, params=GemmParams(M=16, K=16, N=16, stages=stages))
+
+
+@pytest.mark.parametrize("gemm_readers, kmajor", [(1, False), (2, True), (3, True)])
+def test_the_store_serves_the_readers_of_more_bytes(gemm_readers, kmajor):
+    # one producer, read as A by GEMMs and as a residual (tiles) by one more GEMM: a reader
+    # the store does not serve is repacked by the host, so the store serves more bytes; on a
+    # tie the tiles stay
+    from fusion.compiler.store_layout import kmajor_producers
+
+    specs = [_gemm_spec("p", ["x"], "t"),
+             _gemm_spec("r", ["y", "t"], "u", stages=("residual", "requant"))]
+    specs += [_gemm_spec(f"g{i}", ["t"], f"v{i}") for i in range(gemm_readers)]
+    shapes = {s.output: (16, 16) for s in specs}
+    assert kmajor_producers(SQUARE, specs, shapes) == ({"p"} if kmajor else set())
