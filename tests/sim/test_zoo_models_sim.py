@@ -41,6 +41,11 @@ def test_zoo_model_runs_exactly(name):
     report = run_compiled(compiled, {"x": x})
     errors = lsb_errors(report.outputs["y"], want, output_scale(onnx.load(str(path)), "y"))
     assert not errors.any(), f"{name}: {np.abs(errors).max()} LSB off the exact reference"
+    # what the host rewrote between kernels is what the plan lists, each tensor once at most:
+    # a store serves the readers of more bytes (Inception's joins: three convolutions K-major,
+    # the max pool repacked)
+    assert report.repacks == [r.to_dict() for r in compiled.repacks]
+    assert len({r.tensor for r in compiled.repacks}) == len(compiled.repacks)
     if name == "densenet121_qdq":
         affine = [k for k in report.kernels if "_bn1" in k.name or "norm5" in k.name]
         assert affine, "no batch-norm affine ran on the accelerator"
