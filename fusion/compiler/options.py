@@ -31,12 +31,17 @@ class CompileOptions:
     window_unit : bool
         A depthwise convolution runs on the window unit (:mod:`fusion.kernels.window`), when
         the variant has one; off, as a grouped GEMM of host-gathered windows.
+    relayout : bool
+        A tensor whose kernels read it in place in two layouts is copied into the second on
+        the accelerator (a GEMM of the identity, :mod:`fusion.compiler.relayout`) when that
+        is predicted cheaper than the host repacking it; off, the host repacks it.
     """
 
     window_conv: bool = True
     kmajor_store: bool = True
     grouped_gemm: bool = True
     window_unit: bool = True
+    relayout: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion.compiler import engine
+from fusion.compiler import engine, relayout
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
@@ -149,6 +149,8 @@ class CompiledModel:
     priced_by: str = "the analytical model"
     #: What priced the host steps and the repacks.
     host_model: HostCostModel = field(default_factory=HostCostModel)
+    #: The copies the compiler inserted into the graph (:mod:`fusion.compiler.relayout`).
+    relayouts: list[relayout.Relayout] = field(default_factory=list)
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -209,6 +211,14 @@ class CompiledModel:
         """:attr:`predicted_host_seconds` in accelerator cycles at the host model's clock."""
         return self.host_model.cycles(self.predicted_host_seconds)
 
+    @property
+    def predicted_total_cycles(self) -> float:
+        """What the plan is predicted to take: the kernels, the host steps and repacks at the
+        host model's clock, and the repacks' bytes over the memory port (the host steps'
+        operands move in every plan of the model alike)."""
+        return (self.predicted_cycles + self.predicted_host_cycles
+                + sum(r.link_cycles for r in self.repacks))
+
     def explain(self) -> str:
         lines = [f"candidates priced by {self.priced_by} on {self.platform.describe()}"]
         lines += engine.explain_lines(self.decisions)
@@ -261,6 +271,7 @@ class CompiledModel:
                 "host_ops": len(self.host_ops),
                 "predicted_host_seconds": self.predicted_host_seconds,
                 "repacks": [r.to_dict() for r in self.repacks],
+                "relayouts": [r.to_dict() for r in self.relayouts],
                 "peak_memory_bytes": self.memory.peak_bytes, "steps": steps,
                 "memory": self.memory.to_dict(), "cache": self.cache_stats}
 
@@ -392,11 +403,30 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     platform = PlatformConfig() if platform is None else platform
     model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()
+    memo: dict = {}  # identical layers are priced once, in both plans
+    plan = functools.partial(_plan, config=config, cache=cache, model=model, fusion=fusion,
+                             min_gain=min_gain, host_fallback=host_fallback,
+                             host_model=host_model, batch=batch, options=options,
+                             platform=platform, memo=memo)
+    compiled = plan(g)
+    copies = relayout.requests(compiled) if options.relayout and compiled.repacks else []
+    if copies:  # the repacked tensors copied on the accelerator: kept when cheaper
+        copied = plan(relayout.apply(g, copies), relayouts=copies)
+        if copied.predicted_total_cycles < compiled.predicted_total_cycles:
+            compiled = copied
+    return compiled
+
+
+def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: CostModel,
+          fusion: bool, min_gain: float, host_fallback: bool, host_model: HostCostModel,
+          batch: int, options: CompileOptions, platform: PlatformConfig, memo: dict,
+          relayouts: Sequence[relayout.Relayout] = ()) -> CompiledModel:
+    """:func:`compile_model` of the graph after the passes ``g``: choose, order, place and
+    build its kernels."""
     found, host = chains(g)
     fallback = [n for n in host if is_fallback(n)]
     if fallback and not host_fallback:
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
-    memo: dict = {}  # identical layers are priced once
     decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
                                      memo=memo, host=host_model if host_fallback else None,
                                      options=options)
@@ -435,7 +465,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
-                         platform, model.describe(), host_model)
+                         platform, model.describe(), host_model, list(relayouts))
 
 
 def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from fusion.compiler import relayout
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import HOST_ALTERNATIVES, Chain, chains
 from fusion.compiler.options import CompileOptions
@@ -213,7 +214,9 @@ class _Reader:
                   if model.suffix.lower() == ".onnx" else None)
         try:
             derived = after_passes(load_model(model, shapes, batch), self.config, options)
-        except ValueError as exc:  # GraphError, CompileError
+            # the copies the compile inserted after pricing (fusion.compiler.relayout)
+            derived = relayout.apply(derived, self.relayouts_of(data))
+        except ValueError as exc:  # GraphError, CompileError, a relayout not of this graph
             raise self.fail(f"{model} is not the model plan {self.folder} was compiled from "
                             f"(imported with the plan's batch {batch} and input shapes: {exc})"
                             ) from None
@@ -221,6 +224,15 @@ class _Reader:
         if why:
             raise self.fail(f"plan {self.folder} is not what hwgen compile makes of {model}: "
                             f"in its {GRAPH_FILE}, {why}")
+
+    def relayouts_of(self, data: dict[str, Any]) -> list[relayout.Relayout]:
+        copies = data.get("relayouts", [])  # plans written before copies had none
+        try:
+            if not isinstance(copies, list):
+                raise ValueError(f"relayouts must be a list, not {copies!r}")
+            return [relayout.Relayout.from_dict(c) for c in copies]
+        except ValueError as exc:
+            raise self.fail(f"{self.plan_path}: {exc}") from None
 
     def options_of(self, data: dict[str, Any]) -> CompileOptions:
         try:  # plans written before the options had every technique
@@ -376,7 +388,7 @@ class _Reader:
             steps.append(self.kernel_step(step, entry, placement, files, i))
         fusion = self.get(data, "fusion", bool, "")
         return CompiledModel(graph, self.config, steps, memory, [], fusion, {},
-                             self.batch_of(data), options)
+                             self.batch_of(data), options, relayouts=self.relayouts_of(data))
 
     def host_step(self, step: dict[str, Any], host: dict[str, Node], where: str) -> Node:
         name = self.get(step, "name", str, where)

@@ -156,3 +156,28 @@ def test_the_runtime_writes_a_repack_the_plan_lists():
     assert report.repacks == [repack.to_dict()]
     assert report.host_written_bytes == (first.compiled.regions["a"].nbytes
                                          + repack.written_bytes)
+
+
+def test_a_relayout_copy_runs_exactly_and_the_host_writes_only_the_input():
+    """ResNet-8 on Verilator (8x8, window unit): its stem's output is copied on the
+    accelerator for the first block's residual (fusion.compiler.relayout), so no kernel
+    input is repacked by the host: it writes the model's input and nothing else. The copy's
+    cycles are measured and predicted alike, and the output is the checked-in exact one."""
+    from fusion.compiler.plan import compile_model
+    from fusion.frontend.load import load_model
+    from fusion.kernels.cache import KernelCache
+    from fusion.runtime.run import run_compiled
+    from tests.fusion.compiler.test_relayout import RESNET8, V8W
+
+    compiled = compile_model(load_model(RESNET8), V8W, cache=KernelCache(disk=False))
+    assert compiled.relayouts and compiled.repacks == []
+    with np.load(RESNET8.with_suffix(".npz"), allow_pickle=False) as data:
+        x, want = data["x"], data["y"]
+    report = run_compiled(compiled, {"x": x})
+    assert np.array_equal(report.outputs["y"], want)
+    first = compiled.kernels[0]
+    assert report.repacks == [] and report.host_written_bytes == sum(
+        r.nbytes for name, r in first.compiled.regions.items()
+        if first.spec.region_role(name) == "input")
+    copy = next(k for k in report.kernels if "/relayout/" in k.name)
+    assert copy.cycles == round(copy.predicted_cycles) and copy.macs == 0
