@@ -14,8 +14,9 @@ column block ``j`` reads only rows ``[j*kgroup, (j+1)*kgroup)`` of K. Its tiles 
 over ``Kp`` = ``kgroup`` rounded up to ``k_align`` only (not K): A keeps every row of K, one
 ``Kp`` slice per column block (``a_Kp = Nb * Kp``), and B holds only the diagonal blocks.
 Where a group's rows are whole k steps and the groups tile K and N
-(:attr:`GemmDims.a_direct`), A is the plain K-major layout (``a_Kp = K``): a column block's
-rows are one run of every row block, where a producer's K-major store put them.
+(:attr:`GemmDims.a_direct`), A is the plain K-major layout (``a_Kp = K`` rounded up to whole
+column blocks, as a producer stores K channels): a column block's rows are one run of every
+row block, where a producer's K-major store put them.
 
 All padding is zeros. The layouts, outermost index first:
 
@@ -141,10 +142,12 @@ class GemmDims:
     @property
     def a_Kp(self) -> int:  # noqa: N802
         """A's padded width: :attr:`Kp`, or grouped ``Nb * Kp`` (one ``Kp`` slice per column
-        block), or ``K`` where A is K-major as it is (:attr:`a_direct`); A's layout is
-        ``[Mb][a_Kp][R]``."""
+        block), or where A is K-major as it is (:attr:`a_direct`) K rounded up to whole
+        column blocks: the width a producer's K-major store of K channels has (its ``Nb *
+        C``), so that it reads that store where it lies (ShuffleNet's 60 channels, stored as
+        64 rows); no part loads the padding rows. A's layout is ``[Mb][a_Kp][R]``."""
         if self.a_direct:
-            return self.K
+            return ceil_div(self.K, self.C) * self.C
         return self.Nb * self.Kp if self.grouped else self.Kp
 
     def a_rows_at(self, nb: int) -> int:
