@@ -11,6 +11,9 @@ zero point (exact), and with the identity's blocks as groups of one channel
 (:func:`fusion.compiler.kernels.grouping`) each tile reduces over 8 rows: a few cycles a tile,
 where the repack costs the host a call and every element. Its multiply-accumulates are not the
 model's (``qmatmul asked=0``, as for a channel shuffle), so utilization does not count them.
+The other way, an NCHW tensor stored as tiles (Inception's stride-2 max pools, read by the
+branch's max pool and by three convolutions) is copied K-major by a 1x1 max pool on the window
+unit, which reads tiles and stores K-major: the max of one element is that element.
 
 The compiler plans the model, asks :func:`requests` which repacked tensors a copy would serve
 (the producer can store K-major, and both layouts have in-place readers), inserts the copies
@@ -31,31 +34,38 @@ import numpy as np
 
 from fusion.compiler.memplan import aliases
 from fusion.ir import ops
-from fusion.ir.graph import Graph, Quant
+from fusion.ir.graph import Graph, Node, Quant
 from fusion.kernels import layout
 from fusion.passes._edit import Edit
+
+#: How a copy is made: ``gemm``, K-major to tiles (the GEMM of the identity, for readers of
+#: tiles); ``window``, tiles to K-major (a 1x1 max pool on the window unit, which reads tiles
+#: and stores K-major, for the readers of K-major).
+BY = ("gemm", "window")
 
 
 @dataclass(frozen=True)
 class Relayout:
-    """A copy of ``tensor`` on the accelerator that the graph nodes ``readers`` read instead
-    of it."""
+    """A copy of ``tensor`` on the accelerator, made ``by`` (:data:`BY`), that the graph
+    nodes ``readers`` read instead of it."""
 
     tensor: str
     readers: tuple[str, ...]
+    by: str = "gemm"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tensor": self.tensor, "readers": list(self.readers)}
+        return {"tensor": self.tensor, "readers": list(self.readers), "by": self.by}
 
     @classmethod
     def from_dict(cls, data: Any) -> Relayout:
         """A plan's record; ValueError naming what is wrong."""
-        if not isinstance(data, dict) or set(data) != {"tensor", "readers"} or \
+        if not isinstance(data, dict) or set(data) != {"tensor", "readers", "by"} or \
                 not isinstance(data["tensor"], str) or not isinstance(data["readers"], list) \
-                or not data["readers"] or not all(isinstance(r, str) for r in data["readers"]):
-            raise ValueError(f"a relayout must be {{'tensor': name, 'readers': [node, ...]}}, "
-                             f"not {data!r}")
-        return cls(data["tensor"], tuple(data["readers"]))
+                or not data["readers"] or not all(isinstance(r, str) for r in data["readers"]) \
+                or data["by"] not in BY:
+            raise ValueError(f"a relayout must be {{'tensor': name, 'readers': [node, ...], "
+                             f"'by': one of {', '.join(BY)}}}, not {data!r}")
+        return cls(data["tensor"], tuple(data["readers"]), data["by"])
 
 
 def requests(compiled: Any) -> list[Relayout]:
@@ -64,44 +74,51 @@ def requests(compiled: Any) -> list[Relayout]:
     that it holds as GEMM rows, and that kernels read in place both ways, a copy for the graph
     nodes of the kernels that read it as tiles."""
     config, graph = compiled.config, compiled.graph
+    window = config.window_unit and compiled.options.window_unit
     stored_by = {k.spec.output: k.spec for k in compiled.kernels}
     found = []
     for tensor in dict.fromkeys(r.tensor for r in compiled.repacks):
         spec = stored_by[tensor]
-        if not hasattr(spec.params, "kmajor_out") or _copy_problem(graph, tensor):
+        if not hasattr(spec.params, "kmajor_out"):
             continue
         tiles = spec.with_params(dataclasses.replace(spec.params, kmajor_out=False))
         kmajor = spec.with_params(dataclasses.replace(spec.params, kmajor_out=True))
         shape = tuple(graph.tensors[tensor].shape)
-        if kmajor.kind.legality(config, kmajor.params) is not None or \
-                tiles.kind.region_view(tiles.params, "out", shape) != layout.ROWS:
-            continue
-        as_tiles, as_kmajor = [], False
+        as_tiles, as_kmajor = [], []
         for k in compiled.kernels:
             regions = [region for region, index in
                        k.spec.kind.inputs_in_place(k.spec.params).items()
                        if index < len(k.spec.inputs) and k.spec.inputs[index] == tensor]
             reads_kmajor = any(aliases(config, k.spec, r, kmajor, shape) for r in regions)
-            as_kmajor |= reads_kmajor
+            reads_tiles = any(aliases(config, k.spec, r, tiles, shape) for r in regions)
             # a kernel reading it both ways (a GEMM whose residual is its own A) has nodes
             # that a copy cannot tell apart: it stays repacked
-            if not reads_kmajor and any(aliases(config, k.spec, r, tiles, shape)
-                                        for r in regions):
-                as_tiles.extend(n for n in k.spec.nodes if tensor in graph.node(n).inputs)
-        if as_tiles and as_kmajor:
-            found.append(Relayout(tensor, tuple(dict.fromkeys(as_tiles))))
+            if reads_kmajor != reads_tiles:
+                nodes = [n for n in k.spec.nodes if tensor in graph.node(n).inputs]
+                (as_kmajor if reads_kmajor else as_tiles).extend(nodes)
+        if not (as_tiles and as_kmajor):
+            continue
+        if _copy_problem(graph, tensor, "gemm") is None and \
+                kmajor.kind.legality(config, kmajor.params) is None and \
+                tiles.kind.region_view(tiles.params, "out", shape) == layout.ROWS:
+            found.append(Relayout(tensor, tuple(dict.fromkeys(as_tiles)), "gemm"))
+        elif window and _copy_problem(graph, tensor, "window") is None:
+            found.append(Relayout(tensor, tuple(dict.fromkeys(as_kmajor)), "window"))
     return found
 
 
-def _copy_problem(graph: Graph, tensor: str) -> str | None:
-    """Why ``tensor`` cannot be copied by a GEMM of the identity; None when it can."""
+def _copy_problem(graph: Graph, tensor: str, by: str) -> str | None:
+    """Why ``tensor`` cannot be copied ``by`` a GEMM of the identity (GEMM rows) or a 1x1
+    max pool (an NCHW tensor); None when it can."""
     t = graph.tensors.get(tensor)
     if t is None:
         return f"no tensor {tensor!r}"
     if t.dtype not in ("int8", "uint8") or t.quant is None or t.quant.per_channel:
         return f"tensor {tensor!r} is not an 8-bit tensor quantized per tensor"
-    if len(t.shape) not in (2, 3):
+    if by == "gemm" and len(t.shape) not in (2, 3):
         return f"tensor {tensor!r} is not GEMM rows (2-D or 3-D), it is {t.shape}"
+    if by == "window" and len(t.shape) != 4:
+        return f"tensor {tensor!r} is not NCHW, it is {t.shape}"
     return None
 
 
@@ -119,7 +136,7 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
     edit = Edit(graph)
     nodes = {n.name: n for n in graph.nodes}
     for copy in copies:
-        problem = _copy_problem(graph, copy.tensor)
+        problem = _copy_problem(graph, copy.tensor, copy.by)
         if problem is not None:
             raise ValueError(f"relayout: {problem}")
         t = graph.tensors[copy.tensor]
@@ -128,8 +145,13 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
             if node is None or copy.tensor not in node.inputs or len(node.outputs) != 1:
                 raise ValueError(f"relayout of {copy.tensor!r}: {name!r} is no single-output "
                                  f"node of the graph reading it")
-        channels = t.shape[-1]
         base = f"{copy.tensor}/relayout"
+        if copy.by == "window":  # the max of one element: each copied element is its input
+            copied = edit.node(f"{base}/maxpool", "maxpool", [copy.tensor], quant=t.quant,
+                               kernel_shape=(1, 1))
+            _reroute(edit, nodes, copy, copied)
+            continue
+        channels = t.shape[-1]
         identity = edit.const(f"{base}/identity", np.eye(channels, dtype=np.int8),
                               quant=Quant(1.0, 0))
         acc = edit.node(f"{base}/qmatmul", "qmatmul", [copy.tensor, identity],
@@ -137,10 +159,14 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
         copied = edit.node(f"{base}/requant", "requant", [acc], quant=t.quant,
                            **ops.requant_attrs(1.0, int(t.quant.zero_point[0]),
                                                out_dtype=t.dtype, round_even=True))
-        for name in copy.readers:
-            node = nodes[name]
-            edit.drop(node)
-            edit.node(node.name, node.op,
-                      [copied if i == copy.tensor else i for i in node.inputs],
-                      output=node.outputs[0], **node.attr_dict)
+        _reroute(edit, nodes, copy, copied)
     return edit.apply()
+
+
+def _reroute(edit: Edit, nodes: dict[str, Node], copy: Relayout, copied: str) -> None:
+    """Make the copy's readers read ``copied`` instead of its tensor."""
+    for name in copy.readers:
+        node = nodes[name]
+        edit.drop(node)
+        edit.node(node.name, node.op, [copied if i == copy.tensor else i for i in node.inputs],
+                  output=node.outputs[0], **node.attr_dict)

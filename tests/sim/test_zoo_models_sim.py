@@ -52,6 +52,10 @@ def test_zoo_model_runs_exactly(name):
     if name == "inception_v1_qdq":  # lrn2 reads conv2's rows as they lie: no transpose
         ops = [h.node.op for h in compiled.host]
         assert "lrn" in ops and "transpose" not in ops, ops
+        # the max pools before inc3a and inc4a store tiles for the branch's max pool, and
+        # a 1x1 max pool on the window unit copies them K-major for the three convolutions
+        copies = [c for c in compiled.relayouts if c.by == "window"]
+        assert len(copies) == 2 and all(len(c.readers) == 3 for c in copies)
     if name.startswith("squeezenet"):
         joins = [k for k in compiled.steps if getattr(k, "spec", None) is not None
                  and k.spec.kind.name == "concat"]
