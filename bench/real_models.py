@@ -81,8 +81,8 @@ def _reference(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 #: The with-and-without table: each technique off alone, then all of them.
-WITHOUT = ("window_conv", "kmajor_store", "grouped_gemm", "window_unit",
-           "window_conv,kmajor_store,grouped_gemm,window_unit")
+WITHOUT = ("window_conv", "kmajor_store", "grouped_gemm", "window_unit", "relayout",
+           "window_conv,kmajor_store,grouped_gemm,window_unit,relayout")
 #: The models of the table (batch 1).
 ABLATED = ("resnet8_qdq", "ds_cnn_qdq", "mobilenet_v1_025_qdq", "lenet5_qdq",
            "fc_autoencoder_qdq")
@@ -158,7 +158,7 @@ def main() -> int:
     print("With and without each technique (batch 1; util = MACs/64 over kernel cycles):",
           flush=True)
     print(f"  {'model':<22} {'compiled':<48} {'cycles':>9} {'util':>5} {'host steps':>10} "
-          f"{'host bytes':>10}")
+          f"{'repacks':>7} {'host cyc':>8} {'host bytes':>10}")
     ablation = []
     for name in ABLATED:
         base = next(r for r in rows if r["model"] == name and r["batch"] == 1)
@@ -166,6 +166,7 @@ def main() -> int:
             ablation.append(row)
             print(f"  {name:<22} {row['options']:<48} {row['cycles']:>9,} "
                   f"{row['utilization']:>5.2f} {row['layout_host_steps']:>10} "
+                  f"{row['repacks']:>7} {row['host_cycles']:>8,} "
                   f"{row['host_written_bytes']:>10,}", flush=True)
     rows_out = rows + [r for r in ablation if r["options"] != "all"]
     write_results("bench_real_models.json",

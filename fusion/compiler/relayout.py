@@ -37,6 +37,7 @@ from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.kernels import layout
 from fusion.passes._edit import Edit
+from fusion.passes.im2col_rows import rows_start
 
 #: How a copy is made: ``gemm``, K-major to tiles (the GEMM of the identity, for readers of
 #: tiles); ``window``, tiles to K-major (a 1x1 max pool on the window unit, which reads tiles
@@ -94,7 +95,7 @@ def requests(compiled: Any) -> list[Relayout]:
             # a kernel reading it both ways (a GEMM whose residual is its own A) has nodes
             # that a copy cannot tell apart: it stays repacked
             if reads_kmajor != reads_tiles:
-                nodes = [n for n in k.spec.nodes if tensor in graph.node(n).inputs]
+                nodes = [n for n in k.spec.nodes if _reads(graph, graph.node(n), tensor)]
                 (as_kmajor if reads_kmajor else as_tiles).extend(nodes)
         if not (as_tiles and as_kmajor):
             continue
@@ -105,6 +106,20 @@ def requests(compiled: Any) -> list[Relayout]:
         elif window and _copy_problem(graph, tensor, "window") is None:
             found.append(Relayout(tensor, tuple(dict.fromkeys(as_kmajor)), "window"))
     return found
+
+
+def _reads(graph: Graph, node: Node, tensor: str) -> bool:
+    """Does ``node`` read ``tensor``, or an NCHW view that only renames its rows (a window
+    pool reads the rows where they lie, :func:`fusion.passes.im2col_rows.rows_start`)?"""
+    return any(i == tensor or _view_of(graph, i) == tensor for i in node.inputs if i)
+
+
+def _view_of(graph: Graph, name: str) -> str | None:
+    """The GEMM rows whose NCHW view tensor ``name`` is, or None."""
+    if name not in graph.tensors or len(graph.tensors[name].shape) != 4:
+        return None
+    found = rows_start(graph, name)
+    return found[0] if found else None
 
 
 def _copy_problem(graph: Graph, tensor: str, by: str) -> str | None:
@@ -142,7 +157,7 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
         t = graph.tensors[copy.tensor]
         for name in copy.readers:
             node = nodes.get(name)
-            if node is None or copy.tensor not in node.inputs or len(node.outputs) != 1:
+            if node is None or not _reads(graph, node, copy.tensor) or len(node.outputs) != 1:
                 raise ValueError(f"relayout of {copy.tensor!r}: {name!r} is no single-output "
                                  f"node of the graph reading it")
         base = f"{copy.tensor}/relayout"
@@ -164,9 +179,25 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
 
 
 def _reroute(edit: Edit, nodes: dict[str, Node], copy: Relayout, copied: str) -> None:
-    """Make the copy's readers read ``copied`` instead of its tensor."""
+    """Make the copy's readers read ``copied`` instead of its tensor, and an NCHW view of
+    the tensor's rows the same view of the copy's (made once per shape)."""
+    graph, views = edit.graph, {}
+
+    def instead(name: str) -> str:
+        if name == copy.tensor:
+            return copied
+        if not name or _view_of(graph, name) != copy.tensor:
+            return name
+        view = graph.tensors[name]
+        if view.shape not in views:
+            nchw = edit.node(f"{copied}/transpose", "transpose", [copied], quant=view.quant,
+                             perm=(0, 2, 1))
+            views[view.shape] = edit.node(f"{copied}/reshape", "reshape", [nchw],
+                                          quant=view.quant, shape=view.shape)
+        return views[view.shape]
+
     for name in copy.readers:
         node = nodes[name]
         edit.drop(node)
-        edit.node(node.name, node.op, [copied if i == copy.tensor else i for i in node.inputs],
+        edit.node(node.name, node.op, [instead(i) for i in node.inputs],
                   output=node.outputs[0], **node.attr_dict)

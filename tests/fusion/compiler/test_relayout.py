@@ -101,3 +101,24 @@ def test_the_plan_folder_records_the_copies_and_applies_them_to_the_model(both, 
     path.write_text(json.dumps(plan))
     with pytest.raises(PlanError, match="is not what hwgen compile makes of"):
         read_plan(tmp_path / "p", V8W, model=RESNET8)
+
+
+def test_a_copy_serves_a_reader_of_an_nchw_view_of_the_rows():
+    # Inception's branch max pool reads the join's NCHW view, which only renames the join's
+    # rows: the copy of the rows gets the same view, and the pool reads that; the graph
+    # computes what it did (and the max pool still finds the rows, now the copy's, in place)
+    from fusion.compiler.plan import after_passes
+    from fusion.passes.im2col_rows import rows_start
+
+    zoo = ROOT / "examples/zoo/inception_v1_qdq.onnx"
+    graph = after_passes(load_model(zoo), V8W)
+    pool = next(n for n in graph.nodes if n.op == "maxpool"
+                and (rows_start(graph, n.inputs[0]) or ("",))[0].endswith("/rows"))
+    rows = rows_start(graph, pool.inputs[0])[0]
+    copied = apply(graph, [Relayout(rows, (pool.name,), "gemm")])
+    new_pool = copied.node(pool.name)
+    assert new_pool.inputs[0] != pool.inputs[0]
+    assert rows_start(copied, new_pool.inputs[0])[0] == f"{rows}/relayout/requant"
+    inputs = random_inputs(graph, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(run(graph, inputs).values(),
+                                                     run(copied, inputs).values(), strict=True))
