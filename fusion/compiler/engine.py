@@ -330,3 +330,16 @@ def _engine_lines(d: ChainDecision) -> list[str]:
 def total_predicted(decisions: list[ChainDecision]) -> float:
     """Predicted cycles of every chosen cover (host segments at their price in cycles)."""
     return math.fsum(d.chosen.cycles for d in decisions)
+
+
+def windows_reason(decision: ChainDecision, prefix: int) -> str:
+    """Why a convolution's windows are gathered on the host: the window convolution kernel
+    (or, for a depthwise convolution, the window unit's: the prefix with its GEMM) was
+    refused, or priced dearer than the host's im2col and the GEMM."""
+    conv = decision.segments.get((0, prefix + 1), [])
+    refused = next((o.refused for o in conv if o.refused is not None and o.spec is None), None)
+    if refused is not None:
+        what = ("the depthwise convolution on the window unit" if refused.kind == "window"
+                else "the window convolution")
+        return f"{what} is refused: {refused.text}"
+    return "gathering the windows on the host and running the GEMM is predicted cheaper"

@@ -441,7 +441,7 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
             why = (f"the accelerator refuses it: {option.refused.text}" if option.refused
                    else CHEAPER)
             if (i, j) == (0, len(d.chain.prefix)) and j:  # a convolution's im2col
-                why = _windows_reason(d, j)
+                why = engine.windows_reason(d, j)
             for n in d.chain.nodes[i:j]:
                 host.append(n)
                 reasons[n.name] = why
@@ -466,19 +466,6 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
                          platform, model.describe(), host_model, list(relayouts))
-
-
-def _windows_reason(decision: engine.ChainDecision, prefix: int) -> str:
-    """Why a convolution's windows are gathered on the host: the window convolution kernel
-    (or, for a depthwise convolution, the window unit's: the prefix with its GEMM) was
-    refused, or priced dearer than the host's im2col and the GEMM."""
-    conv = decision.segments.get((0, prefix + 1), [])
-    refused = next((o.refused for o in conv if o.refused is not None and o.spec is None), None)
-    if refused is not None:
-        what = ("the depthwise convolution on the window unit" if refused.kind == "window"
-                else "the window convolution")
-        return f"{what} is refused: {refused.text}"
-    return "gathering the windows on the host and running the GEMM is predicted cheaper"
 
 
 def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
