@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusion.ir import ops
 from fusion.ir.graph import Graph, Node, Quant
 from fusion.passes._edit import Edit, rewrite_each
+from fusion.passes._selection import selection_gemm
 from fusion.passes.im2col_rows import rows_orders
 from fusion.passes.layout_identity import is_layout, layout_chain
 
@@ -190,19 +190,13 @@ def _permuting_gemm(graph: Graph, node: Node, rows: str, order: np.ndarray) -> G
     GEMM rows ``rows``) as a GEMM of ``rows`` by the 0/1 permutation matrix, requantized by
     1 to ``rows``' own quantization (exact: each output is one input, less and plus the zero
     point), then the plain layout change to NCHW."""
-    y = graph.tensors[rows]
     n = order.size
     matrix = np.zeros((n, n), np.int8)
     matrix[order, np.arange(n)] = 1
     edit = Edit(graph)
     edit.drop(node)
     base = node.name
-    perm = edit.const(f"{base}/permutation", matrix, quant=Quant(1.0, 0))
-    acc = edit.node(f"{base}/qmatmul", "qmatmul", [rows, perm], asked=0,
-                    quant=Quant(float(y.quant.scale[0]), 0))
-    moved = edit.node(f"{base}/requant", "requant", [acc], quant=y.quant,
-                      **ops.requant_attrs(1.0, int(y.quant.zero_point[0]), out_dtype=y.dtype,
-                                          round_even=True))
+    moved = selection_gemm(edit, base, rows, matrix, "permutation")
     et = graph.tensors[node.outputs[0]]
     nchw = edit.node(f"{base}/transpose", "transpose", [moved], quant=et.quant, perm=(0, 2, 1))
     edit.node(base, "reshape", [nchw], output=node.outputs[0], shape=et.shape)

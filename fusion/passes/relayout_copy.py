@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from fusion.ir import ops
-from fusion.ir.graph import Graph, Node, Quant
+from fusion.ir.graph import Graph, Node
 from fusion.passes._edit import Edit
+from fusion.passes._selection import selection_gemm
 from fusion.passes.im2col_rows import rows_start
 
 #: How a copy is made: ``gemm``, K-major to tiles (the GEMM of the identity, for readers of
@@ -35,7 +35,7 @@ class Relayout:
 
     tensor: str
     readers: tuple[str, ...]
-    by: str = "gemm"
+    by: str
 
     def to_dict(self) -> dict[str, Any]:
         return {"tensor": self.tensor, "readers": list(self.readers), "by": self.by}
@@ -82,9 +82,10 @@ def copy_problem(graph: Graph, tensor: str, by: str) -> str | None:
 
 
 def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
-    """``graph`` with each copy inserted: ``qmatmul`` of the tensor by the identity (one
-    channel a group, ``asked=0``), ``requant`` by 1 to the tensor's own quantization, read by
-    the copy's reader nodes instead of the tensor.
+    """``graph`` with each copy inserted (module docstring), read by the copy's reader nodes
+    instead of the tensor: ``by="gemm"``, ``qmatmul`` of the tensor by the identity (one
+    channel a group, ``asked=0``) and ``requant`` by 1 to the tensor's own quantization;
+    ``by="window"``, a 1x1 ``maxpool`` of the NCHW tensor.
 
     Raises
     ------
@@ -111,13 +112,8 @@ def apply(graph: Graph, copies: Sequence[Relayout]) -> Graph:
             _reroute(edit, nodes, copy, copied)
             continue
         channels = t.shape[-1]
-        identity = edit.const(f"{base}/identity", np.eye(channels, dtype=np.int8),
-                              quant=Quant(1.0, 0))
-        acc = edit.node(f"{base}/qmatmul", "qmatmul", [copy.tensor, identity],
-                        group=channels, asked=0, quant=Quant(float(t.quant.scale[0]), 0))
-        copied = edit.node(f"{base}/requant", "requant", [acc], quant=t.quant,
-                           **ops.requant_attrs(1.0, int(t.quant.zero_point[0]),
-                                               out_dtype=t.dtype, round_even=True))
+        copied = selection_gemm(edit, base, copy.tensor, np.eye(channels, dtype=np.int8),
+                                "identity", group=channels)
         _reroute(edit, nodes, copy, copied)
     return edit.apply()
 

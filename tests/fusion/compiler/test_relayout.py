@@ -80,10 +80,10 @@ def test_apply_refuses_a_copy_not_of_its_graph(both):
     plain, _ = both
     graph = plain.graph
     with pytest.raises(ValueError, match="no tensor 'nothing'"):
-        apply(graph, [Relayout("nothing", ("s1_add/qadd",))])
+        apply(graph, [Relayout("nothing", ("s1_add/qadd",), "gemm")])
     (repack,) = plain.repacks
     with pytest.raises(ValueError, match="is no single-output node of the graph reading it"):
-        apply(graph, [Relayout(repack.tensor, ("y_dq",))])
+        apply(graph, [Relayout(repack.tensor, ("y_dq",), "gemm")])
     with pytest.raises(ValueError, match="a relayout must be"):
         Relayout.from_dict({"tensor": "x", "readers": []})
 
