@@ -2,14 +2,14 @@
 
 The full-size models of :mod:`examples.build_zoo_models` (SqueezeNet 1.0, Inception-v1 and
 -v2, ResNet-50, ShuffleNet v1, DenseNet-121 at 32 to 64 pixels; QDQ, and QOperator for
-SqueezeNet and ShuffleNet; and ResNet-50 again at 64 pixels, :data:`SIDED`) are built and
-quantized by onnxruntime into ``build/zoo`` (once: delete the folder to rebuild), compiled
-for the 8x8 all-stage variant with the window unit of :mod:`bench.real_models` (with four
-accumulator banks: :data:`VARIANT`), run on the simulator with every kernel shadow-checked,
-and their outputs compared with the exact reference of the imported graph (the 1-LSB bound; a model
-outside it makes the benchmark exit 1) and, for the QDQ forms, with onnxruntime's float path
-(optimizations off), which is reported, not judged: its float32 sums resolve near-halves
-otherwise.
+SqueezeNet and ShuffleNet; and ResNet-50 and DenseNet-121 again at 64 pixels,
+:data:`SIDED`) are built and quantized by onnxruntime into ``build/zoo`` (once: delete the
+folder to rebuild), compiled for the 8x8 all-stage variant with the window unit of
+:mod:`bench.real_models` (with four accumulator banks: :data:`VARIANT`), run on the simulator
+with every kernel shadow-checked, and their outputs compared with the exact reference of the
+imported graph (the 1-LSB bound; a model outside it makes the benchmark exit 1) and, for the
+QDQ forms, with onnxruntime's float path (optimizations off), which is reported, not judged:
+its float32 sums resolve near-halves otherwise.
 
 Per model: kernels, host ops by op (compute the host does: Softmax and LRN are there by
 design, :data:`fusion.compiler.lower.HOST_BY_DESIGN`), layout host steps, repacks (kernel
@@ -50,9 +50,12 @@ OUT = Path("build") / "zoo"
 #: are chunked, and the banks let a chunk serve several output tiles.
 VARIANT = dataclasses.replace(TINY_VARIANT, acc_banks=4)
 #: Models at another input side than their :data:`examples.build_zoo_models.SIDES` one:
-#: ResNet-50 at 64 pixels, where its late layers are no longer bound by streaming their
-#: weights for one pixel or four (at 32 pixels no plan exceeds 0.43 of the array).
-SIDED = {"resnet50_qdq_64px": ("resnet50", "qdq", 64)}
+#: ResNet-50 and DenseNet-121 at 64 pixels, where their late layers are no longer bound by
+#: streaming their weights for one pixel or four (at 32 pixels no ResNet-50 plan exceeds 0.43
+#: of the array, and DenseNet's 3x3 convolutions of 128 channels at 8x8 to 1x1 wait on the
+#: memory port with four accumulator banks).
+SIDED = {"resnet50_qdq_64px": ("resnet50", "qdq", 64),
+         "densenet121_qdq_64px": ("densenet121", "qdq", 64)}
 NAMES = [f"{name}_{fmt}" for name in BUILDERS for fmt in FORMATS[name]] + list(SIDED)
 
 
