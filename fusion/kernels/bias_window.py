@@ -120,8 +120,8 @@ def bias_blocks(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling, *,
     # the bias region is loaded for the bias stage, and for per-channel requantize
     if not ("bias" in stages or (per_channel and "requant" in stages)):
         return dims.Nb
-    if tiling.stream:
-        free, tn = dims.config.spad_e_depth, 1
+    if tiling.stream:  # one residual tile at a time (fusion.kernels.gemm.stream)
+        free, tn = dims.config.spad_e_depth - residual_rows(dims, stages, 1, 1, 1), 1
     else:
         halves = 2 if tiling.double_buffer else 1
         tn = tiling.tn
@@ -137,7 +137,9 @@ def bias_problem(dims: GemmDims, stages: tuple[str, ...], tiling: Tiling,
     epilogue scratchpad, or not one super tile's bias rows fit beside them."""
     cfg = dims.config
     halves = 1 if tiling.stream or not tiling.double_buffer else 2
-    res = 0 if tiling.stream else residual_rows(dims, stages, tiling.tm, tiling.tn, halves)
+    # streamed: one residual tile at a time (the next loads once the epilogue is idle)
+    res = residual_rows(dims, stages, 1, 1, 1) if tiling.stream else \
+        residual_rows(dims, stages, tiling.tm, tiling.tn, halves)
     buffering = " or no double buffering" if halves == 2 else ""
     if res > cfg.spad_e_depth:
         return (f"the epilogue scratchpad needs {res} rows for residual tiles but has "

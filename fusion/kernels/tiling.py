@@ -161,9 +161,6 @@ def stream_problems(dims: GemmDims, stages: tuple[str, ...], q: int, *,
     if dims.grouped:
         problems.append("a grouped GEMM reads another slice of A per column block; it does "
                         "not stream")
-    if "residual" in stages:
-        problems.append("a streamed GEMM does not load residual tiles (stream it without "
-                        "the residual stage)")
     if q - 1 > MAX_LEFT:
         problems.append(f"stream={q} keeps {q - 1} loads in flight; a counted WAIT counts "
                         f"at most {MAX_LEFT}")

@@ -17,13 +17,16 @@ pytestmark = pytest.mark.slow
 
 def test_streamed_gemms_are_bit_exact_and_predicted_exactly(variant):
     """Every chunk count, one to several column blocks (ragged N), M from 1 to a full row
-    block, fused and unfused, K-major stores on square arrays."""
+    block, fused and unfused, with and without a residual, K-major stores on square
+    arrays."""
     ka, R, C = variant.k_align, variant.rows, variant.cols
     shapes = [(1, 4 * ka, C, 2, ("bias", "requant", "relu")),
               (R, 6 * ka, 3 * C - 1, 3, ("requant",)),
               (1, 8 * ka, 5 * C, 4, ("bias", "requant", "relu", "clamp")),
               (R - 1 or 1, 16 * ka, 2 * C, 8, ()),
-              (1, 12 * ka, 7, 4, ("bias",))]
+              (1, 12 * ka, 7, 4, ("bias",)),
+              (1, 4 * ka, 3 * C, 2, ("bias", "requant", "relu", "residual")),
+              (R, 8 * ka, 2 * C - 1, 4, ("requant", "residual"))]
     cases = [GemmCase(m, k, n, stages=st, fused=fused, tiling=Tiling(stream=q),
                       seed=80 + i, kmajor_out=tr)
              for i, (m, k, n, q, st) in enumerate(shapes) for fused in (True, False)

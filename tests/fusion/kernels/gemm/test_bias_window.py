@@ -48,6 +48,9 @@ CASES = [
     (5, 8, 23, ("requant", "residual"), Tiling(tm=2, tn=1, order="nm")),
     (1, 16, 21, ("bias", "requant", "relu"), Tiling(stream=2)),  # a streamed GEMV
     (1, 16, 23, ("requant",), Tiling(stream=4)),
+    # streamed with a residual: its tile's rows follow each window's bias rows
+    (1, 16, 21, ("bias", "requant", "relu", "residual"), Tiling(stream=2)),
+    (2, 16, 23, ("requant", "residual"), Tiling(stream=4)),
 ]
 
 

@@ -21,7 +21,8 @@ from tests.helpers.kernel_trace import HazardError, trace
 
 V8 = VariantConfig(rows=8, cols=8, epilogue=EPILOGUE_STAGES)
 STAGES = [(), ("bias",), ("requant",), ("bias", "requant", "relu"),
-          ("bias", "requant", "relu", "clamp")]
+          ("bias", "requant", "relu", "clamp"), ("bias", "requant", "residual"),
+          ("requant", "relu", "residual")]
 
 
 @pytest.mark.parametrize("cfg", [SMALL, SIM_VARIANTS["2x2"], SIM_VARIANTS["4x8"], V8],
@@ -65,7 +66,6 @@ def test_each_counted_wait_is_needed_and_no_looser_one_would_do(q):
 @pytest.mark.parametrize("kwargs, match", [
     ({"M": 9, "K": 64, "N": 16}, "one row block of A resident, and M=9 is 2 row blocks"),
     ({"M": 1, "K": 42, "N": 16}, "does not cut Kp=42 into 4 equal chunks"),
-    ({"M": 1, "K": 64, "N": 16, "stages": ("residual",)}, "does not load residual tiles"),
     ({"M": 1, "K": 64, "N": 16, "kgroup": 32}, "grouped GEMM"),
 ])
 def test_what_cannot_stream_is_refused_with_the_reason(kwargs, match):
@@ -74,6 +74,29 @@ def test_what_cannot_stream_is_refused_with_the_reason(kwargs, match):
     assert any(match in problem for problem in stream_problems(dims, p.stages, 4))
     with pytest.raises(ValueError, match=match):
         resolve(dims, p.stages, Tiling(stream=4))
+
+
+def test_a_residual_tile_loads_once_a_column_block_into_rows_after_the_bias():
+    """Each column block's residual tile is loaded once, after a wait for the epilogue (the
+    tile before read the rows), into the rows after the bias groups, and only the block's last
+    chunk reads it; the hazard checker passes the program, and fails it without that wait."""
+    pc = EpilogueParams(per_channel=True)
+    kernel = compiled_gemm(V8, 1, 4 * 24, 5 * 8, stages=("bias", "requant", "residual"),
+                           params=pc, tiling=Tiling(stream=4))
+    trace(V8, kernel.program, kernel.regions)
+    text = disassemble(kernel.program).splitlines()
+    loads = [n for n, line in enumerate(text) if "load dst=e8" in line]
+    matmuls = [line for line in text if line.strip().startswith("matmul")]
+    assert len(loads) == 2  # the loop body's block and the peeled last one
+    assert all(text[n - 1].split(",")[0].strip() == "wait units=4" for n in loads)
+    reading = [line for line in matmuls if "res=r10" in line]
+    assert reading and all("last=1" in line for line in reading)
+    assert all("res=r0" in line for line in matmuls if "last=0" in line)
+    rows = kernel.dims.bias_region_rows(True)
+    assert f"li rd=r10, imm={rows}" in [line.strip() for line in text]
+    unsafe = [line for n, line in enumerate(text) if n + 1 not in loads]
+    with pytest.raises(HazardError):
+        trace(V8, assemble("\n".join(unsafe)), kernel.regions)
 
 
 def test_more_chunks_in_flight_than_a_wait_counts_are_refused():
@@ -106,6 +129,17 @@ def test_the_cost_model_streams_weight_bound_gemvs_and_tiles_the_rest():
     assert min(streamed.values()) < min(tiled.values())
     batch = GemmParams(M=32, K=128, N=128, stages=("bias", "requant"), epilogue=pc)
     assert not any(v.tiling.stream for v in GEMM.variants(V8, batch))
+
+
+def test_a_weight_bound_gemv_with_a_residual_streams():
+    """A ResNet-50 res4 block's last 1x1 convolution at one row block, its residual add
+    fused: a streamed tiling is priced, and wins (the add ran as a pass of its own)."""
+    pc = EpilogueParams(per_channel=True)
+    gemv = GemmParams(M=4, K=256, N=1024, stages=("bias", "requant", "residual"),
+                      epilogue=pc)
+    priced = {v.tiling: estimate(GEMM.features(V8, v)).cycles
+              for v in GEMM.variants(V8, gemv)}
+    assert min(priced, key=priced.get).stream
 
 
 def test_features_round_trip_the_stream():
