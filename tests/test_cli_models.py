@@ -125,3 +125,22 @@ def test_run_takes_an_input_file(variant_dir, tmp_path, capsys):
 
     want = executor.run(load_model(EXAMPLES / "qop_mlp.onnx"), {"x": x})["y"]
     np.testing.assert_array_equal(np.load(out), want)
+
+
+@pytest.mark.slow
+def test_run_profile_data_reports_every_tensor_of_every_kernel(variant_dir, tmp_path, capsys):
+    assert main(["run", str(EXAMPLES / "qdq_mlp_residual.onnx"), "--variant", str(variant_dir),
+                 "--json", "--profile-data", "--cache", str(tmp_path / "cache")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    profiles = report["data_profiles"]
+    assert len({p["tensor"] for p in profiles}) == len(profiles)
+    assert sum(p["role"] == "weight" for p in profiles) == 2  # the MLP's two weights
+    for p in profiles:
+        assert sum(p["histogram"]) == int(np.prod(p["shape"]))
+        assert 0 <= p["zero_tiles"] <= 1 and 0 <= p["zero_share"] <= 1
+
+
+def test_run_profile_data_is_for_one_model(variant_dir, tmp_path, capsys):
+    assert main(["run", "--variants", str(tmp_path), "--workload", str(tmp_path / "w.json"),
+                 "--profile-data"]) == 2
+    assert "--profile-data profiles one model's run" in capsys.readouterr().err

@@ -49,6 +49,7 @@ from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
+from fusion.runtime.data_profile import TensorProfile, kernel_profiles
 from fusion.runtime.invariants import check_runs, timing_floor
 from fusion.runtime.run_report import HostRun, KernelRun, RunReport, kernel_macs
 from fusion.runtime.shadow_inputs import directed_inputs
@@ -135,7 +136,7 @@ def check_dispatch(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None
 
 def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                  build: Any = None, shadow_inputs: int = DEFAULT_SHADOW_INPUTS,
-                 seed: int = 0) -> RunReport:
+                 seed: int = 0, profile_data: bool = False) -> RunReport:
     """Run ``compiled`` on the simulator with shadow checks (see the module docstring).
 
     Parameters
@@ -150,6 +151,9 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         against the reference (0: only the model's own values).
     seed : int
         Seed of the directed inputs' random part.
+    profile_data : bool
+        Also profile every integer tensor a kernel reads or writes, from the reference's
+        values (:mod:`fusion.runtime.data_profile`): the report's ``data_profiles``.
 
     Raises
     ------
@@ -181,6 +185,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     #    kernel's nodes run one by one (the unfused reference), which gives every kernel its
     #    input values before any hardware runs.
     planned = []  # (step, input sets, the reference's output on each)
+    profiles: dict[str, TensorProfile] = {}  # each tensor's, from its first kernel
     for step in compiled.steps:
         if isinstance(step, HostStep):
             t0 = time.perf_counter()
@@ -198,10 +203,13 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         sets += directed_inputs(graph, spec, step.compiled, sets[0], config, shadow_inputs,
                                 seed=seed)
         wants = []
-        for values in sets:
+        for n, values in enumerate(sets):
             ref_env = {**values, **graph.initializers}
             evaluate_nodes(graph, [graph.node(x) for x in spec.nodes], ref_env)
             wants.append(ref_env[spec.output])
+            if profile_data and n == 0:  # the model's own values, not the directed sets
+                for p in kernel_profiles(graph, config, spec, ref_env):
+                    profiles.setdefault(p.tensor, p)
         env[spec.output] = wants[0]
         planned.append((step, sets, wants))
     # 2. Every kernel on every set in one simulator launch: first the model, its kernels back
@@ -266,7 +274,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
                      host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results),
-                     [r.to_dict() for r in compiled.repacks])
+                     [r.to_dict() for r in compiled.repacks],
+                     [p.to_dict() for p in profiles.values()])
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

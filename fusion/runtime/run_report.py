@@ -108,6 +108,9 @@ class RunReport:
     #: the runtime wrote from an earlier kernel's output in another layout, part of
     #: ``host_written_bytes``.
     repacks: list[dict[str, Any]] = field(default_factory=list)
+    #: With ``profile_data``, each integer tensor a kernel read or wrote, profiled from the
+    #: reference's values (:meth:`fusion.runtime.data_profile.TensorProfile.to_dict`).
+    data_profiles: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def inferences_per_mcycle(self) -> float:
@@ -176,6 +179,7 @@ class RunReport:
                 "roofline_fraction": round(self.roofline_fraction, 4),
                 "peak_memory_bytes": self.peak_memory_bytes,
                 "host_written_bytes": self.host_written_bytes, "repacks": self.repacks,
+                **({"data_profiles": self.data_profiles} if self.data_profiles else {}),
                 "kernels": [k.to_dict() for k in self.kernels],
                 "memory_stall_cycles": sum(k.counters.get("stall_memory", 0)
                                            for k in self.kernels),

@@ -81,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "/dev/ttyUSB0, or a pyserial URL), --variant being the folder 'hwgen "
                         "build --board' wrote; 'sim' runs the same host runtime against the "
                         "board's design simulated by Verilator (docs/boards.md)")
+    p.add_argument("--profile-data", dest="profile_data", action="store_true",
+                   help="also profile every integer tensor a kernel reads or writes, from the "
+                        "reference's values: zeros, all-zero tiles at the array's granularity, "
+                        "range, histogram, requantize saturation (--json: data_profiles)")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -123,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--board-port runs one model on the board of --variant DIR (a folder "
                          "of 'hwgen build --board'); a workload on a variant library runs in "
                          "simulation: drop --board-port, or --variants and --workload")
+    if args.profile_data and (args.variants is not None or args.workload is not None
+                              or args.board_port is not None):
+        raise ValueError("--profile-data profiles one model's run on the simulator; drop "
+                         "--variants, --workload and --board-port, or --profile-data")
     if args.variants is not None or args.workload is not None:
         from hwgen.cli.run_workload import run_workload
 
@@ -183,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
             report = run_compiled(compiled, inputs, build=build,
                                   shadow_inputs=(DEFAULT_SHADOW_INPUTS
                                                  if args.shadow_inputs is None
-                                                 else args.shadow_inputs), seed=args.seed)
+                                                 else args.shadow_inputs), seed=args.seed,
+                                  profile_data=args.profile_data)
         except ShadowMismatch as exc:
             if args.json:
                 print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
@@ -218,6 +227,10 @@ def run(args: argparse.Namespace) -> int:
                  f"{report.total_macs:,}", f"{report.ideal_cycles:,}",
                  f"{report.utilization:.2f}", ""))
     print("\n".join(kernel_table(rows)))
+    if report.data_profiles:
+        from fusion.runtime.data_profile import profile_table
+
+        print("\n".join(kernel_table(profile_table(report.data_profiles))))
     for line in host_op_lines(report.host_ops, measured=True):
         print(line)
     layout = [h for h in report.host if h.role == "layout"]
