@@ -82,7 +82,8 @@ def profile_tensor(name: str, values: np.ndarray, *, zero_point: int, dtype: str
                    saturated: float | None = None) -> TensorProfile:
     """The profile of ``values``, an integer tensor of ``dtype`` whose zero is
     ``zero_point``: its matrix view is ``[product of the leading axes, last axis]`` (an A
-    operand's ``[M, K]``, a weight's ``[K, N]``), cut into ``tile`` s.
+    operand's ``[M, K]``, a weight's ``[K, N]``; an NCHW tensor's ``[N*H*W, C]``, as a
+    convolution's GEMM reads it), cut into ``tile`` s.
 
     Raises
     ------
@@ -99,7 +100,10 @@ def profile_tensor(name: str, values: np.ndarray, *, zero_point: int, dtype: str
     if int(x.min()) < lo or int(x.max()) > hi:
         raise ValueError(f"tensor {name!r} holds values outside {dtype}'s range")
     zero = x == zero_point
-    matrix = zero.reshape(-1, x.shape[-1]) if x.ndim else zero.reshape(1, 1)
+    if x.ndim == 4:  # NCHW: pixels by channels, the rows a convolution's GEMM reads
+        matrix = np.moveaxis(zero, 1, -1).reshape(-1, x.shape[1])
+    else:
+        matrix = zero.reshape(-1, x.shape[-1]) if x.ndim else zero.reshape(1, 1)
     r, c = tile
     rows, cols = matrix.shape
     # pad with zeros (True) to whole tiles: an edge tile counts only its own elements

@@ -56,6 +56,15 @@ def test_a_pruned_weight_has_the_share_of_zero_blocks_it_was_pruned_to():
     assert p.zero_tiles == 0.75 and p.zero_share == 0.75
 
 
+def test_an_nchw_tensor_is_tiled_as_pixels_by_channels():
+    """8 channels of 4x4: 16 pixels by 8 channels, two 8x8 tiles; one pixel non-zero in
+    every channel leaves the other tile all zero (as rows of [N*C*H, W] it would not)."""
+    x = np.zeros((1, 8, 4, 4), np.int8)
+    x[0, :, 3, 3] = 5
+    p = profile_tensor("x", x, zero_point=0, dtype="int8", tile=(8, 8))
+    assert (p.tiles, p.zero_tiles) == (2, 0.5)
+
+
 def test_tiles_follow_the_array_and_the_role():
     assert tile_shape(SIM_VARIANTS["4x8"], "activation") == (4, 4)
     assert tile_shape(SIM_VARIANTS["4x8"], "weight") == (4, 8)
