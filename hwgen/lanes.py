@@ -41,8 +41,15 @@ def requantize(x: np.ndarray, mult: int | np.ndarray, shift: int | np.ndarray,
     ``mult`` and ``shift`` are scalars (per tensor) or arrays broadcast against ``x`` (per
     channel: one value per column, along the last axis). ``x * mult`` needs 63 bits.
     """
+    return sat(requantize_unsaturated(x, mult, shift, zp, round_even=round_even), 8)
+
+
+def requantize_unsaturated(x: np.ndarray, mult: int | np.ndarray, shift: int | np.ndarray,
+                           zp: int, *, round_even: bool = False) -> np.ndarray:
+    """:func:`requantize` before its ``sat8`` (int64): what the clamp saturates is outside
+    ``[-128, 127]``."""
     p = int_array(x, "x") * np.asarray(mult, np.int64)
-    return sat(round_shift(p, shift, even=round_even) + np.int64(zp), 8)
+    return round_shift(p, shift, even=round_even) + np.int64(zp)
 
 
 def round_shift(p: np.ndarray, shift: int | np.ndarray, *, even: bool = False) -> np.ndarray:

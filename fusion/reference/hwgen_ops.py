@@ -14,7 +14,7 @@ from fusion.ir import windows as _windows
 from fusion.ir.graph import Tensor
 from fusion.reference.registry import Ctx, implements
 from hwgen import reference as ref
-from hwgen.lanes import residual_scaled
+from hwgen.lanes import requantize_unsaturated, residual_scaled
 
 # -- quantization parameters of tensors ------------------------------------------------------
 
@@ -76,21 +76,24 @@ def _bias_add(ctx: Ctx, x, bias):
 
 
 def requant(x: np.ndarray, mult, shift, zp: int, out_dtype: str, axis: int = -1,
-            round_even: bool = False) -> np.ndarray:
+            round_even: bool = False, *, saturate: bool = True) -> np.ndarray:
     """The ``requant`` op on int32 values (see :mod:`fusion.ir.ops`), per tensor or per channel.
 
     uint8 runs the int8 requantize with ``zp - 128`` and adds 128 (the hardware's sign-bit
-    flip): ``sat_u8(y + zp) == sat_s8(y + zp - 128) + 128`` for every integer ``y``.
+    flip): ``sat_u8(y + zp) == sat_s8(y + zp - 128) + 128`` for every integer ``y``. Without
+    ``saturate``, the values before the clamp (int64; outside ``out_dtype``'s range where
+    the clamp saturates them).
     """
     offset = 128 if out_dtype == "uint8" else 0
+    fn = ref.requantize if saturate else requantize_unsaturated
     if not isinstance(mult, tuple):
-        out = ref.requantize(x, mult, shift, zp - offset, round_even=round_even)
+        out = fn(x, mult, shift, zp - offset, round_even=round_even)
     else:
         moved = np.moveaxis(np.asarray(x), axis, 0)
-        out = np.stack([ref.requantize(moved[c], m, s, zp - offset, round_even=round_even)
+        out = np.stack([fn(moved[c], m, s, zp - offset, round_even=round_even)
                         for c, (m, s) in enumerate(zip(mult, shift, strict=True))])
         out = np.moveaxis(out, 0, axis)
-    return (out + offset).astype(out_dtype)
+    return (out + offset).astype(out_dtype) if saturate else out + offset
 
 
 @implements("requant")

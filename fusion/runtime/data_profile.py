@@ -6,7 +6,7 @@ at the array's granularity, the blocks a GEMM could skip (:func:`tile_shape`: ``
 block`` of an A operand, ``K block x cols`` of a weight, the K block as many K rows as the
 array has rows); its least and greatest value and a histogram over its dtype's whole range;
 and, for a requantize's output, the share of values its clamp saturated (the value before the
-clamp, exactly as :func:`hwgen.lanes.requantize` computes it, outside the 8-bit range).
+clamp, :func:`hwgen.lanes.requantize_unsaturated`, outside the output dtype's range).
 
 :func:`profile_tensor` profiles one array; :func:`kernel_profiles` the tensors of one kernel
 from the values of a run (the reference's values, which every kernel is checked against, so
@@ -25,8 +25,8 @@ import numpy as np
 
 from fusion.ir.graph import Graph, Node
 from fusion.ir.ops import INT_RANGE
+from fusion.reference.hwgen_ops import requant
 from hwgen.config import VariantConfig
-from hwgen.lanes import INT8_MAX, INT8_MIN, round_shift
 
 #: Bins of a profile's histogram: equal ranges over the dtype's values (16 of 16 codes for
 #: 8 bits).
@@ -122,20 +122,12 @@ def profile_tensor(name: str, values: np.ndarray, *, zero_point: int, dtype: str
 
 def saturation(node: Node, acc: np.ndarray) -> float:
     """Share of ``requant`` ``node``'s outputs on ``acc`` (its int32 input) that its clamp
-    saturated: the value before the clamp (:func:`hwgen.lanes.requantize` without its
-    ``sat8``) outside ``[-128, 127]`` (a uint8 output is that range shifted by 128)."""
+    saturated: the value before the clamp outside the output dtype's range."""
     a = node.attr_dict
-    x = np.asarray(acc, np.int64)
-    if isinstance(a["mult"], tuple):  # per channel, along ``axis``
-        shape = [1] * x.ndim
-        shape[a["axis"]] = len(a["mult"])
-        mult = np.asarray(a["mult"], np.int64).reshape(shape)
-        shift = np.asarray(a["shift"], np.int64).reshape(shape)
-    else:
-        mult, shift = np.int64(a["mult"]), np.int64(a["shift"])
-    offset = 128 if a["out_dtype"] == "uint8" else 0
-    y = round_shift(x * mult, shift, even=bool(a["round_even"])) + (a["zp"] - offset)
-    return float(((y < INT8_MIN) | (y > INT8_MAX)).mean()) if y.size else 0.0
+    y = requant(acc, a["mult"], a["shift"], a["zp"], a["out_dtype"], a["axis"],
+                bool(a["round_even"]), saturate=False)
+    lo, hi = INT_RANGE[a["out_dtype"]]
+    return float(((y < lo) | (y > hi)).mean()) if y.size else 0.0
 
 
 def kernel_profiles(graph: Graph, config: VariantConfig, spec: Any,
