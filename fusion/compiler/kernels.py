@@ -52,6 +52,7 @@ from fusion.kernels.eltmax.kind import MAX, MaxParams, Window
 from fusion.kernels.epipass.kind import PASS, PassParams
 from fusion.kernels.gemm.kind import GEMM
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.sparse import weight_blocks
 from fusion.kernels.layout import kgroup_problem
 from fusion.kernels.program import rows_of
 from fusion.kernels.protocol import Refusal
@@ -68,7 +69,7 @@ Part = list[tuple[Node, str | None]]
 
 
 def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
-          grouped: bool = True, **names: Any) -> KernelSpec:
+          grouped: bool = True, sparse: bool = True, **names: Any) -> KernelSpec:
     a = graph.tensors[anchor.inputs[0]]
     w = graph.initializers[anchor.inputs[1]]
     K, N = w.shape  # noqa: N806
@@ -91,9 +92,11 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
     # (a kernel's output where it lies, with no host step between; plan._order drops the
     # reshapes when nothing else reads them)
     source = matrix_view_start(graph, anchor.inputs[0]) or anchor.inputs[0]
+    # all-zero weight blocks (a pruned model): the block-sparse program is priced too
+    blocks = weight_blocks(config, w) if sparse and not kgroup else None
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params, kgroup=kgroup,
-                                                   kblocks=kblocks),
+                                                   kblocks=kblocks, blocks=blocks),
                       inputs=(source,) + ((residual,) if residual else ()),
                       consts=consts, note="; ".join(notes), **names)
 
@@ -427,7 +430,8 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
                            "(CompileOptions.window_conv)")
         return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
     if chain.anchor is not None and start == len(chain.prefix):
-        extra = {"qmatmul": {"grouped": options.grouped_gemm},
+        extra = {"qmatmul": {"grouped": options.grouped_gemm,
+                             "sparse": options.sparse_weights},
                  "maxpool": {"window_unit": options.window_unit}}.get(chain.anchor.op, {})
         return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **extra, **names)
     # a run of epilogue ops as one pass over [M, N]

@@ -35,6 +35,10 @@ class CompileOptions:
         A tensor whose kernels read it in place in two layouts is copied into the second on
         the accelerator (a GEMM of the identity, :mod:`fusion.compiler.relayout`) when that
         is predicted cheaper than the host repacking it; off, the host repacks it.
+    sparse_weights : bool
+        A GEMM whose constant weights have all-zero blocks is also priced as the block-sparse
+        program that never loads or multiplies them (:mod:`fusion.kernels.gemm.sparse`), and
+        runs so when that is predicted faster; off, every GEMM runs dense.
     """
 
     window_conv: bool = True
@@ -42,6 +46,7 @@ class CompileOptions:
     grouped_gemm: bool = True
     window_unit: bool = True
     relayout: bool = True
+    sparse_weights: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)

@@ -23,6 +23,7 @@ from fusion.kernels.codegen import ProgramTooLong, assemble_program, render
 from fusion.kernels.epilogue import DT_BYTES, pass_context, pass_dtypes, reads_bias_region
 from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.gemm.parts import program_parts
+from fusion.kernels.gemm.sparse import busy_slices, sparse_b_bytes, sparse_context, sparse_tiling
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import figures
 from fusion.kernels.protocol import Build
@@ -48,7 +49,8 @@ def gemm_sizes(dims: GemmDims, p: GemmParams) -> dict[str, int]:
     the kernel reads a bias region), ``residual``, ``out``, and the int32 intermediates
     ``tmp0``, ``tmp1`` when unfused with stages."""
     tiles = dims.Mb * dims.Nb
-    sizes = {"a": dims.Mb * dims.a_Kp * dims.R, "b": dims.Nb * dims.Kp * dims.C}
+    sizes = {"a": dims.Mb * dims.a_Kp * dims.R,
+             "b": sparse_b_bytes(dims, p.blocks) if p.sparse else dims.Nb * dims.Kp * dims.C}
     if reads_bias_region(p.stages, p.epilogue):
         sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
     if "residual" in p.stages:
@@ -110,6 +112,8 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
     what = (f"{'fused' if p.fused else 'unfused'} {p.M}x{p.K}x{p.N}"
             f"{f' grouped (kgroup={p.kgroup})' if p.kgroup else ''} GEMM "
             f"({', '.join(stages) or 'no epilogue'})")
+    if p.sparse:
+        return _sparse_program(config, dims, p, regions, what)
     if p.tiling is not None:
         candidates: Iterable[Tiling] = [resolve(dims, gemm_stages, p.tiling,
                                                 per_channel=params.per_channel)]
@@ -146,3 +150,18 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
     return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp + rows, stored=stored,
                    chosen={"tiling": dataclasses.asdict(tiling),
                            "bias_windows": len(windows(dims.Nb, blocks))})
+
+
+def _sparse_program(config: VariantConfig, dims: GemmDims, p: GemmParams,
+                    regions: Mapping[str, Region], what: str) -> Build:
+    """The block-sparse program of ``p`` (:mod:`fusion.kernels.gemm.sparse`): fused, one
+    part, its tiling the one it records."""
+    final_dt = dt_name(output_dtype(p.stages))
+    text = render("gemm_sparse.j2", **sparse_context(
+        dims, p.blocks, p.stages, regions, params=p.epilogue, out=regions["out"],
+        out_dt=final_dt, transposed=p.kmajor_out))
+    program = assemble_program(config, text, what=f"block-sparse {what}")
+    stored = dims.Mb * dims.Nb * dims.tile_bytes(DT_BYTES[final_dt])
+    return figures(config, program, busy=busy_slices(dims, p.blocks), stored=stored,
+                   chosen={"tiling": dataclasses.asdict(sparse_tiling(dims)),
+                           "bias_windows": 1})

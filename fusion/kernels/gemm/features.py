@@ -16,11 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fusion.cost.analytical import built_instructions, estimate, program_or_template
+from fusion.cost.analytical import (
+    built_instructions,
+    estimate,
+    estimate_program,
+    program_or_template,
+)
 from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.sparse import busy_slices, sparse_tiling
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
@@ -65,6 +71,9 @@ class GemmFeatures(Features):
         (:class:`fusion.kernels.gemm.params.GemmParams`).
     kmajor_out : bool
         The output tiles are stored transposed (the transposer's latency at the end).
+    blocks : tuple of tuple of int, optional
+        A block-sparse kernel's kept weight blocks per column block
+        (:mod:`fusion.kernels.gemm.sparse`); None for the dense programs.
     placement : tuple of (str, int), optional
         Where its regions lie (:attr:`fusion.cost.model.Features.placement`; set by
         :meth:`~fusion.cost.model.Features.at`).
@@ -89,6 +98,7 @@ class GemmFeatures(Features):
     kgroup: int = 0
     kmajor_out: bool = False
     kblocks: int = 1
+    blocks: tuple[tuple[int, ...], ...] | None = None
     placement: tuple[tuple[str, int], ...] | None = None
 
     def __post_init__(self) -> None:
@@ -120,26 +130,32 @@ class GemmFeatures(Features):
         kgroup: int = 0,
         kmajor_out: bool = False,
         kblocks: int = 1,
+        blocks: tuple[tuple[int, ...], ...] | None = None,
     ) -> GemmFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
         ``tiling`` is resolved against the problem; without one, the default tiler's choice
         (:func:`fusion.kernels.tiling.default_tiling`) is taken. ``kgroup``, ``kblocks`` and
-        ``kmajor_out`` as for :class:`fusion.kernels.gemm.params.GemmParams`.
+        ``kmajor_out`` as for :class:`fusion.kernels.gemm.params.GemmParams`; ``blocks``
+        makes the block-sparse kernel's features (its tiling is the one it records).
         """
         stages = check_stages(stages, config.epilogue)
         dims = GemmDims(config, M, K, N, kgroup=kgroup, kblocks=kblocks)
         gemm_stages = stages if fused else ()
         params = params if params is not None else EpilogueParams()
         pc = params.per_channel
-        tiling = (resolve(dims, gemm_stages, tiling, per_channel=pc) if tiling is not None
-                  else default_tiling(dims, gemm_stages, per_channel=pc))
+        if blocks is not None:
+            tiling = sparse_tiling(dims)
+        elif tiling is not None:
+            tiling = resolve(dims, gemm_stages, tiling, per_channel=pc)
+        else:
+            tiling = default_tiling(dims, gemm_stages, per_channel=pc)
         dts = () if fused or not stages else tuple(
             pass_dtypes(stages, params, dt_name(output_dtype(stages))))
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
                    tiling=tiling, pass_dtypes=dts, per_channel=pc,
                    residual_op=params.residual_op, kgroup=kgroup, kmajor_out=bool(kmajor_out),
-                   kblocks=kblocks)
+                   kblocks=kblocks, blocks=blocks)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -152,7 +168,8 @@ class GemmFeatures(Features):
                    program_words=len(kernel.program), bytes_loaded=kernel.bytes_loaded,
                    bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
                    residual_op=kernel.params.residual_op, kgroup=dims.kgroup,
-                   kmajor_out=bool(kernel.signature.kmajor_out), kblocks=dims.kblocks)
+                   kmajor_out=bool(kernel.signature.kmajor_out), kblocks=dims.kblocks,
+                   blocks=kernel.sparse_blocks)
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -179,6 +196,8 @@ class GemmFeatures(Features):
     @property
     def k_slices(self) -> int:
         """Slices fed through the array: the ``array_busy`` counter, exactly."""
+        if self.blocks is not None:
+            return busy_slices(self.dims, self.blocks)
         return self.tiles * self.dims.Kp
 
     @property
@@ -191,7 +210,11 @@ class GemmFeatures(Features):
         DRAM port, the walk of the program itself at its :attr:`placement`, or as a kernel
         built alone (:func:`~fusion.cost.analytical.built_instructions`): which bank each store
         and each LOAD falls in decides what they cost each other there, and only the program
-        knows it."""
+        knows it. A block-sparse kernel is always priced by its program's run through the
+        machine (:func:`~fusion.cost.analytical.estimate_program`): its shape follows the
+        weights."""
+        if self.blocks is not None:
+            return estimate_program(self.config, _built(self), platform)
         return program_or_template(self.config, platform, lambda: _built(self),
                                    lambda: estimate(self, platform).cycles)
 
@@ -209,6 +232,7 @@ class GemmFeatures(Features):
             "residual_op": self.residual_op, "kgroup": self.kgroup,
             "kmajor_out": self.kmajor_out,
             **({"kblocks": self.kblocks} if self.kblocks != 1 else {}),
+            **({"blocks": [list(c) for c in self.blocks]} if self.blocks is not None else {}),
         }
 
     @classmethod
@@ -236,7 +260,9 @@ class GemmFeatures(Features):
                    residual_op=str(data.get("residual_op", "add")),
                    kgroup=int(data.get("kgroup", 0)),
                    kmajor_out=bool(data.get("kmajor_out", False)),
-                   kblocks=int(data.get("kblocks", 1)))
+                   kblocks=int(data.get("kblocks", 1)),
+                   blocks=(tuple(tuple(c) for c in data["blocks"]) if data.get("blocks")
+                           is not None else None))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -247,6 +273,7 @@ def _built(f: GemmFeatures) -> tuple | None:
     (:func:`~fusion.cost.analytical.walk_totals`)."""
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
-                   kgroup=f.kgroup, kmajor_out=f.kmajor_out, kblocks=f.kblocks)
+                   kgroup=f.kgroup, kmajor_out=f.kmajor_out, kblocks=f.kblocks,
+                   blocks=f.blocks, sparse=f.blocks is not None)
     return built_instructions(f, gemm_sizes(f.dims, p),
                               lambda regions: build_program(f.config, p, regions))

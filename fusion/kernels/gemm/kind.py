@@ -29,6 +29,7 @@ from fusion.kernels.epilogue import (
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.sparse import pack_sparse_b, sparse_problems, sparse_tiling
 from fusion.kernels.layout import GemmDims, Region, kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
 from fusion.kernels.protocol import Build, KernelKind, Operand, Refusal, stage_refusal
@@ -57,6 +58,12 @@ class GemmKernel(Kernel):
         m, k, n = self.meta["dims"]
         return GemmDims(self.config, m, k, n, kgroup=self.meta["params"].get("kgroup", 0),
                         kblocks=self.meta["params"].get("kblocks", 1))
+
+    @property
+    def sparse_blocks(self) -> tuple[tuple[int, ...], ...] | None:
+        """A block-sparse kernel's kept weight blocks per column block; None if dense."""
+        blocks = self.meta["params"].get("sparse_blocks")
+        return None if blocks is None else tuple(tuple(c) for c in blocks)
 
     @property
     def tiling(self) -> Tiling:
@@ -99,6 +106,16 @@ class GemmKind(KernelKind):
             return Refusal(self.name, "kgroup", problem, kgroup=p.kgroup)
         dims = gemm_dims(config, p)
         per_channel = p.epilogue.per_channel
+        if p.sparse:
+            problems = sparse_problems(dims, p.blocks, p.stages, fused=p.fused,
+                                       per_channel=per_channel)
+            if problems:
+                return Refusal(self.name, "sparse", "block-sparse GEMM: " + "; ".join(problems))
+            if p.kmajor_out:
+                problem = kmajor_problem(config, p)
+                if problem is not None:
+                    return Refusal(self.name, "kmajor_out", problem)
+            return None
         problem = tiling_problem(dims, p.stages if p.fused else (), p.tiling,
                                  per_channel=per_channel)
         if problem is not None:
@@ -151,6 +168,8 @@ class GemmKind(KernelKind):
                 key["kblocks"] = p.kblocks
         if p.kmajor_out:  # likewise
             key["kmajor_out"] = True
+        if p.sparse:  # likewise: the program is made for these blocks
+            key["sparse_blocks"] = [list(col) for col in p.blocks]
         return key
 
     def build(self, config: VariantConfig, params: GemmParams,
@@ -161,7 +180,9 @@ class GemmKind(KernelKind):
              values: Mapping[str, np.ndarray]) -> dict[str, bytes]:
         p = params
         dims = gemm_dims(config, p)
-        return {"a": layout.pack_a(dims, values["a"]), "b": layout.pack_b(dims, values["b"]),
+        b = (pack_sparse_b(dims, p.blocks, values["b"]) if p.sparse
+             else layout.pack_b(dims, values["b"]))
+        return {"a": layout.pack_a(dims, values["a"]), "b": b,
                 **pack_epilogue(dims, p.stages, p.epilogue, values)}
 
     def reference(self, params: GemmParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -172,13 +193,14 @@ class GemmKind(KernelKind):
         p = params
         return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
                                      tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup,
-                                     kmajor_out=p.kmajor_out, kblocks=p.kblocks)
+                                     kmajor_out=p.kmajor_out, kblocks=p.kblocks,
+                                     blocks=p.blocks if p.sparse else None)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
         (given a tiling, just that)."""
         p = params
-        if p.tiling is not None:
+        if p.tiling is not None or p.sparse:
             return [p]
         dims = gemm_dims(config, p)
         stages, pc = p.stages if p.fused else (), p.epilogue.per_channel
@@ -191,10 +213,17 @@ class GemmKind(KernelKind):
         # one row block: streamed B too (bound by the weights' stream, which the tiler's
         # rough estimate does not rank; the cost model prices them)
         tilings += stream_tilings(dims, stages, per_channel=pc)
-        return [dataclasses.replace(p, tiling=t) for t in tilings]
+        dense = [dataclasses.replace(p, tiling=t) for t in tilings]
+        # weights with all-zero blocks: the program that skips them too, priced beside
+        if p.blocks is not None and not sparse_problems(dims, p.blocks, p.stages, fused=p.fused,
+                                                        per_channel=pc):
+            dense.append(dataclasses.replace(p, sparse=True, tiling=sparse_tiling(dims)))
+        return dense
 
     def variant_label(self, params: GemmParams) -> str:
         t = params.tiling
+        if params.sparse:
+            return f"block-sparse, {_kept(params)} weight blocks kept"
         if t.stream:
             return f"streamed B, {t.stream} chunks a column block"
         return (f"tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
@@ -214,6 +243,8 @@ class GemmKind(KernelKind):
         if p.kgroup and p.kblocks != 1:
             grouped += f" of {p.kblocks} column blocks"
         kmajor = ", stored K-major" if p.kmajor_out else ""
+        if p.sparse:
+            tiles = f", block-sparse ({_kept(p)} weight blocks)"
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
                 f"stages={','.join(p.stages) or '-'}{tiles}{kmajor}")
 
@@ -242,6 +273,11 @@ class GemmKind(KernelKind):
 
 
 GEMM = GemmKind()
+
+
+def _kept(p: GemmParams) -> str:
+    """How many weight blocks a block-sparse GEMM's params keep."""
+    return str(sum(map(len, p.blocks)))
 
 
 def kmajor_problem(config: VariantConfig, params: GemmParams) -> str | None:

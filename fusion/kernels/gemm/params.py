@@ -43,6 +43,15 @@ class GemmParams:
         Store the output transposed, tile by tile (MATMUL ``tr``): the ``kmajor`` layout of
         :mod:`fusion.kernels.layout`, which a following GEMM reads as its A operand where it
         lies. Needs a fused int8 output and a square array (the kind's legality check).
+    blocks : tuple of tuple of int, optional
+        What the compiler knows of constant weights with all-zero blocks: per column block,
+        the K blocks (:func:`fusion.kernels.gemm.sparse.block_rows` rows each) that hold a
+        non-zero weight (:func:`fusion.kernels.gemm.sparse.weight_blocks`). It lets
+        :meth:`~fusion.kernels.gemm.kind.GemmKind.variants` offer the block-sparse program;
+        a dense kernel ignores it.
+    sparse : bool
+        Run the block-sparse program (:mod:`fusion.kernels.gemm.sparse`): B holds only the
+        ``blocks``, and the program never loads or multiplies the others. Needs ``blocks``.
 
     Raises
     ------
@@ -61,6 +70,8 @@ class GemmParams:
     kgroup: int = 0
     kmajor_out: bool = False
     kblocks: int = 1
+    blocks: tuple[tuple[int, ...], ...] | None = None
+    sparse: bool = False
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
@@ -76,5 +87,15 @@ class GemmParams:
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "fused", bool(self.fused))
         object.__setattr__(self, "kmajor_out", bool(self.kmajor_out))
+        object.__setattr__(self, "sparse", bool(self.sparse))
+        if self.blocks is not None:
+            object.__setattr__(self, "blocks", tuple(tuple(int(k) for k in col)
+                                                     for col in self.blocks))
+            if any(not col or list(col) != sorted(set(col)) or col[0] < 0
+                   for col in self.blocks):
+                raise ValueError("blocks must hold, per column block, the increasing indices "
+                                 "of at least one K block")
+        if self.sparse and self.blocks is None:
+            raise ValueError("a sparse GEMM needs its weights' blocks (GemmParams.blocks)")
         check_epilogue(self.stages, self.epilogue)
 
