@@ -15,3 +15,12 @@ def write_results(name: str, results: Any) -> Path:
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
     return out
+
+
+def verdict(outside: list[str]) -> int:
+    """The exit status of a benchmark that compares outputs with the exact reference: 1, after
+    naming them, when ``outside`` lists runs beyond its 1-LSB bound; else 0."""
+    if outside:
+        print(f"outside the 1-LSB bound against the exact reference: {', '.join(outside)}")
+        return 1
+    return 0

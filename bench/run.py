@@ -97,12 +97,13 @@ def main() -> int:
         platforms,
         real_models,
         reconfig,
+        sparse_models,
         variant_library,
         zoo_models,
     )
 
     return (models.main() or inspect_speed.main([]) or real_models.main()
-            or zoo_models.main([]) or platforms.main([])
+            or zoo_models.main([]) or sparse_models.main([]) or platforms.main([])
             or dram_model.main([]) or calibration.main([])
             or drift.main(["--learned", str(calibration.ROOT / "model"),
                            "--model-threshold", "0.08", "--passes", "10"])

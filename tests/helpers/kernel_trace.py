@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusion.kernels.gemm.sparse import k_blocks, kept_rows
 from fusion.kernels.layout import Region
 from hwgen.config import VariantConfig
 from hwgen.isa import Csr, Dst, Dt, Op, decode
@@ -300,6 +301,18 @@ def _derive(kernel, store: Store, i: int, j: int, r: int) -> list[tuple[str, int
     if store.res is not None:
         want = Label("residual", ((i * d.Nb + j) * d.R + r) * d.C, "e8")
         assert store.res == want, (where, store.res, want)
+    if store.kind == "matmul" and getattr(kernel, "sparse_blocks", None) is not None:
+        # block-sparse: the kept blocks' rows of A, and compact B's rows of this column block
+        assert store.row == r, (where, store.row)
+        blocks = kernel.sparse_blocks
+        spans = k_blocks(d)
+        rows = [k for jb in blocks[j] for k in range(*spans[jb])]
+        a_want = [Label("a", (i * d.a_Kp + k) * d.R, "a") for k in rows]
+        first = sum(kept_rows(d, blocks)[:j])
+        b_want = [Label("b", (first + t) * d.C, "b") for t in range(len(rows))]
+        assert [x for x, _ in store.acc] == a_want, f"{where}: wrong A rows"
+        assert [y for _, y in store.acc] == b_want, f"{where}: wrong B rows"
+        return [("matmul", store.mask, store.dt)]
     if store.kind == "matmul":
         assert store.row == r, (where, store.row)
         # grouped, A is [Mb][Nb * Kp][R]: a Kp slice per column block, the same rows for

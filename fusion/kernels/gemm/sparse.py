@@ -14,13 +14,18 @@ non-zero blocks one after the other (``[sum of their rows][C]``, in column-block
 each column block is one contiguous LOAD.
 
 Schedule: A stays resident in groups of ``tm`` row blocks (as many as the A scratchpad holds,
-a divisor of ``Mb``); per group, the column blocks run in order, each loading the next one's
-weights into the other half of the B scratchpad while its own tiles compute:
+a divisor of ``Mb``); per group, the column blocks run in order, their weights streaming
+through a ring of ``q`` slots of the B scratchpad (:func:`slots`), ``q - 1`` column blocks
+ahead, as the streamed GEMM's chunks do (:mod:`fusion.kernels.gemm.stream`):
 
-    column n:  wait LOAD+FEED           # its weights are in; column n-1 has read the half
-               load weights(n+1)        #   that column n+1 now fills
+    column n:  wait LOAD (left q-2)     # its weights are in; newer loads may still run
                for each row block: one MATMUL per run of consecutive non-zero blocks
                (the tile's last run ends the tile and drains it through the epilogue)
+               wait FEED (left: its own jobs, at most 15)   # column n-1 has read its slot
+               load weights(n+q-1) into that slot
+
+so the port keeps loading while the array works, even at one row block (a GEMV), where a
+column block's loads take as long as its matmuls.
 
 Consecutive non-zero blocks are one MATMUL (they are consecutive in A and in compact B).
 Registers, besides those of ``common.j2``: r15 the current row block's first A row, r5 the
@@ -45,7 +50,7 @@ from fusion.kernels.epilogue import DT_BYTES, bias_load, csr_writes
 from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
-from hwgen.isa import Dst
+from hwgen.isa import MAX_LEFT, Dst
 from hwgen.reference import EpilogueParams
 
 Blocks = tuple[tuple[int, ...], ...]
@@ -120,7 +125,7 @@ def sparse_problems(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...], *,
                         f"scratchpad ({cfg.spad_a_depth} rows)")
     if not problems:
         most = max(kept_rows(dims, blocks))
-        if most > cfg.spad_b_depth // 2:
+        if slots(dims, blocks) < 2:
             problems.append(f"a column block keeps {most} rows of weights, more than half the "
                             f"B scratchpad ({cfg.spad_b_depth // 2})")
         if most * dims.C // dims.W > FIELD_MAX or dims.a_Kp * dims.R // dims.W > FIELD_MAX:
@@ -147,6 +152,16 @@ def program_bound(dims: GemmDims, blocks: Blocks) -> int:
     """Instructions of the block-sparse program, at most (``gemm_sparse.j2``): per column
     block its load and counters (at most 10) and three per MATMUL."""
     return _FIXED_WORDS + sum(10 + 3 * len(runs(dims, col)) for col in blocks)
+
+
+#: Weight slots of the B scratchpad at most: loads of up to three column blocks ahead.
+MAX_SLOTS = 4
+
+
+def slots(dims: GemmDims, blocks: Blocks) -> int:
+    """Column blocks' weights the B scratchpad holds at once (a ring of equal slots, each as
+    large as the largest column block's), at most :data:`MAX_SLOTS`."""
+    return min(MAX_SLOTS, dims.config.spad_b_depth // max(kept_rows(dims, blocks)))
 
 
 def sparse_b_bytes(dims: GemmDims, blocks: Blocks) -> int:
@@ -219,8 +234,10 @@ def sparse_context(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...],
     if has_bias and "bias" not in regions:
         raise ValueError("the kernel reads a bias region (the bias stage, or per-channel "
                          "requantize's multipliers and shifts) but none was given")
-    rows, half = group_rows(dims), cfg.spad_b_depth // 2
+    rows = group_rows(dims)
     kept = kept_rows(dims, blocks)
+    q = slots(dims, blocks)
+    slot_rows = cfg.spad_b_depth // q
     ext = [regions["b"].addr]
     for r in kept:
         ext.append(ext[-1] + r * dims.C // dims.W)
@@ -228,7 +245,7 @@ def sparse_context(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...],
     def weights(n: int) -> dict[str, Any]:
         words = kept[n] * dims.C // dims.W
         check_load(cfg, 1, words, Dst.B)
-        return {"ext": ext[n], "spad": (n % 2) * half, "len": words}
+        return {"ext": ext[n], "spad": (n % q) * slot_rows, "len": words}
 
     out_tw = dims.tile_words(DT_BYTES[out_dt])
     out_pitch = dims.Nb * out_tw
@@ -236,12 +253,17 @@ def sparse_context(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...],
     check_load(cfg, rows, a_seg, Dst.A)
     columns = []
     for n, col in enumerate(blocks):
-        spad = (n % 2) * half
+        spad = (n % q) * slot_rows
         matmuls = runs(dims, col)
+        ahead = n + q - 1
         columns.append({
             "n": n, "label": f"{prefix}_c{n}",
             "what": f"K blocks {list(col)} of {len(k_blocks(dims))}",
-            "load": weights(n + 1) if n + 1 < dims.Nb else None,
+            # the loads issued after this column's own that may still be pending
+            "left": min(q - 2, dims.Nb - 1 - n),
+            # every job of the column block before is older than this one's newest
+            "feed_left": min(rows * len(matmuls), MAX_LEFT),
+            "load": weights(ahead) if ahead < dims.Nb else None,
             "runs": [{"a": a0, "b": spad + b0, "k": k, "last": i == len(matmuls) - 1}
                      for i, (a0, b0, k) in enumerate(matmuls)],
         })
@@ -254,7 +276,8 @@ def sparse_context(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...],
         + ([("r9", 0)] if has_bias else []),
         "kept": kept_blocks, "total": dims.Nb * len(k_blocks(dims)),
         "groups": groups, "rows": rows, "kp": dims.Kp, "a_seg": a_seg,
-        "a_step": rows * a_seg, "first": weights(0), "columns": columns,
+        "a_step": rows * a_seg, "first": [weights(n) for n in range(min(q - 1, dims.Nb))],
+        "columns": columns, "slots": q,
         "has_bias": has_bias, "mask": f"{sum(cfg.stage_bit(s) for s in stages):#b}",
         "dt": out_dt, "tr": int(transposed), "a_pitch": dims.a_Kp, "out_pitch": out_pitch,
         "out_step": out_tw, "out_back": out_tw - rows * out_pitch,
