@@ -9,7 +9,8 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
    epilogue stage, or, for the parts only a variant whose A row is one memory word has
    (window loads, the transposing store, the window unit), such a variant with the unit;
 2. that variant's checks with default options: on the first, ``hwgen gemm`` on a few shapes
-   (:data:`GEMMS`, and :data:`STREAMED` with its B streamed) and ``hwgen run`` on every
+   (:data:`GEMMS`, :data:`STREAMED` with its B streamed and :data:`PRUNED` block-sparse)
+   and ``hwgen run`` on every
    bundled example (``examples/*.onnx``); on the second, ``hwgen run`` of the bundled
    examples that convolve and pool (:data:`WINDOW_MODELS`: window convolutions, depthwise
    convolutions, max and global pools on the unit, K-major stores); on the third, a 4x4 on
@@ -70,6 +71,9 @@ GEMMS = ((4, 8, 4), (19, 40, 23), (32, 96, 40))
 BANKED_GEMMS = ((13, 96, 15, 2, 2, 32), (16, 100, 16, 4, 1, 24))
 #: A GEMV streamed in q chunks (M, K, N, q), checked like the others: its counted WAITs.
 STREAMED = (3, 256, 40, 4)
+#: Block-sparse GEMMs (M, K, N, share of weight blocks zero): several row blocks, and a GEMV
+#: whose weights stream through the ring of slots.
+PRUNED = ((19, 40, 23, 0.6), (3, 256, 40, 0.75))
 #: Seconds a check may take before it counts as hung (and so as caught).
 TIMEOUT = 600
 
@@ -148,6 +152,10 @@ def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
     out.append((f"gemm {m}x{k}x{n} streamed", [
         "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
         "--stream", str(q), "--epilogue", "bias,requant,relu"]))
+    for m, k, n, share in PRUNED:
+        out.append((f"gemm {m}x{k}x{n} pruned {share:.0%}", [
+            "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
+            "--prune", str(share), "--epilogue", "bias,requant,relu"]))
     for model in sorted((ROOT / "examples").glob("*.onnx")):
         out.append((f"run {model.stem}", ["run", f"examples/{model.name}", "--variant",
                                           "variant"]))

@@ -1,7 +1,8 @@
 """The hardware and microcode faults that ``make mutate`` injects (:mod:`bench.mutate`).
 
 Each :class:`Mutation` is one small textual patch of a gateware module (``hwgen/gateware/``) or
-a microcode template (``rtl_templates/microcode/``): the text ``old`` must occur exactly once
+a microcode template (``rtl_templates/microcode/``), or of the compiler code that decides what a
+kernel may skip (``fusion/kernels/gemm/sparse.py``): the text ``old`` must occur exactly once
 in the file (so the campaign fails loudly when the code moves on and a patch no longer
 applies), and is replaced by ``new``. Each models a plausible bug, chosen so that it changes
 only some results: off-by-one boundaries, rounding of exact ties, one wrong lane, a counter
@@ -161,6 +162,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              "the word stage takes a word while a gearbox still cuts the one before (a DRAM's "
              "burst of late words overruns it; the ideal memory never bursts)",
              variant="ddr3"),
+    Mutation("sparse-load-wait", "rtl_templates/microcode/gemm_sparse.j2",
+             "c.counted_wait(col.left, Unit.LOAD)", "c.counted_wait(col.left + 1, Unit.LOAD)",
+             "a block-sparse column block's MATMULs may start while its weights still load"),
+    Mutation("sparse-skips-kept-block", "fusion/kernels/gemm/sparse.py",
+             "    for j in col:\n        lo, hi = spans[j]",
+             "    for j in (col[:-1] or col):\n        lo, hi = spans[j]",
+             "the block-sparse program skips the last block of weights each column block keeps "
+             "(a block that holds a non-zero weight)"),
     Mutation("write-data-early", "hwgen/gateware/native.py",
              "wfifo.r_en.eq(self.wdata_ready),",
              "wfifo.r_en.eq(self.cmd_valid & self.cmd_ready & self.cmd_we),",

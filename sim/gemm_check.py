@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fusion.kernels.gemm.kind import GemmKernel, compiled_gemm, gemm_regions
+from fusion.kernels.gemm.kind import GEMM, GemmKernel, compiled_gemm, gemm_regions
+from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.sparse import block_rows, sparse_blocks
 from fusion.kernels.layout import place
+from fusion.kernels.program import compile_kernel
 from fusion.kernels.tiling import Tiling
 from fusion.runtime.edge_cases import plant
 from fusion.runtime.invariants import check_counters, timing_floor
@@ -171,6 +174,8 @@ class GemmCase:
     ``kgroup`` > 0 makes it a grouped GEMM (:class:`fusion.kernels.gemm.params.GemmParams`);
     give it a ``problem`` whose B is zero outside the diagonal blocks
     (:func:`grouped_problem`). ``kmajor_out`` stores the output transposed (MATMUL ``tr``).
+    ``sparse`` runs the block-sparse program made for the zero blocks of the problem's B
+    (:mod:`fusion.kernels.gemm.sparse`; give it a :func:`pruned_problem`).
     """
 
     M: int
@@ -188,6 +193,7 @@ class GemmCase:
     #: Where its regions lie (``(region, word address)`` pairs: a model's memory plan put
     #: them there); None: built alone, packed from word 0.
     placement: tuple[tuple[str, int], ...] | None = None
+    sparse: bool = False
 
     def operands(self) -> Problem:
         """The case's problem: the one given, or random operands from its seed (drawn once:
@@ -209,6 +215,14 @@ class GemmCase:
             operand is drawn, since the operands of a 10**12-row GEMM would exhaust this
             machine first. Or as :func:`~fusion.kernels.gemm.kind.compiled_gemm` refuses.
         """
+        if config not in self._kernels and self.sparse:
+            problem = self.operands()
+            params = GemmParams(M=self.M, K=self.K, N=self.N, stages=self.stages,
+                                fused=self.fused, epilogue=problem.params,
+                                kmajor_out=self.kmajor_out, sparse=True,
+                                blocks=sparse_blocks(config, problem.b))
+            self._kernels[config] = compile_kernel(
+                GEMM, config, params, placement=dict(self.placement) if self.placement else None)
         if config not in self._kernels:
             if self.problem is None:
                 place(config, gemm_regions(config, self.M, self.K, self.N, stages=self.stages,
@@ -244,6 +258,21 @@ def grouped_problem(config: VariantConfig, M: int, K: int, N: int, kgroup: int, 
     rows = np.arange(K)[:, None] // kgroup
     cols = np.arange(N)[None, :] // config.cols // kblocks
     problem.b[rows != cols] = 0
+    return problem
+
+
+def pruned_problem(config: VariantConfig, M: int, K: int, N: int, fraction: float,  # noqa: N803
+                   stages: Sequence[str], seed: int) -> Problem:
+    """:func:`random_problem` with about ``fraction`` of B's weight blocks (the block-sparse
+    program's, :func:`fusion.kernels.gemm.sparse.block_rows` K rows by one column block)
+    set to zero, drawn from ``seed``."""
+    problem = random_problem(M, K, N, stages, seed)
+    kb, c = block_rows(config), config.cols
+    rng = np.random.default_rng(seed + 1)
+    for k in range(0, K, kb):
+        for n in range(0, N, c):
+            if rng.random() < fraction:
+                problem.b[k:k + kb, n:n + c] = 0
     return problem
 
 

@@ -144,3 +144,22 @@ def test_run_profile_data_is_for_one_model(variant_dir, tmp_path, capsys):
     assert main(["run", "--variants", str(tmp_path), "--workload", str(tmp_path / "w.json"),
                  "--profile-data"]) == 2
     assert "--profile-data profiles one model's run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_profile_data_with_db_stores_the_profiles_for_hwgen_profile(variant_dir, tmp_path,
+                                                                        capsys):
+    """Two inputs and one of them again: two runs' profiles, stored with the model and the
+    variant; hwgen profile shows them."""
+    db = tmp_path / "p.db"
+    for run_seed in (0, 1, 0):
+        assert main(["run", str(EXAMPLES / "qdq_mlp_residual.onnx"), "--variant",
+                     str(variant_dir), "--profile-data", "--db", str(db), "--seed",
+                     str(run_seed), "--cache", str(tmp_path / "cache")]) == 0
+    capsys.readouterr()
+    assert main(["profile", str(db), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["data_profiles"]
+    assert entry["model"] == "qdq_mlp_residual" and entry["runs"] == 2
+    assert entry["weight_zero_share"] is not None and entry["activation_zero_share"] > 0
+    assert main(["profile", str(db)]) == 0
+    assert "data profiles (mean share of zeros / of all-zero tiles)" in capsys.readouterr().out

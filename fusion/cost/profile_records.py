@@ -25,7 +25,7 @@ from hwgen.platform import PlatformConfig
 
 #: What the ``meta`` table says a profile database is, and the schema this module writes.
 SCHEMA_FORMAT = "hwgen-profiles"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Where a run came from.
 SOURCES = ("calibrate", "runtime")
@@ -36,6 +36,29 @@ MAX_JSON_CHARS = 1 << 20
 
 #: The key of the database's own fields in an exported JSONL line (beside Row.to_dict's).
 PROFILE_KEY = "profile"
+
+#: Profiles of the data a model's kernels read and wrote on a run (issue 33,
+#: :mod:`fusion.runtime.data_profile`), with the model and variant they were measured on;
+#: added in schema version 2.
+DATA_PROFILES_SCHEMA = (
+    """CREATE TABLE data_profiles (
+        id INTEGER PRIMARY KEY,
+        model TEXT NOT NULL,
+        model_key TEXT NOT NULL,
+        variant_key TEXT NOT NULL,
+        run_key TEXT NOT NULL,
+        tensor TEXT NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('weight', 'activation')),
+        profile_json TEXT NOT NULL,
+        created TEXT NOT NULL,
+        UNIQUE (run_key, tensor))""",
+    "CREATE INDEX data_profiles_model ON data_profiles (model_key, variant_key)",
+)
+
+#: What brings a database of each older schema version to the next one. Every step only adds
+#: (tables, indexes), so an older database is brought up to date where it lies, its rows
+#: untouched.
+MIGRATIONS = {1: DATA_PROFILES_SCHEMA}
 
 #: The tables and indexes of a new database (after which ``meta`` gets the format and
 #: version).
@@ -74,6 +97,7 @@ SCHEMA = (
         n INTEGER NOT NULL,
         mape REAL NOT NULL,
         created TEXT NOT NULL)""",
+    *DATA_PROFILES_SCHEMA,
 )
 
 #: The columns :func:`record` fills, in its order.

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from fusion.cost.data import Row, check_counter
+from fusion.cost.data_profile_table import DataProfileTable
 from fusion.cost.model import Features, placement_of
 from fusion.cost.profile_records import (
     COLUMNS,
+    MIGRATIONS,
     PROFILE_KEY,
     ROW_COLUMNS,
     SCHEMA,
@@ -58,7 +60,7 @@ _INSERT = (f"INSERT OR IGNORE INTO runs ({', '.join(COLUMNS)}) "
 _SELECT_ROW = ", ".join(ROW_COLUMNS)
 
 
-class ProfileDB:
+class ProfileDB(DataProfileTable):
     """A profile database: one SQLite file of measured runs (see the module's docstring).
 
     Parameters
@@ -137,7 +139,9 @@ class ProfileDB:
             raise self._foreign() from None
         if meta.get("format") != SCHEMA_FORMAT:
             raise self._foreign()
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
+        if meta.get("schema_version") in {str(v) for v in MIGRATIONS}:
+            self._migrate()
+        elif meta.get("schema_version") != str(SCHEMA_VERSION):
             raise ValueError(
                 f"{self.path} is a profile database of schema version "
                 f"{meta.get('schema_version')!r}; this hwgen reads version {SCHEMA_VERSION}: "
@@ -398,6 +402,7 @@ class ProfileDB:
                           for s, n, n_ok in grouped("source")],
             "model_errors": [dict(zip(("model", "variant_key", "platform_key", "n", "mape",
                                        "created"), e, strict=True)) for e in errors],
+            "data_profiles": self.data_profile_summary(),
         }
 
     # -- JSONL interchange -----------------------------------------------------------------

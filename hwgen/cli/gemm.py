@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hwgen.cli.common import positive_int, seed, stage_list
+from hwgen.cli.common import fraction, positive_int, seed, stage_list
 from hwgen.gateware.folder import read_variant
 
 HELP = "run one GEMM kernel on Verilator, checked bit for bit"
@@ -38,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kmajor-out", dest="kmajor_out", action="store_true",
                    help="store the output tiles transposed (K-major: the layout the next "
                         "GEMM's A operand is read in; int8 output, square arrays)")
+    p.add_argument("--prune", type=fraction,
+                   help="draw B with this share (0 to 1) of its weight blocks zero (K rows "
+                        "by the array's columns) and run the block-sparse program that skips "
+                        "them (docs/sparsity.md); fused only, no residual")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -46,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
     from fusion.kernels.tiling import Tiling, default_tiling, resolve
     from hwgen.reference import check_stages
     from sim.build import build_folder
-    from sim.gemm_check import GemmCase, grouped_problem, run_gemms
+    from sim.gemm_check import GemmCase, grouped_problem, pruned_problem, run_gemms
 
     config = read_variant(args.variant)  # the Verilog checked against its descriptor
     stages = config.epilogue if args.epilogue is None else args.epilogue
     check_stages(stages, config.epilogue)  # a refusal quotes the variant's own chain
     kgroup = args.kgroup or 0
     dims = GemmDims(config, args.m, args.k, args.n, kgroup=kgroup)
+    if args.prune is not None and (args.stream or kgroup):
+        raise ValueError("--prune runs the block-sparse program: drop --stream and --kgroup")
     if args.stream:
         given = [f"--{n.replace('_', '-')}" for n in ("tm", "tn", "kt", "loop_order")
                  if getattr(args, n) is not None] + (
@@ -69,9 +75,12 @@ def run(args: argparse.Namespace) -> int:
                                 double_buffer=False if args.no_double_buffer else None)
     problem = None if not kgroup else grouped_problem(config, args.m, args.k, args.n, kgroup,
                                                       tuple(stages), args.seed)
+    if args.prune is not None:
+        problem = pruned_problem(config, args.m, args.k, args.n, args.prune, tuple(stages),
+                                 args.seed)
     case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
                     fused=not args.unfused, tiling=tiling, seed=args.seed, problem=problem,
-                    kgroup=kgroup, kmajor_out=args.kmajor_out)
+                    kgroup=kgroup, kmajor_out=args.kmajor_out, sparse=args.prune is not None)
     case.kernel(config)  # any refusal before a simulator build of minutes
     # The simulator builds and runs the folder's own hwgen_accel.v, the file a user ships.
     (report,) = run_gemms(config, [case], build=build_folder(args.variant))

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-HELP = "summarize a profile database: runs per variant, platform and kind; model errors"
+HELP = ("summarize a profile database: runs per variant, platform and kind; model errors; "
+        "data profiles per model and variant")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,18 @@ def render(summary: dict[str, Any]) -> str:
                                             "MAPE %", "when"),
                     [(e["model"], e["variant_key"], e["platform_key"], e["n"],
                       round(e["mape"], 3), e["created"]) for e in summary["model_errors"]])
+    lines += _table("data profiles (mean share of zeros / of all-zero tiles)",
+                    ("model", "variant", "runs", "tensors", "activations", "weights"),
+                    [(d["model"], d["variant_key"], d["runs"], d["tensors"],
+                      _shares(d, "activation"), _shares(d, "weight"))
+                     for d in summary.get("data_profiles", [])])
     return "\n".join(lines)
+
+
+def _shares(entry: dict[str, Any], role: str) -> str:
+    """``zeros / zero tiles`` of one role of a data-profile summary, in percent."""
+    z, t = entry[f"{role}_zero_share"], entry[f"{role}_zero_tiles"]
+    return "-" if z is None else f"{z:.1%} / {t:.1%}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -84,7 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-data", dest="profile_data", action="store_true",
                    help="also profile every integer tensor a kernel reads or writes, from the "
                         "reference's values: zeros, all-zero tiles at the array's granularity, "
-                        "range, histogram, requantize saturation (--json: data_profiles)")
+                        "range, histogram, requantize saturation (--json: data_profiles; with "
+                        "--db, stored with the model and variant: hwgen profile shows them)")
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
@@ -202,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         np.save(path, report.outputs[name], allow_pickle=False)
     if args.db:
         try:
-            _record(args.db, compiled, report, platform, args.seed)
+            _record(args.db, compiled, report, platform, args.seed, inputs)
         except ValueError as exc:
             # a database error, not a result that differs (status 1): the run itself is done
             raise ValueError(f"{exc}; the run itself passed"
@@ -287,10 +288,16 @@ def _whole_model_status(whole) -> int:
     return 1
 
 
-def _record(db_path: str, compiled, report, platform, seed_value: int) -> None:
-    """Append the run's kernels to the profile database (source ``runtime``)."""
+def _record(db_path: str, compiled, report, platform, seed_value: int, inputs) -> None:
+    """Append the run's kernels to the profile database (source ``runtime``), and with
+    ``--profile-data`` its data profiles, under the model, its variant and its input."""
+    from fusion.cost.data_profile_table import input_key
     from fusion.cost.profiles import ProfileDB
     from fusion.runtime.online import record_runtime
 
     with ProfileDB(db_path) as db:
         record_runtime(db, compiled, report, platform, extra={"input_seed": seed_value})
+        if report.data_profiles:
+            db.add_data_profiles(report.data_profiles, model=compiled.graph.name,
+                                 model_key=compiled.graph.signature(),
+                                 variant_key=compiled.config.key(), run_key=input_key(inputs))

@@ -85,6 +85,16 @@ def weight_blocks(config: VariantConfig, w: np.ndarray) -> Blocks | None:
     return tuple(tuple(int(j) for j in np.flatnonzero(col)) or (0,) for col in nonzero.T)
 
 
+def sparse_blocks(config: VariantConfig, w: np.ndarray) -> Blocks:
+    """:func:`weight_blocks`, or every block when none is all zero: the blocks of ``w`` for
+    a block-sparse kernel asked for whatever the weights (``hwgen gemm --prune``)."""
+    blocks = weight_blocks(config, w)
+    if blocks is not None:
+        return blocks
+    dims = GemmDims(config, 1, *np.shape(w))
+    return tuple(tuple(range(len(k_blocks(dims)))) for _ in range(dims.Nb))
+
+
 def kept_rows(dims: GemmDims, blocks: Blocks) -> list[int]:
     """Rows of B each column block keeps (the rows of its non-zero blocks)."""
     spans = k_blocks(dims)
@@ -117,7 +127,8 @@ def sparse_problems(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...], *,
                         f"up to {max(max(col) for col in blocks)}; this GEMM has {dims.Nb} "
                         f"column blocks of {len(k_blocks(dims))} K blocks")
     if "residual" in stages:
-        problems.append("the block-sparse program loads no residual tiles")
+        problems.append("the block-sparse program loads no residual tiles: leave the "
+                        "residual stage out")
     if not fused and stages:
         problems.append("the block-sparse program runs its epilogue fused only")
     if group_rows(dims) == 0:

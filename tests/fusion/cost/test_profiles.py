@@ -221,9 +221,54 @@ def test_refuses_another_schema_version(tmp_path):
     con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     con.commit()
     con.close()
-    with pytest.raises(ValueError, match=r"schema version '99'; this hwgen reads version 1: "
+    with pytest.raises(ValueError, match=r"schema version '99'; this hwgen reads version 2: "
                                          r"export it to JSONL"):
         ProfileDB(path)
+
+
+def _as_version_1(path):
+    """Turn the database at ``path`` into what version 1 wrote: no data_profiles table."""
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE data_profiles")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+
+
+def test_a_version_1_database_gains_the_data_profiles_table_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "p.db"
+    with ProfileDB(path) as db:
+        db.add([gemm_row(m, 100 * m) for m in (8, 16, 24)], source="calibrate")
+    _as_version_1(path)
+    with ProfileDB(path, create=False) as db:
+        assert len(db) == 3
+        assert db.summary()["schema_version"] == 2 and db.summary()["data_profiles"] == []
+        profile = {"tensor": "x", "role": "activation", "zero_share": 0.5, "zero_tiles": 0.25}
+        assert db.add_data_profiles([profile], model="m", model_key="k", variant_key="v",
+                                    run_key="r") == 1
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == \
+        ("2",)
+    con.close()
+
+
+def test_data_profiles_are_stored_once_per_run_and_summarized(tmp_path):
+    with ProfileDB(tmp_path / "p.db") as db:
+        acts = [{"tensor": f"t{i}", "role": "activation", "zero_share": z, "zero_tiles": t}
+                for i, (z, t) in enumerate([(0.5, 0.25), (0.1, 0.0)])]
+        weight = {"tensor": "w", "role": "weight", "zero_share": 0.75, "zero_tiles": 0.75}
+        kw = {"model": "mlp", "model_key": "sig", "variant_key": "v8"}
+        assert db.add_data_profiles([*acts, weight], run_key="a", **kw) == 3
+        assert db.add_data_profiles([*acts, weight], run_key="a", **kw) == 0  # same input
+        assert db.add_data_profiles(acts, run_key="b", **kw) == 2
+        (entry,) = db.summary()["data_profiles"]
+        assert (entry["runs"], entry["tensors"]) == (2, 3)
+        assert entry["activation_zero_share"] == pytest.approx((0.5 + 0.1) / 2)
+        assert entry["weight_zero_tiles"] == 0.75
+        assert [p["run_key"] for p in db.data_profiles(model_key="sig", variant_key="v8")] \
+            == ["a"] * 3 + ["b"] * 2
+        with pytest.raises(ValueError, match="needs a tensor and a role"):
+            db.add_data_profiles([{"tensor": "x", "role": "bias"}], run_key="c", **kw)
 
 
 def test_refuses_bad_arguments(tmp_path):
