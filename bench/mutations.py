@@ -163,8 +163,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              "burst of late words overruns it; the ideal memory never bursts)",
              variant="ddr3"),
     Mutation("sparse-load-wait", "rtl_templates/microcode/gemm_sparse.j2",
-             "c.counted_wait(col.left, Unit.LOAD)", "c.counted_wait(col.left + 1, Unit.LOAD)",
-             "a block-sparse column block's MATMULs may start while its weights still load"),
+             "c.counted_wait(col.left, Unit.LOAD)", "c.counted_wait(col.left + 2, Unit.LOAD)",
+             "a block-sparse column block's MATMULs may start while its weights (or A) still "
+             "load"),
+    Mutation("sparse-slot-overwrite", "rtl_templates/microcode/gemm_sparse.j2",
+             "c.counted_wait(col.feed_left, Unit.FEED)", "c.counted_wait(0, 0)",
+             "a block-sparse column block loads the weights three blocks ahead into the slot of "
+             "the block before without waiting for its MATMULs to read it"),
     Mutation("sparse-skips-kept-block", "fusion/kernels/gemm/sparse.py",
              "    for j in col:\n        lo, hi = spans[j]",
              "    for j in (col[:-1] or col):\n        lo, hi = spans[j]",

@@ -63,3 +63,66 @@ def test_a_pruned_plan_runs_and_matches_the_exact_reference(pruned_mlp, variant_
     errors = lsb_errors(np.load(tmp_path / "y.npy"), want,
                         output_scale(onnx.load(str(pruned_mlp)), "y"))
     assert np.max(np.abs(errors)) == 0
+
+
+@pytest.fixture(scope="module")
+def dense_mlp(tmp_path_factory):
+    """The 256-256-256-64 MLP, unpruned, quantized by onnxruntime."""
+    path = tmp_path_factory.mktemp("dense") / "mlp.onnx"
+    quantize("mlp", mlp(), "qdq", path, sample=lambda seed: sample("mlp", seed))
+    return path
+
+
+@pytest.mark.slow
+def test_a_workload_replans_at_each_change_of_its_inputs_and_not_within(dense_mlp, variant_dir,
+                                                                        tmp_path, capsys):
+    """Dense, 24-of-32-rows-zero and dense phases at batch 32: one re-plan into each phase
+    after the first (a saving, then live samples the small plan cannot hold), none within a
+    phase; the total is below the first plan kept throughout; every output is checked against
+    the model as imported on the full batch; hwgen report shows the re-plans."""
+    x = np.random.default_rng(5).normal(0, 1, (32, 256)).astype(np.float32)
+    np.save(tmp_path / "dense.npy", x)
+    z = x.copy()
+    z[8:] = 0
+    z[3, :] = 0  # padding need not be at the end: 7 live samples
+    np.save(tmp_path / "zero.npy", z)
+    phases = [("dense.npy", 2), ("zero.npy", 3), ("dense.npy", 2)]
+    (tmp_path / "w.json").write_text(json.dumps({"phases": [
+        {"model": str(dense_mlp), "input": f, "repeat": n} for f, n in phases]}))
+    assert main(["run", "--variant", str(variant_dir), "--workload", str(tmp_path / "w.json"),
+                 "--batch", "32", "--json", "--cache", str(tmp_path / "cache")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["reason"]) for r in report["replans"]] == [(2, "saving"),
+                                                                   (5, "live samples")]
+    runs = report["timeline"]
+    assert [r["live_samples"] for r in runs] == [32, 32, 7, 7, 7, 32, 32]
+    assert all(r["whole_model"]["ok"] for r in runs)
+    small = {r["plan_samples"] for r in runs[2:5]}
+    assert small == {report["replans"][0]["samples_after"]} and max(small) < 32
+    assert report["total_cycles"] < report["static_plan_cycles"]
+    assert runs[2]["cycles"] < 0.6 * runs[0]["cycles"]
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    assert main(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "re-plan: 32 \\u2192" in page and "first plan kept throughout" in page
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "M.onnx", "--variant", "V", "--replan-threshold", "0.2"],
+     "--replan-threshold is for a workload on one variant"),
+    (["run", "--variant", "V", "--workload", "W", "--replan-threshold", "2"],
+     "expected a number from 0 to 1"),
+])
+def test_replan_options_refused_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) if "2" in argv[-1:] else _nothing():
+        code = main(argv)
+        assert code == 2
+    assert message in capsys.readouterr().err
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

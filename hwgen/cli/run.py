@@ -13,6 +13,7 @@ from hwgen.cli.common import (
     compile_args,
     count,
     cycles,
+    fraction,
     host_op_lines,
     kernel_table,
     load_args,
@@ -62,10 +63,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the reconfiguration manager choosing the variant of each model run "
                         "and swapping when it pays (instead of MODEL and --variant)")
     p.add_argument("--workload", metavar="FILE",
-                   help='with --variants: a JSON file {"phases": [{"model": "m.onnx", '
-                        '"input": "x.npy", "repeat": 3}, ...]}, paths relative to it; input '
-                        "may be an object of input name to file, or left out for random "
-                        "inputs")
+                   help='with --variants or --variant: a JSON file {"phases": [{"model": '
+                        '"m.onnx", "input": "x.npy", "repeat": 3}, ...]}, paths relative to '
+                        "it; input may be an object of input name to file, or left out for "
+                        "random inputs. On one --variant, each model runs at --batch and its "
+                        "plan follows the live (non-zero) samples of each run's input, "
+                        "re-planned with hysteresis (docs/sparsity.md)")
+    p.add_argument("--replan-threshold", dest="replan_threshold", type=fraction,
+                   default=None, metavar="SHARE",
+                   help="with --variant and --workload: re-plan for fewer live samples only "
+                        "when the new plan is predicted at least this share cheaper (default "
+                        "0.1)")
     p.add_argument("--policy", choices=("online", "offline"), default="online",
                    help="with --variants: online (the work function algorithm: each run "
                         "decided from its own predicted costs, no look-ahead) or offline "
@@ -132,6 +140,13 @@ def run(args: argparse.Namespace) -> int:
                               or args.board_port is not None):
         raise ValueError("--profile-data profiles one model's run on the simulator; drop "
                          "--variants, --workload and --board-port, or --profile-data")
+    if args.workload is not None and args.variants is None and args.variant is not None:
+        from hwgen.cli.run_replan import run_replan
+
+        return run_replan(args)
+    if args.replan_threshold is not None:
+        raise ValueError("--replan-threshold is for a workload on one variant; give --variant "
+                         "DIR --workload FILE, or drop it")
     if args.variants is not None or args.workload is not None:
         from hwgen.cli.run_workload import run_workload
 

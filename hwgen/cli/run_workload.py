@@ -48,17 +48,8 @@ def run_workload(args: argparse.Namespace) -> int:
                      shadow_inputs=0 if args.shadow_inputs is None else args.shadow_inputs,
                      seed=args.seed, compare_unfused=args.compare_unfused,
                      saturate_nonfinite=args.saturate_nonfinite, progress=progress)
-    except ShadowMismatch as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
-        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
-        return 1
-    except WholeModelMismatch as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "whole_model": exc.check.to_dict(),
-                              "error": str(exc)}))
-        print(f"hwgen: {exc}", file=sys.stderr)
-        return 1
+    except (ShadowMismatch, WholeModelMismatch) as exc:
+        return mismatch(exc, args.json)
     data = report.to_dict()
     if args.json:
         print(json.dumps(data))
@@ -92,3 +83,20 @@ def _whole_model_line(timeline: list[dict]) -> str:
     worst = max((o.get("max_lsb", 0) for w in done for o in w["outputs"]), default=0)
     return (f"whole model: {len(done)} of {len(timeline)} runs checked against the imported "
             f"graph's reference, each within its bound (largest deviation {worst:g} LSB)")
+
+
+def mismatch(exc: Exception, as_json: bool) -> int:
+    """Say that a workload's run differed from its reference (a kernel's shadow check, or a
+    run's outputs against the model as imported), as JSON too with ``--json``: status 1."""
+    from fusion.runtime.run import ShadowMismatch
+
+    if isinstance(exc, ShadowMismatch):
+        if as_json:
+            print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
+        print(f"hwgen: shadow check failed: {exc}", file=sys.stderr)
+    else:
+        if as_json:
+            print(json.dumps({"ok": False, "whole_model": exc.check.to_dict(),
+                              "error": str(exc)}))
+        print(f"hwgen: {exc}", file=sys.stderr)
+    return 1

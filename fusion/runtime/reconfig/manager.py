@@ -150,7 +150,7 @@ class WorkloadReport:
         }
 
 
-def _kernel_dict(k) -> dict[str, Any]:
+def kernel_dict(k) -> dict[str, Any]:
     """A kernel of :class:`fusion.runtime.run.KernelRun` for the report."""
     return {"name": k.name, "ops": list(k.ops), "cycles": k.cycles,
             "predicted_cycles": round(k.predicted_cycles), "macs": k.macs,
@@ -159,7 +159,7 @@ def _kernel_dict(k) -> dict[str, Any]:
             "bytes_written": int(k.counters.get("bytes_written", 0))}
 
 
-def _inputs(phase: Phase, graph, seed: int, saturate: bool) -> dict[str, np.ndarray]:
+def phase_inputs(phase: Phase, graph, seed: int, saturate: bool) -> dict[str, np.ndarray]:
     """A phase's input values: its files (checked against the graph, and finite as
     ``hwgen run`` checks them), or random ones."""
     from fusion.reference.executor import finite_inputs
@@ -280,7 +280,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
     steps = workload.steps()
     # each phase's inputs read and checked against its model before any simulation (its
     # repeats share them)
-    inputs = [_inputs(p, graphs[p.model.stem], seed, saturate_nonfinite)
+    inputs = [phase_inputs(p, graphs[p.model.stem], seed, saturate_nonfinite)
               for p in workload.phases]
     builds: dict[str, Any] = {}
 
@@ -326,7 +326,7 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                               f"{measured[model][v.name]}")
         timeline.append(RunRecord(step, v.name, clock + swapped, swapped, cycles,
                                   predicted[model][v.name],
-                                  [_kernel_dict(k) for k in report.kernels], report.outputs,
+                                  [kernel_dict(k) for k in report.kernels], report.outputs,
                                   whole.to_dict()))
         clock += swapped + cycles
     # the alternatives the schedule did not take, measured once each

@@ -93,6 +93,18 @@ class ModelRun:
 
 
 @dataclass(frozen=True)
+class Replan:
+    """A change of plan before run ``run`` of a workload on one variant
+    (:mod:`fusion.runtime.replan`): why, for what input, and its plan sizes."""
+
+    run: int
+    reason: str
+    profile: str
+    samples_before: int
+    samples_after: int
+
+
+@dataclass(frozen=True)
 class FusionCompare:
     """One model's kernels fused and unfused, on ``variant``: lists of (kernel, cycles)."""
 
@@ -117,6 +129,8 @@ class RunData:
     variants: dict[str, Variant]
     timeline: tuple[ModelRun, ...]
     fusion: dict[str, FusionCompare]
+    #: A workload on one variant: where its plan changed (none for a library's workload).
+    replans: tuple[Replan, ...] = ()
 
 
 class _Fields:
@@ -329,9 +343,31 @@ def _workload_run(f: _Fields) -> RunData:
             rows = [c.at(f"{side}[{j}]", k) for j, k in enumerate(c.array(side))]
             pairs[side] = tuple((k.text("name"), k.whole("cycles")) for k in rows)
         fusion[model] = FusionCompare(model=model, variant=c.text("variant"), **pairs)
-    return RunData(source=f.source, form="workload", summary=_workload_summary(f, variants),
+    replans = []
+    for i, item in enumerate(f.obj.get("replans") or ()):
+        r = f.at(f"replans[{i}]", item)
+        replans.append(Replan(run=r.whole("run"), reason=r.text("reason"),
+                              profile=r.text("profile"), samples_before=r.whole("samples_before"),
+                              samples_after=r.whole("samples_after")))
+        if replans[-1].run >= len(timeline):
+            raise r._bad("run", f"a run of the timeline (0 to {len(timeline) - 1})")
+    summary = (_replan_summary(f, variants, len(replans)) if f.obj.get("policy") == "replan"
+               else _workload_summary(f, variants))
+    return RunData(source=f.source, form="workload", summary=summary,
                    kernels=tuple(k for r in timeline for k in r.kernels), variants=variants,
-                   timeline=tuple(timeline), fusion=fusion)
+                   timeline=tuple(timeline), fusion=fusion, replans=tuple(replans))
+
+
+def _replan_summary(f: _Fields, variants: dict[str, Variant], replans: int
+                    ) -> tuple[tuple[str, str], ...]:
+    """A workload on one variant, its plan following its inputs: total, re-plans, and the
+    total had the first plan been kept."""
+    total, static = f.whole("total_cycles"), f.whole("static_plan_cycles")
+    return (("policy", "re-plan on one variant (plans follow the inputs' live samples)"),
+            ("total cycles", f"{total:,}"), ("re-plans", f"{replans:,}"),
+            ("first plan kept throughout", f"{static:,}"
+             + (f" ({total / static:.3f}x of it)" if static else "")),
+            ("variant", ", ".join(variants) or "-"))
 
 
 def _workload_summary(f: _Fields, variants: dict[str, Variant]) -> tuple[tuple[str, str], ...]:

@@ -217,9 +217,15 @@ def timeline_plot(run: RunData, colours: dict[str, str]) -> Plot:
     fig.update_layout(_LAYOUT, barmode="overlay", height=160 + 60 * len(rows),
                       xaxis_title="cycles", yaxis={"categoryorder": "array",
                                                    "categoryarray": rows[::-1]})
+    for r in run.replans:  # a workload on one variant: where its plan changed
+        fig.add_vline(x=run.timeline[r.run].start_cycle, line_dash="dash",
+                      line_color=_SWAP, annotation_text=f"re-plan: {r.samples_before} → "
+                      f"{r.samples_after} samples ({r.profile})",
+                      annotation_position="top left")
     total = sum(r.swap_cycles for r in swaps)
+    replans = f"; {len(run.replans)} re-plans (dashed)" if run.replans else ""
     return Plot(fig, caption=f"{len(run.timeline)} model runs; {len(swaps)} swaps costing "
-                             f"{total:,} cycles")
+                             f"{total:,} cycles{replans}")
 
 
 def resources_plot(run: RunData, colours: dict[str, str]) -> Plot:
