@@ -219,9 +219,8 @@ def timeline_plot(run: RunData, colours: dict[str, str]) -> Plot:
                                                    "categoryarray": rows[::-1]})
     for r in run.replans:  # a workload on one variant: where its plan changed
         fig.add_vline(x=run.timeline[r.run].start_cycle, line_dash="dash",
-                      line_color=_SWAP, annotation_text=f"re-plan: {r.samples_before} → "
-                      f"{r.samples_after} samples ({r.profile})",
-                      annotation_position="top left")
+                      line_color=_SWAP, annotation_text=f"re-plan: {r.samples_after} samples",
+                      annotation_position="top right")
     total = sum(r.swap_cycles for r in swaps)
     replans = f"; {len(run.replans)} re-plans (dashed)" if run.replans else ""
     return Plot(fig, caption=f"{len(run.timeline)} model runs; {len(swaps)} swaps costing "

@@ -119,9 +119,15 @@ def render(run: RunData) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
 
 
 def _describe(run: RunData) -> str:
-    what = ("a workload run on a variant library" if run.form == "workload" else
-            "a single-model run")
+    what = ("a single-model run" if run.form != "workload" else
+            "a workload run on one variant, its plan following its inputs" if _replanned(run)
+            else "a workload run on a variant library")
     return f"From {run.source}: {what}, {len(run.kernels):,} kernel runs."
+
+
+def _replanned(run: RunData) -> bool:
+    """A workload run on one variant (its summary names the re-plan policy)."""
+    return any(label == "re-plans" for label, _ in run.summary)
 
 
 def _table(header: list[str], rows) -> str:
