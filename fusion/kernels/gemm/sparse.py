@@ -110,7 +110,7 @@ def group_rows(dims: GemmDims) -> int:
 
 def sparse_tiling(dims: GemmDims) -> Tiling:
     """The tiling the block-sparse program records: ``tm`` row blocks of A resident, one
-    column block at a time over the whole K, its weights double buffered."""
+    column block at a time over the whole K, its weights through a ring of slots."""
     return Tiling(tm=max(1, group_rows(dims)), tn=1, kt=dims.Kp, order="nm",
                   double_buffer=True)
 
