@@ -28,7 +28,9 @@ from hwgen.platform import PlatformConfig
 #: whole through ``config``), or that the engine does not know when it prices a candidate
 #: (:data:`fusion.cost.data.BUILT_FIELDS`: a model fitted to them would see them missing
 #: there; the analytical walk's traffic gives the bytes moved instead).
-_SKIP = frozenset({"kind", "variant", "version", "config"}) | BUILT_FIELDS
+#: Fields not flattened as they are: the block-sparse kernel's kept blocks (a list a column
+#: block, thousands of numbers on a wide layer) are summarized instead (:func:`featurize`).
+_SKIP = frozenset({"kind", "variant", "version", "config", "blocks"}) | BUILT_FIELDS
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
@@ -152,6 +154,11 @@ def featurize(features: Features, platform: PlatformConfig,
     out: dict[str, float] = {f"kind={features.kind}": 1.0}
     _flatten("", {k: v for k, v in features.to_dict().items() if k not in _SKIP}, out)
     _flatten("config", features.config.to_dict(), out)
+    blocks = getattr(features, "blocks", None)
+    if blocks is not None:  # block-sparse: how many blocks it keeps and how many MATMUL runs
+        out["sparse.kept_blocks"] = float(sum(map(len, blocks)))
+        out["sparse.runs"] = float(sum(1 + sum(b - a > 1 for a, b in zip(c, c[1:], strict=False))
+                                       for c in blocks))
     out[f"memory={platform.memory}"] = 1.0
     out["refresh_hot"] = float(platform.refresh == "hot")
     out["clock_mhz"] = platform.clock_hz / 1e6

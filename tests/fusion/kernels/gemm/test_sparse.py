@@ -170,3 +170,15 @@ def test_sparse_features_round_trip_through_json():
     again = type(f).from_dict(f.to_dict())
     assert again == f and again.blocks == kernel.sparse_blocks
     assert again.analytical_cycles() == f.analytical_cycles()
+
+
+def test_a_learned_model_sees_the_kept_blocks_summarized_not_listed():
+    from fusion.cost.vectors import featurize
+    from hwgen.platform import PlatformConfig
+
+    kernel, _ = sparse_kernel(V8, 16, 256, 64, ("bias",), fraction=0.75)
+    f = GEMM.features(V8, kernel.signature)
+    vector = featurize(f, PlatformConfig())
+    assert not any(name.startswith("blocks") for name in vector)
+    assert vector["sparse.kept_blocks"] == sum(map(len, kernel.sparse_blocks))
+    assert 8 <= vector["sparse.runs"] <= vector["sparse.kept_blocks"]
