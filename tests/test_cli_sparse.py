@@ -84,8 +84,9 @@ def test_a_workload_replans_at_each_change_of_its_inputs_and_not_within(dense_ml
     np.save(tmp_path / "dense.npy", x)
     z = x.copy()
     z[8:] = 0
-    z[3, :] = 0  # padding need not be at the end: 7 live samples
-    np.save(tmp_path / "zero.npy", z)
+    z[3, :] = 0  # padding need not be at the end
+    z[30] = x[30]  # 8 live samples: the plan holds no padded one, so the padding's output is
+    np.save(tmp_path / "zero.npy", z)  # measured once, in the first zero-row run
     phases = [("dense.npy", 2), ("zero.npy", 3), ("dense.npy", 2)]
     (tmp_path / "w.json").write_text(json.dumps({"phases": [
         {"model": str(dense_mlp), "input": f, "repeat": n} for f, n in phases]}))
@@ -95,12 +96,13 @@ def test_a_workload_replans_at_each_change_of_its_inputs_and_not_within(dense_ml
     assert [(r["run"], r["reason"]) for r in report["replans"]] == [(2, "saving"),
                                                                    (5, "live samples")]
     runs = report["timeline"]
-    assert [r["live_samples"] for r in runs] == [32, 32, 7, 7, 7, 32, 32]
+    assert [r["live_samples"] for r in runs] == [32, 32, 8, 8, 8, 32, 32]
     assert all(r["whole_model"]["ok"] for r in runs)
-    small = {r["plan_samples"] for r in runs[2:5]}
-    assert small == {report["replans"][0]["samples_after"]} and max(small) < 32
+    assert {r["plan_samples"] for r in runs[2:5]} == {8} == {report["replans"][0][
+        "samples_after"]}
+    assert [bool(r["pad_cycles"]) for r in runs] == [False, False, True] + [False] * 4
     assert report["total_cycles"] < report["static_plan_cycles"]
-    assert runs[2]["cycles"] < 0.6 * runs[0]["cycles"]
+    assert runs[3]["cycles"] < 0.4 * runs[0]["cycles"]
     (tmp_path / "run.json").write_text(json.dumps(report))
     assert main(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "r.html")]) == 0
     page = (tmp_path / "r.html").read_text()

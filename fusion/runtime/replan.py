@@ -7,21 +7,23 @@ its batch with zeros when fewer requests came) spends most of its cycles on samp
 input is all zero, and every such sample has the same output: the model's output for a zero
 input. So the runtime profiles each run's input (:func:`input_profile`: which samples hold a
 non-zero value) and runs the plan *for its live samples*: the model compiled at a batch of
-``b`` samples, the live ones and one zero sample standing for every padded one, gathered from
-the input and scattered back into the full batch's outputs. Every value still comes from the
+``b`` samples (the live ones, rounded up to whole row blocks of the array when the model's
+samples are single rows), gathered from the input and scattered back into the full batch's
+outputs; a padded sample takes the model's output for one zero sample, which the accelerator
+computes once per model (the batch-1 plan on a zero input, its cycles counted in the run that
+first needs it). Every value still comes from the
 accelerator, shadow-checked kernel by kernel, and the output is bit for bit what the full
 plan gives (the whole-model check compares it with the model as imported on the full input).
 
 When the plan changes, with hysteresis:
 
-- a plan for ``b`` samples holds up to ``b - 1`` live ones (``b`` when it is the full batch);
-  an input with more live samples than the plan holds re-plans (``reason: "live samples"``);
+- a plan for ``b`` samples holds up to ``b`` live ones; an input with more re-plans
+  (``reason: "live samples"``);
 - an input with fewer live samples re-plans only when the plan for it is predicted at least
   ``threshold`` cheaper than the plan in use (``reason: "saving"``): a phase whose live count
   wobbles within a plan's capacity keeps its plan;
-- ``b`` is the live count plus one, or rounded up to whole row blocks of the array when the
-  model's samples are single rows (the MLP's): the extra rows cost nothing and widen the
-  capacity.
+- ``b`` is the live count, rounded up to whole row blocks of the array when the model's
+  samples are single rows (the MLP's): the extra rows cost nothing and widen the capacity.
 
 Plans are compiled through the caller's ``compile_for`` (its kernel cache: a plan seen before
 is not built again) and logged in :attr:`ReplanReport.replans`. ``static_plan_cycles`` is the
@@ -81,18 +83,17 @@ def input_profile(inputs: Mapping[str, np.ndarray], batch: int) -> InputProfile:
 
 def plan_batch(profile: InputProfile, granule: int) -> int:
     """The samples of the plan for ``profile``: the full batch when no sample is padding,
-    else the live ones and one padded one, rounded up to ``granule`` samples (at most the
-    batch)."""
+    else the live ones rounded up to ``granule`` samples (at most the batch; 0 when none is
+    live: the run is the padding's output alone)."""
     if not profile.padded:
         return profile.batch
-    want = len(profile.live) + 1
-    return min(profile.batch, -(-want // granule) * granule)
+    return min(profile.batch, -(-len(profile.live) // granule) * granule)
 
 
 def capacity(b: int, batch: int) -> int:
-    """Live samples a plan of ``b`` samples runs: all of them for the full batch, else one
-    fewer (one sample stands for the padding)."""
-    return b if b == batch else b - 1
+    """Live samples a plan of ``b`` samples runs: all ``b`` (the padding's output is the
+    model's for one zero sample, measured once, :func:`run_replanned`)."""
+    return b
 
 
 def replan_reason(b: int, want: int, profile: InputProfile, predicted: Callable[[int], float],
@@ -110,19 +111,36 @@ def replan_reason(b: int, want: int, profile: InputProfile, predicted: Callable[
 
 def gather(inputs: Mapping[str, np.ndarray], profile: InputProfile, b: int
            ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The ``b`` samples a plan of ``b`` runs (the live ones, then padded ones), and for each
-    of the batch's samples the row of the plan's outputs that holds its result."""
+    """The ``b`` samples a plan of ``b`` runs (the live ones, then padded ones up to ``b``),
+    and for each of the batch's samples the row of the plan's outputs that holds its result:
+    -1 for a padded sample when the run holds none (its output is the padding's,
+    :func:`scatter`)."""
     if b == profile.batch:
         return dict(inputs), np.arange(profile.batch)
-    padded = [i for i in range(profile.batch) if i not in set(profile.live)]
-    chosen = list(profile.live) + padded[:b - len(profile.live)]
-    rows = np.full(profile.batch, len(profile.live))  # every padded sample: the first pad
-    rows[list(profile.live)] = np.arange(len(profile.live))
+    live = list(profile.live)
+    padded = [i for i in range(profile.batch) if i not in set(live)]
+    chosen = live + padded[:b - len(live)]
+    rows = np.full(profile.batch, len(live) if b > len(live) else -1)
+    rows[live] = np.arange(len(live))
     return {n: np.asarray(x)[chosen] for n, x in inputs.items()}, rows
 
 
-def scatter(outputs: Mapping[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The full batch's outputs from a plan's (``rows``: :func:`gather`'s)."""
+def scatter(outputs: Mapping[str, np.ndarray], rows: np.ndarray,
+            pad: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The full batch's outputs from a plan's (``rows``: :func:`gather`'s), the padded
+    samples that the run did not hold given ``pad``: the model's outputs for one zero
+    sample.
+
+    Raises
+    ------
+    ValueError
+        When a row is the padding's and no ``pad`` is given.
+    """
+    if (rows < 0).any():
+        if pad is None:
+            raise ValueError("the run holds no padded sample: give the padding's output")
+        return {n: np.concatenate([np.asarray(outputs[n]).reshape(-1, *np.shape(pad[n])[1:]),
+                                   np.asarray(pad[n])])[rows] for n in pad}
     return {n: np.asarray(y)[rows] for n, y in outputs.items()}
 
 
@@ -158,6 +176,9 @@ class ReplanRun:
     kernels: list[dict[str, Any]]
     whole_model: dict[str, Any] = field(default_factory=dict)
     variant: str = ""
+    #: Cycles of the one run measuring the padding's output, when this run needed it first
+    #: (in ``cycles`` too).
+    pad_cycles: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.step.phase, "repeat": self.step.repeat,
@@ -165,7 +186,8 @@ class ReplanRun:
                 "start_cycle": self.start_cycle, "swap_cycles": 0, "cycles": self.cycles,
                 "predicted_cycles": round(self.predicted_cycles),
                 "live_samples": len(self.profile.live), "batch": self.profile.batch,
-                "plan_samples": self.samples, "kernels": self.kernels,
+                "plan_samples": self.samples, "pad_cycles": self.pad_cycles,
+                "kernels": self.kernels,
                 "whole_model": self.whole_model}
 
 
@@ -249,6 +271,22 @@ def run_replanned(steps: list[Any], inputs: list[Mapping[str, np.ndarray]], *, b
     replans: list[Replan] = []
     current: dict[Any, int] = {}  # model -> samples of its plan in use
     first: dict[Any, int] = {}  # model -> samples of its first plan
+    pads: dict[Any, tuple[dict[str, np.ndarray], Any]] = {}  # model -> padding's output, run
+
+    def predicted(model, n: int) -> float:
+        return plan(model, n).predicted_cycles if n else 0.0
+
+    def padding(model, values) -> tuple[dict[str, np.ndarray], int]:
+        """The model's outputs for one zero sample (run once, on the accelerator), and the
+        cycles that run takes now (0 after the first time)."""
+        if model in pads:
+            return pads[model][0], 0
+        say(f"measuring {model.name} on one zero sample (the padding's output)")
+        report = run(plan(model, 1), {n: np.zeros_like(np.asarray(x)[:1])
+                                      for n, x in values.items()})
+        pads[model] = (dict(report.outputs), report)
+        return pads[model][0], sum(k.cycles for k in report.kernels)
+
     clock = 0
     for t, step in enumerate(steps):
         values = inputs[step.phase]
@@ -260,44 +298,60 @@ def run_replanned(steps: list[Any], inputs: list[Mapping[str, np.ndarray]], *, b
             current[model] = first[model] = want
         else:
             b = current[model]
-            reason = replan_reason(b, want, profile,
-                                   lambda n, m=model: plan(m, n).predicted_cycles, threshold)
+            reason = replan_reason(b, want, profile, lambda n, m=model: predicted(m, n),
+                                   threshold)
             if reason:
-                before, after = plan(model, b).predicted_cycles, plan(model, want).predicted_cycles
+                before, after = predicted(model, b), predicted(model, want)
                 replans.append(Replan(t, reason, profile.describe(), b, want, before, after))
                 say(f"run {t + 1}: re-planned for {profile.describe()} ({reason}): "
                     f"{b} -> {want} samples, predicted {before:,.0f} -> {after:,.0f} cycles")
                 current[model] = want
         b = current[model]
-        chosen = plan(model, b)
         run_values, rows = gather(values, profile, b)
-        report = run(chosen, run_values)
-        outputs = scatter(report.outputs, rows)
+        pad, pad_cycles, kernels = None, 0, []
+        if (rows < 0).any():
+            pad, pad_cycles = padding(model, values)
+            if pad_cycles:
+                kernels += [kernel_dict(k) for k in pads[model][1].kernels]
+        outputs, cycles = dict(pad or {}), 0
+        if b:
+            report = run(plan(model, b), run_values)
+            outputs, cycles = report.outputs, sum(k.cycles for k in report.kernels)
+            kernels += [kernel_dict(k) for k in report.kernels]
+        outputs = scatter(outputs, rows, pad)
         whole = check(model, full, values, outputs)
-        cycles = sum(k.cycles for k in report.kernels)
         say(f"run {t + 1}/{len(steps)}: {model.name} (phase {step.phase}), "
-            f"{profile.describe()}, plan of {b} samples: {cycles:,} cycles")
-        timeline.append(ReplanRun(step, profile, b, clock, cycles, chosen.predicted_cycles,
-                                  [kernel_dict(k) for k in report.kernels], whole.to_dict(),
-                                  variant=variant))
-        clock += cycles
+            f"{profile.describe()}, plan of {b} samples: {cycles:,} cycles"
+            + (f" (and {pad_cycles:,} measuring the padding's output)" if pad_cycles else ""))
+        timeline.append(ReplanRun(step, profile, b, clock, cycles + pad_cycles,
+                                  predicted(model, b) + (predicted(model, 1) if pad_cycles
+                                                         else 0.0),
+                                  kernels, whole.to_dict(), variant=variant,
+                                  pad_cycles=pad_cycles))
+        clock += cycles + pad_cycles
     # the first plan kept throughout (where it holds the run's live samples; the full plan
-    # where it does not): each distinct (phase, plan) run once
-    static, seen = 0, {}
+    # where it does not): each distinct (phase, plan) run once; the padding's output, when
+    # one of them needs it, measured once
+    static, seen, padded = 0, {}, False
     for r in timeline:
         model, b = r.step.model, first[r.step.model]
         if len(r.profile.live) > capacity(b, batch):
             b = batch
         key = (r.step.phase, b)
+        values = inputs[r.step.phase]
+        run_values, rows = gather(values, r.profile, b)
         if key not in seen:
             if r.samples == b:
-                seen[key] = r.cycles
+                seen[key] = r.cycles - r.pad_cycles
             else:
                 say(f"measuring phase {r.step.phase} on the first plan ({b} samples)")
-                values = inputs[r.step.phase]
-                run_values, _ = gather(values, input_profile(values, batch), b)
-                seen[key] = sum(k.cycles for k in run(plan(model, b), run_values).kernels)
+                seen[key] = sum(k.cycles for k in run(plan(model, b), run_values).kernels) \
+                    if b else 0
         static += seen[key]
+        if (rows < 0).any() and not padded:
+            padded = True
+            static += sum(k.cycles for k in pads[model][1].kernels) if model in pads else \
+                padding(model, values)[1]
     return ReplanReport(variant, summary, timeline, replans, static, threshold,
                         time.perf_counter() - began)
 

@@ -30,12 +30,13 @@ def test_a_sample_is_padding_when_every_value_of_every_input_is_zero():
 
 @pytest.mark.parametrize("live, batch, granule, want", [
     (32, 32, 8, 32),  # nothing padded: the full plan
-    (8, 32, 8, 16),  # 8 live and one padded, in whole row blocks
-    (8, 32, 1, 9),
+    (8, 32, 8, 8),  # the live samples, in whole row blocks
+    (9, 32, 8, 16),
+    (5, 32, 1, 5),
     (31, 32, 8, 32),
-    (0, 32, 8, 8),  # all padding: one sample stands for them
+    (0, 32, 8, 0),  # all padding: no run, the padding's output alone
 ])
-def test_the_plan_holds_the_live_samples_and_one_padded(live, batch, granule, want):
+def test_the_plan_holds_the_live_samples_in_whole_granules(live, batch, granule, want):
     profile = InputProfile(batch, tuple(range(live)))
     b = plan_batch(profile, granule)
     assert b == want and capacity(b, batch) >= live
@@ -43,16 +44,24 @@ def test_the_plan_holds_the_live_samples_and_one_padded(live, batch, granule, wa
 
 def test_gathered_samples_scatter_back_to_the_full_batch():
     """A row-wise 'model' run on the gathered samples gives, scattered back, what it gives on
-    the full batch: each live sample its own row, each padded one the padding's."""
+    the full batch: each live sample its own row, each padded one a padded sample's of the
+    run, or the padding's output when the run holds none."""
     rng = np.random.default_rng(3)
-    x = rng.integers(-5, 5, (10, 4)).astype(np.float32)
+    x = rng.integers(1, 5, (10, 4)).astype(np.float32)
     x[[0, 3, 4, 8]] = 0
     profile = input_profile({"x": x}, 10)
-    for b in (plan_batch(profile, 1), plan_batch(profile, 4), 10):
+    pad = {"y": np.zeros((1, 4), np.float32) * 2 + 1}  # the model on one zero sample
+    for b in (plan_batch(profile, 1), plan_batch(profile, 4), plan_batch(profile, 8), 10):
         values, rows = gather({"x": x}, profile, b)
-        assert values["x"].shape == (b, 4)
+        assert values["x"].shape == (b, 4) and ((rows < 0).any() == (b == 6))
         model = {"y": values["x"] * 2 + 1}  # row-wise, and not zero on a zero row
-        np.testing.assert_array_equal(scatter(model, rows)["y"], x * 2 + 1)
+        np.testing.assert_array_equal(scatter(model, rows, pad)["y"], x * 2 + 1)
+    _, rows = gather({"x": x}, profile, 6)
+    with pytest.raises(ValueError, match="give the padding's output"):
+        scatter({"y": x[:6]}, rows)
+    none = input_profile({"x": np.zeros((10, 4))}, 10)
+    _, rows = gather({"x": np.zeros((10, 4))}, none, plan_batch(none, 4))
+    np.testing.assert_array_equal(scatter(pad, rows, pad)["y"], np.ones((10, 4)))
 
 
 def test_replans_only_past_the_capacity_or_the_threshold():
@@ -65,6 +74,6 @@ def test_replans_only_past_the_capacity_or_the_threshold():
 
     assert reason(32, 8, 16) == "saving"  # 44% cheaper
     assert reason(32, 20, 24) == ""  # 5% cheaper: within the hysteresis band
-    assert reason(16, 15, 16) == ""  # within the plan's capacity
-    assert reason(16, 16, 24) == "live samples"  # one more than 16 - 1
+    assert reason(16, 16, 16) == ""  # within the plan's capacity
+    assert reason(16, 17, 24) == "live samples"
     assert reason(16, 8, 16) == ""
