@@ -271,21 +271,21 @@ def run_replanned(steps: list[Any], inputs: list[Mapping[str, np.ndarray]], *, b
     replans: list[Replan] = []
     current: dict[Any, int] = {}  # model -> samples of its plan in use
     first: dict[Any, int] = {}  # model -> samples of its first plan
-    pads: dict[Any, tuple[dict[str, np.ndarray], Any]] = {}  # model -> padding's output, run
+    pads: dict[Any, Any] = {}  # model -> the run of its batch-1 plan on a zero sample
 
     def predicted(model, n: int) -> float:
         return plan(model, n).predicted_cycles if n else 0.0
 
-    def padding(model, values) -> tuple[dict[str, np.ndarray], int]:
-        """The model's outputs for one zero sample (run once, on the accelerator), and the
-        cycles that run takes now (0 after the first time)."""
+    def padding(model, values) -> Any | None:
+        """The padding's output, the model's run on one zero sample (on the accelerator,
+        once per model): that run's report the first time, None after (its outputs are in
+        ``pads``)."""
         if model in pads:
-            return pads[model][0], 0
+            return None
         say(f"measuring {model.name} on one zero sample (the padding's output)")
-        report = run(plan(model, 1), {n: np.zeros_like(np.asarray(x)[:1])
-                                      for n, x in values.items()})
-        pads[model] = (dict(report.outputs), report)
-        return pads[model][0], sum(k.cycles for k in report.kernels)
+        pads[model] = run(plan(model, 1), {n: np.zeros_like(np.asarray(x)[:1])
+                                           for n, x in values.items()})
+        return pads[model]
 
     clock = 0
     for t, step in enumerate(steps):
@@ -308,50 +308,43 @@ def run_replanned(steps: list[Any], inputs: list[Mapping[str, np.ndarray]], *, b
                 current[model] = want
         b = current[model]
         run_values, rows = gather(values, profile, b)
-        pad, pad_cycles, kernels = None, 0, []
-        if (rows < 0).any():
-            pad, pad_cycles = padding(model, values)
-            if pad_cycles:
-                kernels += [kernel_dict(k) for k in pads[model][1].kernels]
-        outputs, cycles = dict(pad or {}), 0
-        if b:
-            report = run(plan(model, b), run_values)
-            outputs, cycles = report.outputs, sum(k.cycles for k in report.kernels)
-            kernels += [kernel_dict(k) for k in report.kernels]
-        outputs = scatter(outputs, rows, pad)
+        pad_run = padding(model, values) if (rows < 0).any() else None
+        pad = pads[model].outputs if (rows < 0).any() else None
+        runs = ([pad_run] if pad_run else []) + ([run(plan(model, b), run_values)] if b else [])
+        pad_cycles = pad_run.total_cycles if pad_run else 0
+        cycles = sum(r.total_cycles for r in runs)
+        outputs = scatter(runs[-1].outputs if b else pad, rows, pad)
         whole = check(model, full, values, outputs)
         say(f"run {t + 1}/{len(steps)}: {model.name} (phase {step.phase}), "
-            f"{profile.describe()}, plan of {b} samples: {cycles:,} cycles"
+            f"{profile.describe()}, plan of {b} samples: {cycles - pad_cycles:,} cycles"
             + (f" (and {pad_cycles:,} measuring the padding's output)" if pad_cycles else ""))
-        timeline.append(ReplanRun(step, profile, b, clock, cycles + pad_cycles,
-                                  predicted(model, b) + (predicted(model, 1) if pad_cycles
+        timeline.append(ReplanRun(step, profile, b, clock, cycles,
+                                  predicted(model, b) + (predicted(model, 1) if pad_run
                                                          else 0.0),
-                                  kernels, whole.to_dict(), variant=variant,
-                                  pad_cycles=pad_cycles))
-        clock += cycles + pad_cycles
+                                  [kernel_dict(k) for r in runs for k in r.kernels],
+                                  whole.to_dict(), variant=variant, pad_cycles=pad_cycles))
+        clock += cycles
     # the first plan kept throughout (where it holds the run's live samples; the full plan
-    # where it does not): each distinct (phase, plan) run once; the padding's output, when
-    # one of them needs it, measured once
-    static, seen, padded = 0, {}, False
+    # where it does not): each distinct (phase, plan) run once; each model's padding output,
+    # when one of its runs needs it, measured once
+    static, seen, padded = 0, {}, set()
     for r in timeline:
         model, b = r.step.model, first[r.step.model]
         if len(r.profile.live) > capacity(b, batch):
             b = batch
+        run_values, rows = gather(inputs[r.step.phase], r.profile, b)
         key = (r.step.phase, b)
-        values = inputs[r.step.phase]
-        run_values, rows = gather(values, r.profile, b)
         if key not in seen:
             if r.samples == b:
                 seen[key] = r.cycles - r.pad_cycles
             else:
                 say(f"measuring phase {r.step.phase} on the first plan ({b} samples)")
-                seen[key] = sum(k.cycles for k in run(plan(model, b), run_values).kernels) \
-                    if b else 0
+                seen[key] = run(plan(model, b), run_values).total_cycles if b else 0
         static += seen[key]
-        if (rows < 0).any() and not padded:
-            padded = True
-            static += sum(k.cycles for k in pads[model][1].kernels) if model in pads else \
-                padding(model, values)[1]
+        if (rows < 0).any() and model not in padded:
+            padded.add(model)
+            padding(model, inputs[r.step.phase])
+            static += pads[model].total_cycles
     return ReplanReport(variant, summary, timeline, replans, static, threshold,
                         time.perf_counter() - began)
 

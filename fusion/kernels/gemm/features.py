@@ -26,7 +26,7 @@ from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.gemm.sparse import busy_slices, k_blocks, sparse_tiling
+from fusion.kernels.gemm.sparse import busy_slices, kept_macs, sparse_tiling
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
 from hwgen.config import VariantConfig
@@ -184,10 +184,7 @@ class GemmFeatures(Features):
         block-sparse: of the blocks it keeps)."""
         d = self.dims
         if self.blocks is not None:
-            spans = k_blocks(d)
-            return self.M * sum(
-                sum(max(0, min(spans[j][1], self.K) - spans[j][0]) for j in col)
-                * min(d.C, self.N - nb * d.C) for nb, col in enumerate(self.blocks))
+            return kept_macs(d, self.blocks)
         if not d.grouped:
             return self.M * self.K * self.N
         return self.M * sum((hi - lo) * min(d.C, self.N - nb * d.C)

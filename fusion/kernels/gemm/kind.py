@@ -275,9 +275,9 @@ class GemmKind(KernelKind):
 GEMM = GemmKind()
 
 
-def _kept(p: GemmParams) -> str:
+def _kept(p: GemmParams) -> int:
     """How many weight blocks a block-sparse GEMM's params keep."""
-    return str(sum(map(len, p.blocks)))
+    return sum(map(len, p.blocks))
 
 
 def kmajor_problem(config: VariantConfig, params: GemmParams) -> str | None:

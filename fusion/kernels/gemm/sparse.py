@@ -47,7 +47,7 @@ import numpy as np
 
 from fusion.kernels.codegen import FIELD_MAX, check_load
 from fusion.kernels.epilogue import DT_BYTES, bias_load, csr_writes
-from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div
+from fusion.kernels.layout import GemmDims, Region, bias_group, ceil_div, pack_b
 from fusion.kernels.tiling import Tiling
 from hwgen.config import VariantConfig
 from hwgen.isa import MAX_LEFT, Dst
@@ -190,8 +190,6 @@ def pack_sparse_b(dims: GemmDims, blocks: Blocks, b: np.ndarray) -> bytes:
         When B has a non-zero weight in a block the program skips (naming the first): the
         blocks were made for other weights.
     """
-    from fusion.kernels.layout import pack_b  # the dense [Nb][Kp][C] layout, then cut
-
     dense = np.frombuffer(pack_b(dims, b), np.int8).reshape(dims.Nb, dims.Kp, dims.C)
     spans, parts = k_blocks(dims), []
     for n, col in enumerate(blocks):
@@ -222,6 +220,13 @@ def runs(dims: GemmDims, col: tuple[int, ...]) -> list[tuple[int, int, int]]:
             out.append((lo, b, hi - lo))
         b += hi - lo
     return out
+
+
+def kept_macs(dims: GemmDims, blocks: Blocks) -> int:
+    """Multiply-accumulates of the unpadded problem that the kept blocks hold."""
+    spans = k_blocks(dims)
+    return dims.M * sum(sum(max(0, min(spans[j][1], dims.K) - spans[j][0]) for j in col)
+                        * min(dims.C, dims.N - nb * dims.C) for nb, col in enumerate(blocks))
 
 
 def busy_slices(dims: GemmDims, blocks: Blocks) -> int:
