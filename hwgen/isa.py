@@ -50,6 +50,7 @@ class Op(enum.IntEnum):
     LOADW = 10
     WINDOW = 11
     WCFG = 12
+    BZT = 13
 
 
 class Dst(enum.IntEnum):
@@ -59,6 +60,7 @@ class Dst(enum.IntEnum):
     B = 1  #: B operands, ``cols`` bytes a row
     E32 = 2  #: epilogue scratchpad, ``cols`` int32 lanes a row, from int32 data
     E8 = 3  #: epilogue scratchpad, from int8 data, sign-extended into the lanes
+    Z = 4  #: the tile-flag queue: one flag a memory word (the word is not 0), for BZT
 
 
 class Dt(enum.IntEnum):
@@ -120,6 +122,11 @@ _DT = Field("dt", "imm", _MASK.lo + _MASK.width, 1, "dt", "stored element type: 
 _TR = Field("tr", "imm", _DT.lo + 2, 1, "uint",
             "1: store the tile transposed, column by column (int8, square arrays): "
             "the K-major layout the next GEMM's A operand is loaded from")
+#: MATMUL's zero-flag bit: the store unit records whether the tile is all zero point.
+_ZF = Field("zf", "imm", _TR.lo + 1, 1, "uint",
+            "1 (with `last`, int8, no residual stage): after the tile, store its zero flag, "
+            "one word at the address in `res`: 1 if every byte of the tile equals the "
+            "output zero point (`req_zp`), else 0 (the bitmap a later BZT reads)")
 
 #: Opcode -> (fields, description).
 OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
@@ -154,7 +161,8 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         "`rc = rc - 1`; branch to `target` if `rc` is now non-zero. A loop body runs `rc` times.",
     ),
     Op.LOAD: (
-        (Field("dst", "f", 0, 2, "dst", "scratchpad: a, b, e32 or e8"),
+        (Field("dst", "f", 0, 3, "dst", "scratchpad: a, b, e32 or e8; or z, the tile-flag "
+               "queue"),
          _r("ext", "r1", "external word address of the first segment"),
          _r("spad", "r2", "first scratchpad row written"),
          _r("stride", "r3", "words from one segment's start to the next"),
@@ -186,12 +194,13 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
         (_r("a", "r1", "A scratchpad row of k = 0"), _r("b", "r2", "B scratchpad row of k = 0"),
          _r("out", "r3", "external word address of the output tile"),
          _r("bias", "r4", "epilogue scratchpad row holding the bias vector"),
-         _r("res", "r5", "epilogue scratchpad row of the residual tile's first row"),
+         _r("res", "r5", "epilogue scratchpad row of the residual tile's first row; with "
+            "`zf`, the external word address of the tile's zero flag"),
          Field("k", "imm", 0, 16, "uint", "reduction steps"),
          _MASK, _DT,
          Field("last", "imm", _DT.lo + 1, 1, "uint",
                "1: this ends the tile; drain it through the epilogue"),
-         _TR,
+         _TR, _ZF,
          Field("bank", "f", 0, 3, "uint",
                "the accumulator bank the tile sums in (variants with acc_banks > 1; "
                "0 otherwise)")),
@@ -246,6 +255,14 @@ OPCODES: dict[Op, tuple[tuple[Field, ...], str]] = {
          Field("mode", "f", 0, 2, "wmode", "mac, max or sum")),
         "Set the window unit's geometry for the WINDOWs that follow. Do it while the "
         "compute unit is idle (WAIT first), like CSRWI; every field is 0 after reset."),
+    Op.BZT: (
+        (Field("target", "imm", 0, 16, "label", "instruction index to branch to"),),
+        "Take the oldest flag of the tile-flag queue (filled by `load dst=z`, a flag a "
+        "word, in order) and branch to `target` if it is set: the tile it stands for is all "
+        "zero point, so the program jumps over its loads and MATMULs (conditional execution "
+        "on data). Stalls while the queue is empty; the `tiles_skipped` counter counts the "
+        "branches taken. The queue holds `ZQ_DEPTH` flags: a program loads no more than "
+        "that ahead of its BZTs."),
     Op.CSRWI: (
         (Field("csr", "r1", 0, 4, "csr", ", ".join(c.name.lower() for c in Csr)),
          Field("imm", "imm", 0, 32, "sint", "value")),

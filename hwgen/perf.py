@@ -28,6 +28,7 @@ COUNTERS = (
     "read_latency_max",  # the longest of them
     "refresh_stall",  # the DRAM refresher held the controller
     "row_activates",  # DRAM row activations (ACT commands)
+    "tiles_skipped",  # BZTs taken: tiles jumped over because they were all zero point
 )
 
 #: Counters that add a value given each cycle (of this many bits) instead of counting a

@@ -232,7 +232,15 @@ def _per_tensor(p: RequantParams) -> bool:
 #: names): the order the compiler fuses graph ops in.
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(
-        name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None, regs=(),
+        name="bias", doc="x = sat32(x + bias[col])", op="bias_add", params=None,
+        # Not written from the stage's parameters: a kernel that skips all-zero A tiles
+        # (fusion.kernels.gemm.skip) subtracts the A zero point at the array's edge instead of
+        # folding it into the bias, and writes (then clears) it itself.
+        regs=(Reg("a_zp", 15, 9, True,
+                  "A operand zero point, subtracted from every A operand as it enters the "
+                  "array (9-bit operands): a skipped all-zero-point A tile then contributes "
+                  "exactly nothing. 0 (no subtraction) after reset",
+                  lambda p: 0, lambda p: False),),
         reads=(ERead("bias", "bias", BIAS_ROW, "bias"),), int8_out=False, reference=_bias,
         latency=3),
     StageSpec(

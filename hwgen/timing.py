@@ -21,6 +21,10 @@ DEFAULT_CLOCK_HZ = 100_000_000
 #: far the sequencer runs ahead of the load engine and of the array.
 QUEUE_DEPTH = 4
 
+#: Flags the tile-flag queue holds (``load dst=z`` fills it, BZT takes from it,
+#: ``hwgen.gateware.sequencer``): a program loads no more flags than that ahead of its BZTs.
+ZQ_DEPTH = 512
+
 #: Cycles from a command entering a queue to its unit seeing it: ``amaranth.lib.fifo``'s
 #: ``SyncFIFOBuffered`` shows a written entry on its read side two cycles later.
 QUEUE_LATENCY = 2

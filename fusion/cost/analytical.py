@@ -11,7 +11,7 @@ windows) is walked instruction by instruction (:func:`estimate_program`).
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from fusion.kernels.codegen import load_row_bytes
 from fusion.kernels.epilogue import DT_BYTES
 from fusion.kernels.layout import GemmDims, Region, place
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, REG_BITS, Dt, Op, WMode, window_words
+from hwgen.isa import NUM_REGS, REG_BITS, Dst, Dt, Op, WMode, window_words
 from hwgen.platform import PlatformConfig
 from hwgen.reference import EpilogueParams, output_dtype
 from hwgen.timing import window_columns
@@ -158,13 +158,21 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int,  # noqa: 
 
 
 def estimate_program(config: VariantConfig, instrs: Sequence[Any],
-                     platform: PlatformConfig | None = None) -> int:
+                     platform: PlatformConfig | None = None,
+                     flags: Iterable[bool] = (), *, machine: Machine | None = None) -> int:
     """Cycles of a program, by running its instructions one by one through
     :class:`Machine` (registers and loops interpreted, every timing rule the machine's): for
     kernels whose programs are not a fixed nest of phases (the window convolution, whose
     rows differ by their padding). Exact where each instruction's rule is; linear in the
-    instructions retired."""
-    m = _machine(config, platform)
+    instructions retired.
+
+    ``flags``: the tile flags the program's flag loads read, in order (a program that skips
+    all-zero tiles branches on them: its cycles depend on the data). ``machine``: the
+    machine to run it on (to read its totals after: ``skipped``); a new one by default.
+    """
+    m = machine or _machine(config, platform)
+    flag_values = iter(flags)
+    queued: list[bool] = []
     geom: dict[str, int] = {}  # the last WCFG
     regs = [0] * NUM_REGS
     pc, mask = 0, (1 << REG_BITS) - 1
@@ -178,6 +186,20 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
         if op is Op.WAIT:
             u = get("units")
             m.wait(load=bool(u & 1), feed=bool(u & 2), epi=bool(u & 4), left=get("left"))
+        elif op is Op.LOAD and get("dst") == Dst.Z:
+            words = get("count") * get("len")
+            m.flag_load(words, pattern=(get("count"), get("len"), regs[get("stride")]),
+                        addr=regs[get("ext")])
+            for _ in range(words):
+                value = next(flag_values, None)
+                if value is None:
+                    raise ValueError("the program loads more tile flags than were given")
+                queued.append(bool(value))
+        elif op is Op.BZT:
+            taken = bool(queued and queued.pop(0))
+            m.bzt(taken)
+            if taken:
+                pc = get("target")
         elif op is Op.LOAD:
             m.load(get("count") * get("len") * config.port_bytes,
                    load_row_bytes(config, get("dst")),
@@ -189,7 +211,7 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                    addr=regs[get("ext")], pattern=(get("count"), words, words))
         elif op is Op.MATMUL:
             m.matmul(get("k"), bool(get("last")), lane[get("dt")], bool(get("tr")),
-                     out=regs[get("out")])
+                     out=regs[get("out")], zf=bool(get("zf")))
         elif op is Op.EPIPASS:
             m.epipass(get("rows"), lane[get("dt")], out=regs[get("out")])
         elif op is Op.WINDOW:

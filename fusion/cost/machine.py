@@ -41,6 +41,11 @@ off the gateware (``hwgen/``) and ``docs/hardware.md``; their constants are the 
   tile waits in the epilogue's queue.
 - **stall rule**: only one finished tile drains at a time, so a tile's final slice waits
   until the previous tile's last row has entered the epilogue (``stall_epilogue``).
+- **tile flags** (``load dst=z``, BZT): a flag load runs like a LOAD of whole-word rows; a
+  BZT retires once its flag's load has finished (the rule: the hardware's flag is there a
+  few cycles after its word arrives, but every program waits for its flag loads before its
+  BZTs, so only the finished load binds), and a branch taken costs no cycle. A tile with
+  ``zf`` holds the store one cycle longer after its last beat (its flag word).
 - **epilogue passes**: an EPIPASS starts once the array has drained and the previous pass's
   rows are in, and streams its rows like a drain.
 - **window unit** (WINDOW, :mod:`hwgen.gateware.window`): a tile's columns
@@ -129,6 +134,8 @@ class Machine(SharedPort):
         self.jobs_fed: list[int] = []
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
+        self.flags_ready: list[int] = []  # the queued tile flags: when each can be taken
+        self.skipped = 0  # BZTs taken (the ``tiles_skipped`` counter)
         # the traffic, for a learned model to weigh what this model does not (docs of
         # fusion.cost.memory): LOADs, row streams to the store (tiles and passes drained),
         # and on a DRAM port the words requested by class (sequential, bank change, row
@@ -218,7 +225,7 @@ class Machine(SharedPort):
         return max(s, self.memory.store_cycles(self.lanes * lane_bytes / self.W))
 
     def _stream(self, first: int, rows: int, lane_bytes: int, tr: bool = False,
-                out: int | None = None) -> int:
+                out: int | None = None, zf: bool = False) -> int:
         """Rows offered to the epilogue from ``first``, a beat a cycle (a row is ``P`` beats
         with lane sharing); returns the cycle after the last beat entered. The store takes
         beat j ``E`` cycles after it enters, at most one every ``s`` cycles; when it falls
@@ -249,8 +256,8 @@ class Machine(SharedPort):
             self._writes(w0, st_last, rows * self.C * lane_bytes / self.W,
                          spacing=self.W / beat_bytes * s if beat_bytes < self.W else 1.0,
                          joined=w0 <= self.store + JOIN_GAP, out=out)
-        self.store = st_last + round(s)
-        self.idle = max(self.idle, st_last + round(s) + 1)
+        self.store = st_last + round(s) + zf  # a flagged tile: its flag word after it
+        self.idle = max(self.idle, self.store + 1)
         self.bytes_stored += rows * self.C * lane_bytes
         self.drains += 1
         return enter_last + 1
@@ -369,8 +376,24 @@ class Machine(SharedPort):
         self.loads += 1
         self.instrs(1)
 
+    def flag_load(self, words: int, **load) -> None:
+        """A ``load dst=z`` of ``words`` tile flags (a LOAD of whole-word rows): each flag
+        can be taken by a BZT once the load has finished."""
+        self.load(words * self.W, self.W, **load)
+        self.flags_ready += [self.loads_done[-1]] * words
+
+    def bzt(self, taken: bool) -> None:
+        """A BZT on the oldest flag: it retires once the flag is there (:meth:`flag_load`);
+        ``taken``: the flag was set and the program jumps."""
+        if not self.flags_ready:
+            raise ValueError("a BZT with no tile flag loaded before it: the program would "
+                             "wait forever")
+        self.seq = max(self.seq, self.flags_ready.pop(0) + 1)
+        self.skipped += taken
+        self.instrs(1)
+
     def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False,
-               out: int | None = None) -> None:
+               out: int | None = None, zf: bool = False) -> None:
         """One MATMUL of ``k`` slices. Slices stream back to back; a tile-ending slice waits
         until the previous tile has drained (the stall rule). ``tr``: stored transposed."""
         take = self._job()
@@ -386,7 +409,7 @@ class Machine(SharedPort):
         self.stall += final - (start + k - 1)
         self.feed_end = final + 1
         self._fed(self.feed_end)
-        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr, out)
+        self.clear = self._stream(final + self.L + TILE_GAP, self.R, lane_bytes, tr, out, zf)
 
     def epipass(self, rows: int, lane_bytes: int, out: int | None = None) -> None:
         """One EPIPASS of ``rows`` rows: it starts once the array has drained and the

@@ -29,6 +29,7 @@ _ROW_BYTES = {
     Dst.B: lambda c: c.b_row_bytes,
     Dst.E32: lambda c: c.e_row_bytes,
     Dst.E8: lambda c: c.cols,
+    Dst.Z: lambda c: c.port_bytes,  # a tile flag a word
 }
 
 

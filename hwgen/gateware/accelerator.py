@@ -144,6 +144,7 @@ class Accelerator(wiring.Component):
             seq.start.eq(host.start),
             seq.dma_idle.eq(dma_idle), seq.feed_idle.eq(feed_idle),
             seq.compute_idle.eq(compute_idle),
+            seq.z_valid.eq(dma.z_valid), seq.z_flag.eq(dma.z_flag),
             # what a counted WAIT compares with its `left`: commands queued or unfinished
             seq.loads_left.eq(load_q.level + dma.unfinished),
             seq.jobs_left.eq(job_q.level + cu.feeding),
@@ -179,6 +180,7 @@ class Accelerator(wiring.Component):
             ev.bytes_read.eq(dma.read_beat),
             ev.bytes_written.eq(self.mem.wr.valid & self.mem.wr.ready),
             ev.instret.eq(seq.retire),
+            ev.tiles_skipped.eq(seq.skip),
             ev.read_wait.eq(outstanding & ~self.mem.rd_data.valid),
             ev.mem_refused.eq((rd.valid & ~rd.ready) | (self.mem.wr.valid & ~self.mem.wr.ready)),
             ev.read_latency_sum.eq(latency),

@@ -29,9 +29,11 @@ class SystolicArray(wiring.Component):
     def __init__(self, config: VariantConfig):
         self._config = config
         op, acc = signed(config.operand_bits), signed(config.acc_bits)
+        # A operands are one bit wider: the feeder subtracts the A zero point (9 bits)
+        a_op = signed(config.operand_bits + 1)
         banks = {"bank": In(ceil_log2(config.acc_banks))} if config.acc_banks > 1 else {}
         super().__init__({
-            "a": In(data.ArrayLayout(op, config.rows)),
+            "a": In(data.ArrayLayout(a_op, config.rows)),
             "b": In(data.ArrayLayout(op, config.cols)),
             "last": In(1),
             "shift": In(1),

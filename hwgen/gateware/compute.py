@@ -33,11 +33,14 @@ from hwgen.timing import array_latency
 
 def job_layout(config: VariantConfig) -> data.StructLayout:
     """A queued MATMUL, EPIPASS or WINDOW (a pass uses ``a`` as its source row, ``k`` as
-    rows; a WINDOW ``b`` as its weights' row, ``k`` as ``count | ow << 5``, and ``pos``)."""
+    rows; a WINDOW ``b`` as its weights' row, ``k`` as ``count | ow << 5``, and ``pos``; a
+    MATMUL with ``zf`` has its zero flag's address in ``res``)."""
     fields = {
         "is_pass": 1, "a": SPAD_ADDR_BITS, "b": SPAD_ADDR_BITS, "k": 16, "last": 1,
-        "out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS, "res": SPAD_ADDR_BITS,
-        "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1,
+        "out": config.mem_addr_bits, "bias": SPAD_ADDR_BITS,
+        # a residual row, or with zf the zero flag's word address
+        "res": max(SPAD_ADDR_BITS, config.mem_addr_bits),
+        "mask": len(EPILOGUE_STAGES), "dt": 1, "tr": 1, "zf": 1,
     }
     if config.window_unit:
         fields |= {"win": 1, "pos": 32}
@@ -115,8 +118,13 @@ class ComputeUnit(wiring.Component):
             s1_bank = Signal.like(cur.bank)
             m.d.sync += s1_bank.eq(cur.bank)
             m.d.comb += array.bank.eq(s1_bank)
+        # The A zero point (bias stage's a_zp, 0 unless a zero-skipping GEMM set it) is
+        # subtracted here, so the array's A operands are 9-bit: a skipped all-zero-point A
+        # tile then contributes exactly nothing (fusion.kernels.gemm.skip).
+        a_zp = self.csr.bias.a_zp if "bias" in c.epilogue else 0
         for i in range(c.rows):
-            m.d.comb += array.a[i].eq(Mux(s1_valid, self.a_data[8 * i:8 * i + 8].as_signed(), 0))
+            m.d.comb += array.a[i].eq(
+                Mux(s1_valid, self.a_data[8 * i:8 * i + 8].as_signed() - a_zp, 0))
         for j in range(c.cols):
             m.d.comb += array.b[j].eq(Mux(s1_valid, self.b_data[8 * j:8 * j + 8].as_signed(), 0))
         m.d.comb += array.last.eq(s1_last)
@@ -204,6 +212,7 @@ class ComputeUnit(wiring.Component):
             beat.mask.eq(src.mask), beat.dt.eq(src.dt), beat.out.eq(src.out),
             beat.bias.eq(src.bias), beat.res.eq(src.res + row),
             beat.first.eq((row == 0) & (part == 0)), beat.tr.eq(src.tr),
+            beat.zf.eq(src.zf & drain_active), beat.zaddr.eq(src.res),
         ]
         lanes = lane_part([Mux(drain_active, array.top[j], self.src_data[j])
                            for j in range(c.cols)], part, c)
@@ -216,6 +225,7 @@ class ComputeUnit(wiring.Component):
                     epi.i.valid.eq(1), beat.mask.eq(d.mask), beat.dt.eq(d.dt),
                     beat.out.eq(d.out), beat.bias.eq(d.bias), beat.res.eq(0),
                     beat.first.eq(wu.res_first & (part == 0)), beat.tr.eq(d.tr),
+                    beat.zf.eq(0),
                     wu.res_ack.eq(epi.i.ready & last_part),
                 ]
                 m.d.comb += [beat.lanes[j].eq(v)
@@ -243,6 +253,8 @@ class ComputeUnit(wiring.Component):
         else:
             wiring.connect(m, epi.o, store.i)
         wiring.connect(m, store.wr, wiring.flipped(self.wr))
+        if "requant" in c.epilogue:  # a tile's zero point is its requantized output's
+            m.d.comb += store.zp.eq(self.csr.requant.req_zp[:8])
 
         m.d.comb += [
             self.feed_idle.eq(unless("reading", ~running & ~self.job.valid)),

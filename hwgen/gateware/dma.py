@@ -49,7 +49,7 @@ def response_layout(config: VariantConfig) -> data.StructLayout:
     computed as the command is taken, not on the words' path)."""
     at = {"at": data.ArrayLayout(6, config.rows)} if config.window_loads else {}
     return data.StructLayout({
-        "dst": 2, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "mask": 16, "fill": 8,
+        "dst": 3, "spad": SPAD_ADDR_BITS, "win": 1, "keep": 1, "mask": 16, "fill": 8,
         "len": 16, "words": 32, "rows": 32, **at,
     })
 
@@ -61,7 +61,7 @@ def load_cmd_layout(config: VariantConfig) -> data.StructLayout:
     from the queue to its contexts); a window load (``win``) also has its lane selection,
     fill and ``keep``."""
     return data.StructLayout({
-        "dst": 2, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
+        "dst": 3, "ext": config.mem_addr_bits, "spad": SPAD_ADDR_BITS,
         "stride": config.mem_addr_bits, "count": 16, "len": 16, "words": 32,
         "win": 1, "keep": 1, "wstep": config.mem_addr_bits, "shift": 4, "step": 2,
         "mask": 16, "fill": 8,
@@ -134,7 +134,9 @@ class LoadEngine(wiring.Component):
     ``e_*``: address, data, enable; ``a_lanes``, the A row's bytes written when ``a_en``: all
     but those a LOADW with ``keep`` leaves), ``busy``, ``unfinished`` (commands taken whose
     last row is not yet written: a counted ``WAIT``) and ``read_beat`` (one pulse per word
-    received, for the byte counter).
+    received, for the byte counter). A LOAD to ``Dst.Z`` writes no scratchpad: each word
+    it reads is one tile flag (``z_valid``, ``z_flag``: the word is not 0), for the
+    sequencer's tile-flag queue.
     """
 
     def __init__(self, config: VariantConfig):
@@ -148,6 +150,7 @@ class LoadEngine(wiring.Component):
             "a_lanes": Out(c.a_row_bytes),
             "b_addr": Out(SPAD_ADDR_BITS), "b_data": Out(c.b_row_bytes * 8), "b_en": Out(1),
             "e_addr": Out(SPAD_ADDR_BITS), "e_data": Out(c.e_row_bytes * 8), "e_en": Out(1),
+            "z_valid": Out(1), "z_flag": Out(1),
             "busy": Out(1), "read_beat": Out(1),
             "unfinished": Out(range(CONTEXTS + 2)),
         })
@@ -155,9 +158,10 @@ class LoadEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self._config
-        # One gearbox per distinct row width: A rows, B/int8-epilogue rows, int32 rows.
+        # One gearbox per distinct row width: A rows, B/int8-epilogue rows, int32 rows, and
+        # whole words (tile flags, one a word).
         widths = {Dst.A: c.a_row_bytes, Dst.B: c.b_row_bytes,
-                  Dst.E32: c.e_row_bytes, Dst.E8: c.b_row_bytes}
+                  Dst.E32: c.e_row_bytes, Dst.E8: c.b_row_bytes, Dst.Z: c.port_bytes}
         boxes = {}
         for width in sorted(set(widths.values())):
             boxes[width] = Gearbox(c.port_bytes, width)
@@ -195,7 +199,7 @@ class LoadEngine(wiring.Component):
         m.d.comb += interval.eq(Mux(
             cmd.dst == Dst.A, boxes[widths[Dst.A]].words_per_issue - 1,
             Mux(cmd.dst == Dst.E32, boxes[widths[Dst.E32]].words_per_issue - 1,
-                boxes[widths[Dst.B]].words_per_issue - 1)))
+                Mux(cmd.dst == Dst.Z, 0, boxes[widths[Dst.B]].words_per_issue - 1))))
 
         new = self.cmd.payload
         room = ififo.w_rdy & ofifo.w_rdy
@@ -354,6 +358,8 @@ class LoadEngine(wiring.Component):
             self.e_addr.eq(at_row),
             self.e_data.eq(Mux(out.dst == Dst.E8, widened, e_box.o_data)),
             self.e_en.eq(row_out & ((out.dst == Dst.E32) | (out.dst == Dst.E8))),
+            self.z_valid.eq(row_out & (out.dst == Dst.Z)),
+            self.z_flag.eq(boxes[widths[Dst.Z]].o_data.any()),
         ]
 
         # Commands taken and not finished: those whose context still waits for its first
@@ -378,13 +384,21 @@ class LoadEngine(wiring.Component):
 class StoreUnit(wiring.Component):
     """Packs epilogue beats (``epilogue_lanes`` lanes, stored as int32 or as their low
     bytes) into memory words on the write channel, at consecutive addresses from the job's
-    ``out``: a row's beats hold its lanes in order, so they pack as its bytes would."""
+    ``out``: a row's beats hold its lanes in order, so they pack as its bytes would.
+
+    A tile with ``zf`` (MATMUL ``zf``) is also compared, byte by byte as it passes, with the
+    output zero point ``zp`` (the low byte of ``req_zp``); after its last word the unit
+    writes one more, its zero flag (1: every byte was the zero point) at ``zaddr``, and takes
+    no beat meanwhile: a flagged tile holds the store one cycle longer
+    (``fusion.cost.machine`` counts it).
+    """
 
     def __init__(self, config: VariantConfig):
         self._config = config
         super().__init__({
             "i": In(beat_signature(config)),
             "wr": Out(stream.Signature(write_layout(config))),
+            "zp": In(8),
             "busy": Out(1),
         })
 
@@ -405,15 +419,49 @@ class StoreUnit(wiring.Component):
         held_words = Signal(range(bytes32 // min(wbytes, bytes32) + 1))
         fill = Signal(range(max(1, wbytes // bytes8) + 1))  # int8 beats packed so far
 
+        # The zero flag of a flagged tile: its address, whether every byte so far was the
+        # zero point, the beats of the tile still to come, and the flag word waiting for the
+        # word register (``flag_word``: the register holds it, written at ``zaddr``).
+        tile_beats = c.rows * c.epilogue_share
+        zf, zall, zaddr = Signal(), Signal(), Signal(c.mem_addr_bits)
+        zleft = Signal(range(tile_beats))
+        flag_due, flag_word = Signal(), Signal()
+        beat_zero = Signal()
+        m.d.comb += beat_zero.eq(Cat(*(self.i.payload.lanes[i][:8] == self.zp
+                                       for i in range(lanes))).all())
+
         m.d.comb += [self.wr.valid.eq(word_valid), self.wr.payload.data.eq(word),
-                     self.wr.payload.addr.eq(addr)]
+                     self.wr.payload.addr.eq(Mux(flag_word, zaddr, addr))]
         wrote = self.wr.valid & self.wr.ready
         with m.If(wrote):
-            m.d.sync += [word_valid.eq(0), addr.eq(addr + 1)]
+            m.d.sync += [word_valid.eq(0), flag_word.eq(0)]
+            with m.If(~flag_word):
+                m.d.sync += addr.eq(addr + 1)
         # the output word register is free this cycle, or frees itself this cycle
         word_free = ~word_valid | self.wr.ready
 
-        with m.If(held_words != 0):
+        took = self.i.valid & self.i.ready
+        with m.If(took):
+            first = self.i.payload.first
+            m.d.sync += zleft.eq(Mux(first, tile_beats - 1, zleft - 1))
+            with m.If(first):
+                m.d.sync += [zf.eq(self.i.payload.zf), zaddr.eq(self.i.payload.zaddr),
+                             zall.eq(beat_zero)]
+            with m.Else():
+                m.d.sync += zall.eq(zall & beat_zero)
+            # the tile's last beat: its flag goes out after its last word
+            last_beat = (Mux(first, self.i.payload.zf, zf)
+                         & Mux(first, tile_beats == 1, zleft == 1))
+            with m.If(last_beat):
+                m.d.sync += flag_due.eq(1)
+
+        with m.If(flag_due):
+            # every word of the tile is in the word register or out: the flag follows
+            m.d.comb += self.i.ready.eq(0)
+            with m.If(word_free & (held_words == 0) & (fill == 0)):
+                m.d.sync += [word.eq(zall), word_valid.eq(1), flag_word.eq(1),
+                             flag_due.eq(0)]
+        with m.Elif(held_words != 0):
             m.d.comb += self.i.ready.eq(0)
             with m.If(word_free):
                 m.d.sync += [word.eq(held[:wbytes * 8]), word_valid.eq(1),
@@ -442,5 +490,5 @@ class StoreUnit(wiring.Component):
                                 m.d.sync += [fill.eq(0), word_valid.eq(1)]
                             with m.Else():
                                 m.d.sync += fill.eq(fill + 1)
-        m.d.comb += self.busy.eq(word_valid | (held_words != 0) | (fill != 0))
+        m.d.comb += self.busy.eq(word_valid | (held_words != 0) | (fill != 0) | flag_due)
         return m

@@ -81,6 +81,8 @@ def beat_layout(config: VariantConfig) -> data.StructLayout:
         "out": config.mem_addr_bits,  # word address of the job's first store
         "first": 1,  # first beat of a job: the store unit takes `out` from it
         "tr": 1,  # a MATMUL tile stored transposed (hwgen.gateware.transpose)
+        "zf": 1,  # the store unit records the tile's zero flag (MATMUL zf) ...
+        "zaddr": config.mem_addr_bits,  # ... at this word address
     })
 
 

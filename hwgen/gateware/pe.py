@@ -32,11 +32,12 @@ class ProcessingElement(wiring.Component):
     def __init__(self, config: VariantConfig):
         self._config = config
         op, acc = signed(config.operand_bits), signed(config.acc_bits)
+        a_op = signed(config.operand_bits + 1)  # A less its zero point (the array's edge)
         bits = ceil_log2(config.acc_banks)
         banks = {"bank_in": In(bits), "bank_out": Out(bits)} if config.acc_banks > 1 else {}
         super().__init__({
-            "a_in": In(op), "b_in": In(op), "last_in": In(1),
-            "a_out": Out(op), "b_out": Out(op), "last_out": Out(1),
+            "a_in": In(a_op), "b_in": In(op), "last_in": In(1),
+            "a_out": Out(a_op), "b_out": Out(op), "last_out": Out(1),
             "shift": In(1), "res_in": In(acc), "res": Out(acc),
             **banks,
         })

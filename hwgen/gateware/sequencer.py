@@ -7,8 +7,8 @@ EPIPASS on a full compute queue, a WAIT on busy units. Fields are sliced with th
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal
-from amaranth.lib import memory, stream, wiring
+from amaranth import Array, Module, Mux, ResetInserter, Signal
+from amaranth.lib import fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import VariantConfig
@@ -19,7 +19,7 @@ from hwgen.gateware.ports import imem_write_signature
 from hwgen.gateware.window import geometry_layout
 from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, WORD_BITS, Dst, Op, window_words
 from hwgen.stages import SPECS
-from hwgen.timing import LOAD_CONTEXTS, QUEUE_DEPTH
+from hwgen.timing import LOAD_CONTEXTS, QUEUE_DEPTH, ZQ_DEPTH
 
 
 def _leaves(interface) -> list[Signal]:
@@ -41,8 +41,9 @@ class Sequencer(wiring.Component):
     control registers (:func:`hwgen.gateware.epilogue.csr_signature`); the idle flags of the
     units (``dma_idle``, ``feed_idle``, ``compute_idle``) and the commands a counted WAIT
     counts (``loads_left``: LOADs queued or unfinished; ``jobs_left``: jobs queued or still
-    reading their operands); ``halted``, ``running`` and
-    ``retire`` (one pulse per instruction retired)."""
+    reading their operands); ``z_valid``/``z_flag``, the tile flags a ``load dst=z`` reads,
+    into the tile-flag queue BZT takes from; ``halted``, ``running``, ``retire`` (one pulse
+    per instruction retired) and ``skip`` (one per BZT taken)."""
 
     def __init__(self, config: VariantConfig):
         self._config = config
@@ -55,7 +56,8 @@ class Sequencer(wiring.Component):
             "dma_idle": In(1), "feed_idle": In(1), "compute_idle": In(1),
             "loads_left": In(range(QUEUE_DEPTH + LOAD_CONTEXTS + 2)),
             "jobs_left": In(range(QUEUE_DEPTH + 2)),
-            "halted": Out(1), "running": Out(1), "retire": Out(1),
+            "z_valid": In(1), "z_flag": In(1),
+            "halted": Out(1), "running": Out(1), "retire": Out(1), "skip": Out(1),
             **({"geom": Out(geometry_layout())} if config.window_unit else {}),
         })
 
@@ -88,7 +90,7 @@ class Sequencer(wiring.Component):
         fetch1 = Signal()  # ... and starts now: word 0 executes next, port A reads word 1
         word = ir
         op = word[SLOTS["op"][0]:SLOTS["op"][0] + SLOTS["op"][1]]
-        target = _field(word, Op.BNZD, "target")
+        target = _field(word, Op.BNZD, "target")  # BZT's target is the same bits
         # The next word's address and the one after it: the candidates are sums of
         # registers, so only the choice between them waits for what the word decides.
         m.d.comb += [
@@ -105,6 +107,14 @@ class Sequencer(wiring.Component):
 
         retire = Signal()
         m.d.comb += self.retire.eq(retire)
+
+        # The tile-flag queue: flags arrive from the load engine in order (no back-pressure:
+        # a program loads no more than ZQ_DEPTH ahead of its BZTs), a BZT takes the oldest.
+        # Its output is a register, so a BZT decides its branch from one flip-flop.
+        # A start empties it: no program sees flags another left.
+        m.submodules.zflags = zq = ResetInserter(self.start)(
+            fifo.SyncFIFOBuffered(width=1, depth=ZQ_DEPTH))
+        m.d.comb += [zq.w_en.eq(self.z_valid), zq.w_data.eq(self.z_flag)]
 
         # LOAD command and compute job, assembled from the current word.
         ld = self.load.payload
@@ -137,6 +147,7 @@ class Sequencer(wiring.Component):
             job.out.eq(reg(Op.MATMUL, "out")), job.bias.eq(reg(Op.MATMUL, "bias")),
             job.res.eq(reg(Op.MATMUL, "res")), job.mask.eq(_field(word, Op.MATMUL, "mask")),
             job.dt.eq(_field(word, Op.MATMUL, "dt")), job.tr.eq(_field(word, Op.MATMUL, "tr")),
+            job.zf.eq(Mux(op == Op.MATMUL, _field(word, Op.MATMUL, "zf"), 0)),
         ]
         if c.acc_banks > 1:
             m.d.comb += job.bank.eq(_field(word, Op.MATMUL, "bank"))
@@ -212,6 +223,11 @@ class Sequencer(wiring.Component):
                         # the count left is not 0: taken
                         with m.If(~ones[_field(word, Op.BNZD, "rc")]):
                             m.d.comb += jump.eq(1)
+                    with m.Case(Op.BZT):
+                        # the oldest flag: set, the tile is all zero point and is jumped over
+                        m.d.comb += [retire.eq(zq.r_rdy), zq.r_en.eq(1)]
+                        with m.If(zq.r_rdy & zq.r_data):
+                            m.d.comb += [jump.eq(1), self.skip.eq(1)]
                     with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]
                     with m.Case(*((Op.MATMUL, Op.EPIPASS, Op.WINDOW) if c.window_unit

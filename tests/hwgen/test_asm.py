@@ -92,7 +92,7 @@ def test_disassemble_names_a_bad_word():
     ("\n\nbnzd rc=r1, target=nowhere", "line 3: undefined label 'nowhere'"),
     ("x:\nx:\nnop", "line 2: label 'x' is defined twice"),
     ("x: nop", "line 1: a label is a name followed by ':' on a line of its own"),
-    ("load dst=c", "line 1: field dst takes a, b, e32, e8 .*, not 'c'"),
+    ("load dst=c", "line 1: field dst takes a, b, e32, e8, z .*, not 'c'"),
     ("wait units=8", "line 1: wait field units=8 is out of range 0..7"),
     ("li rd=r1, imm=0x100000000", "line 1: li field imm=4294967296 is out of range"),
 ])
