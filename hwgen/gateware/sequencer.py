@@ -110,11 +110,18 @@ class Sequencer(wiring.Component):
 
         # The tile-flag queue: flags arrive from the load engine in order (no back-pressure:
         # a program loads no more than ZQ_DEPTH ahead of its BZTs), a BZT takes the oldest.
-        # Its output is a register, so a BZT decides its branch from one flip-flop.
-        # A start empties it: no program sees flags another left.
+        # The oldest waits in a flip-flop (``head``) beside the queue's block RAM, so a BZT
+        # decides its branch from one register, not from the RAM's slow output. A start
+        # empties both: no program sees flags another left.
         m.submodules.zflags = zq = ResetInserter(self.start)(
             fifo.SyncFIFOBuffered(width=1, depth=ZQ_DEPTH))
         m.d.comb += [zq.w_en.eq(self.z_valid), zq.w_data.eq(self.z_flag)]
+        head, head_valid, take_head = Signal(), Signal(), Signal()
+        m.d.comb += zq.r_en.eq(~head_valid | take_head)
+        with m.If(zq.r_en & zq.r_rdy):
+            m.d.sync += [head.eq(zq.r_data), head_valid.eq(1)]
+        with m.Elif(take_head):
+            m.d.sync += head_valid.eq(0)
 
         # LOAD command and compute job, assembled from the current word.
         ld = self.load.payload
@@ -175,6 +182,7 @@ class Sequencer(wiring.Component):
         # registers and the window geometry, whatever the program before left in them.
         fresh = [r.eq(0) for r in regs] + [r.eq(0) for r in ones] + [
             s.eq(s.init) for s in _leaves(self.csr)]
+        fresh += [head_valid.eq(0)]
         if c.window_unit:
             fresh += [self.geom.eq(0)]
         with m.FSM():
@@ -225,8 +233,8 @@ class Sequencer(wiring.Component):
                             m.d.comb += jump.eq(1)
                     with m.Case(Op.BZT):
                         # the oldest flag: set, the tile is all zero point and is jumped over
-                        m.d.comb += [retire.eq(zq.r_rdy), zq.r_en.eq(1)]
-                        with m.If(zq.r_rdy & zq.r_data):
+                        m.d.comb += [retire.eq(head_valid), take_head.eq(head_valid)]
+                        with m.If(head_valid & head):
                             m.d.comb += [jump.eq(1), self.skip.eq(1)]
                     with m.Case(*((Op.LOAD, Op.LOADW) if c.window_loads else (Op.LOAD,))):
                         m.d.comb += [self.load.valid.eq(1), retire.eq(self.load.ready)]

@@ -23,6 +23,7 @@ from fusion.kernels.codegen import ProgramTooLong, assemble_program, render
 from fusion.kernels.epilogue import DT_BYTES, pass_context, pass_dtypes, reads_bias_region
 from fusion.kernels.gemm.params import GemmParams
 from fusion.kernels.gemm.parts import program_parts
+from fusion.kernels.gemm.skip import flag_bytes, skip_context, skip_tiling
 from fusion.kernels.gemm.sparse import busy_slices, sparse_b_bytes, sparse_context, sparse_tiling
 from fusion.kernels.layout import GemmDims, Region
 from fusion.kernels.program import figures
@@ -47,10 +48,13 @@ def dt_name(dtype: np.dtype) -> str:
 def gemm_sizes(dims: GemmDims, p: GemmParams) -> dict[str, int]:
     """Region name -> bytes of the kernel, in allocation order: ``a``, ``b``, ``bias`` (when
     the kernel reads a bias region), ``residual``, ``out``, and the int32 intermediates
-    ``tmp0``, ``tmp1`` when unfused with stages."""
+    ``tmp0``, ``tmp1`` when unfused with stages; zero-skipping (``skip_zp``), ``a_flags`` after
+    ``a`` and ``out_flags`` (when stored) last."""
     tiles = dims.Mb * dims.Nb
-    sizes = {"a": dims.Mb * dims.a_Kp * dims.R,
-             "b": sparse_b_bytes(dims, p.blocks) if p.sparse else dims.Nb * dims.Kp * dims.C}
+    sizes = {"a": dims.Mb * dims.a_Kp * dims.R}
+    if p.skip_zp is not None:
+        sizes["a_flags"] = flag_bytes(dims)
+    sizes["b"] = sparse_b_bytes(dims, p.blocks) if p.sparse else dims.Nb * dims.Kp * dims.C
     if reads_bias_region(p.stages, p.epilogue):
         sizes["bias"] = layout.bias_region_bytes(dims, p.epilogue)
     if "residual" in p.stages:
@@ -58,6 +62,8 @@ def gemm_sizes(dims: GemmDims, p: GemmParams) -> dict[str, int]:
     sizes["out"] = tiles * dims.tile_bytes(DT_BYTES[dt_name(output_dtype(p.stages))])
     if not p.fused and p.stages:  # the int32 GEMM result and the passes' ping-pong
         sizes.update({f"tmp{n}": tiles * dims.tile_bytes(4) for n in range(2)})
+    if p.out_flags:
+        sizes["out_flags"] = flag_bytes(dims, out=True)
     return sizes
 
 
@@ -114,6 +120,8 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
             f"({', '.join(stages) or 'no epilogue'})")
     if p.sparse:
         return _sparse_program(config, dims, p, regions, what)
+    if p.skip_zp is not None:
+        return _skip_program(config, dims, p, regions, what)
     if p.tiling is not None:
         candidates: Iterable[Tiling] = [resolve(dims, gemm_stages, p.tiling,
                                                 per_channel=params.per_channel)]
@@ -164,4 +172,21 @@ def _sparse_program(config: VariantConfig, dims: GemmDims, p: GemmParams,
     stored = dims.Mb * dims.Nb * dims.tile_bytes(DT_BYTES[final_dt])
     return figures(config, program, busy=busy_slices(dims, p.blocks), stored=stored,
                    chosen={"tiling": dataclasses.asdict(sparse_tiling(dims)),
+                           "bias_windows": 1})
+
+
+def _skip_program(config: VariantConfig, dims: GemmDims, p: GemmParams,
+                  regions: Mapping[str, Region], what: str) -> Build:
+    """The zero-skipping program of ``p`` (:mod:`fusion.kernels.gemm.skip`): fused, one part,
+    its tiling the block-sparse GEMM's (A resident in groups, a column block at a time)."""
+    final_dt = dt_name(output_dtype(p.stages))
+    text = render("gemm_skip.j2", **skip_context(
+        dims, p.stages, regions, params=p.epilogue, out=regions["out"], out_dt=final_dt,
+        a_zp=p.skip_zp, transposed=p.kmajor_out))
+    program = assemble_program(config, text, what=f"zero-skipping {what}")
+    stored = dims.Mb * dims.Nb * dims.tile_bytes(DT_BYTES[final_dt])
+    if p.out_flags:
+        stored += flag_bytes(dims, out=True)
+    return figures(config, program, busy=dims.Mb * dims.Nb * dims.Kp, stored=stored,
+                   chosen={"tiling": dataclasses.asdict(skip_tiling(dims)),
                            "bias_windows": 1})

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from fusion.cost.analytical import (
     built_instructions,
     estimate,
@@ -26,6 +28,7 @@ from fusion.cost.model import Features
 from fusion.kernels.epilogue import pass_dtypes
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.skip import flags_consumed, skip_tiling, tiles
 from fusion.kernels.gemm.sparse import busy_slices, kept_macs, sparse_tiling
 from fusion.kernels.layout import GemmDims
 from fusion.kernels.tiling import Tiling, default_tiling, resolve
@@ -100,6 +103,9 @@ class GemmFeatures(Features):
     kblocks: int = 1
     blocks: tuple[tuple[int, ...], ...] | None = None
     placement: tuple[tuple[str, int], ...] | None = None
+    skip_zp: int | None = None
+    out_flags: bool = False
+    flags: tuple[tuple[bool, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         check_stages(self.stages, self.config.epilogue)
@@ -131,6 +137,9 @@ class GemmFeatures(Features):
         kmajor_out: bool = False,
         kblocks: int = 1,
         blocks: tuple[tuple[int, ...], ...] | None = None,
+        skip_zp: int | None = None,
+        out_flags: bool = False,
+        flags: tuple[tuple[bool, ...], ...] | None = None,
     ) -> GemmFeatures:
         """Features of a kernel that has not been built (no program size or byte counts).
 
@@ -146,6 +155,8 @@ class GemmFeatures(Features):
         pc = params.per_channel
         if blocks is not None:
             tiling = sparse_tiling(dims)
+        elif skip_zp is not None:
+            tiling = skip_tiling(dims)
         elif tiling is not None:
             tiling = resolve(dims, gemm_stages, tiling, per_channel=pc)
         else:
@@ -155,7 +166,8 @@ class GemmFeatures(Features):
         return cls(config=config, M=M, K=K, N=N, stages=stages, fused=bool(fused),
                    tiling=tiling, pass_dtypes=dts, per_channel=pc,
                    residual_op=params.residual_op, kgroup=kgroup, kmajor_out=bool(kmajor_out),
-                   kblocks=kblocks, blocks=blocks)
+                   kblocks=kblocks, blocks=blocks, skip_zp=skip_zp, out_flags=bool(out_flags),
+                   flags=flags)
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> GemmFeatures:
@@ -169,7 +181,8 @@ class GemmFeatures(Features):
                    bytes_stored=kernel.bytes_stored, per_channel=kernel.params.per_channel,
                    residual_op=kernel.params.residual_op, kgroup=dims.kgroup,
                    kmajor_out=bool(kernel.signature.kmajor_out), kblocks=dims.kblocks,
-                   blocks=kernel.sparse_blocks)
+                   blocks=kernel.sparse_blocks, skip_zp=kernel.meta["params"].get("skip_zp"),
+                   out_flags=bool(kernel.meta["params"].get("out_flags", False)))
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -218,6 +231,11 @@ class GemmFeatures(Features):
         weights."""
         if self.blocks is not None:
             return estimate_program(self.config, _built(self), platform)
+        if self.skip_zp is not None:  # its branches follow the flags it is priced for
+            mb, kb = tiles(self.dims)
+            flags = np.array(self.flags if self.flags is not None else [[False] * kb] * mb)
+            return estimate_program(self.config, _built(self), platform,
+                                    flags=flags_consumed(self.dims, flags))
         return program_or_template(self.config, platform, lambda: _built(self),
                                    lambda: estimate(self, platform).cycles)
 
@@ -236,6 +254,9 @@ class GemmFeatures(Features):
             "kmajor_out": self.kmajor_out,
             **({"kblocks": self.kblocks} if self.kblocks != 1 else {}),
             **({"blocks": [list(c) for c in self.blocks]} if self.blocks is not None else {}),
+            **({"skip_zp": self.skip_zp, "out_flags": self.out_flags,
+                "flags": None if self.flags is None else [list(r) for r in self.flags]}
+               if self.skip_zp is not None else {}),
         }
 
     @classmethod
@@ -265,7 +286,10 @@ class GemmFeatures(Features):
                    kmajor_out=bool(data.get("kmajor_out", False)),
                    kblocks=int(data.get("kblocks", 1)),
                    blocks=(tuple(tuple(c) for c in data["blocks"]) if data.get("blocks")
-                           is not None else None))
+                           is not None else None),
+                   skip_zp=data.get("skip_zp"), out_flags=bool(data.get("out_flags", False)),
+                   flags=(tuple(tuple(bool(f) for f in r) for r in data["flags"])
+                          if data.get("flags") is not None else None))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -277,6 +301,7 @@ def _built(f: GemmFeatures) -> tuple | None:
     p = GemmParams(M=f.M, K=f.K, N=f.N, stages=f.stages, fused=f.fused, tiling=f.tiling,
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
                    kgroup=f.kgroup, kmajor_out=f.kmajor_out, kblocks=f.kblocks,
-                   blocks=f.blocks, sparse=f.blocks is not None)
+                   blocks=f.blocks, sparse=f.blocks is not None, skip_zp=f.skip_zp,
+                   out_flags=f.out_flags)
     return built_instructions(f, gemm_sizes(f.dims, p),
                               lambda regions: build_program(f.config, p, regions))

@@ -29,6 +29,7 @@ from fusion.kernels.epilogue import (
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.skip import pack_flags, skip_problems, tile_flags
 from fusion.kernels.gemm.sparse import pack_sparse_b, sparse_problems, sparse_tiling
 from fusion.kernels.layout import GemmDims, Region, kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
@@ -106,6 +107,16 @@ class GemmKind(KernelKind):
             return Refusal(self.name, "kgroup", problem, kgroup=p.kgroup)
         dims = gemm_dims(config, p)
         per_channel = p.epilogue.per_channel
+        if p.skip_zp is not None:
+            problems = skip_problems(dims, p.stages, fused=p.fused, per_channel=per_channel,
+                                     a_zp=p.skip_zp, out_flags=p.out_flags)
+            if p.kmajor_out:
+                problem = kmajor_problem(config, p)
+                if problem is not None:
+                    problems.append(problem)
+            if problems:
+                return Refusal(self.name, "skip", "zero-skipping GEMM: " + "; ".join(problems))
+            return None
         if p.sparse:
             problems = sparse_problems(dims, p.blocks, p.stages, fused=p.fused,
                                        per_channel=per_channel)
@@ -170,6 +181,10 @@ class GemmKind(KernelKind):
             key["kmajor_out"] = True
         if p.sparse:  # likewise: the program is made for these blocks
             key["sparse_blocks"] = [list(col) for col in p.blocks]
+        if p.skip_zp is not None:  # likewise (the program never depends on the flags)
+            key["skip_zp"] = p.skip_zp
+            if p.out_flags:
+                key["out_flags"] = True
         return key
 
     def build(self, config: VariantConfig, params: GemmParams,
@@ -182,25 +197,32 @@ class GemmKind(KernelKind):
         dims = gemm_dims(config, p)
         b = (pack_sparse_b(dims, p.blocks, values["b"]) if p.sparse
              else layout.pack_b(dims, values["b"]))
-        return {"a": layout.pack_a(dims, values["a"]), "b": b,
-                **pack_epilogue(dims, p.stages, p.epilogue, values)}
+        packed = {"a": layout.pack_a(dims, values["a"]), "b": b,
+                  **pack_epilogue(dims, p.stages, p.epilogue, values)}
+        if p.skip_zp is not None:  # A's tile flags, as its producer (here the host) writes them
+            packed["a_flags"] = pack_flags(dims, tile_flags(dims, values["a"], p.skip_zp))
+        return packed
 
     def reference(self, params: GemmParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
         extra = {k: v for k, v in values.items() if k not in ("a", "b")}
-        return gemm_epilogue(values["a"], values["b"], params.stages, params.epilogue, **extra)
+        a = values["a"]
+        if params.skip_zp is not None:  # the zero point subtracted, exactly (int64)
+            a = np.asarray(a).astype(np.int64) - params.skip_zp
+        return gemm_epilogue(a, values["b"], params.stages, params.epilogue, **extra)
 
     def features(self, config: VariantConfig, params: GemmParams) -> GemmFeatures:
         p = params
         return GemmFeatures.for_gemm(config, p.M, p.K, p.N, stages=p.stages, fused=p.fused,
                                      tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup,
                                      kmajor_out=p.kmajor_out, kblocks=p.kblocks,
-                                     blocks=p.blocks if p.sparse else None)
+                                     blocks=p.blocks if p.sparse else None,
+                                     skip_zp=p.skip_zp, out_flags=p.out_flags, flags=p.flags)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
         (given a tiling, just that)."""
         p = params
-        if p.tiling is not None or p.sparse:
+        if p.tiling is not None or p.sparse or p.skip_zp is not None:
             return [p]
         dims = gemm_dims(config, p)
         stages, pc = p.stages if p.fused else (), p.epilogue.per_channel
@@ -224,6 +246,8 @@ class GemmKind(KernelKind):
         t = params.tiling
         if params.sparse:
             return f"block-sparse, {_kept(params)} weight blocks kept"
+        if params.skip_zp is not None:
+            return "zero-skipping (all-zero-point A tiles jumped over)"
         if t.stream:
             return f"streamed B, {t.stream} chunks a column block"
         return (f"tm={t.tm} tn={t.tn} kt={t.kt} order={t.order} "
@@ -245,6 +269,8 @@ class GemmKind(KernelKind):
         kmajor = ", stored K-major" if p.kmajor_out else ""
         if p.sparse:
             tiles = f", block-sparse ({_kept(p)} weight blocks)"
+        if p.skip_zp is not None:
+            tiles = f", zero-skipping (A zero point {p.skip_zp})"
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
                 f"stages={','.join(p.stages) or '-'}{tiles}{kmajor}")
 

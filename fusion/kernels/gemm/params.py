@@ -49,6 +49,17 @@ class GemmParams:
         non-zero weight (:func:`fusion.kernels.gemm.sparse.weight_blocks`). It lets
         :meth:`~fusion.kernels.gemm.kind.GemmKind.variants` offer the block-sparse program;
         a dense kernel ignores it.
+    skip_zp : int, optional
+        Run the zero-skipping program (:mod:`fusion.kernels.gemm.skip`) with A's zero point
+        subtracted at the array's edge: the loads and MATMULs of A tiles flagged all zero
+        point are jumped over at run time. ``bias`` is then the bias itself, not folded with
+        ``-skip_zp * colsum(b)``, and ``a``'s tile flags are an operand (``a_flags``).
+    out_flags : bool
+        Zero-skipping only: also store the output's tile flags (``out_flags``, for a next
+        zero-skipping GEMM).
+    flags : tuple of tuple of bool, optional
+        Zero-skipping only: the ``[Mb][Kb]`` A tile flags the kernel is priced for (a data
+        profile's); None prices it with none set. The program does not depend on them.
     sparse : bool
         Run the block-sparse program (:mod:`fusion.kernels.gemm.sparse`): B holds only the
         ``blocks``, and the program never loads or multiplies the others. Needs ``blocks``.
@@ -72,6 +83,9 @@ class GemmParams:
     kblocks: int = 1
     blocks: tuple[tuple[int, ...], ...] | None = None
     sparse: bool = False
+    skip_zp: int | None = None
+    out_flags: bool = False
+    flags: tuple[tuple[bool, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
@@ -95,6 +109,19 @@ class GemmParams:
                    for col in self.blocks):
                 raise ValueError("blocks must hold, per column block, the increasing indices "
                                  "of at least one K block")
+        if self.skip_zp is not None and (not isinstance(self.skip_zp, int)
+                                         or isinstance(self.skip_zp, bool)):
+            raise ValueError(f"skip_zp must be an integer (A's zero point), not "
+                             f"{self.skip_zp!r}")
+        if self.skip_zp is not None and self.sparse:
+            raise ValueError("a GEMM is block-sparse or zero-skipping, not both")
+        if (self.out_flags or self.flags is not None) and self.skip_zp is None:
+            raise ValueError("out_flags and flags belong to the zero-skipping program "
+                             "(skip_zp)")
+        object.__setattr__(self, "out_flags", bool(self.out_flags))
+        if self.flags is not None:
+            object.__setattr__(self, "flags", tuple(tuple(bool(f) for f in row)
+                                                    for row in self.flags))
         if self.sparse and self.blocks is None:
             raise ValueError("a sparse GEMM needs its weights' blocks (GemmParams.blocks)")
         check_epilogue(self.stages, self.epilogue)
