@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass, field
 
 from fusion.compiler import memplan
+from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.kernels import KernelSpec, spec_for
 from fusion.compiler.lower import HOST_ALTERNATIVES, HOST_OPS, Chain, CompileError
 from fusion.compiler.options import DEFAULT, CompileOptions
@@ -115,7 +116,8 @@ class ChainDecision:
 
 def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain,
                      start: int, stop: int, memo: dict | None = None,
-                     options: CompileOptions = DEFAULT) -> list[Option]:
+                     options: CompileOptions = DEFAULT,
+                     data: ZeroHints | None = None) -> list[Option]:
     """Every priced candidate of one segment, best first, or the one refusal.
 
     Only the legality checks refuse (the lowering's, :func:`spec_for`, and the kind's): a
@@ -123,7 +125,7 @@ def _segment_options(graph: Graph, config: VariantConfig, model: CostModel, chai
     ``memo`` maps a segment's kind and params to its refusal or its priced variants, so
     identical layers are checked and priced once per compile.
     """
-    base = spec_for(graph, config, chain, start, stop, options)
+    base = spec_for(graph, config, chain, start, stop, options, data)
     if isinstance(base, Refusal):
         return [Option(None, None, base)]
     kind = base.kind
@@ -167,11 +169,13 @@ def _host_option(graph: Graph, config: VariantConfig, chain: Chain, start: int, 
 def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: Chain, *,
                  fusion: bool = True, min_gain: float = DEFAULT_MIN_GAIN,
                  memo: dict | None = None, host: HostCostModel | None = None,
-                 options: CompileOptions = DEFAULT) -> ChainDecision:
+                 options: CompileOptions = DEFAULT,
+                 data: ZeroHints | None = None) -> ChainDecision:
     """Price every cover of ``chain`` and choose one (see the module docstring).
 
     ``host`` prices the host as one more engine for the segments without a GEMM; None keeps
-    every segment on the accelerator. ``options``: what the compiler may use.
+    every segment on the accelerator. ``options``: what the compiler may use. ``data``: what
+    is known of the inputs it will run on (:mod:`fusion.compiler.data_hints`).
 
     Raises
     ------
@@ -185,7 +189,7 @@ def decide_chain(graph: Graph, config: VariantConfig, model: CostModel, chain: C
 
     def priced(i: int, j: int) -> list[Option]:
         if (i, j) not in seg:
-            found = _segment_options(graph, config, model, chain, i, j, memo, options)
+            found = _segment_options(graph, config, model, chain, i, j, memo, options, data)
             # layout steps (a convolution's im2col) run on the host even without fallback
             layout = all(n.op in HOST_OPS for n in chain.nodes[i:j])
             on_host = (_host_option(graph, config, chain, i, j, host or HostCostModel(),

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.lower import (
     Chain,
     lanes_offset,
@@ -69,7 +70,8 @@ Part = list[tuple[Node, str | None]]
 
 
 def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
-          grouped: bool = True, sparse: bool = True, **names: Any) -> KernelSpec:
+          grouped: bool = True, sparse: bool = True, data: ZeroHints | None = None,
+          **names: Any) -> KernelSpec:
     a = graph.tensors[anchor.inputs[0]]
     w = graph.initializers[anchor.inputs[1]]
     K, N = w.shape  # noqa: N806
@@ -94,9 +96,13 @@ def _gemm(graph: Graph, config: VariantConfig, anchor: Node, part: Part, *,
     source = matrix_view_start(graph, anchor.inputs[0]) or anchor.inputs[0]
     # all-zero weight blocks (a pruned model): the block-sparse program is priced too
     blocks = weight_blocks(config, w) if sparse and not kgroup else None
+    # A data profile of A (a run's input the host quantized): the zero-skipping program is
+    # priced too, for its tile flags
+    flags = data.a_flags(graph, config, source, M, K) if data is not None else None
     return KernelSpec(kind=GEMM, params=GemmParams(M=M, K=K, N=N, stages=stages,
                                                    epilogue=params, kgroup=kgroup,
-                                                   kblocks=kblocks, blocks=blocks),
+                                                   kblocks=kblocks, blocks=blocks,
+                                                   skip_zp=za, flags=flags),
                       inputs=(source,) + ((residual,) if residual else ()),
                       consts=consts, note="; ".join(notes), **names)
 
@@ -396,9 +402,11 @@ ANCHORS: dict[str, Callable[..., KernelSpec | Refusal]] = {
 
 
 def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
-             stop: int, options: CompileOptions = DEFAULT) -> KernelSpec | Refusal:
+             stop: int, options: CompileOptions = DEFAULT,
+             data: ZeroHints | None = None) -> KernelSpec | Refusal:
     """The kernel of chain items ``[start, stop)`` (item 0 is the anchor, if any), or why the
-    segment cannot be one kernel.
+    segment cannot be one kernel. ``data``: what is known of the inputs the plan will run on
+    (:mod:`fusion.compiler.data_hints`; with ``options.zero_skip``).
 
     Raises
     ------
@@ -431,7 +439,8 @@ def spec_for(graph: Graph, config: VariantConfig, chain: Chain, start: int,
         return _conv(graph, config, chain.prefix[0], chain.anchor, part[1:], **names)
     if chain.anchor is not None and start == len(chain.prefix):
         extra = {"qmatmul": {"grouped": options.grouped_gemm,
-                             "sparse": options.sparse_weights},
+                             "sparse": options.sparse_weights,
+                             "data": data if options.zero_skip else None},
                  "maxpool": {"window_unit": options.window_unit}}.get(chain.anchor.op, {})
         return ANCHORS[chain.anchor.op](graph, config, chain.anchor, part, **extra, **names)
     # a run of epilogue ops as one pass over [M, N]

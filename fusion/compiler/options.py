@@ -39,6 +39,11 @@ class CompileOptions:
         A GEMM whose constant weights have all-zero blocks is also priced as the block-sparse
         program that never loads or multiplies them (:mod:`fusion.kernels.gemm.sparse`), and
         runs so when that is predicted faster; off, every GEMM runs dense.
+    zero_skip : bool
+        A GEMM whose A the host made from a model input, compiled knowing that input
+        (:mod:`fusion.compiler.data_hints`), is also priced as the zero-skipping program,
+        which jumps over the all-zero-point tiles of A at run time
+        (:mod:`fusion.kernels.gemm.skip`); off, every GEMM runs dense whatever the data.
     """
 
     window_conv: bool = True
@@ -47,6 +52,7 @@ class CompileOptions:
     window_unit: bool = True
     relayout: bool = True
     sparse_weights: bool = True
+    zero_skip: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)

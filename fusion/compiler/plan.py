@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusion.compiler import engine, relayout
+from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
@@ -360,7 +361,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   optimized: bool = False, host_fallback: bool = True,
                   host_model: HostCostModel | None = None, batch: int = 1,
                   options: CompileOptions = DEFAULT,
-                  platform: PlatformConfig | None = None) -> CompiledModel:
+                  platform: PlatformConfig | None = None,
+                  data: ZeroHints | None = None) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -391,6 +393,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     platform : PlatformConfig, optional
         The board memory the default model prices on (the ideal memory by default): on a
         DRAM, tilings and loop orders differ in row locality (:mod:`fusion.cost.memory`).
+    data : ZeroHints, optional
+        What is known of the inputs it will run on (:mod:`fusion.compiler.data_hints`).
 
     Raises
     ------
@@ -407,7 +411,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     plan = functools.partial(_plan, config=config, cache=cache, model=model, fusion=fusion,
                              min_gain=min_gain, host_fallback=host_fallback,
                              host_model=host_model, batch=batch, options=options,
-                             platform=platform, memo=memo)
+                             platform=platform, memo=memo, data=data)
     compiled = plan(g)
     copies = relayout.requests(compiled) if options.relayout and compiled.repacks else []
     if copies:  # the repacked tensors copied on the accelerator: kept when cheaper
@@ -420,7 +424,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
 def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: CostModel,
           fusion: bool, min_gain: float, host_fallback: bool, host_model: HostCostModel,
           batch: int, options: CompileOptions, platform: PlatformConfig, memo: dict,
-          relayouts: Sequence[relayout.Relayout] = ()) -> CompiledModel:
+          relayouts: Sequence[relayout.Relayout] = (), data: ZeroHints | None = None
+          ) -> CompiledModel:
     """:func:`compile_model` of the graph after the passes ``g``: choose, order, place and
     build its kernels."""
     found, host = chains(g)
@@ -429,7 +434,7 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
     decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
                                      memo=memo, host=host_model if host_fallback else None,
-                                     options=options)
+                                     options=options, data=data)
                  for c in found]
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     reasons: dict[str, str] = {}

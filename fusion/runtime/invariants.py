@@ -22,18 +22,39 @@ independently from the program words alone:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import bisect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hwgen.config import VariantConfig
-from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, Dt, Op, window_words
+from hwgen.isa import NUM_REGS, OPCODES, REG_BITS, SLOTS, Dst, Dt, Op, window_words
 
 _MASK = (1 << REG_BITS) - 1
 #: The fields the interpreter reads, per opcode, in this order.
 _FIELDS = {Op.LI: ("rd", "imm"), Op.ADDI: ("rd", "rs", "imm"), Op.BNZD: ("rc", "target"),
-           Op.LOAD: ("count", "len"), Op.LOADW: ("count", "shift", "step"),
-           Op.MATMUL: ("k", "dt", "last"),
-           Op.EPIPASS: ("rows", "dt"), Op.WINDOW: ("dt",)}
+           Op.LOAD: ("count", "len", "dst", "ext", "stride"),
+           Op.LOADW: ("count", "shift", "step"),
+           Op.MATMUL: ("k", "dt", "last", "zf"),
+           Op.EPIPASS: ("rows", "dt"), Op.WINDOW: ("dt",), Op.BZT: ("target",)}
+
+
+class MemoryWords:
+    """The words a job's memory image holds, for the flag loads of a program that branches
+    on data (``load dst=z``, BZT): ``(word address, bytes)`` writes, read word by word (a
+    word nothing wrote reads 0)."""
+
+    def __init__(self, writes: Sequence[tuple[int, bytes]], port_bytes: int) -> None:
+        self._writes = sorted(((int(a), bytes(d)) for a, d in writes), key=lambda w: w[0])
+        self._starts = [a for a, _ in self._writes]
+        self._w = port_bytes
+
+    def __call__(self, addr: int) -> int:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return 0
+        start, data = self._writes[i]
+        at = (addr - start) * self._w
+        return int.from_bytes(data[at:at + self._w], "little") if at < len(data) else 0
 
 
 class UnfinishedProgram(ValueError):
@@ -84,7 +105,8 @@ def _fields(word: int, op: Op) -> tuple[int, ...]:
 
 
 def count_program(config: VariantConfig, words: Sequence[int], *,
-                  max_instructions: int) -> ProgramCounts:
+                  max_instructions: int,
+                  memory: Callable[[int], int] | None = None) -> ProgramCounts:
     """Interpret ``words`` at the ISA level and count what the counters must show.
 
     Parameters
@@ -95,6 +117,9 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
         The 64-bit program words, from instruction 0.
     max_instructions : int
         Stop with :class:`UnfinishedProgram` after retiring this many without a ``halt``.
+    memory : callable, optional
+        The word at a word address (:class:`MemoryWords`): what a program's flag loads read,
+        which its BZTs branch on. A program with BZTs needs it.
 
     Returns
     -------
@@ -115,6 +140,7 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
     regs = [0] * NUM_REGS
     row_bytes = {int(Dt.I32): 4 * config.cols, int(Dt.I8): config.cols}
     pc = instret = loaded = stored = slices = rows = 0
+    flags: list[bool] = []  # the tile-flag queue
     while True:
         if pc >= len(decoded):
             raise UnfinishedProgram(f"the program runs past its last word ({len(decoded)}) "
@@ -138,7 +164,20 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
             if regs[f[0]]:
                 pc = f[1]
         elif op is Op.LOAD:
-            loaded += f[0] * f[1] * config.port_bytes
+            count, length, dst, ext, stride = f
+            loaded += count * length * config.port_bytes
+            if dst == Dst.Z:
+                if memory is None:
+                    raise UnfinishedProgram("the program loads tile flags, which its branches "
+                                           "follow: interpret it with the memory it reads")
+                flags += [memory((regs[ext] + i * regs[stride] + j) & _MASK) != 0
+                          for i in range(count) for j in range(length)]
+        elif op is Op.BZT:
+            if not flags:
+                raise UnfinishedProgram(f"instruction {pc - 1} (bzt) waits for a tile flag "
+                                       f"that no flag load brings: it would wait forever")
+            if flags.pop(0):
+                pc = f[0]
         elif op is Op.LOADW:
             loaded += f[0] * window_words(config.rows, f[1], f[2]) * config.port_bytes
         elif op is Op.MATMUL:
@@ -146,6 +185,7 @@ def count_program(config: VariantConfig, words: Sequence[int], *,
             if f[0] and f[2]:  # a tile-ending MATMUL drains its tile through the epilogue
                 rows += config.rows
                 stored += config.rows * row_bytes[f[1]]
+                stored += config.port_bytes * f[3]  # and its zero flag, one word
         elif op is Op.EPIPASS:
             rows += f[0]
             stored += f[0] * row_bytes[f[1]]
@@ -214,21 +254,40 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
 
 def check_runs(config: VariantConfig, words: Sequence[int],
                runs: Sequence[Mapping[str, int]], *, ideal_cycles: int = 0,
-               floor_cycles: int = 0) -> list[list[Violation]]:
+               floor_cycles: int = 0,
+               memories: Sequence[Callable[[int], int]] | None = None
+               ) -> list[list[Violation]]:
     """:func:`check_counters` for several runs of one program (a kernel on its own values
-    and on directed input sets), interpreting the program once.
+    and on directed input sets), interpreting the program once; a program that branches on
+    data (BZT) once per run, on the words of its memory (``memories``, one per run:
+    :class:`MemoryWords`).
 
     Returns
     -------
     list of list of Violation
         One list per run, in order.
     """
+    op_lo, op_width = SLOTS["op"]
+    if memories is not None and any((int(w) >> op_lo) & ((1 << op_width) - 1) == Op.BZT
+                                    for w in words):
+        return [_check_runs(config, words, [r], ideal_cycles=ideal_cycles,
+                            floor_cycles=floor_cycles, memory=m)[0]
+                for r, m in zip(runs, memories, strict=True)]
+    return _check_runs(config, words, runs, ideal_cycles=ideal_cycles,
+                       floor_cycles=floor_cycles, memory=None)
+
+
+def _check_runs(config: VariantConfig, words: Sequence[int],
+                runs: Sequence[Mapping[str, int]], *, ideal_cycles: int,
+                floor_cycles: int, memory: Callable[[int], int] | None
+                ) -> list[list[Violation]]:
     cycles = [int(c["cycles"]) for c in runs]
     try:
         # instret <= cycles, so interpreting past the longest run's cycles cannot help: such
         # a program cannot have finished in any of them.
         counts: ProgramCounts | None = count_program(config, words,
-                                                     max_instructions=max(cycles))
+                                                     max_instructions=max(cycles),
+                                                     memory=memory)
         why = ""
     except UnfinishedProgram as exc:
         counts, why = None, str(exc)

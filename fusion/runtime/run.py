@@ -50,7 +50,7 @@ from fusion.ir.graph import Graph, GraphError, Node
 from fusion.passes.layout_identity import layout_chain
 from fusion.reference import executor
 from fusion.runtime.data_profile import TensorProfile, kernel_profiles
-from fusion.runtime.invariants import check_runs, timing_floor
+from fusion.runtime.invariants import MemoryWords, check_runs, timing_floor
 from fusion.runtime.run_report import HostRun, KernelRun, RunReport, kernel_macs
 from fusion.runtime.shadow_inputs import directed_inputs
 from hwgen.energy import estimate
@@ -217,6 +217,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     #    that is an earlier kernel's output where it lies is not written: the hardware reads
     #    what the producer stored), then the directed sets, each kernel on its own.
     model_jobs, directed_jobs, host_bytes = [], [], 0
+    step_jobs: dict[str, list[Job]] = {}  # each kernel's jobs: the model's, then the directed
     for step, sets, _ in planned:
         in_place = compiled.memory.in_place(step.name)
         for n, values in enumerate(sets):
@@ -234,6 +235,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                       name=step.name if n == 0 else f"{step.name}-directed{n}",
                       keep_memory=n == 0)
             (model_jobs if n == 0 else directed_jobs).append(job)
+            step_jobs.setdefault(step.name, []).append(job)
     jobs = model_jobs + directed_jobs
     launched = time.perf_counter()
     results = run_programs(config, jobs, build=build) if jobs else []
@@ -247,10 +249,14 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     for step, sets, wants in planned:
         spec = step.spec
         done = [next(model_results)] + [next(directed_results) for _ in sets[1:]]
-        predicted = spec.kind.features(config, spec.params).analytical_cycles()
+        # the floor of any data: a program that branches on data at its fastest
+        fastest = getattr(spec.kind, "fastest_params", lambda c, p: p)(config, spec.params)
+        predicted = spec.kind.features(config, fastest).analytical_cycles()
         floor = timing_floor(config, step.compiled.program, predicted)
         checked = check_runs(config, step.compiled.program, [r.counters for r in done],
-                             floor_cycles=floor)
+                             floor_cycles=floor,
+                             memories=[MemoryWords(job.memory.writes, config.port_bytes)
+                                       for job in step_jobs[step.name]])
         for n, (result, want, violations) in enumerate(zip(done, wants, checked, strict=True)):
             got = spec.result(graph, step.compiled.decode(result.outputs))
             if got.shape != want.shape or not np.array_equal(got, want):

@@ -304,7 +304,7 @@ def compile_args(args: argparse.Namespace):
     cache = kernel_cache(args)
     model = cost_model(args, variant.platform)
     compiled = compile_graph(args, graph, config, variant.platform, cache=cache, model=model,
-                             batch=batch)
+                             batch=batch, data=_input_hints(args, graph))
     if getattr(args, "profiles", None) or getattr(args, "cost_model", None):
         counts = ", ".join(f"{n} by {tier}" for tier, n in sorted(model.counts.items()))
         print(f"hwgen: candidates priced by {model.describe()} ({counts})", file=sys.stderr)
@@ -322,8 +322,20 @@ def kernel_cache(args: argparse.Namespace):
     return KernelCache(args.cache) if args.cache else KernelCache()
 
 
+def _input_hints(args: argparse.Namespace, graph):
+    """What the command's ``--input`` files say of the data the plan will run on (which
+    elements are zero: :mod:`fusion.compiler.data_hints`); None without any."""
+    if not getattr(args, "input", None):
+        return None
+    from fusion.compiler.data_hints import ZeroHints
+    from hwgen.files import load_array
+
+    paths = named_paths(args.input, "--input", graph.inputs, "inputs")
+    return ZeroHints.of({name: load_array(path, "--input") for name, path in paths.items()})
+
+
 def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platform, *,
-                  cache, model, batch: int = 1, fusion: bool = True):
+                  cache, model, batch: int = 1, fusion: bool = True, data=None):
     """``graph`` compiled for ``config`` on ``platform`` with the command's compile options
     (``--no-fusion``, ``--min-gain``, ``--no-host-fallback``, ``--without``); ``fusion``
     False compiles it unfused whatever they say."""
@@ -332,7 +344,7 @@ def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platfo
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=fusion and not args.no_fusion,
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
-                         batch=batch, platform=platform, model=model,
+                         batch=batch, platform=platform, model=model, data=data,
                          **({"options": args.without} if args.without else {}))
 
 

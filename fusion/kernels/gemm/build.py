@@ -52,7 +52,7 @@ def gemm_sizes(dims: GemmDims, p: GemmParams) -> dict[str, int]:
     ``a`` and ``out_flags`` (when stored) last."""
     tiles = dims.Mb * dims.Nb
     sizes = {"a": dims.Mb * dims.a_Kp * dims.R}
-    if p.skip_zp is not None:
+    if p.skip:
         sizes["a_flags"] = flag_bytes(dims)
     sizes["b"] = sparse_b_bytes(dims, p.blocks) if p.sparse else dims.Nb * dims.Kp * dims.C
     if reads_bias_region(p.stages, p.epilogue):
@@ -120,7 +120,7 @@ def build_program(config: VariantConfig, p: GemmParams, regions: Mapping[str, Re
             f"({', '.join(stages) or 'no epilogue'})")
     if p.sparse:
         return _sparse_program(config, dims, p, regions, what)
-    if p.skip_zp is not None:
+    if p.skip:
         return _skip_program(config, dims, p, regions, what)
     if p.tiling is not None:
         candidates: Iterable[Tiling] = [resolve(dims, gemm_stages, p.tiling,

@@ -302,6 +302,6 @@ def _built(f: GemmFeatures) -> tuple | None:
                    epilogue=EpilogueParams(per_channel=f.per_channel, residual_op=f.residual_op),
                    kgroup=f.kgroup, kmajor_out=f.kmajor_out, kblocks=f.kblocks,
                    blocks=f.blocks, sparse=f.blocks is not None, skip_zp=f.skip_zp,
-                   out_flags=f.out_flags)
+                   skip=f.skip_zp is not None, out_flags=f.out_flags)
     return built_instructions(f, gemm_sizes(f.dims, p),
                               lambda regions: build_program(f.config, p, regions))

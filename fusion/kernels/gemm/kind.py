@@ -29,7 +29,14 @@ from fusion.kernels.epilogue import (
 from fusion.kernels.gemm.build import build_program, dt_name, gemm_sizes
 from fusion.kernels.gemm.features import GemmFeatures
 from fusion.kernels.gemm.params import GemmParams
-from fusion.kernels.gemm.skip import pack_flags, skip_problems, tile_flags
+from fusion.kernels.gemm.skip import (
+    pack_flags,
+    skip_problems,
+    skip_tiling,
+    tile_flags,
+    tiles,
+    unfolded_bias,
+)
 from fusion.kernels.gemm.sparse import pack_sparse_b, sparse_problems, sparse_tiling
 from fusion.kernels.layout import GemmDims, Region, kgroup_problem
 from fusion.kernels.program import Kernel, compile_kernel, key_parts, regions_of
@@ -107,7 +114,7 @@ class GemmKind(KernelKind):
             return Refusal(self.name, "kgroup", problem, kgroup=p.kgroup)
         dims = gemm_dims(config, p)
         per_channel = p.epilogue.per_channel
-        if p.skip_zp is not None:
+        if p.skip:
             problems = skip_problems(dims, p.stages, fused=p.fused, per_channel=per_channel,
                                      a_zp=p.skip_zp, out_flags=p.out_flags)
             if p.kmajor_out:
@@ -181,7 +188,7 @@ class GemmKind(KernelKind):
             key["kmajor_out"] = True
         if p.sparse:  # likewise: the program is made for these blocks
             key["sparse_blocks"] = [list(col) for col in p.blocks]
-        if p.skip_zp is not None:  # likewise (the program never depends on the flags)
+        if p.skip:  # likewise (the program never depends on the flags)
             key["skip_zp"] = p.skip_zp
             if p.out_flags:
                 key["out_flags"] = True
@@ -197,18 +204,17 @@ class GemmKind(KernelKind):
         dims = gemm_dims(config, p)
         b = (pack_sparse_b(dims, p.blocks, values["b"]) if p.sparse
              else layout.pack_b(dims, values["b"]))
+        if p.skip:  # the zero point subtracted at the array's edge: its share leaves the bias
+            values = {**values, "bias": unfolded_bias(values["bias"], values["b"], p.skip_zp)}
         packed = {"a": layout.pack_a(dims, values["a"]), "b": b,
                   **pack_epilogue(dims, p.stages, p.epilogue, values)}
-        if p.skip_zp is not None:  # A's tile flags, as its producer (here the host) writes them
+        if p.skip:  # A's tile flags, as its producer (here the host) writes them
             packed["a_flags"] = pack_flags(dims, tile_flags(dims, values["a"], p.skip_zp))
         return packed
 
     def reference(self, params: GemmParams, values: Mapping[str, np.ndarray]) -> np.ndarray:
         extra = {k: v for k, v in values.items() if k not in ("a", "b")}
-        a = values["a"]
-        if params.skip_zp is not None:  # the zero point subtracted, exactly (int64)
-            a = np.asarray(a).astype(np.int64) - params.skip_zp
-        return gemm_epilogue(a, values["b"], params.stages, params.epilogue, **extra)
+        return gemm_epilogue(values["a"], values["b"], params.stages, params.epilogue, **extra)
 
     def features(self, config: VariantConfig, params: GemmParams) -> GemmFeatures:
         p = params
@@ -216,13 +222,14 @@ class GemmKind(KernelKind):
                                      tiling=p.tiling, params=p.epilogue, kgroup=p.kgroup,
                                      kmajor_out=p.kmajor_out, kblocks=p.kblocks,
                                      blocks=p.blocks if p.sparse else None,
-                                     skip_zp=p.skip_zp, out_flags=p.out_flags, flags=p.flags)
+                                     skip_zp=p.skip_zp if p.skip else None,
+                                     out_flags=p.out_flags, flags=p.flags)
 
     def variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
         """The tiler's best :data:`TILINGS_PRICED` tilings and the best of each loop order
         (given a tiling, just that)."""
         p = params
-        if p.tiling is not None or p.sparse or p.skip_zp is not None:
+        if p.tiling is not None or p.sparse or p.skip:
             return [p]
         dims = gemm_dims(config, p)
         stages, pc = p.stages if p.fused else (), p.epilogue.per_channel
@@ -240,13 +247,38 @@ class GemmKind(KernelKind):
         if p.blocks is not None and not sparse_problems(dims, p.blocks, p.stages, fused=p.fused,
                                                         per_channel=pc):
             dense.append(dataclasses.replace(p, sparse=True, tiling=sparse_tiling(dims)))
+        # a data profile with all-zero-point A tiles: the program that skips them at run time
+        if p.flags is not None and p.skip_zp is not None and any(map(any, p.flags)) and \
+                not skip_problems(dims, p.stages, fused=p.fused, per_channel=pc,
+                                  a_zp=p.skip_zp, out_flags=False):
+            dense.append(dataclasses.replace(p, skip=True, tiling=skip_tiling(dims)))
         return dense
+
+    def data_variants(self, config: VariantConfig, params: GemmParams) -> list[GemmParams]:
+        """The variants a data profile may have chosen (:meth:`variants` offers them only
+        with one): the zero-skipping program, for a plan read back without its data."""
+        p = params
+        if p.skip or p.sparse or p.skip_zp is None:
+            return []
+        dims = gemm_dims(config, p)
+        if skip_problems(dims, p.stages, fused=p.fused, per_channel=p.epilogue.per_channel,
+                         a_zp=p.skip_zp, out_flags=False):
+            return []
+        return [dataclasses.replace(p, skip=True, tiling=skip_tiling(dims))]
+
+    def fastest_params(self, config: VariantConfig, params: GemmParams) -> GemmParams:
+        """``params`` priced at their fastest on any data: a zero-skipping GEMM with every
+        tile of A flagged (the floor a run's cycles cannot go below)."""
+        if not params.skip:
+            return params
+        mb, kb = tiles(gemm_dims(config, params))
+        return dataclasses.replace(params, flags=((True,) * kb,) * mb)
 
     def variant_label(self, params: GemmParams) -> str:
         t = params.tiling
         if params.sparse:
             return f"block-sparse, {_kept(params)} weight blocks kept"
-        if params.skip_zp is not None:
+        if params.skip:
             return "zero-skipping (all-zero-point A tiles jumped over)"
         if t.stream:
             return f"streamed B, {t.stream} chunks a column block"
@@ -269,7 +301,7 @@ class GemmKind(KernelKind):
         kmajor = ", stored K-major" if p.kmajor_out else ""
         if p.sparse:
             tiles = f", block-sparse ({_kept(p)} weight blocks)"
-        if p.skip_zp is not None:
+        if p.skip:
             tiles = f", zero-skipping (A zero point {p.skip_zp})"
         return (f"{self.name} {p.M}x{p.K}x{p.N}{grouped}{f' [{ops}]' if ops else ''} "
                 f"stages={','.join(p.stages) or '-'}{tiles}{kmajor}")

@@ -50,16 +50,21 @@ class GemmParams:
         :meth:`~fusion.kernels.gemm.kind.GemmKind.variants` offer the block-sparse program;
         a dense kernel ignores it.
     skip_zp : int, optional
-        Run the zero-skipping program (:mod:`fusion.kernels.gemm.skip`) with A's zero point
-        subtracted at the array's edge: the loads and MATMULs of A tiles flagged all zero
-        point are jumped over at run time. ``bias`` is then the bias itself, not folded with
-        ``-skip_zp * colsum(b)``, and ``a``'s tile flags are an operand (``a_flags``).
+        A's zero point, whose share ``-skip_zp * colsum(b)`` the ``bias`` holds folded (the
+        lowering's): what the zero-skipping program needs.
+    flags : tuple of tuple of bool, optional
+        What a data profile says of A (a run's input): its ``[Mb][Kb]`` tile flags
+        (:func:`fusion.kernels.gemm.skip.tile_flags`). With ``skip_zp`` it lets
+        :meth:`~fusion.kernels.gemm.kind.GemmKind.variants` offer the zero-skipping program,
+        priced for these flags; the program itself does not depend on them.
+    skip : bool
+        Run the zero-skipping program (:mod:`fusion.kernels.gemm.skip`): the loads and
+        MATMULs of A tiles flagged all zero point are jumped over at run time, A's zero point
+        subtracted at the array's edge (the bias unfolded for it). ``a``'s tile flags are an
+        operand (``a_flags``, the host's for an input it wrote). Needs ``skip_zp``.
     out_flags : bool
         Zero-skipping only: also store the output's tile flags (``out_flags``, for a next
         zero-skipping GEMM).
-    flags : tuple of tuple of bool, optional
-        Zero-skipping only: the ``[Mb][Kb]`` A tile flags the kernel is priced for (a data
-        profile's); None prices it with none set. The program does not depend on them.
     sparse : bool
         Run the block-sparse program (:mod:`fusion.kernels.gemm.sparse`): B holds only the
         ``blocks``, and the program never loads or multiplies the others. Needs ``blocks``.
@@ -84,8 +89,9 @@ class GemmParams:
     blocks: tuple[tuple[int, ...], ...] | None = None
     sparse: bool = False
     skip_zp: int | None = None
-    out_flags: bool = False
     flags: tuple[tuple[bool, ...], ...] | None = None
+    skip: bool = False
+    out_flags: bool = False
 
     def __post_init__(self) -> None:
         check_sizes(M=self.M, K=self.K, N=self.N)
@@ -113,12 +119,14 @@ class GemmParams:
                                          or isinstance(self.skip_zp, bool)):
             raise ValueError(f"skip_zp must be an integer (A's zero point), not "
                              f"{self.skip_zp!r}")
-        if self.skip_zp is not None and self.sparse:
-            raise ValueError("a GEMM is block-sparse or zero-skipping, not both")
-        if (self.out_flags or self.flags is not None) and self.skip_zp is None:
-            raise ValueError("out_flags and flags belong to the zero-skipping program "
-                             "(skip_zp)")
+        object.__setattr__(self, "skip", bool(self.skip))
         object.__setattr__(self, "out_flags", bool(self.out_flags))
+        if self.skip and self.sparse:
+            raise ValueError("a GEMM is block-sparse or zero-skipping, not both")
+        if self.skip and self.skip_zp is None:
+            raise ValueError("a zero-skipping GEMM needs A's zero point (skip_zp)")
+        if self.out_flags and not self.skip:
+            raise ValueError("out_flags belongs to the zero-skipping program (skip)")
         if self.flags is not None:
             object.__setattr__(self, "flags", tuple(tuple(bool(f) for f in row)
                                                     for row in self.flags))

@@ -35,10 +35,10 @@ are unrolled, so a skipped tile costs the sequencer one cycle (its BZT) and a ti
 four; pairs of column blocks (one per slot) are a hardware loop.
 
 Registers, besides those of ``common.j2``: r1 the next weights' address, r2 a load's row,
-r3 ``Kb`` (the flag loads' stride), r4 the A phase's tile counter, r5 the row-block counter, r6 and r7
-a tile's A and B rows (a LOAD's address and row in the A phase), r8 the output tile, r9 its
-bias row, r10 its flag word, r11 the group counter, r12 A's address, r13 the group's flags,
-r14 the column-pair counter, r15 the row block's first A row.
+r3 ``Kb`` (the flag loads' stride), r4 the A phase's tile counter, r5 the row-block
+counter, r6 and r7 a tile's A and B rows (a LOAD's address and row in the A phase), r8 the
+output tile, r9 its bias row, r10 its flag word, r11 the group counter, r12 A's address,
+r13 the group's flags, r14 the column-pair counter, r15 the row block's first A row.
 
 The analytical model prices the program by running it through
 :class:`~fusion.cost.machine.Machine` with the flags (:func:`fusion.cost.analytical.
@@ -109,6 +109,17 @@ def tile_flags(dims: GemmDims, a: np.ndarray, zp: int) -> np.ndarray:
     same = np.ones((mb * dims.R, kb * br), bool)
     same[:dims.M, :dims.K] = np.asarray(a) == zp
     return same.reshape(mb, dims.R, kb, br).all(axis=(1, 3))
+
+
+def unfolded_bias(bias: np.ndarray, b: np.ndarray, zp: int) -> np.ndarray:
+    """The bias without A's zero-point share: the lowering folds ``-zp * colsum(b)`` into a
+    GEMM's bias; the zero-skipping program subtracts ``zp`` from A at the array's edge
+    instead, so its bias is ``bias + zp * colsum(b)`` (exact, and refused outside int32)."""
+    out = np.asarray(bias).astype(np.int64) + zp * np.asarray(b).astype(np.int64).sum(axis=0)
+    if out.size and (out.min() < -(1 << 31) or out.max() >= 1 << 31):
+        raise ValueError(f"the bias without A's zero-point share ({zp} x the weights' column "
+                         f"sums) leaves int32: the zero-skipping program cannot run it")
+    return out.astype(np.int32)
 
 
 def pack_flags(dims: GemmDims, flags: np.ndarray) -> bytes:

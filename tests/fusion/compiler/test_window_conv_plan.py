@@ -96,4 +96,4 @@ def test_hwgen_compile_without_names_the_unknown_technique(variant_dir, tmp_path
     plan = json.loads((tmp_path / "q" / "plan.json").read_text())
     assert plan["options"] == {"window_conv": True, "kmajor_store": True, "grouped_gemm": False,
                                "window_unit": True, "relayout": True,
-                               "sparse_weights": True}
+                               "sparse_weights": True, "zero_skip": True}
