@@ -360,8 +360,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   min_gain: float = engine.DEFAULT_MIN_GAIN,
                   optimized: bool = False, host_fallback: bool = True,
                   host_model: HostCostModel | None = None, batch: int = 1,
-                  options: CompileOptions = DEFAULT,
-                  platform: PlatformConfig | None = None,
+                  options: CompileOptions = DEFAULT, platform: PlatformConfig | None = None,
                   data: ZeroHints | None = None) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
