@@ -9,7 +9,8 @@ mutation, the campaign copies the sources (``hwgen``, ``fusion``, ``sim``, ``rtl
    epilogue stage, or, for the parts only a variant whose A row is one memory word has
    (window loads, the transposing store, the window unit), such a variant with the unit;
 2. that variant's checks with default options: on the first, ``hwgen gemm`` on a few shapes
-   (:data:`GEMMS`, :data:`STREAMED` with its B streamed and :data:`PRUNED` block-sparse)
+   (:data:`GEMMS`, :data:`STREAMED` with its B streamed, :data:`PRUNED` block-sparse and
+   :data:`ZERO_TILES` zero-skipping)
    and ``hwgen run`` on every
    bundled example (``examples/*.onnx``); on the second, ``hwgen run`` of the bundled
    examples that convolve and pool (:data:`WINDOW_MODELS`: window convolutions, depthwise
@@ -75,6 +76,8 @@ STREAMED = (3, 256, 40, 4)
 #: weights stream through the ring of slots, and one of a block or two a column block (a
 #: MATMUL or two each: a load into a slot races the MATMUL that still reads it).
 PRUNED = ((19, 40, 23, 0.6), (3, 256, 40, 0.75), (1, 32, 64, 0.9))
+#: GEMMs with this share of A's tiles all zero point, run zero-skipping (``--zero-tiles``).
+ZERO_TILES = ((19, 40, 23, 0.5), (16, 96, 12, 0.7))
 #: Seconds a check may take before it counts as hung (and so as caught).
 TIMEOUT = 600
 
@@ -157,6 +160,10 @@ def checks(variant: str = "base") -> list[tuple[str, list[str]]]:
         out.append((f"gemm {m}x{k}x{n} pruned {share:.0%}", [
             "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
             "--prune", str(share), "--epilogue", "bias,requant,relu"]))
+    for m, k, n, share in ZERO_TILES:
+        out.append((f"gemm {m}x{k}x{n} zero tiles {share:.0%}", [
+            "gemm", "--variant", "variant", "--m", str(m), "--k", str(k), "--n", str(n),
+            "--zero-tiles", str(share), "--epilogue", "bias,requant,relu"]))
     for model in sorted((ROOT / "examples").glob("*.onnx")):
         out.append((f"run {model.stem}", ["run", f"examples/{model.name}", "--variant",
                                           "variant"]))

@@ -175,6 +175,18 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    for j in (col[:-1] or col):\n        lo, hi = spans[j]",
              "the block-sparse program skips the last block of weights each column block keeps "
              "(a block that holds a non-zero weight)"),
+    Mutation("skip-flags-off-by-one", "fusion/kernels/gemm/skip.py",
+             '("r13", regions["a_flags"].addr)', '("r13", regions["a_flags"].addr + 1)',
+             "the zero-skipping program reads each tile's flag one word late: it skips tiles "
+             "that hold non-zero values (and runs zero ones)"),
+    Mutation("zero-flag-any-byte", "hwgen/gateware/dma.py",
+             "for i in range(lanes))).all())", "for i in range(lanes))).any())",
+             "the store unit flags a tile whose beats each hold one zero-point byte: a reader "
+             "would skip a tile that is not zero"),
+    Mutation("zero-flag-stale", "hwgen/gateware/dma.py",
+             "zall.eq(beat_zero)]", "zall.eq(zall & beat_zero)]",
+             "the store unit's zero flag starts each tile from the tile before's (a stale "
+             "bitmap: a zero tile after a non-zero one is not flagged)"),
     Mutation("write-data-early", "hwgen/gateware/native.py",
              "wfifo.r_en.eq(self.wdata_ready),",
              "wfifo.r_en.eq(self.cmd_valid & self.cmd_ready & self.cmd_we),",

@@ -16,17 +16,18 @@ import numpy as np
 
 from fusion.kernels.gemm.kind import GEMM, GemmKernel, compiled_gemm, gemm_regions
 from fusion.kernels.gemm.params import GemmParams
+from fusion.kernels.gemm.skip import tile_flags
 from fusion.kernels.gemm.sparse import block_rows, sparse_blocks
-from fusion.kernels.layout import place
+from fusion.kernels.layout import GemmDims, place
 from fusion.kernels.program import compile_kernel
 from fusion.kernels.tiling import Tiling
 from fusion.runtime.edge_cases import plant
-from fusion.runtime.invariants import check_counters, timing_floor
+from fusion.runtime.invariants import MemoryWords, check_counters, timing_floor
 from hwgen.config import VariantConfig
 from hwgen.energy import estimate
 from hwgen.perf import memory_summary
 from hwgen.platform import PlatformConfig
-from hwgen.reference import EpilogueParams
+from hwgen.reference import EpilogueParams, gemm_epilogue
 from sim.build import BuildInfo
 from sim.run import Job, MemoryImage, RunResult, run_programs
 
@@ -43,6 +44,8 @@ class Problem:
     #: Per-channel requantize multipliers and shifts (``params.per_channel``), else None.
     mult: np.ndarray | None = None
     shift: np.ndarray | None = None
+    #: A's zero point, for a zero-skipping GEMM (:func:`zero_tile_problem`).
+    a_zp: int = 0
 
     @property
     def operands(self) -> dict[str, np.ndarray | None]:
@@ -175,7 +178,9 @@ class GemmCase:
     give it a ``problem`` whose B is zero outside the diagonal blocks
     (:func:`grouped_problem`). ``kmajor_out`` stores the output transposed (MATMUL ``tr``).
     ``sparse`` runs the block-sparse program made for the zero blocks of the problem's B
-    (:mod:`fusion.kernels.gemm.sparse`; give it a :func:`pruned_problem`).
+    (:mod:`fusion.kernels.gemm.sparse`; give it a :func:`pruned_problem`). ``skip`` runs the
+    zero-skipping program (:mod:`fusion.kernels.gemm.skip`; give it a
+    :func:`zero_tile_problem`), storing the output's tile flags too when it is requantized.
     """
 
     M: int
@@ -194,6 +199,7 @@ class GemmCase:
     #: them there); None: built alone, packed from word 0.
     placement: tuple[tuple[str, int], ...] | None = None
     sparse: bool = False
+    skip: bool = False
 
     def operands(self) -> Problem:
         """The case's problem: the one given, or random operands from its seed (drawn once:
@@ -215,6 +221,17 @@ class GemmCase:
             operand is drawn, since the operands of a 10**12-row GEMM would exhaust this
             machine first. Or as :func:`~fusion.kernels.gemm.kind.compiled_gemm` refuses.
         """
+        if config not in self._kernels and self.skip:
+            problem = self.operands()
+            dims = GemmDims(config, self.M, self.K, self.N)
+            flags = tile_flags(dims, problem.a, problem.a_zp)
+            params = GemmParams(M=self.M, K=self.K, N=self.N, stages=self.stages,
+                                fused=self.fused, epilogue=problem.params,
+                                kmajor_out=self.kmajor_out, skip_zp=problem.a_zp,
+                                flags=tuple(map(tuple, flags)), skip=True,
+                                out_flags="requant" in self.stages)
+            self._kernels[config] = compile_kernel(
+                GEMM, config, params, placement=dict(self.placement) if self.placement else None)
         if config not in self._kernels and self.sparse:
             problem = self.operands()
             params = GemmParams(M=self.M, K=self.K, N=self.N, stages=self.stages,
@@ -276,6 +293,59 @@ def pruned_problem(config: VariantConfig, M: int, K: int, N: int, fraction: floa
     return problem
 
 
+def zero_tile_problem(config: VariantConfig, M: int, K: int, N: int, share: float,  # noqa: N803
+                      stages: Sequence[str], seed: int) -> Problem:
+    """:func:`random_problem` with a zero point for A, and about ``share`` of A's tiles (one
+    row block by :func:`fusion.kernels.gemm.sparse.block_rows` K rows: what the
+    zero-skipping program skips) all that zero point, drawn from ``seed``.
+
+    With ``share`` > 0 and more than one row block, the output's tile flags see traffic too:
+    the last row block of A is all zero point and the bias of the first column block 0, so
+    its output tile there is all the output zero point (stored after tiles that are not:
+    a flag left from the tile before shows), and in the second column block only the first
+    column's bias is 0 (each of its rows holds the zero point once: a flag that takes one
+    zero-point byte for all of them shows). The output zero point is made non-negative, so
+    that a ReLU keeps it. Some planted edge cases give way."""
+    problem = random_problem(M, K, N, stages, seed)
+    rng = np.random.default_rng(seed + 2)
+    za = int(rng.integers(-20, 21))
+    r, kb, c = config.rows, block_rows(config), config.cols
+    for i in range(0, M, r):
+        for j in range(0, K, kb):
+            if rng.random() < share:
+                problem.a[i:i + r, j:j + kb] = za
+    params = problem.params
+    last = (M - 1) // r * r
+    if share > 0 and last and problem.bias is not None:
+        problem.a[last:] = za
+        problem.bias[:c] = 0
+        if N > c:
+            far = int(np.abs(problem.bias).max()) + 1
+            problem.bias[c:2 * c] = far * np.where(np.arange(c) % 2, 1, -1)[:min(c, N - c)]
+            problem.bias[c] = 0
+        params = dataclasses.replace(params, zp=abs(params.zp))
+    return dataclasses.replace(problem, a_zp=za, params=params)
+
+
+def tile_flag_words(kernel: GemmKernel, problem: Problem) -> np.ndarray:
+    """The output tile flags a zero-skipping kernel's store unit must write: 1 where every
+    byte of the stored tile (padding included: its rows and columns are what the epilogue
+    makes of zero A rows and zero weights and bias) is the output zero point."""
+    d = kernel.dims
+    mp, np_ = d.Mb * d.R, d.Nb * d.C
+    a = np.zeros((mp, problem.a.shape[1]), np.int8)
+    a[:problem.a.shape[0]] = problem.a
+    b = np.zeros((problem.b.shape[0], np_), np.int8)
+    b[:, :problem.b.shape[1]] = problem.b
+    bias = np.zeros(np_, np.int32)
+    if problem.bias is not None:
+        bias[:problem.bias.shape[0]] = problem.bias
+    out = gemm_epilogue(a, b, kernel.stages, problem.params,
+                        **({"bias": bias} if problem.bias is not None else {}))
+    same = out == np.int8(problem.params.zp)
+    return same.reshape(d.Mb, d.R, d.Nb, d.C).all(axis=(1, 3))
+
+
 def ideal_cycles(config: VariantConfig, M: int, K: int, N: int) -> int:  # noqa: N803
     """``ceil(M*N*K / (rows*cols))``: every PE busy every cycle."""
     return -(-M * N * K // (config.rows * config.cols))
@@ -283,10 +353,13 @@ def ideal_cycles(config: VariantConfig, M: int, K: int, N: int) -> int:  # noqa:
 
 def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: RunResult,
            expected: np.ndarray | None = None,
-           platform: PlatformConfig | None = None) -> GemmReport:
+           platform: PlatformConfig | None = None,
+           memory: MemoryImage | None = None) -> GemmReport:
     """Compare a run with the reference (or with ``expected``, for tests that must fail), and
-    check its counters against the program (:func:`fusion.runtime.invariants.check_counters`):
-    the report is ok only when both hold."""
+    check its counters against the program (:func:`fusion.runtime.invariants.check_counters`,
+    on the words of ``memory``, the job's image, for a program that branches on them): the
+    report is ok only when both hold. A zero-skipping kernel's stored tile flags are checked
+    against the stored tiles (:func:`tile_flag_words`)."""
     got = kernel.decode(bytes(result.outputs["out"]))
     want = case.expected(kernel) if expected is None else expected
     bad = np.argwhere(got != want)
@@ -295,11 +368,24 @@ def report(config: VariantConfig, case: GemmCase, kernel: GemmKernel, result: Ru
         r, c = (int(v) for v in bad[0])
         first = (r, c, int(got[r, c]), int(want[r, c]))
     features = kernel.kind.features(config, kernel.signature)
-    ideal = -(-features.macs // (config.rows * config.cols))  # grouped: the blocks' MACs
-    predicted = features.analytical_cycles()
+    # grouped: the blocks' MACs; zero-skipping: what it runs follows the data (the
+    # interpreter's own ideal counts it)
+    ideal = -(-features.macs // (config.rows * config.cols))
+    fastest = kernel.kind.fastest_params(config, kernel.signature)
+    predicted = kernel.kind.features(config, fastest).analytical_cycles()
+    words = None if memory is None else MemoryWords(memory.writes, config.port_bytes)
     violations = tuple(str(v) for v in check_counters(
-        config, kernel.program, result.counters, ideal_cycles=ideal,
-        floor_cycles=timing_floor(config, kernel.program, predicted)))
+        config, kernel.program, result.counters, ideal_cycles=0 if case.skip else ideal,
+        floor_cycles=timing_floor(config, kernel.program, predicted), memory=words))
+    if "out_flags" in result.outputs:
+        flags = np.frombuffer(bytes(result.outputs["out_flags"]), np.uint8).reshape(
+            -1, config.port_bytes).any(axis=1)
+        want_flags = tile_flag_words(kernel, case.operands()).reshape(-1)
+        if not np.array_equal(flags, want_flags):
+            tile = int(np.flatnonzero(flags != want_flags)[0])
+            violations += (f"the store unit's zero flag of output tile {tile} reads "
+                           f"{int(flags[tile])}, but that tile is "
+                           f"{'' if want_flags[tile] else 'not '}all zero point",)
     return GemmReport(
         M=case.M, K=case.K, N=case.N, stages=tuple(case.stages), fused=case.fused,
         tiling=kernel.tiling, ok=not len(bad) and not violations, mismatches=len(bad),
@@ -316,14 +402,24 @@ def run_gemms(config: VariantConfig, cases: Sequence[GemmCase], *,
     ``build`` is the simulation to run on (:func:`sim.build.build_variant` of ``config`` by
     default)."""
     kernels = [case.kernel(config) for case in cases]
-    jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(c.memory(k)), reads=k.reads),
+    jobs = [Job(program=k.program, memory=MemoryImage(writes=tuple(c.memory(k)),
+                                                      reads=_reads(k)),
                 name=f"gemm {c.M}x{c.K}x{c.N} {','.join(c.stages) or 'none'} "
                      f"{'fused' if c.fused else 'unfused'}")
             for c, k in zip(cases, kernels, strict=True)]
     results = run_programs(config, jobs, build=build)
     platform = build.platform if build is not None else None
-    return [report(config, c, k, r, platform=platform)
-            for c, k, r in zip(cases, kernels, results, strict=True)]
+    return [report(config, c, k, r, platform=platform, memory=j.memory)
+            for c, k, r, j in zip(cases, kernels, results, jobs, strict=True)]
+
+
+def _reads(kernel: GemmKernel) -> dict[str, tuple[int, int]]:
+    """What to read back: the output, and a zero-skipping kernel's stored tile flags."""
+    reads = dict(kernel.reads)
+    if "out_flags" in kernel.regions:
+        region = kernel.regions["out_flags"]
+        reads["out_flags"] = (region.addr, region.nbytes)
+    return reads
 
 
 def run_gemm(config: VariantConfig, M: int, K: int, N: int, *,  # noqa: N803

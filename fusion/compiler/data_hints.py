@@ -24,7 +24,7 @@ from hwgen.config import VariantConfig
 
 #: The ops between a model input and a GEMM's A that keep its zeros where they are: the
 #: host's quantize (0 maps to the zero point) and views of the same values.
-_KEEP_ZEROS = frozenset({"quantize", "reshape", "flatten"})
+_KEEP_ZEROS = frozenset({"quantize", "Reshape", "Flatten", "reshape", "flatten"})
 
 
 @dataclass(frozen=True, eq=False)

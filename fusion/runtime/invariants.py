@@ -227,7 +227,8 @@ def timing_floor(config: VariantConfig, words: Sequence[int], predicted: float) 
 
 
 def check_counters(config: VariantConfig, words: Sequence[int], counters: Mapping[str, int],
-                   *, ideal_cycles: int = 0, floor_cycles: int = 0) -> list[Violation]:
+                   *, ideal_cycles: int = 0, floor_cycles: int = 0,
+                   memory: Callable[[int], int] | None = None) -> list[Violation]:
     """The counter invariants of one run of ``words`` (see the module docstring).
 
     Parameters
@@ -241,6 +242,8 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
         A further lower bound on ``cycles`` the caller knows (a GEMM's ``M*N*K / (rows*cols)``).
     floor_cycles : int
         The timing model's floor (:func:`timing_floor`); 0 for none.
+    memory : callable, optional
+        The run's memory words (:class:`MemoryWords`), for a program that branches on them.
 
     Returns
     -------
@@ -248,7 +251,8 @@ def check_counters(config: VariantConfig, words: Sequence[int], counters: Mappin
         Empty when every invariant holds.
     """
     (found,) = check_runs(config, words, [counters], ideal_cycles=ideal_cycles,
-                          floor_cycles=floor_cycles)
+                          floor_cycles=floor_cycles,
+                          memories=None if memory is None else [memory])
     return found
 
 

@@ -13,7 +13,10 @@ in the same simulator launch and checks against the reference like the model's o
   can reach occurs (:func:`fusion.runtime.edge_cases.plant`), and residual elements set
   against the values they meet; the edits are written back to the input tensors through the
   kind's own operand layout (:meth:`~fusion.kernels.protocol.KernelKind.host_operands`, run on
-  element numbers).
+  element numbers);
+- for a GEMM that skips all-zero-point tiles of ``a`` at run time (the zero-skipping program),
+  about half of its tiles are then set to the zero point, so that every set takes both paths
+  of its branches.
 
 :func:`kernel_coverage` counts the edge cases one set of input values reaches, on the
 reference's intermediate values.
@@ -30,6 +33,7 @@ import numpy as np
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import from_lanes, to_lanes
 from fusion.ir.graph import Graph
+from fusion.kernels.gemm.sparse import block_rows
 from fusion.runtime.edge_cases import coverage, plant
 from hwgen.config import VariantConfig
 from hwgen.reference import OPERANDS, gemm
@@ -108,6 +112,8 @@ def directed_inputs(graph: Graph, spec: KernelSpec, kernel: Any, values: Mapping
             name, is_gemm = target
             plant(ops[name], ops.get("b"), kernel.stages, kernel.params, ops, rng,
                   direct=not is_gemm)
+            if is_gemm and getattr(spec.params, "skip", False):
+                _zero_tiles(ops["a"], spec.params.skip_zp, config, rng)
             for edited in (name, "residual"):
                 if edited in origin and edited in ops:
                     where = np.asarray(origin[edited]) > 0
@@ -115,6 +121,17 @@ def directed_inputs(graph: Graph, spec: KernelSpec, kernel: Any, values: Mapping
         sets.append({t: from_lanes(flat[a:a + size].reshape(shape), dt) for t, a, size, shape, dt
                      in zip(names, starts, sizes, shapes, dtypes, strict=False)})
     return sets
+
+
+def _zero_tiles(a: np.ndarray, zp: int, config: VariantConfig,
+                rng: np.random.Generator) -> None:
+    """Set about half of the tiles of the ``M x K`` operand ``a`` (one row block by
+    :func:`~fusion.kernels.gemm.sparse.block_rows` K rows) to the zero point ``zp``."""
+    r, kb = config.rows, block_rows(config)
+    for i in range(0, a.shape[0], r):
+        for j in range(0, a.shape[1], kb):
+            if rng.random() < 0.5:
+                a[i:i + r, j:j + kb] = zp
 
 
 def _operands(spec: KernelSpec, kernel: Any, origin: Mapping[str, np.ndarray],

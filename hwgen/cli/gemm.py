@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="draw B with this share (0 to 1) of its weight blocks zero (K rows "
                         "by the array's columns) and run the block-sparse program that skips "
                         "them (docs/sparsity.md); fused only, no residual")
+    p.add_argument("--zero-tiles", dest="zero_tiles", type=fraction,
+                   help="draw A with a zero point and this share (0 to 1) of its tiles (a row "
+                        "block by K rows) all that zero point, and run the zero-skipping "
+                        "program that jumps over them at run time, storing the output's tile "
+                        "flags too when requantized (docs/sparsity.md); needs the bias stage, "
+                        "fused, no residual")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -50,7 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from fusion.kernels.tiling import Tiling, default_tiling, resolve
     from hwgen.reference import check_stages
     from sim.build import build_folder
-    from sim.gemm_check import GemmCase, grouped_problem, pruned_problem, run_gemms
+    from sim.gemm_check import (
+        GemmCase,
+        grouped_problem,
+        pruned_problem,
+        run_gemms,
+        zero_tile_problem,
+    )
 
     config = read_variant(args.variant)  # the Verilog checked against its descriptor
     stages = config.epilogue if args.epilogue is None else args.epilogue
@@ -59,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     dims = GemmDims(config, args.m, args.k, args.n, kgroup=kgroup)
     if args.prune is not None and (args.stream or kgroup):
         raise ValueError("--prune runs the block-sparse program: drop --stream and --kgroup")
+    if args.zero_tiles is not None and (args.stream or kgroup or args.prune is not None):
+        raise ValueError("--zero-tiles runs the zero-skipping program: drop --stream, "
+                         "--kgroup and --prune")
     if args.stream:
         given = [f"--{n.replace('_', '-')}" for n in ("tm", "tn", "kt", "loop_order")
                  if getattr(args, n) is not None] + (
@@ -78,9 +93,13 @@ def run(args: argparse.Namespace) -> int:
     if args.prune is not None:
         problem = pruned_problem(config, args.m, args.k, args.n, args.prune, tuple(stages),
                                  args.seed)
+    if args.zero_tiles is not None:
+        problem = zero_tile_problem(config, args.m, args.k, args.n, args.zero_tiles,
+                                    tuple(stages), args.seed)
     case = GemmCase(M=args.m, K=args.k, N=args.n, stages=tuple(stages),
                     fused=not args.unfused, tiling=tiling, seed=args.seed, problem=problem,
-                    kgroup=kgroup, kmajor_out=args.kmajor_out, sparse=args.prune is not None)
+                    kgroup=kgroup, kmajor_out=args.kmajor_out, sparse=args.prune is not None,
+                    skip=args.zero_tiles is not None)
     case.kernel(config)  # any refusal before a simulator build of minutes
     # The simulator builds and runs the folder's own hwgen_accel.v, the file a user ships.
     (report,) = run_gemms(config, [case], build=build_folder(args.variant))

@@ -37,12 +37,16 @@ def test_a_mutation_whose_text_moved_fails_loudly(tmp_path):
 
 def test_the_checks_are_gemm_shapes_and_every_bundled_example():
     names = [name for name, _ in mutate.checks()]
-    # the tiler's shapes, one GEMV streamed (its counted WAITs) and the block-sparse ones
+    # the tiler's shapes, one GEMV streamed (its counted WAITs), the block-sparse ones and
+    # the zero-skipping ones
     assert sum(n.startswith("gemm ") for n in names) == len(mutate.GEMMS) + 1 + len(
-        mutate.PRUNED)
+        mutate.PRUNED) + len(mutate.ZERO_TILES)
     assert sum(n.endswith(" streamed") for n in names) == 1
     pruned = [args for name, args in mutate.checks() if " pruned " in name]
     assert len(pruned) == len(mutate.PRUNED) and all("--prune" in a for a in pruned)
+    skipping = [args for name, args in mutate.checks() if " zero tiles " in name]
+    assert len(skipping) == len(mutate.ZERO_TILES) and all("--zero-tiles" in a
+                                                          for a in skipping)
     examples = sorted(p.stem for p in (mutate.ROOT / "examples").glob("*.onnx"))
     assert [n.removeprefix("run ") for n in names if n.startswith("run ")] == examples
 
