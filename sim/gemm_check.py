@@ -299,11 +299,12 @@ def zero_tile_problem(config: VariantConfig, M: int, K: int, N: int, share: floa
     row block by :func:`fusion.kernels.gemm.sparse.block_rows` K rows: what the
     zero-skipping program skips) all that zero point, drawn from ``seed``.
 
-    With ``share`` > 0 and more than one row block, the output's tile flags see traffic too:
-    the last row block of A is all zero point and the bias of the first column block 0, so
-    its output tile there is all the output zero point (stored after tiles that are not:
-    a flag left from the tile before shows), and in the second column block only the first
-    column's bias is 0 (each of its rows holds the zero point once: a flag that takes one
+    With ``share`` > 0 and at least two whole row blocks, the output's tile flags see
+    traffic too: the last whole row block of A is all zero point and the first column
+    block's bias (without A's zero-point share, which the bias holds folded as the lowering
+    gives it) 0, so its output tile there is all the output zero point (stored after a tile
+    that is not: a flag left from the tile before shows); in the second column block only
+    the first column's is 0 (each row holds the zero point once: a flag that takes one
     zero-point byte for all of them shows). The output zero point is made non-negative, so
     that a ReLU keeps it. Some planted edge cases give way."""
     problem = random_problem(M, K, N, stages, seed)
@@ -315,14 +316,17 @@ def zero_tile_problem(config: VariantConfig, M: int, K: int, N: int, share: floa
             if rng.random() < share:
                 problem.a[i:i + r, j:j + kb] = za
     params = problem.params
-    last = (M - 1) // r * r
-    if share > 0 and last and problem.bias is not None:
-        problem.a[last:] = za
-        problem.bias[:c] = 0
+    if share > 0 and M // r >= 2 and problem.bias is not None:
+        last = (M // r - 1) * r
+        problem.a[last:last + r] = za
+        unfolded = np.zeros(N, np.int64)
         if N > c:
             far = int(np.abs(problem.bias).max()) + 1
-            problem.bias[c:2 * c] = far * np.where(np.arange(c) % 2, 1, -1)[:min(c, N - c)]
-            problem.bias[c] = 0
+            unfolded[c:2 * c] = far * np.where(np.arange(c) % 2, 1, -1)[:min(c, N - c)]
+            unfolded[c] = 0
+        unfolded[2 * c:] = problem.bias[2 * c:]
+        colsum = problem.b.astype(np.int64).sum(axis=0)
+        problem.bias[:] = (unfolded - za * colsum).astype(np.int32)
         params = dataclasses.replace(params, zp=abs(params.zp))
     return dataclasses.replace(problem, a_zp=za, params=params)
 
