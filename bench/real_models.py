@@ -44,6 +44,7 @@ import onnx
 from bench.output import verdict, write_results
 from examples.build_real_models import sample_input
 from examples.real_check import REAL, lsb_errors, output_scale, within_one_lsb
+from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.plan import compile_model
 from fusion.frontend.load import load_model
@@ -94,12 +95,16 @@ def run_one(name: str, batch: int, options: CompileOptions = DEFAULT) -> dict:
 
 
 def measure(path: Path, x: np.ndarray, want: np.ndarray | None, batch: int = 1,
-            options: CompileOptions = DEFAULT, variant: VariantConfig = VARIANT) -> dict:
-    """Compile ``path`` for ``variant``, run it on ``x`` (every kernel shadow-checked)
-    and compare its output with ``want`` (None: the exact reference's, computed here)."""
+            options: CompileOptions = DEFAULT, variant: VariantConfig = VARIANT,
+            knows_input: bool = False) -> dict:
+    """Compile ``path`` for ``variant`` (``knows_input``: knowing ``x``, as ``hwgen run
+    --input`` does: :mod:`fusion.compiler.data_hints`), run it on ``x`` (every kernel
+    shadow-checked) and compare its output with ``want`` (None: the exact reference's,
+    computed here)."""
     began = time.perf_counter()
     compiled = compile_model(load_model(path, batch=batch), variant, batch=batch,
-                             options=options)
+                             options=options,
+                             data=ZeroHints.of({"x": x}) if knows_input else None)
     compile_seconds = time.perf_counter() - began
     began = time.perf_counter()
     report = run_compiled(compiled, {"x": x})
@@ -116,6 +121,11 @@ def measure(path: Path, x: np.ndarray, want: np.ndarray | None, batch: int = 1,
         # GEMMs that run the block-sparse program (pruned weights, fusion.kernels.gemm.sparse)
         "sparse_kernels": sum(bool(getattr(s.spec.params, "sparse", False))
                               for s in compiled.steps if hasattr(s, "spec")),
+        # GEMMs that run the zero-skipping program (fusion.kernels.gemm.skip), and the tiles
+        # they jumped over
+        "skip_kernels": sum(bool(getattr(s.spec.params, "skip", False))
+                            for s in compiled.steps if hasattr(s, "spec")),
+        "tiles_skipped": sum(k.counters.get("tiles_skipped", 0) for k in report.kernels),
         "layout_host_steps": len(layout), "repacks": len(compiled.repacks),
         "host_ops": len(report.host_ops),
         "host_ops_by_op": dict(sorted(Counter(h.op for h in report.host_ops).items())),

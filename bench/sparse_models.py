@@ -1,4 +1,5 @@
-"""Weight sparsity (issue 33): block-pruned models, dense against specialized, on Verilator.
+"""Weight and activation sparsity (issue 33): block-pruned models, dense against specialized,
+and the dense MLP on a padded batch, zero-skipping against dense, on Verilator.
 
 Each model of :mod:`examples.build_pruned_models` (the 256-256-256-64 MLP at batch 32, the FC
 autoencoder at batch 1 and 32, ResNet-8), pruned at 0, 50, 75 and 90% of its weight blocks
@@ -12,6 +13,11 @@ outside 1 LSB of it.
 Per model and share pruned: the kernel cycles dense and specialized (measured) and their
 ratio, the kernels that run block-sparse, the host cycles (the input's quantize and the
 output's dequantize, the same in both), and the distance to the exact reference.
+
+Activation sparsity: the unpruned MLP at batch 32 on a random input, and on the same input
+with rows 8 to 31 zero (a batch of 8 padded to 32), compiled knowing its input (the
+zero-skipping program where its A tiles are zero, :mod:`fusion.kernels.gemm.skip`) and not
+(``--without zero_skip``).
 
 ``python -m bench.sparse_models [MODEL ...]`` prints them and writes
 ``build/bench_sparse_models.json``; ``make bench`` runs it.
@@ -66,9 +72,37 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['sparse_cycles']:>11,} {row['ratio']:>6.3f} "
                   f"{row['sparse_kernels']:>3}/{row['kernels']:<4} {row['host_cycles']:>8,}  "
                   f"{row['reference']}", flush=True)
-    write_results("bench_sparse_models.json", {"runs": rows})
+    zero_rows = activation_runs() if not names or "mlp" in names else []
+    write_results("bench_sparse_models.json", {"runs": rows, "zero_rows": zero_rows})
     return verdict([f"{r['model']} at {r['pruned']:.0%}" for r in rows
-                    if not r["within_bound"]])
+                    if not r["within_bound"]] + [f"mlp on {r['input']} ({r['options']})"
+                                                 for r in zero_rows if not r["within_bound"]])
+
+
+def activation_runs() -> list[dict]:
+    """The dense MLP at batch 32 on a random input and on it with 24 rows zero, compiled
+    knowing its input (zero-skipping where it gains) and not; printed as they come."""
+    print("Activation sparsity on 8x8: the dense MLP at batch 32, compiled knowing its input "
+          "(measured kernel cycles) ...", flush=True)
+    path = build("mlp", 0.0)
+    x = np.random.default_rng(5).normal(0, 1, (32, 256)).astype(np.float32)
+    padded = x.copy()
+    padded[8:] = 0
+    out = []
+    for label, data, options in (("random", x, DEFAULT), ("24 rows zero", padded, DEFAULT),
+                                 ("24 rows zero", padded, CompileOptions.without("zero_skip"))):
+        m = measure(path, data, None, 32, options, knows_input=True)
+        row = {"input": label, "options": options.label, "cycles": m["cycles"],
+               "skip_kernels": m["skip_kernels"], "tiles_skipped": m["tiles_skipped"],
+               "reference": m["reference"], "within_bound": m["within_bound"]}
+        if out:
+            row["ratio_to_random"] = round(m["cycles"] / out[0]["cycles"], 4)
+        out.append(row)
+        print(f"  {label:<13} {options.label:<18} {m['cycles']:>8,} cycles "
+              f"{row.get('ratio_to_random', 1.0):>6.3f}x  zero-skipping kernels "
+              f"{m['skip_kernels']}, tiles skipped {m['tiles_skipped']:,}  {m['reference']}",
+              flush=True)
+    return out
 
 
 if __name__ == "__main__":

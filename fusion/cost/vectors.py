@@ -29,8 +29,9 @@ from hwgen.platform import PlatformConfig
 #: (:data:`fusion.cost.data.BUILT_FIELDS`: a model fitted to them would see them missing
 #: there; the analytical walk's traffic gives the bytes moved instead).
 #: Fields not flattened as they are: the block-sparse kernel's kept blocks (a list a column
-#: block, thousands of numbers on a wide layer) are summarized instead (:func:`featurize`).
-_SKIP = frozenset({"kind", "variant", "version", "config", "blocks"}) | BUILT_FIELDS
+#: block, thousands of numbers on a wide layer) and the zero-skipping kernel's tile flags (one
+#: a tile) are summarized instead (:func:`featurize`).
+_SKIP = frozenset({"kind", "variant", "version", "config", "blocks", "flags"}) | BUILT_FIELDS
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
@@ -159,6 +160,10 @@ def featurize(features: Features, platform: PlatformConfig,
         out["sparse.kept_blocks"] = float(sum(map(len, blocks)))
         out["sparse.runs"] = float(sum(1 + sum(b - a > 1 for a, b in zip(c, c[1:], strict=False))
                                        for c in blocks))
+    flags = getattr(features, "flags", None)
+    if getattr(features, "skip_zp", None) is not None:  # zero-skipping: the share flagged
+        tiles = [f for row in flags or () for f in row]
+        out["skip.flagged"] = float(sum(tiles)) / len(tiles) if tiles else 0.0
     out[f"memory={platform.memory}"] = 1.0
     out["refresh_hot"] = float(platform.refresh == "hot")
     out["clock_mhz"] = platform.clock_hz / 1e6
