@@ -48,12 +48,15 @@ class ZeroHints:
                 K: int) -> tuple[tuple[bool, ...], ...] | None:  # noqa: N803
         """The tile flags of a GEMM's ``M x K`` A (``tensor``) when the host made it from a
         model input through ops that keep its zeros; None when nothing is known of it."""
-        name = tensor
+        name, quantized = tensor, False
         while name not in self.masks:
             node = graph.producer(name)
             if node is None or node.op not in _KEEP_ZEROS or not node.inputs:
                 return None
+            quantized |= node.op == "quantize"
             name = node.inputs[0]
+        if not quantized:  # an integer input's 0 is not its zero point
+            return None
         mask = self.masks[name]
         if mask.size != M * K:
             return None
