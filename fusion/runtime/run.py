@@ -53,6 +53,7 @@ from fusion.runtime.data_profile import TensorProfile, kernel_profiles
 from fusion.runtime.invariants import MemoryWords, check_runs, timing_floor
 from fusion.runtime.run_report import HostRun, KernelRun, RunReport, kernel_macs
 from fusion.runtime.shadow_inputs import directed_inputs
+from fusion.runtime.shadow_verdicts import VerdictStore
 from hwgen.energy import estimate
 from hwgen.perf import memory_summary
 
@@ -136,7 +137,8 @@ def check_dispatch(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None
 
 def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                  build: Any = None, shadow_inputs: int = DEFAULT_SHADOW_INPUTS,
-                 seed: int = 0, profile_data: bool = False) -> RunReport:
+                 seed: int = 0, profile_data: bool = False, jobs: int = 1,
+                 verdicts: VerdictStore | None = None) -> RunReport:
     """Run ``compiled`` on the simulator with shadow checks (see the module docstring).
 
     Parameters
@@ -154,6 +156,15 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     profile_data : bool
         Also profile every integer tensor a kernel reads or writes, from the reference's
         values (:mod:`fusion.runtime.data_profile`): the report's ``data_profiles``.
+    jobs : int
+        Simulator processes at once. The model's kernels always run back to back on one
+        memory in one of them (a kernel reads an input where its producer stored it); with
+        more than 1, the directed sets are dealt out to the others and to it by their
+        predicted cycles (:func:`sim.parallel.run_spread`).
+    verdicts : VerdictStore, optional
+        Directed sets a program already passed on this build are not run again
+        (:mod:`fusion.runtime.shadow_verdicts`); passes are recorded there. None: every set
+        runs.
 
     Raises
     ------
@@ -168,6 +179,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         For a negative ``shadow_inputs``.
     """
     from sim.build import build_variant
+    from sim.parallel import run_spread
     from sim.run import Job, MemoryImage, run_programs
 
     if not isinstance(shadow_inputs, int) or isinstance(shadow_inputs, bool) or (
@@ -184,7 +196,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     # 1. The reference walk: host steps run (and are timed) as the plan orders them, and each
     #    kernel's nodes run one by one (the unfused reference), which gives every kernel its
     #    input values before any hardware runs.
-    planned = []  # (step, input sets, the reference's output on each)
+    planned = []  # (step, input sets, the reference's output on each, its verdict's key)
+    sets_cached = 0  # directed sets not run: their program passed them on this build
     profiles: dict[str, TensorProfile] = {}  # each tensor's, from its first kernel
     for step in compiled.steps:
         if isinstance(step, HostStep):
@@ -200,8 +213,18 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             continue
         spec = step.spec
         sets = [{t: env[t] for t in spec.inputs}]
-        sets += directed_inputs(graph, spec, step.compiled, sets[0], config, shadow_inputs,
-                                seed=seed)
+        key = None  # the verdict the directed sets of this program on this build record
+        if verdicts is not None and shadow_inputs and hasattr(build, "digest"):
+            key = verdicts.key(step.compiled.program, build.digest, shadow_inputs, seed)
+            if verdicts.passed(key):
+                sets_cached += shadow_inputs
+                key = None
+            else:
+                sets += directed_inputs(graph, spec, step.compiled, sets[0], config,
+                                        shadow_inputs, seed=seed)
+        else:
+            sets += directed_inputs(graph, spec, step.compiled, sets[0], config,
+                                    shadow_inputs, seed=seed)
         wants = []
         for n, values in enumerate(sets):
             ref_env = {**values, **graph.initializers}
@@ -211,14 +234,18 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                 for p in kernel_profiles(graph, config, spec, ref_env):
                     profiles.setdefault(p.tensor, p)
         env[spec.output] = wants[0]
-        planned.append((step, sets, wants))
+        planned.append((step, sets, wants, key))
     # 2. Every kernel on every set in one simulator launch: first the model, its kernels back
     #    to back on one memory (each keeps what the ones before it stored, and an input region
     #    that is an earlier kernel's output where it lies is not written: the hardware reads
     #    what the producer stored), then the directed sets, each kernel on its own.
+    # The model's kernels stay one chain on one memory, whatever ``jobs`` says: a kernel
+    # reads an input where its producer stored it, so a memory plan that lets a kernel
+    # overwrite what a later one reads shows. The directed sets are units of their own.
+    spread = jobs > 1 and hasattr(build, "digest")  # processes at once (a simulator build)
     model_jobs, directed_jobs, host_bytes = [], [], 0
     step_jobs: dict[str, list[Job]] = {}  # each kernel's jobs: the model's, then the directed
-    for step, sets, _ in planned:
+    for step, sets, _, _ in planned:
         in_place = compiled.memory.in_place(step.name)
         for n, values in enumerate(sets):
             operands = step.spec.operands(graph, values, config)
@@ -234,11 +261,18 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                       memory=MemoryImage(writes=tuple(writes), reads=step.compiled.reads),
                       name=step.name if n == 0 else f"{step.name}-directed{n}",
                       keep_memory=n == 0)
-            (model_jobs if n == 0 else directed_jobs).append(job)
+            (model_jobs if n == 0 else directed_jobs).append((job, step.predicted_cycles))
             step_jobs.setdefault(step.name, []).append(job)
-    jobs = model_jobs + directed_jobs
+    units = [[job for job, _ in model_jobs]] + [[job] for job, _ in directed_jobs]
+    weights = [sum(c for _, c in model_jobs)] + [c for _, c in directed_jobs]
     launched = time.perf_counter()
-    results = run_programs(config, jobs, build=build) if jobs else []
+    if not model_jobs:
+        results = []
+    elif spread:
+        results = [r for part in run_spread(config, units, weights, jobs, build=build)
+                   for r in part]
+    else:
+        results = run_programs(config, [j for u in units for j in u], build=build)
     sim_seconds = time.perf_counter() - launched
     model_results = iter(results[:len(model_jobs)])
     directed_results = iter(results[len(model_jobs):])
@@ -246,7 +280,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     #    model's kernels read what the kernels before them stored; each was checked equal to
     #    the reference before its readers are, so a difference names the kernel that made it.
     runs: list[KernelRun] = []
-    for step, sets, wants in planned:
+    for step, sets, wants, key in planned:
         spec = step.spec
         done = [next(model_results)] + [next(directed_results) for _ in sets[1:]]
         # the floor of any data: a program that branches on data at its fastest
@@ -275,13 +309,18 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                                       memory_summary(result.counters, config.port_bytes),
                                       estimate(result.counters, config, build.platform),
                                       max(ideal, -(-weights // config.port_bytes))))
+        if key is not None and len(sets) > 1:  # every directed set passed: not run again
+            verdicts.record(key)
     outputs = {name: env[name].astype(graph.tensors[name].dtype, copy=False)
                for name in graph.outputs}
     return RunReport(outputs, runs, compiled.memory.peak_bytes, time.perf_counter() - began,
                      host, compiled.batch, compiled.roofline_cycles, compiled.weight_bytes,
                      host_bytes, sim_seconds, sum(int(r.counters["cycles"]) for r in results),
                      [r.to_dict() for r in compiled.repacks],
-                     [p.to_dict() for p in profiles.values()])
+                     [p.to_dict() for p in profiles.values()],
+                     shadow_sets_run=sum(len(sets) - 1 for _, sets, _, _ in planned),
+                     shadow_sets_cached=sets_cached,
+                     sim_processes=min(jobs, len(units)) if spread and model_jobs else 1)
 
 
 def _mismatch(step: KernelStep, got: np.ndarray, want: np.ndarray, what: str = "") -> str:

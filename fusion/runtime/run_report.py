@@ -111,6 +111,11 @@ class RunReport:
     #: With ``profile_data``, each integer tensor a kernel read or wrote, profiled from the
     #: reference's values (:meth:`fusion.runtime.data_profile.TensorProfile.to_dict`).
     data_profiles: list[dict[str, Any]] = field(default_factory=list)
+    #: Directed shadow sets run, and those not run because their program passed them on this
+    #: build before (:mod:`fusion.runtime.shadow_verdicts`); simulator processes at once.
+    shadow_sets_run: int = 0
+    shadow_sets_cached: int = 0
+    sim_processes: int = 1
 
     @property
     def inferences_per_mcycle(self) -> float:
@@ -189,6 +194,8 @@ class RunReport:
                 "host_seconds": round(self.host_seconds, 6),
                 "sim_seconds": round(self.sim_seconds, 3),
                 "simulated_cycles": self.simulated_cycles,
+                "shadow_sets": {"run": self.shadow_sets_run, "cached": self.shadow_sets_cached},
+                "sim_processes": self.sim_processes,
                 "wall_seconds": round(self.wall_seconds, 3)}
 
 

@@ -293,8 +293,11 @@ def load_args(args: argparse.Namespace):
     return load_model(args.model, shapes, batch), batch
 
 
-def compile_args(args: argparse.Namespace):
-    """Load the model and the variant, and compile (through the kernel cache)."""
+def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
+    """Load the model and the variant, and compile (through the kernel cache). With
+    ``plan_cache``, a plan compiled before from the same model, variant, options and data is
+    read back instead (:mod:`fusion.compiler.plan_cache`; not with a measured or learned cost
+    model, whose files would decide the plan too)."""
     from hwgen.gateware.folder import open_variant
 
     variant = open_variant(args.variant)  # its platform prices the candidates
@@ -302,13 +305,49 @@ def compile_args(args: argparse.Namespace):
     graph, batch = load_args(args)
     check_batch_fits(graph, config, batch)
     cache = kernel_cache(args)
+    learned = getattr(args, "profiles", None) or getattr(args, "cost_model", None)
+    data = _input_hints(args, graph)
+    plans, key = None, None
+    if plan_cache and not learned:
+        from fusion.compiler.plan_cache import PlanCache
+
+        plans = PlanCache(Path(cache.root) / "plans")
+        key = plans.key(_plan_parts(args, variant, batch, data))
+        known = plans.get(key, config, args.variant)
+        if known is not None:
+            return known
     model = cost_model(args, variant.platform)
     compiled = compile_graph(args, graph, config, variant.platform, cache=cache, model=model,
-                             batch=batch, data=_input_hints(args, graph))
-    if getattr(args, "profiles", None) or getattr(args, "cost_model", None):
+                             batch=batch, data=data)
+    if plans is not None:
+        plans.put(key, compiled, args.model)
+    if learned:
         counts = ", ".join(f"{n} by {tier}" for tier, n in sorted(model.counts.items()))
         print(f"hwgen: candidates priced by {model.describe()} ({counts})", file=sys.stderr)
     return compiled
+
+
+def _plan_parts(args: argparse.Namespace, variant, batch: int, data) -> dict:
+    """What decides the plan of ``args`` (:meth:`fusion.compiler.plan_cache.PlanCache.key`)."""
+    import hashlib
+
+    from fusion.compiler.plan_folder import file_sha256
+    from fusion.kernels.cache import codegen_version
+    from hwgen.gateware.sources import gateware_digest
+
+    hints = None
+    if data is not None:
+        h = hashlib.sha256()
+        for name in sorted(data.masks):
+            mask = data.masks[name]
+            h.update(f"{name}{mask.shape}".encode() + mask.tobytes())
+        hints = h.hexdigest()
+    return {"model": file_sha256(Path(args.model)), "input_shape": args.input_shape,
+            "batch": batch, "variant": variant.config.key(), "gateware": gateware_digest(),
+            "platform": variant.platform.to_dict(), "no_fusion": args.no_fusion,
+            "min_gain": args.min_gain, "no_host_fallback": args.no_host_fallback,
+            "without": args.without.to_dict() if args.without else None,
+            "codegen": codegen_version(), "zero_hints": hints}
 
 
 def kernel_cache(args: argparse.Namespace):

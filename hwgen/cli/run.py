@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from hwgen.cli.common import (
     kernel_table,
     load_args,
     named_paths,
+    positive_int,
     seed,
 )
 from hwgen.files import load_array
@@ -55,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"both ends, rounding ties) each kernel also runs on, beside the "
                         f"model's own values, each shadow-checked (default "
                         f"{DEFAULT_SHADOW_INPUTS}; 0 for none)")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="J",
+                   help="simulator processes at once (default: the cores available): the "
+                        "model's kernels run chained on one memory in one of them, the "
+                        "directed shadow sets are dealt out to all")
+    p.add_argument("--rerun-shadow-sets", dest="rerun_shadow", action="store_true",
+                   help="run every directed set, also those a kernel program already passed "
+                        "on this build (recorded beside the kernel cache)")
     p.add_argument("--db", metavar="FILE",
                    help="a profile database (SQLite; created if new) that every kernel run is "
                         "appended to (what 'hwgen calibrate' measures, from real workloads)")
@@ -99,13 +108,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reads as 0.0 (the zero point); refused by default")
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def shadow_verdicts(args: argparse.Namespace):
+    """The directed sets' verdicts, in the kernel cache's folder (``--cache``)."""
+    from fusion.kernels.cache import default_root
+    from fusion.runtime.shadow_verdicts import VerdictStore
+
+    return VerdictStore(Path(args.cache or default_root()) / "shadow_verdicts")
+
+
 def _compiled(args: argparse.Namespace):
     """The model compiled now, or the plan folder's, checked (``--plan``)."""
     if args.plan is None:
         if args.model is None:
             raise ValueError("give a MODEL to compile and run, or --plan DIR (a folder written "
                              "by 'hwgen compile')")
-        return compile_args(args)
+        return compile_args(args, plan_cache=True)
     given = [flag for name, flag in _COMPILE_OPTIONS.items() if getattr(args, name)]
     if given:
         raise ValueError(f"{', '.join(given)} cannot change a compiled plan; drop "
@@ -208,7 +233,9 @@ def run(args: argparse.Namespace) -> int:
                                   shadow_inputs=(DEFAULT_SHADOW_INPUTS
                                                  if args.shadow_inputs is None
                                                  else args.shadow_inputs), seed=args.seed,
-                                  profile_data=args.profile_data)
+                                  profile_data=args.profile_data,
+                                  jobs=args.jobs or available_cores(),
+                                  verdicts=None if args.rerun_shadow else shadow_verdicts(args))
         except ShadowMismatch as exc:
             if args.json:
                 print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
@@ -267,6 +294,9 @@ def run(args: argparse.Namespace) -> int:
           f"cycles; weight-bandwidth roofline {report.roofline_cycles:,} cycles "
           f"({report.weight_bytes:,} B of weights at {compiled.config.port_bytes} B a cycle), "
           f"{report.roofline_fraction:.2f} of it reached")
+    print(f"shadow checks: the model's values and {report.shadow_sets_run} directed sets run "
+          f"({report.shadow_sets_cached} passed before on this build, not run again), on "
+          f"{report.sim_processes} simulator process(es) in {report.sim_seconds:.1f} s")
     print(clock.summary(report.total_cycles, report.batch))
     if board is not None:
         print(board.summary())
