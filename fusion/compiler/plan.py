@@ -36,6 +36,7 @@ from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.program import Kernel
+from fusion.progress import steps as progress_steps
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 
@@ -357,11 +358,11 @@ def after_passes(graph: Graph, config: VariantConfig, options: CompileOptions = 
 
 def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | None = None,
                   model: CostModel | None = None, fusion: bool = True,
-                  min_gain: float = engine.DEFAULT_MIN_GAIN,
-                  optimized: bool = False, host_fallback: bool = True,
-                  host_model: HostCostModel | None = None, batch: int = 1,
-                  options: CompileOptions = DEFAULT, platform: PlatformConfig | None = None,
-                  data: ZeroHints | None = None) -> CompiledModel:
+                  min_gain: float = engine.DEFAULT_MIN_GAIN, optimized: bool = False,
+                  host_fallback: bool = True, host_model: HostCostModel | None = None,
+                  batch: int = 1, options: CompileOptions = DEFAULT,
+                  platform: PlatformConfig | None = None, data: ZeroHints | None = None,
+                  progress: bool = False) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -372,35 +373,34 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     cache : KernelCache, optional
         Where kernel programs are looked up and stored.
     model : CostModel, optional
-        Prices the candidates; the analytical model by default.
+        Prices the candidates (by default the analytical model).
     fusion : bool
         False runs every op as its own kernel (``--no-fusion``).
     min_gain : float
         See :mod:`fusion.compiler.engine`.
     host_fallback : bool
-        Run the ops without an accelerator kernel on the host, and let the engine put a
-        segment on the host when it is cheaper or the accelerator refuses it (default). False
-        (``--no-host-fallback``): the host runs layout steps only, and a compute op refuses
-        the model, one line per op.
+        Run ops without a kernel on the host, and let the engine put a segment there when
+        cheaper or refused by the accelerator (default). False (``--no-host-fallback``): the
+        host runs layout steps only, and a compute op refuses the model, a line per op.
     host_model : HostCostModel, optional
-        Prices host steps (:mod:`fusion.cost.host`); the default constants otherwise.
+        Prices host steps (:mod:`fusion.cost.host`; by default its constants).
     batch : int
-        Inferences per run that ``graph`` was imported for (recorded for the reports;
-        :func:`fusion.frontend.load.load_model` sets the shapes).
+        Inferences per run ``graph`` was imported for (recorded for the reports).
     options : CompileOptions
         The techniques the compiler may use (all by default; :mod:`fusion.compiler.options`).
     platform : PlatformConfig, optional
-        The board memory the default model prices on (the ideal memory by default): on a
-        DRAM, tilings and loop orders differ in row locality (:mod:`fusion.cost.memory`).
+        The board memory the default model prices on (the ideal memory by default; on a
+        DRAM tilings and loop orders differ in row locality, :mod:`fusion.cost.memory`).
     data : ZeroHints, optional
         What is known of the inputs it will run on (:mod:`fusion.compiler.data_hints`).
+    progress : bool
+        Show a progress line while the chains are priced (:mod:`fusion.progress`).
 
     Raises
     ------
     CompileError
-        For a node neither the accelerator nor the host runs, a chain with no legal kernel,
-        a compute op on the host with ``host_fallback=False``, or a model that does not fit
-        the variant's memory; the message names what and why.
+        For a node neither the accelerator nor the host runs, a chain with no legal kernel, a
+        host compute op without ``host_fallback``, or a model that does not fit the memory.
     """
     g = after_passes(graph, config, options, optimized=optimized)
     platform = PlatformConfig() if platform is None else platform
@@ -410,7 +410,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     plan = functools.partial(_plan, config=config, cache=cache, model=model, fusion=fusion,
                              min_gain=min_gain, host_fallback=host_fallback,
                              host_model=host_model, batch=batch, options=options,
-                             platform=platform, memo=memo, data=data)
+                             platform=platform, memo=memo, data=data, progress=progress)
     compiled = plan(g)
     copies = relayout.requests(compiled) if options.relayout and compiled.repacks else []
     if copies:  # the repacked tensors copied on the accelerator: kept when cheaper
@@ -423,8 +423,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
 def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: CostModel,
           fusion: bool, min_gain: float, host_fallback: bool, host_model: HostCostModel,
           batch: int, options: CompileOptions, platform: PlatformConfig, memo: dict,
-          relayouts: Sequence[relayout.Relayout] = (), data: ZeroHints | None = None
-          ) -> CompiledModel:
+          relayouts: Sequence[relayout.Relayout] = (), data: ZeroHints | None = None,
+          progress: bool = False) -> CompiledModel:
     """:func:`compile_model` of the graph after the passes ``g``: choose, order, place and
     build its kernels."""
     found, host = chains(g)
@@ -434,7 +434,7 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
     decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
                                      memo=memo, host=host_model if host_fallback else None,
                                      options=options, data=data)
-                 for c in found]
+                 for c in progress_steps(found, "pricing", show=progress, unit="chain")]
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     reasons: dict[str, str] = {}
     for d in decisions:

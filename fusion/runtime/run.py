@@ -48,6 +48,7 @@ import numpy as np
 from fusion.compiler.plan import CompiledModel, HostStep, KernelStep
 from fusion.ir.graph import Graph, GraphError, Node
 from fusion.passes.layout_identity import layout_chain
+from fusion.progress import steps as progress_steps
 from fusion.reference import executor
 from fusion.runtime.data_profile import TensorProfile, kernel_profiles
 from fusion.runtime.invariants import MemoryWords, check_runs, timing_floor
@@ -138,7 +139,7 @@ def check_dispatch(step: KernelStep, operands: Mapping[str, np.ndarray]) -> None
 def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                  build: Any = None, shadow_inputs: int = DEFAULT_SHADOW_INPUTS,
                  seed: int = 0, profile_data: bool = False, jobs: int = 1,
-                 verdicts: VerdictStore | None = None) -> RunReport:
+                 verdicts: VerdictStore | None = None, progress: bool = False) -> RunReport:
     """Run ``compiled`` on the simulator with shadow checks (see the module docstring).
 
     Parameters
@@ -161,6 +162,8 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         memory in one of them (a kernel reads an input where its producer stored it); with
         more than 1, the directed sets are dealt out to the others and to it by their
         predicted cycles (:func:`sim.parallel.run_spread`).
+    progress : bool
+        Show progress lines for the reference walk and the checks (:mod:`fusion.progress`).
     verdicts : VerdictStore, optional
         Directed sets a program already passed on this build are not run again
         (:mod:`fusion.runtime.shadow_verdicts`); passes are recorded there. None: every set
@@ -199,7 +202,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     planned = []  # (step, input sets, the reference's output on each, its verdict's key)
     sets_cached = 0  # directed sets not run: their program passed them on this build
     profiles: dict[str, TensorProfile] = {}  # each tensor's, from its first kernel
-    for step in compiled.steps:
+    for step in progress_steps(compiled.steps, "reference", show=progress, unit="step"):
         if isinstance(step, HostStep):
             t0 = time.perf_counter()
             # float ops between a dequantize and a quantize in float64, as the whole-model
@@ -280,7 +283,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
     #    model's kernels read what the kernels before them stored; each was checked equal to
     #    the reference before its readers are, so a difference names the kernel that made it.
     runs: list[KernelRun] = []
-    for step, sets, wants, key in planned:
+    for step, sets, wants, key in progress_steps(planned, "checks", show=progress, unit="kernel"):
         spec = step.spec
         done = [next(model_results)] + [next(directed_results) for _ in sets[1:]]
         # the floor of any data: a program that branches on data at its fastest

@@ -378,12 +378,14 @@ def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platfo
     """``graph`` compiled for ``config`` on ``platform`` with the command's compile options
     (``--no-fusion``, ``--min-gain``, ``--no-host-fallback``, ``--without``); ``fusion``
     False compiles it unfused whatever they say."""
+    from fusion import progress
     from fusion.compiler.plan import compile_model
 
     min_gain = DEFAULT_MIN_GAIN if args.min_gain is None else args.min_gain
     return compile_model(graph, config, cache=cache, fusion=fusion and not args.no_fusion,
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
                          batch=batch, platform=platform, model=model, data=data,
+                         progress=progress.wanted(),
                          **({"options": args.without} if args.without else {}))
 
 

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from fusion.progress import wanted
 from hwgen.cli.common import (
     add_model_arguments,
     compile_args,
@@ -235,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
                                                  else args.shadow_inputs), seed=args.seed,
                                   profile_data=args.profile_data,
                                   jobs=args.jobs or available_cores(),
-                                  verdicts=None if args.rerun_shadow else shadow_verdicts(args))
+                                  verdicts=None if args.rerun_shadow else shadow_verdicts(args),
+                                  progress=wanted())
         except ShadowMismatch as exc:
             if args.json:
                 print(json.dumps({"ok": False, "kernel": exc.kernel, "error": str(exc)}))
