@@ -25,6 +25,7 @@ from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
+from fusion.compiler.parallel_pricing import decide_all
 from fusion.compiler.placed_choice import ranked
 from fusion.compiler.repack import Repack, find_repacks
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
@@ -36,7 +37,6 @@ from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.program import Kernel
-from fusion.progress import steps as progress_steps
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
 
@@ -362,7 +362,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   host_fallback: bool = True, host_model: HostCostModel | None = None,
                   batch: int = 1, options: CompileOptions = DEFAULT,
                   platform: PlatformConfig | None = None, data: ZeroHints | None = None,
-                  progress: bool = False) -> CompiledModel:
+                  progress: bool = False, jobs: int = 1) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -393,8 +393,9 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         DRAM tilings and loop orders differ in row locality, :mod:`fusion.cost.memory`).
     data : ZeroHints, optional
         What is known of the inputs it will run on (:mod:`fusion.compiler.data_hints`).
-    progress : bool
-        Show a progress line while the chains are priced (:mod:`fusion.progress`).
+    progress, jobs : bool, int
+        A progress line while the chains are priced (:mod:`fusion.progress`); on ``jobs``
+        cores (:mod:`fusion.compiler.parallel_pricing`: the same plan).
 
     Raises
     ------
@@ -410,7 +411,7 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     plan = functools.partial(_plan, config=config, cache=cache, model=model, fusion=fusion,
                              min_gain=min_gain, host_fallback=host_fallback,
                              host_model=host_model, batch=batch, options=options,
-                             platform=platform, memo=memo, data=data, progress=progress)
+                             platform=platform, memo=memo, data=data, progress=progress, jobs=jobs)
     compiled = plan(g)
     copies = relayout.requests(compiled) if options.relayout and compiled.repacks else []
     if copies:  # the repacked tensors copied on the accelerator: kept when cheaper
@@ -424,17 +425,16 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
           fusion: bool, min_gain: float, host_fallback: bool, host_model: HostCostModel,
           batch: int, options: CompileOptions, platform: PlatformConfig, memo: dict,
           relayouts: Sequence[relayout.Relayout] = (), data: ZeroHints | None = None,
-          progress: bool = False) -> CompiledModel:
+          progress: bool = False, jobs: int = 1) -> CompiledModel:
     """:func:`compile_model` of the graph after the passes ``g``: choose, order, place and
     build its kernels."""
     found, host = chains(g)
     fallback = [n for n in host if is_fallback(n)]
     if fallback and not host_fallback:
         raise refuse_host_compute(g, fallback, "--no-host-fallback")
-    decisions = [engine.decide_chain(g, config, model, c, fusion=fusion, min_gain=min_gain,
-                                     memo=memo, host=host_model if host_fallback else None,
-                                     options=options, data=data)
-                 for c in progress_steps(found, "pricing", show=progress, unit="chain")]
+    decisions = decide_all(g, config, model, found, memo=memo, jobs=jobs, progress=progress,
+                           fusion=fusion, min_gain=min_gain, options=options, data=data,
+                           host=host_model if host_fallback else None)
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     reasons: dict[str, str] = {}
     for d in decisions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -293,6 +294,14 @@ def load_args(args: argparse.Namespace):
     return load_model(args.model, shapes, batch), batch
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
     """Load the model and the variant, and compile (through the kernel cache). With
     ``plan_cache``, a plan compiled before from the same model, variant, options and data is
@@ -386,6 +395,7 @@ def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platfo
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
                          batch=batch, platform=platform, model=model, data=data,
                          progress=progress.wanted(),
+                         jobs=getattr(args, "jobs", None) or available_cores(),
                          **({"options": args.without} if args.without else {}))
 
 

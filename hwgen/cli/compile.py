@@ -6,7 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
-from hwgen.cli.common import add_model_arguments, compile_args, host_op_lines, kernel_table
+from hwgen.cli.common import (
+    add_model_arguments,
+    compile_args,
+    host_op_lines,
+    kernel_table,
+    positive_int,
+)
 
 HELP = "compile a model for a variant: kernels, microcode, memory plan"
 
@@ -17,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan folder to write: new, empty, or an old plan (replaced whole)")
     p.add_argument("--explain", action="store_true",
                    help="show every candidate, its predicted cycles, and why it lost")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="J",
+                   help="cores to price the chains on (default: the cores available; the "
+                        "plan is the same)")
 
 
 def run(args: argparse.Namespace) -> int:

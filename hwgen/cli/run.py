@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
 from fusion.progress import wanted
 from hwgen.cli.common import (
     add_model_arguments,
+    available_cores,
     compile_args,
     count,
     cycles,
@@ -107,14 +107,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--saturate-nonfinite", dest="saturate_nonfinite", action="store_true",
                    help="let NaN and infinities into float inputs: an infinity saturates, NaN "
                         "reads as 0.0 (the zero point); refused by default")
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def shadow_verdicts(args: argparse.Namespace):
