@@ -20,3 +20,15 @@ def variant_dir(tmp_path_factory):
     assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue",
                  "bias,requant,relu,clamp,residual", "-o", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def dense_mlp(tmp_path_factory):
+    """The 256-256-256-64 MLP of ``examples/build_pruned_models.py``, unpruned, quantized by
+    onnxruntime (QDQ, per channel): what the sparsity tests run dense or on sparse data."""
+    from examples.build_pruned_models import mlp, sample
+    from examples.build_real_models import quantize
+
+    path = tmp_path_factory.mktemp("dense") / "mlp.onnx"
+    quantize("mlp", mlp(), "qdq", path, sample=lambda seed: sample("mlp", seed))
+    return path

@@ -65,14 +65,6 @@ def test_a_pruned_plan_runs_and_matches_the_exact_reference(pruned_mlp, variant_
     assert np.max(np.abs(errors)) == 0
 
 
-@pytest.fixture(scope="module")
-def dense_mlp(tmp_path_factory):
-    """The 256-256-256-64 MLP, unpruned, quantized by onnxruntime."""
-    path = tmp_path_factory.mktemp("dense") / "mlp.onnx"
-    quantize("mlp", mlp(), "qdq", path, sample=lambda seed: sample("mlp", seed))
-    return path
-
-
 @pytest.mark.slow
 def test_a_workload_replans_at_each_change_of_its_inputs_and_not_within(dense_mlp, variant_dir,
                                                                         tmp_path, capsys):

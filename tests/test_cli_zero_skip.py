@@ -10,17 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from examples.build_pruned_models import mlp, sample
-from examples.build_real_models import quantize
 from hwgen.cli import main
-
-
-@pytest.fixture(scope="module")
-def dense_mlp(tmp_path_factory):
-    """The 256-256-256-64 MLP, quantized by onnxruntime (QDQ, per channel)."""
-    path = tmp_path_factory.mktemp("dense") / "mlp.onnx"
-    quantize("mlp", mlp(), "qdq", path, sample=lambda seed: sample("mlp", seed))
-    return path
 
 
 @pytest.mark.slow

@@ -420,8 +420,7 @@ class _Reader:
                 raise ValueError(refusal)
             offered = [base.params, *base.kind.variants(self.config, base.params)]
             # a variant a data profile chose (the compile knew the inputs; the reader not)
-            offered += getattr(base.kind, "data_variants", lambda c, p: [])(self.config,
-                                                                            base.params)
+            offered += base.kind.data_variants(self.config, base.params)
             if hasattr(base.params, "kmajor_out"):  # chosen across kernels: checked after
                 offered += [dataclasses.replace(p, kmajor_out=True) for p in offered]
         except ValueError as exc:  # CompileError and KernelRefused are ValueErrors

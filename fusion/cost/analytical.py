@@ -159,7 +159,7 @@ def estimate_max(config: VariantConfig, M: int, N: int, n_inputs: int,  # noqa: 
 
 def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                      platform: PlatformConfig | None = None,
-                     flags: Iterable[bool] = (), *, machine: Machine | None = None) -> int:
+                     flags: Iterable[bool] = ()) -> int:
     """Cycles of a program, by running its instructions one by one through
     :class:`Machine` (registers and loops interpreted, every timing rule the machine's): for
     kernels whose programs are not a fixed nest of phases (the window convolution, whose
@@ -167,10 +167,9 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
     instructions retired.
 
     ``flags``: the tile flags the program's flag loads read, in order (a program that skips
-    all-zero tiles branches on them: its cycles depend on the data). ``machine``: the
-    machine to run it on (to read its totals after: ``skipped``); a new one by default.
+    all-zero tiles branches on them: its cycles depend on the data).
     """
-    m = machine or _machine(config, platform)
+    m = _machine(config, platform)
     flag_values = iter(flags)
     queued: list[bool] = []
     geom: dict[str, int] = {}  # the last WCFG
@@ -196,9 +195,8 @@ def estimate_program(config: VariantConfig, instrs: Sequence[Any],
                     raise ValueError("the program loads more tile flags than were given")
                 queued.append(bool(value))
         elif op is Op.BZT:
-            taken = bool(queued and queued.pop(0))
-            m.bzt(taken)
-            if taken:
+            m.bzt()  # refuses a BZT with no flag loaded
+            if queued.pop(0):
                 pc = get("target")
         elif op is Op.LOAD:
             m.load(get("count") * get("len") * config.port_bytes,

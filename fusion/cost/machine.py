@@ -135,7 +135,6 @@ class Machine(SharedPort):
         self.load_busy = self.bytes_loaded = self.bytes_stored = self.stall = 0
         self.instret = 0  # instructions retired (the ``instret`` counter)
         self.flags_ready: list[int] = []  # the queued tile flags: when each can be taken
-        self.skipped = 0  # BZTs taken (the ``tiles_skipped`` counter)
         # the traffic, for a learned model to weigh what this model does not (docs of
         # fusion.cost.memory): LOADs, row streams to the store (tiles and passes drained),
         # and on a DRAM port the words requested by class (sequential, bank change, row
@@ -382,14 +381,13 @@ class Machine(SharedPort):
         self.load(words * self.W, self.W, **load)
         self.flags_ready += [self.loads_done[-1]] * words
 
-    def bzt(self, taken: bool) -> None:
-        """A BZT on the oldest flag: it retires once the flag is there (:meth:`flag_load`);
-        ``taken``: the flag was set and the program jumps."""
+    def bzt(self) -> None:
+        """A BZT on the oldest flag: it retires once the flag is there (:meth:`flag_load`),
+        taken or not (a branch costs no cycle)."""
         if not self.flags_ready:
             raise ValueError("a BZT with no tile flag loaded before it: the program would "
                              "wait forever")
         self.seq = max(self.seq, self.flags_ready.pop(0) + 1)
-        self.skipped += taken
         self.instrs(1)
 
     def matmul(self, k: int, last: bool, lane_bytes: int, tr: bool = False,

@@ -274,6 +274,17 @@ class KernelKind(abc.ABC):
         default; the GEMM's tilings."""
         return [params]
 
+    def data_variants(self, config: VariantConfig, params: Any) -> list[Any]:
+        """Variants a compile that knew the data may have chosen and :meth:`variants` offers
+        only with it (a plan read back without its data offers them too): none by default;
+        the GEMM's zero-skipping program."""
+        return []
+
+    def fastest_params(self, config: VariantConfig, params: Any) -> Any:
+        """``params`` priced at their fastest on any data (the floor a run's cycles cannot go
+        below): themselves by default; a zero-skipping GEMM with every tile flagged."""
+        return params
+
     def variant_label(self, params: Any) -> str:
         """How ``--explain`` names one variant (``tm=2 tn=1 ...``)."""
         return ""

@@ -44,11 +44,16 @@ class MemoryWords:
     word nothing wrote reads 0)."""
 
     def __init__(self, writes: Sequence[tuple[int, bytes]], port_bytes: int) -> None:
-        self._writes = sorted(((int(a), bytes(d)) for a, d in writes), key=lambda w: w[0])
-        self._starts = [a for a, _ in self._writes]
-        self._w = port_bytes
+        # kept as given and sorted on the first read: a program that loads no flag (almost
+        # every one) never reads, and the images hold the weights
+        self._given, self._w = writes, port_bytes
+        self._writes: list[tuple[int, bytes]] | None = None
+        self._starts: list[int] = []
 
     def __call__(self, addr: int) -> int:
+        if self._writes is None:
+            self._writes = sorted(((int(a), d) for a, d in self._given), key=lambda w: w[0])
+            self._starts = [a for a, _ in self._writes]
         i = bisect.bisect_right(self._starts, addr) - 1
         if i < 0:
             return 0

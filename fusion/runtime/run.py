@@ -219,15 +219,12 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         key = None  # the verdict the directed sets of this program on this build record
         if verdicts is not None and shadow_inputs and hasattr(build, "digest"):
             key = verdicts.key(step.compiled.program, build.digest, shadow_inputs, seed)
-            if verdicts.passed(key):
-                sets_cached += shadow_inputs
-                key = None
-            else:
-                sets += directed_inputs(graph, spec, step.compiled, sets[0], config,
-                                        shadow_inputs, seed=seed)
+        if key is not None and verdicts.passed(key):
+            sets_cached += shadow_inputs
+            key = None
         else:
-            sets += directed_inputs(graph, spec, step.compiled, sets[0], config,
-                                    shadow_inputs, seed=seed)
+            sets += directed_inputs(graph, spec, step.compiled, sets[0], config, shadow_inputs,
+                                    seed=seed)
         wants = []
         for n, values in enumerate(sets):
             ref_env = {**values, **graph.initializers}
@@ -238,13 +235,12 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
                     profiles.setdefault(p.tensor, p)
         env[spec.output] = wants[0]
         planned.append((step, sets, wants, key))
-    # 2. Every kernel on every set in one simulator launch: first the model, its kernels back
-    #    to back on one memory (each keeps what the ones before it stored, and an input region
-    #    that is an earlier kernel's output where it lies is not written: the hardware reads
-    #    what the producer stored), then the directed sets, each kernel on its own.
-    # The model's kernels stay one chain on one memory, whatever ``jobs`` says: a kernel
-    # reads an input where its producer stored it, so a memory plan that lets a kernel
-    # overwrite what a later one reads shows. The directed sets are units of their own.
+    # 2. Every kernel on every set: first the model, its kernels back to back on one memory in
+    #    one simulator process whatever ``jobs`` says (each keeps what the ones before it
+    #    stored, and an input region that is an earlier kernel's output where it lies is not
+    #    written: the hardware reads what the producer stored, so a memory plan that lets a
+    #    kernel overwrite what a later one reads shows), then the directed sets, each kernel on
+    #    its own, dealt out to ``jobs`` processes with the model's chain.
     spread = jobs > 1 and hasattr(build, "digest")  # processes at once (a simulator build)
     model_jobs, directed_jobs, host_bytes = [], [], 0
     step_jobs: dict[str, list[Job]] = {}  # each kernel's jobs: the model's, then the directed
@@ -267,12 +263,12 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
             (model_jobs if n == 0 else directed_jobs).append((job, step.predicted_cycles))
             step_jobs.setdefault(step.name, []).append(job)
     units = [[job for job, _ in model_jobs]] + [[job] for job, _ in directed_jobs]
-    weights = [sum(c for _, c in model_jobs)] + [c for _, c in directed_jobs]
+    expected = [sum(c for _, c in model_jobs)] + [c for _, c in directed_jobs]
     launched = time.perf_counter()
     if not model_jobs:
         results = []
     elif spread:
-        results = [r for part in run_spread(config, units, weights, jobs, build=build)
+        results = [r for part in run_spread(config, units, expected, jobs, build=build)
                    for r in part]
     else:
         results = run_programs(config, [j for u in units for j in u], build=build)
@@ -287,7 +283,7 @@ def run_compiled(compiled: CompiledModel, inputs: Mapping[str, Any], *,
         spec = step.spec
         done = [next(model_results)] + [next(directed_results) for _ in sets[1:]]
         # the floor of any data: a program that branches on data at its fastest
-        fastest = getattr(spec.kind, "fastest_params", lambda c, p: p)(config, spec.params)
+        fastest = spec.kind.fastest_params(config, spec.params)
         predicted = spec.kind.features(config, fastest).analytical_cycles()
         floor = timing_floor(config, step.compiled.program, predicted)
         checked = check_runs(config, step.compiled.program, [r.counters for r in done],

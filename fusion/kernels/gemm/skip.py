@@ -54,7 +54,7 @@ import numpy as np
 
 from fusion.kernels.codegen import FIELD_MAX, check_load
 from fusion.kernels.epilogue import DT_BYTES, bias_load, csr_writes
-from fusion.kernels.gemm.sparse import block_rows, k_blocks
+from fusion.kernels.gemm.sparse import bias_rows_problem, block_rows, k_blocks
 from fusion.kernels.layout import GemmDims, Region, bias_group
 from fusion.kernels.tiling import Tiling
 from hwgen.isa import Dst
@@ -170,7 +170,7 @@ def skip_problems(dims: GemmDims, stages: tuple[str, ...], *, fused: bool,
         problems.append("output flags compare the stored bytes with the requantized output's "
                         "zero point: they need the requant stage")
     rows = group_rows(dims)
-    mb, kb = tiles(dims)
+    _, kb = tiles(dims)
     if rows == 0:
         problems.append(f"one row block of A ({dims.a_Kp} rows, {kb} tiles) does not fit the "
                         f"A scratchpad ({cfg.spad_a_depth} rows) with its flags twice in the "
@@ -185,12 +185,8 @@ def skip_problems(dims: GemmDims, stages: tuple[str, ...], *, fused: bool,
                         f"B scratchpad ({cfg.spad_b_depth} rows)")
     if dims.Kp * dims.C // dims.W > FIELD_MAX:
         problems.append(f"a load exceeds the 16-bit len field ({FIELD_MAX} words)")
-    has_bias = "bias" in stages or (per_channel and "requant" in stages)
-    if has_bias and dims.bias_region_rows(per_channel) > cfg.spad_e_depth:
-        problems.append(f"the bias rows of all {dims.Nb} column blocks "
-                        f"({dims.bias_region_rows(per_channel)}) do not fit the epilogue "
-                        f"scratchpad ({cfg.spad_e_depth} rows)")
-    return problems
+    problem = bias_rows_problem(dims, stages, per_channel)
+    return problems + ([problem] if problem else [])
 
 
 def flag_bytes(dims: GemmDims, out: bool = False) -> int:

@@ -145,12 +145,21 @@ def sparse_problems(dims: GemmDims, blocks: Blocks, stages: tuple[str, ...], *,
         if words > cfg.imem_depth:
             problems.append(f"its program takes up to {words} words, more than the "
                             f"instruction memory's {cfg.imem_depth}")
+    problem = bias_rows_problem(dims, stages, per_channel)
+    return problems + ([problem] if problem else [])
+
+
+def bias_rows_problem(dims: GemmDims, stages: tuple[str, ...], per_channel: bool) -> str | None:
+    """Why every column block's bias rows cannot sit in the epilogue scratchpad at once (what
+    the block-sparse and zero-skipping programs load before their first column block); None
+    when they can, or when the kernel reads no bias region."""
+    cfg = dims.config
     has_bias = "bias" in stages or (per_channel and "requant" in stages)
     if has_bias and dims.bias_region_rows(per_channel) > cfg.spad_e_depth:
-        problems.append(f"the bias rows of all {dims.Nb} column blocks "
-                        f"({dims.bias_region_rows(per_channel)}) do not fit the epilogue "
-                        f"scratchpad ({cfg.spad_e_depth} rows)")
-    return problems
+        return (f"the bias rows of all {dims.Nb} column blocks "
+                f"({dims.bias_region_rows(per_channel)}) do not fit the epilogue scratchpad "
+                f"({cfg.spad_e_depth} rows)")
+    return None
 
 
 #: Instructions outside the column blocks, at most: the prologue (CSR writes, the bias load,
