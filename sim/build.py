@@ -26,8 +26,6 @@ import contextlib
 import fcntl
 import functools
 import hashlib
-import inspect
-import json
 import os
 import shutil
 import sys
@@ -40,16 +38,27 @@ from pathlib import Path
 from hwgen.atomic import replacing
 from hwgen.config import VariantConfig
 from hwgen.gateware import folder as variant_folder
-from hwgen.gateware import sources as hwgen_sources
 from hwgen.platform import PlatformConfig
 from sim import toolchain
+from sim.build_names import (
+    CXX_VERILATOR_ARGS,
+    MAKE_ARGS,
+    TIMESCALE,
+    VERILATOR_ARGS,
+    VerilogSource,
+    build_digest,
+    folder_digest,
+    folder_name,
+    gateware_files,
+    harness_for,
+    source_digest,
+)
 from sim.marker import BUILD_FORMAT, MARKER, marker_problem, write_marker
-from sim.memory import board_memory, memory_digest
-from sim.tb import host_script
+from sim.memory import board_memory
 from sim.top import (
     CLOCK_PERIOD_NS,
+    DRIVER_CPP,
     HALF_PERIOD_NS,
-    SIM_TEMPLATES,
     TEMPLATES,
     TOP,
     BuildError,
@@ -69,18 +78,6 @@ __all__ = [
     "source_digest", "verified",
 ]
 
-#: Arguments added to cocotb's Verilator command. The generated Verilog trips width
-#: warnings (-Wno-fatal); the clock is a Verilog delay loop (--timing).
-VERILATOR_ARGS = ("-Wno-fatal", "--timing")
-#: Added to the make command. verilated.mk compiles the per-cycle ("fast") model code and
-#: the runtime (the --timing scheduler, VPI callbacks) with -Os; -O3 simulates about 1.5x
-#: faster. Not the one-off "slow" code (constructors, initialisation): -O3 there only costs
-#: build time, minutes of it for a design with many public signals.
-MAKE_ARGS = ("OPT_FAST=-O3", "OPT_GLOBAL=-O3")
-TIMESCALE = ("1ns", "1ps")
-
-
-VerilogSource = Callable[[VariantConfig], str]
 #: The ideal memory: what a build has unless given a platform.
 IDEAL = PlatformConfig()
 
@@ -111,6 +108,9 @@ class BuildInfo:
         The sha256 of the simulator binary when it was built.
     platform : PlatformConfig
         The memory system behind the accelerator (the ideal memory by default).
+    harness : {"cxx", "cocotb"}
+        What runs the simulator: the C++ driver (:mod:`sim.cxx_driver`) or cocotb
+        (:mod:`sim.tb.harness`).
     memory : dict
         What the testbench needs of that memory (its bank layout on a DRAM).
     source : callable, optional
@@ -130,6 +130,8 @@ class BuildInfo:
     #: What the testbench needs of the memory (recorded in the marker when built).
     memory: dict = field(default_factory=lambda: {"kind": "ideal"})
     source: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    #: What runs the simulator (:data:`sim.top.HARNESSES`): the C++ driver or cocotb.
+    harness: str = "cocotb"
 
     @property
     def obj_dir(self) -> Path:
@@ -149,11 +151,6 @@ def default_root() -> Path:
     return Path(env).resolve() if env else Path.cwd() / "build" / "sim"
 
 
-def gateware_files() -> list[Path]:
-    """The sources that make the accelerator's Verilog (:mod:`hwgen.gateware.sources`)."""
-    return hwgen_sources.gateware_files()
-
-
 def _accelerator_verilog(config: VariantConfig) -> str:
     # Imported late: a cached build must not pay for importing the gateware.
     try:
@@ -164,49 +161,6 @@ def _accelerator_verilog(config: VariantConfig) -> str:
             f"accelerator_verilog is needed to build a simulation"
         ) from exc
     return accelerator_verilog(config)
-
-
-def source_digest(
-    verilog: VerilogSource | None = None, sources: Iterable[Path] | None = None
-) -> str:
-    """The gateware digest of a build folder's name (16 hex digits).
-
-    Parameters
-    ----------
-    verilog : callable, optional
-        The Verilog source function; :func:`hwgen.gateware.emit.accelerator_verilog` by default.
-    sources : iterable of Path, optional
-        Files whose content decides the Verilog. By default the ``hwgen/`` gateware files,
-        plus the file defining ``verilog`` when it is not the default.
-    """
-    h = hashlib.sha256(f"format {BUILD_FORMAT}\n".encode())
-    if verilog is None:
-        h.update(b"hwgen.gateware.emit.accelerator_verilog\n")
-        files = gateware_files() if sources is None else list(sources)
-    else:
-        h.update(f"{verilog.__module__}.{verilog.__qualname__}\n".encode())
-        if sources is None:
-            files = [Path(inspect.getsourcefile(verilog)), *gateware_files()]
-        else:
-            files = list(sources)
-    # the top's templates, and the host's script format they are rendered with
-    files += [TEMPLATES / name for name in SIM_TEMPLATES] + [Path(host_script.__file__)]
-    for path in files:
-        h.update(f"{path.name}\n".encode())
-        h.update(Path(path).read_bytes())
-    h.update(json.dumps([VERILATOR_ARGS, MAKE_ARGS, TIMESCALE, HALF_PERIOD_NS]).encode())
-    return h.hexdigest()[:16]
-
-
-def folder_digest(verilog_sha256: str) -> str:
-    """The digest of a build of a given Verilog file (16 hex digits): its sha256, the
-    simulation templates and the build arguments."""
-    h = hashlib.sha256(f"format {BUILD_FORMAT}\nverilog file {verilog_sha256}\n".encode())
-    for name in SIM_TEMPLATES:
-        h.update(f"{name}\n".encode())
-        h.update((TEMPLATES / name).read_bytes())
-    h.update(json.dumps([VERILATOR_ARGS, MAKE_ARGS, TIMESCALE, HALF_PERIOD_NS]).encode())
-    return h.hexdigest()[:16]
 
 
 # -- the marker ----------------------------------------------------------------------------
@@ -221,8 +175,10 @@ def locked(path: Path) -> Iterator[None]:
         yield
 
 
-def _info(config, directory, digest, marker, cached, began, source, platform) -> BuildInfo:
+def _info(config, directory, digest, marker, cached, began, source, platform,
+          harness) -> BuildInfo:
     return BuildInfo(
+        harness=harness,
         platform=platform,
         memory=marker["memory"],
         config=config,
@@ -242,7 +198,7 @@ def _info(config, directory, digest, marker, cached, began, source, platform) ->
 
 
 def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], str],
-          keep_log: Path, platform: PlatformConfig) -> dict:
+          keep_log: Path, platform: PlatformConfig, harness: str) -> dict:
     """Build into the empty folder ``work``; return its marker (written last)."""
     began = time.perf_counter()
     tool = toolchain.check_toolchain()
@@ -253,15 +209,24 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
     (work / "hwgen_accel.v").write_bytes(verilog)
     for name, body in memory.files.items():
         (work / name).write_text(body)
-    (work / f"{TOP}.sv").write_text(render_top(config, dram=memory.template_context()))
-    (work / f"{TOP}.vlt").write_text(render_vlt(config, dram=platform.is_dram))
+    (work / f"{TOP}.sv").write_text(
+        render_top(config, dram=memory.template_context(), harness=harness))
+    (work / f"{TOP}.vlt").write_text(render_vlt(config, dram=platform.is_dram,
+                                                harness=harness))
     log = work / "build.log"
     # The control file first: file-scoped lint controls apply to files read after it.
     sources = [work / f"{TOP}.vlt", work / "hwgen_accel.v",
                *(work / name for name in memory.files), work / f"{TOP}.sv"]
+    from sim import runners  # cocotb's runner: not imported for a build found made
+
     try:
-        toolchain.VerilatorBuilder(tool, MAKE_ARGS).build(
-            sources=sources, hdl_toplevel=TOP, build_args=list(VERILATOR_ARGS),
+        if harness == "cxx":
+            builder = runners.CxxDriverBuilder(tool, TEMPLATES / DRIVER_CPP, MAKE_ARGS)
+        else:
+            builder = runners.VerilatorBuilder(tool, MAKE_ARGS)
+        builder.build(
+            sources=sources, hdl_toplevel=TOP,
+            build_args=list(CXX_VERILATOR_ARGS if harness == "cxx" else VERILATOR_ARGS),
             build_dir=work / "obj", timescale=TIMESCALE, log_file=log)
     except RuntimeError as exc:
         failure = f"failed ({exc})"
@@ -279,13 +244,13 @@ def _make(config: VariantConfig, work: Path, digest: str, source: Callable[[], s
 
 
 def _build(config: VariantConfig, directory: Path, digest: str,
-           source: Callable[[], str], platform: PlatformConfig) -> dict:
+           source: Callable[[], str], platform: PlatformConfig, harness: str) -> dict:
     """Build in a temporary folder and swap it in over ``directory`` (:mod:`hwgen.atomic`;
     a killed build's temporary folder is removed by the next)."""
     root = directory.parent
     with replacing(directory) as work, toolchain.terminate_interrupts():
         marker = _make(config, work, digest, source, root / f"{directory.name}.failed.log",
-                       platform)
+                       platform, harness)
     with contextlib.suppress(FileNotFoundError):
         (root / f"{directory.name}.failed.log").unlink()
     return marker
@@ -294,7 +259,7 @@ def _build(config: VariantConfig, directory: Path, digest: str,
 def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callable[[], str],
             *, verilog_sha: str | None = None, failed: tuple[str, str] | None = None,
             missing: str | None = None,
-            platform: PlatformConfig = IDEAL) -> BuildInfo:
+            platform: PlatformConfig = IDEAL, harness: str = "cocotb") -> BuildInfo:
     """The build in ``directory``: found whole, or (re)built under the lock.
 
     ``failed`` is ``(binary sha256, why)`` of a build whose simulator would not start: it is
@@ -311,21 +276,24 @@ def _ensure(config: VariantConfig, directory: Path, digest: str, source: Callabl
     if failed is None:
         marker, _ = marker_problem(directory, config, digest, verilog_sha)
         if marker is not None:
-            return _info(config, directory, digest, marker, True, began, source, platform)
+            return _info(config, directory, digest, marker, True, began, source, platform,
+                         harness)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with locked(directory.parent / f"{directory.name}.lock"):
         # Another process may have built (or rebuilt) it meanwhile.
         marker, why = marker_problem(directory, config, digest, verilog_sha)
         if marker is not None:
             if failed is None or marker["executable"]["sha256"] != failed[0]:
-                return _info(config, directory, digest, marker, True, began, source, platform)
+                return _info(config, directory, digest, marker, True, began, source, platform,
+                         harness)
             why = failed[1]
         why = why or missing
         if why is not None:
             print(f"hwgen: rebuilding the simulation of variant {config.key()} in {directory}: "
                   f"{why}", file=sys.stderr, flush=True)
-        marker = _build(config, directory, digest, source, platform)
-    return _info(config, directory, digest, marker, False, began, source, platform)
+        marker = _build(config, directory, digest, source, platform, harness)
+    return _info(config, directory, digest, marker, False, began, source, platform,
+                         harness)
 
 
 def _generated(verilog: VerilogSource, config: VariantConfig) -> str:
@@ -338,21 +306,6 @@ def _generated(verilog: VerilogSource, config: VariantConfig) -> str:
 # -- the API -------------------------------------------------------------------------------
 
 
-def _on(digest: str, platform: PlatformConfig) -> str:
-    """A build digest extended by the platform's memory (unchanged for the ideal memory)."""
-    extra = memory_digest(platform)
-    if not extra:
-        return digest
-    return hashlib.sha256(f"{digest} {extra}".encode()).hexdigest()[:16]
-
-
-def _name(config: VariantConfig, platform: PlatformConfig, digest: str) -> str:
-    """A build folder's name: the variant's key, the platform's unless ideal, the digest."""
-    if platform.is_dram:
-        return f"{config.key()}-{platform.key()}-{digest}"
-    return f"{config.key()}-{digest}"
-
-
 def build_variant(
     config: VariantConfig,
     *,
@@ -360,6 +313,7 @@ def build_variant(
     sources: Iterable[Path] | None = None,
     root: Path | None = None,
     platform: PlatformConfig | None = None,
+    harness: str | None = None,
 ) -> BuildInfo:
     """Build the simulation of ``config``, or find the build already made (healing it).
 
@@ -377,6 +331,9 @@ def build_variant(
     platform : PlatformConfig, optional
         The memory behind the accelerator; the ideal memory by default. A DRAM platform adds
         LiteDRAM's controller and model (:mod:`sim.memory`) to the build.
+    harness : {"cxx", "cocotb"}, optional
+        What will run it (:data:`sim.top.HARNESSES`): by default the C++ driver on the ideal
+        memory (no VPI; the jobs of :mod:`sim.run` run fastest there) and cocotb on a DRAM.
 
     Returns
     -------
@@ -391,11 +348,12 @@ def build_variant(
         If generating the Verilog or building it failed.
     """
     platform = PlatformConfig() if platform is None else platform
-    digest = _on(source_digest(verilog, sources), platform)
+    harness = harness_for(harness, platform)
+    digest = build_digest(source_digest(verilog, sources), platform, harness)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_generated, verilog or _accelerator_verilog, config)
-    return _ensure(config, root / _name(config, platform, digest), digest, source,
-                   platform=platform)
+    return _ensure(config, root / folder_name(config, platform, digest, harness), digest, source,
+                   platform=platform, harness=harness)
 
 
 def _folder_verilog(variant: variant_folder.VariantFolder) -> str:
@@ -403,7 +361,8 @@ def _folder_verilog(variant: variant_folder.VariantFolder) -> str:
 
 
 def build_folder(path: str | os.PathLike, *, root: Path | None = None,
-                 platform: PlatformConfig | None = None) -> BuildInfo:
+                 platform: PlatformConfig | None = None,
+                 harness: str | None = None) -> BuildInfo:
     """Build the simulation of a variant folder's own ``hwgen_accel.v``, after checking it
     against its descriptor (:func:`hwgen.gateware.folder.open_variant`).
 
@@ -411,6 +370,7 @@ def build_folder(path: str | os.PathLike, *, root: Path | None = None,
     Verilog sha256 is the folder's; when there is none yet and this hwgen's gateware makes
     exactly the folder's Verilog, the default build is made from the folder. Otherwise the
     folder's Verilog gets a build of its own, keyed by its sha256 (:func:`folder_digest`).
+    ``harness`` is as for :func:`build_variant`.
 
     Raises
     ------
@@ -422,20 +382,23 @@ def build_folder(path: str | os.PathLike, *, root: Path | None = None,
     variant = variant_folder.open_variant(path)
     config, sha = variant.config, variant.verilog_sha256
     platform = variant.platform if platform is None else platform
+    harness = harness_for(harness, platform)
     root = default_root() if root is None else Path(root)
     source = functools.partial(_folder_verilog, variant)
-    digest = _on(source_digest(), platform)
-    default = root / _name(config, platform, digest)
+    digest = build_digest(source_digest(), platform, harness)
+    default = root / folder_name(config, platform, digest, harness)
     marker, _ = marker_problem(default, config, digest)
     if marker is not None and marker["verilog_sha256"] == sha:
-        return _ensure(config, default, digest, source, verilog_sha=sha, platform=platform)
+        return _ensure(config, default, digest, source, verilog_sha=sha, platform=platform,
+                       harness=harness)
     if marker is None:
         made = hashlib.sha256(_accelerator_verilog(config).encode()).hexdigest()
         if made == sha:  # verified, not assumed: the default build will hold these bytes
-            return _ensure(config, default, digest, source, verilog_sha=sha, platform=platform)
-    digest = _on(folder_digest(sha), platform)
-    return _ensure(config, root / _name(config, platform, digest), digest, source,
-                   verilog_sha=sha, platform=platform)
+            return _ensure(config, default, digest, source, verilog_sha=sha,
+                           platform=platform, harness=harness)
+    digest = build_digest(folder_digest(sha), platform, harness)
+    return _ensure(config, root / folder_name(config, platform, digest, harness), digest, source,
+                   verilog_sha=sha, platform=platform, harness=harness)
 
 
 def verified(build: BuildInfo) -> BuildInfo:
@@ -456,7 +419,7 @@ def verified(build: BuildInfo) -> BuildInfo:
         return build
     return _ensure(build.config, build.directory, build.digest, build.source,
                    verilog_sha=build.verilog_sha256 or None, missing="its folder was removed",
-                   platform=build.platform)
+                   platform=build.platform, harness=build.harness)
 
 
 def rebuilt(build: BuildInfo, why: str) -> BuildInfo:
@@ -474,4 +437,5 @@ def rebuilt(build: BuildInfo, why: str) -> BuildInfo:
                          f"this BuildInfo cannot remake it")
     return _ensure(build.config, build.directory, build.digest, build.source,
                    verilog_sha=build.verilog_sha256 or None,
-                   failed=(build.executable_sha256, why), platform=build.platform)
+                   failed=(build.executable_sha256, why), platform=build.platform,
+                   harness=build.harness)

@@ -41,7 +41,7 @@ import numpy as np
 from hwgen.config import VariantConfig
 from hwgen.perf import COUNTERS
 from sim import build as sim_build
-from sim import toolchain
+from sim.launch import SimError, launch
 
 if TYPE_CHECKING:
     from sim.board import Board
@@ -54,10 +54,6 @@ __all__ = [
 ]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-class SimError(RuntimeError):
-    """The simulator or the testbench failed; the message names the log."""
 
 
 class SimTimeout(SimError):
@@ -306,63 +302,6 @@ def _run_folder(build: sim_build.BuildInfo, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=runs))
 
 
-def _log_tail(log: Path, lines: int = 25) -> str:
-    if not log.exists():
-        return ""
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-
-
-class _NoResults(SimError):
-    """The simulator ended without writing results: it did not start, or it crashed."""
-
-    def __init__(self, why: str, log: Path):
-        self.why = why
-        super().__init__(f"the simulator {why}; the log is {log}:\n{_log_tail(log)}")
-
-
-def _launch(build: sim_build.BuildInfo, folder: Path) -> None:
-    log = folder / "sim.log"
-    try:
-        toolchain.SimRunner().test(
-            test_module="sim.tb.harness",
-            hdl_toplevel=sim_build.TOP,
-            hdl_toplevel_lang="verilog",
-            build_dir=build.obj_dir,
-            test_dir=folder,
-            plusargs=[f"+hwgen_load={folder / jobfile.LOAD_HEX}",
-                      f"+hwgen_dump={folder / jobfile.DUMP_HEX}",
-                      f"+hwgen_host={folder / jobfile.HOST_HEX}"],
-            extra_env={
-                jobfile.ENV_VAR: str(folder),
-                # cocotb installs pytest's assertion rewriter for every module imported in the
-                # simulator; numpy alone then takes 0.3 s to import. The harness has no asserts.
-                "COCOTB_REWRITE_ASSERTION_FILES": "",
-            },
-            log_file=log,
-        )
-    except (SystemExit, RuntimeError, OSError) as exc:  # the runner exits on failure
-        if not (folder / jobfile.RESULTS_JSON).exists():
-            raise _NoResults(f"failed without writing results ({exc!r})", log) from None
-        raise SimError(
-            f"the simulator failed ({exc!r}); the log is {log}:\n{_log_tail(log)}"
-        ) from None
-    if not (folder / jobfile.RESULTS_JSON).exists():
-        raise _NoResults("ended without writing results", log)
-
-
-def _launch_healing(build: sim_build.BuildInfo, folder: Path) -> None:
-    """Launch; a simulator that dies without results is rebuilt once and launched again."""
-    try:
-        _launch(build, folder)
-    except _NoResults as exc:
-        build = sim_build.rebuilt(build, f"its simulator {exc.why}")
-        try:
-            _launch(build, folder)
-        except _NoResults as again:
-            raise SimError(f"the simulator of {build.directory} still fails after a rebuild: "
-                           f"{again}") from None
-
-
 def _usable(build: sim_build.BuildInfo) -> sim_build.BuildInfo:
     if build.source is None and not build.executable.is_file():
         raise SimError(
@@ -441,9 +380,7 @@ def run_programs(
         "counters": list(COUNTERS),
         "imem_depth": config.imem_depth,
     }
-    jobfile.write_jobs(folder, header, _specs(config, jobs))
-    _launch_healing(build, folder)
-    raw, error = jobfile.read_results(folder)
+    raw, error = launch(build, folder, header, _specs(config, jobs))
     if error is not None:
         raise SimError(f"the testbench failed (run folder {folder}):\n{error}")
     results = [

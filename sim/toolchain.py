@@ -18,15 +18,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from cocotb_tools import runner as cocotb_runner
-
-from hwgen.process import run_command
-from sim.runtime_cache import RuntimeObjects
 
 #: cocotb 2 needs Verilator 5.036 or newer.
 MIN_VERILATOR = (5, 36)
@@ -229,68 +224,6 @@ def compiler_version(environ: Mapping[str, str] | None = None) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return proc.stdout.strip() or "unknown"
-
-
-# -- running the tools through cocotb's runner ---------------------------------------------
-
-
-class GroupedCommands:
-    """Runs cocotb's commands with :func:`run_command`: each in a process group of its own,
-    killed with all its children when the caller is interrupted or fails.
-
-    cocotb's runner uses ``subprocess.run``, which kills only the direct child (make) and
-    leaves the compilers it started running.
-    """
-
-    env: dict[str, str]
-
-    def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
-        for cmd in cmds:
-            status = run_command(cmd, cwd=cwd, env=self.env, stdout=stdout)
-            if status != 0:
-                raise RuntimeError(f"Command failed with return code: {status}")
-
-
-class SimRunner(GroupedCommands, cocotb_runner.Verilator):
-    """cocotb's Verilator runner, for running a built simulation (:mod:`sim.run`)."""
-
-
-class VerilatorBuilder(GroupedCommands, cocotb_runner.Verilator):
-    """cocotb's Verilator runner without ``--public-flat-rw``, with our toolchain and extra
-    make arguments, for building (:mod:`sim.build`).
-
-    ``--public-flat-rw`` makes every signal public, which stops Verilator optimising them:
-    an 8x8 array simulates 3-12x slower. The build's .vlt file makes public only what the
-    testbench needs.
-    """
-
-    def __init__(self, tool: Verilator, make_args: Sequence[str] = ()):
-        self._tool = tool
-        self._make_args = list(make_args)
-        super().__init__()
-
-    def _simulator_in_path_build_only(self) -> None:
-        self.executable = str(self._tool.executable)
-
-    def _set_env_build(self) -> None:
-        super()._set_env_build()
-        self.env = tool_env(self._tool, self.env)
-
-    def _build_command(self) -> list[list[str]]:
-        verilate, make = super()._build_command()
-        return [[arg for arg in verilate if arg != "--public-flat-rw"],
-                [*make, *self._make_args]]
-
-    def _execute_cmds(self, cmds, cwd, stdout=None) -> None:
-        """Verilate, then make with Verilator's runtime objects from
-        :mod:`sim.runtime_cache` (and store those make compiled)."""
-        verilate, make = cmds
-        super()._execute_cmds([verilate], cwd, stdout)
-        runtime = RuntimeObjects.of(make, self.env)
-        restored = runtime.restore(Path(self.build_dir)) if runtime else set()
-        super()._execute_cmds([make], cwd, stdout)
-        if runtime:
-            runtime.save(Path(self.build_dir), restored)
 
 
 def _interrupt(signum, frame):

@@ -22,7 +22,12 @@ HALF_PERIOD_NS = 5
 CLOCK_PERIOD_NS = 2 * HALF_PERIOD_NS
 
 TEMPLATES = Path(rtl_templates.__file__).parent  # package data, wherever it is installed
-SIM_TEMPLATES = ("sim_top.sv.j2", "sim_top.vlt.j2")
+#: The C++ driver's main, compiled into a "cxx" build (:mod:`sim.cxx_driver`).
+DRIVER_CPP = "sim_driver.cpp"
+SIM_TEMPLATES = ("sim_top.sv.j2", "sim_top.vlt.j2", DRIVER_CPP)
+#: What can drive a build's top: cocotb (VPI, a Verilog clock under --timing), or the C++
+#: driver (the top's ports, the clock toggled from C++, no VPI and no --timing).
+HARNESSES = ("cocotb", "cxx")
 
 
 class BuildError(RuntimeError):
@@ -39,25 +44,27 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_top(config: VariantConfig, *, standalone: bool = False,
+def render_top(config: VariantConfig, *, harness: str = "cocotb",
                dram: dict[str, Any] | None = None) -> str:
     """The Verilog of ``hwgen_tb_top`` for ``config``.
 
     Parameters
     ----------
-    standalone : bool
-        False for the cocotb build; True for a ``verilator --binary`` top that loads memory
-        and host script with ``$readmemh`` and ends with ``$finish`` when the script ends
-        (ideal memory only).
+    harness : {"cocotb", "cxx"}
+        What drives the top (:data:`HARNESSES`): cocotb through VPI handles, with the clock
+        a Verilog delay loop (``--timing``); or the C++ driver (:mod:`sim.cxx_driver`)
+        through the top's ports, clock included (ideal memory only).
     dram : dict, optional
         A DRAM platform's :meth:`sim.memory.BoardMemory.template_context`; the ideal memory
         when None.
     """
-    if dram is not None and standalone:
-        raise ValueError("a standalone build runs on the ideal memory only")
+    if harness not in HARNESSES:
+        raise ValueError(f"harness must be one of {', '.join(HARNESSES)}, not {harness!r}")
+    if dram is not None and harness == "cxx":
+        raise ValueError("the C++ driver runs on the ideal memory only")
     return _environment().get_template("sim_top.sv.j2").render(
         key=config.key(),
-        standalone=standalone,
+        harness=harness,
         dram=dram,
         addr_bits=config.mem_addr_bits,
         port_bits=config.port_bits,
@@ -76,10 +83,12 @@ def public_handles(*, dram: bool = False) -> dict[str, str]:
     return {**host_script.TB_HANDLES, **memory}
 
 
-def render_vlt(config: VariantConfig, *, dram: bool = False) -> str:
-    """The Verilator control file making public only what the testbench touches."""
+def render_vlt(config: VariantConfig, *, dram: bool = False, harness: str = "cocotb") -> str:
+    """The Verilator control file making public only what the testbench touches (nothing
+    for the C++ driver, which drives the top's ports)."""
+    handles = public_handles(dram=dram) if harness == "cocotb" else {}
     return _environment().get_template("sim_top.vlt.j2").render(
-        key=config.key(), dram=dram, handles=public_handles(dram=dram))
+        key=config.key(), dram=dram, handles=handles)
 
 
 def expected_ports(config: VariantConfig) -> set[str]:

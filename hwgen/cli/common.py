@@ -278,7 +278,8 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_args(args: argparse.Namespace):
-    """The model of ``args`` loaded with its ``--input-shape`` and ``--batch``, and the batch.
+    """The model of ``args`` loaded with its ``--input-shape`` and ``--batch``, and the batch;
+    from the import cache beside the kernel cache (:mod:`fusion.frontend.import_cache`).
 
     Raises
     ------
@@ -291,7 +292,11 @@ def load_args(args: argparse.Namespace):
     if len(shapes) != len(args.input_shape or ()):
         raise ValueError("--input-shape names an input more than once; give each input once")
     batch = args.batch or 1
-    return load_model(args.model, shapes, batch), batch
+    if not hasattr(args, "cache"):  # a command without a kernel cache
+        return load_model(args.model, shapes, batch), batch
+    from fusion.frontend.import_cache import ImportCache
+
+    return ImportCache(kernel_cache(args).root / "imports").load(args.model, shapes, batch), batch
 
 
 def available_cores() -> int:

@@ -29,9 +29,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 
-from sim.tb import dram_image, host_script, jobfile
-
-POISON = jobfile.POISON
+from sim.tb import dram_image, hexfiles, host_script, jobfile
 
 
 class _Handles:
@@ -55,15 +53,6 @@ class _Handles:
             ) from exc
 
 
-def _hex_lines(data: np.ndarray, port_bytes: int) -> str:
-    """Bytes -> ``$readmemh`` lines, one little-endian word a line (most significant first)."""
-    rows = np.ascontiguousarray(np.frombuffer(data.tobytes(), np.uint8).reshape(
-        -1, port_bytes)[:, ::-1])
-    text = rows.tobytes().hex()
-    width = 2 * port_bytes
-    return "\n".join(text[i:i + width] for i in range(0, len(text), width))
-
-
 async def _pulse(signal: Any) -> None:
     """A rising edge on ``signal`` (its always block runs), then back to 0."""
     signal.value = 1
@@ -82,24 +71,16 @@ async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, folder: Path
     if h.dram:
         await _load_dram(h, job, port_bytes, folder)
         return script.count("\n")
-    parts = []
-    for addr, words in job.clear:
-        parts.append(f"@{addr:x}\n" + _hex_lines(np.zeros(words * port_bytes, np.uint8),
-                                                   port_bytes))
-    for addr, size in job.reads.values():
-        parts.append(f"@{addr:x}\n" + _hex_lines(np.full(size, POISON, np.uint8), port_bytes))
-    for addr, data in job.writes:
-        parts.append(f"@{addr:x}\n" + _hex_lines(data, port_bytes))
-    if parts:
-        (folder / jobfile.LOAD_HEX).write_text("\n".join(parts) + "\n")
+    text = hexfiles.load_text(job, port_bytes)
+    if text:
+        (folder / jobfile.LOAD_HEX).write_text(text)
         await _pulse(h.load_mem)
     return script.count("\n")
 
 
 def _dumped(folder: Path) -> list[str]:
     """The words of the last ``$writememh`` dump, one hex string each."""
-    return [line for line in (folder / jobfile.DUMP_HEX).read_text().split()
-            if not line.startswith(("//", "@"))]
+    return hexfiles.dumped_words((folder / jobfile.DUMP_HEX).read_text())
 
 
 async def _host_reads(h: _Handles, folder: Path) -> dict[str, int]:
@@ -111,9 +92,7 @@ async def _host_reads(h: _Handles, folder: Path) -> dict[str, int]:
 async def _load_dram(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
                      folder: Path) -> None:
     """The same segments as :func:`_load`, scattered into one file per bank."""
-    segments = [(addr, np.zeros(words * port_bytes, np.uint8)) for addr, words in job.clear]
-    segments += [(addr, np.full(size, POISON, np.uint8)) for addr, size in job.reads.values()]
-    segments += list(job.writes)
+    segments = hexfiles.segments(job, port_bytes)
     if not segments:
         return
     for bank, text in enumerate(dram_image.bank_files(segments, port_bytes, h.layout)):
@@ -148,16 +127,11 @@ async def _read(h: _Handles, job: jobfile.JobSpec, port_bytes: int,
         return await _read_dram(h, job, port_bytes, folder)
     outputs = {}
     for name, (addr, size) in job.reads.items():
-        words = size // port_bytes
-        h.dump_lo.value, h.dump_hi.value = addr, addr + words - 1
+        h.dump_lo.value, h.dump_hi.value = addr, addr + size // port_bytes - 1
         await _pulse(h.dump_mem)
-        lines = _dumped(folder)
-        if len(lines) != words:
-            raise RuntimeError(f"$writememh wrote {len(lines)} words of region {name!r}, not "
-                               f"{words}")
-        raw = bytes.fromhex("".join(lines))
-        outputs[name] = np.ascontiguousarray(np.frombuffer(raw, np.uint8).reshape(
-            words, port_bytes)[:, ::-1]).reshape(-1)
+        outputs[name] = hexfiles.region_bytes((folder / jobfile.DUMP_HEX).read_text(),
+                                              size // port_bytes, port_bytes,
+                                              f"region {name!r}")
     return outputs
 
 

@@ -75,8 +75,14 @@ def test_the_templates_render_with_every_variable_defined():
     initials = re.findall(r"initial begin(.*?)\n  end", top, re.DOTALL)
     assert initials and not any("ext_mem" in block for block in initials)
     assert "$readmemh(load_file, ext_mem)" in top and "$writememh(dump_file, ext_mem" in top
-    assert "$readmemh" in sim_build.render_top(CONFIG, standalone=True)
-    assert "host_script" in sim_build.render_top(CONFIG, standalone=True)
+    # the C++ driver's top: the testbench's signals are its ports, the clock one of them
+    cxx = sim_build.render_top(CONFIG, harness="cxx")
+    header = re.search(r"module hwgen_tb_top \((.*?)\);", cxx, re.DOTALL)[1]
+    ports = set(re.findall(r"(\w+),?\n", header))
+    assert ports == set(sim_build.public_handles()) - {"ext_mem", "rst"} | {"rst_in"}
+    assert "always #" not in cxx and "$readmemh(load_file, ext_mem)" in cxx
+    with pytest.raises(ValueError, match="ideal memory only"):
+        sim_build.render_top(CONFIG, harness="cxx", dram={"module": "x"})
 
 
 @pytest.mark.parametrize("dram", [False, True])
@@ -92,6 +98,10 @@ def test_nothing_inside_the_accelerator_is_visible_to_the_testbench(dram):
                          .replace("public_flat_rd -module \"hwgen_tb_top\"", ""), re.M)
     harness = (Path(sim_build.__file__).parent / "tb" / "harness.py").read_text()
     assert "dut.accel" not in harness and ".imem[" not in harness
+    # the C++ driver's build makes nothing public: it drives the top's ports
+    assert not re.search(r"^public", sim_build.render_vlt(CONFIG, harness="cxx"), re.M)
+    driver = (sim_build.TEMPLATES / "sim_driver.cpp").read_text()
+    assert "rootp" not in driver and "__DOT__" not in driver
 
 
 def test_an_old_verilator_stops_the_build_before_amaranth_runs(tmp_path, monkeypatch):
