@@ -21,8 +21,8 @@
 //
 // or, when the host is still on the bus after the cycle limit (the accelerator stopped
 // answering), "hung <index> <cycles>" and exit status 3. Anything else that goes wrong
-// (a missing or malformed file) is one line on stderr and exit status 2. results.txt ends
-// with "end" when every job ran.
+// (a missing or malformed file) is one line on stderr and exit status 2; a design that calls
+// $finish ends the run with exit status 4. results.txt ends with "end" when every job ran.
 
 #include "Vtop.h"
 #include "verilated.h"
@@ -36,6 +36,9 @@
 #include <vector>
 
 namespace {
+
+// The exit status when the design calls $finish (the results, if any, lack "end").
+constexpr int FINISHED = 4;
 
 struct Job {
     long index = 0;
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
     top->rst_in = 1;
     top->host_go = 0;
     top->eval();  // the initial blocks: the file names from the plusargs
+    if (ctx->gotFinish()) return FINISHED;  // a design that ends itself: no results at all
 
     std::FILE* results = std::fopen("results.txt", "w");
     if (results == nullptr) fail("cannot write results.txt");
@@ -159,9 +163,14 @@ int main(int argc, char** argv) {
         std::uint64_t cycles = 0;
         // The host's own watchdog ends its wait for the interrupt at the job's limit; this
         // one only catches a host left waiting on a bus that stopped answering.
-        while (!top->host_done && cycles < job.limit) {
+        while (!top->host_done && cycles < job.limit && !ctx->gotFinish()) {
             d.cycle();
             ++cycles;
+        }
+        if (ctx->gotFinish()) {  // $finish in the design: the results stop short of "end"
+            std::fclose(results);
+            top->final();
+            return FINISHED;
         }
         const double wall = seconds_since(began);
         if (!top->host_done) {

@@ -71,8 +71,9 @@ from sim.top import (
 
 __all__ = [
     "BUILD_FORMAT", "CLOCK_PERIOD_NS", "HALF_PERIOD_NS", "MAKE_ARGS", "MARKER", "TIMESCALE",
-    "TOP", "VERILATOR_ARGS", "BuildError", "BuildInfo", "VerilogSource",
-    "build_folder", "build_variant", "check_interface", "default_root", "expected_ports",
+    "TOP", "VERILATOR_ARGS", "BuildError", "BuildInfo", "VerilogSource", "build_digest",
+    "build_folder", "build_variant", "folder_name", "check_interface", "default_root",
+    "expected_ports",
     "folder_digest", "gateware_files", "public_handles", "rebuilt", "render_top",
     "render_vlt",
     "source_digest", "verified",

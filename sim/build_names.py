@@ -82,10 +82,11 @@ def folder_digest(verilog_sha256: str) -> str:
     return h.hexdigest()[:16]
 
 
-def build_digest(digest: str, platform: PlatformConfig, harness: str = "cocotb") -> str:
+def build_digest(digest: str, platform: PlatformConfig | None = None,
+                 harness: str = "cocotb") -> str:
     """A build digest extended by the platform's memory (unchanged for the ideal memory) and
     by the harness (unchanged for cocotb)."""
-    extra = memory_digest(platform)
+    extra = memory_digest(platform or PlatformConfig())
     if extra:
         digest = hashlib.sha256(f"{digest} {extra}".encode()).hexdigest()[:16]
     if harness == "cxx":

@@ -77,13 +77,13 @@ def _cxx(build: sim_build.BuildInfo, folder: Path, header: dict[str, Any],
     try:
         status = cxx_driver.run(build.executable, folder, log)
     except OSError as exc:
-        raise _NoResults(f"did not start ({exc})", log) from None
+        raise _NoResults(f"failed without writing results ({exc})", log) from None
     if status == 2:  # it could not read what this module wrote: no rebuild mends that
         raise SimError(f"the C++ driver refused its inputs; the log is {log}:\n"
                        f"{_log_tail(log)}")
     if status not in (0, cxx_driver.HUNG):
         if not (folder / cxx_driver.RESULTS_TXT).exists():
-            raise _NoResults(f"exited with status {status} without writing results", log)
+            raise _NoResults(f"failed without writing results (exit status {status})", log)
         raise SimError(f"the simulator exited with status {status}; the log is {log}:\n"
                        f"{_log_tail(log)}")
     try:

@@ -43,9 +43,11 @@ class ImportCache:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def load(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None,
-             batch: int = 1) -> Graph:
+             batch: int = 1, *, keep: bool = True) -> Graph:
         """:func:`fusion.frontend.load.load_model` of an ONNX model, from this cache when it
-        was imported before (any other model file is loaded as it is).
+        was imported before (any other model file is loaded as it is). With ``keep`` False a
+        new import is not stored (a command that may still refuse the model stores it with
+        :meth:`keep` once it has not).
 
         Raises
         ------
@@ -62,8 +64,18 @@ class ImportCache:
             if graph is not None:
                 return graph
         graph = load_model(path, shapes, batch)
-        _write(entry, graph)
+        if keep:
+            _write(entry, graph)
         return graph
+
+    def keep(self, path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None,
+             batch: int, graph: Graph) -> None:
+        """Store ``graph``, the import of ONNX model ``path``, unless it is stored already."""
+        path = Path(path)
+        if path.suffix.lower() == ".onnx":
+            entry = self.root / f"{self.key(path, dict(input_shapes or {}), batch)}.json"
+            if not entry.is_file():
+                _write(entry, graph)
 
 
 def _read(entry: Path) -> Graph | None:

@@ -277,9 +277,10 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
                         "becomes B, so that each kernel runs all B at once (default 1)")
 
 
-def load_args(args: argparse.Namespace):
+def load_args(args: argparse.Namespace, *, keep: bool = True):
     """The model of ``args`` loaded with its ``--input-shape`` and ``--batch``, and the batch;
-    from the import cache beside the kernel cache (:mod:`fusion.frontend.import_cache`).
+    from the import cache beside the kernel cache (:mod:`fusion.frontend.import_cache`),
+    where a new import is stored unless not ``keep``.
 
     Raises
     ------
@@ -294,9 +295,13 @@ def load_args(args: argparse.Namespace):
     batch = args.batch or 1
     if not hasattr(args, "cache"):  # a command without a kernel cache
         return load_model(args.model, shapes, batch), batch
+    return _imports(args).load(args.model, shapes, batch, keep=keep), batch
+
+
+def _imports(args: argparse.Namespace):
     from fusion.frontend.import_cache import ImportCache
 
-    return ImportCache(kernel_cache(args).root / "imports").load(args.model, shapes, batch), batch
+    return ImportCache(kernel_cache(args).root / "imports")
 
 
 def available_cores() -> int:
@@ -316,17 +321,19 @@ def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
 
     variant = open_variant(args.variant)  # its platform prices the candidates
     config = variant.config
-    graph, batch = load_args(args)
-    check_batch_fits(graph, config, batch)
+    graph, batch = load_args(args, keep=False)
+    check_batch_fits(graph, config, batch)  # a refused model leaves no file behind
+    _imports(args).keep(args.model, dict(args.input_shape or ()), batch, graph)
     cache = kernel_cache(args)
     learned = getattr(args, "profiles", None) or getattr(args, "cost_model", None)
     data = _input_hints(args, graph)
     plans, key = None, None
     if plan_cache and not learned:
         from fusion.compiler.plan_cache import PlanCache
+        from hwgen.cli.plan_parts import plan_parts
 
         plans = PlanCache(Path(cache.root) / "plans")
-        key = plans.key(_plan_parts(args, variant, batch, data))
+        key = plans.key(plan_parts(args, variant, batch, data))
         known = plans.get(key, config, args.variant)
         if known is not None:
             return known
@@ -339,29 +346,6 @@ def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
         counts = ", ".join(f"{n} by {tier}" for tier, n in sorted(model.counts.items()))
         print(f"hwgen: candidates priced by {model.describe()} ({counts})", file=sys.stderr)
     return compiled
-
-
-def _plan_parts(args: argparse.Namespace, variant, batch: int, data) -> dict:
-    """What decides the plan of ``args`` (:meth:`fusion.compiler.plan_cache.PlanCache.key`)."""
-    import hashlib
-
-    from fusion.compiler.plan_folder import file_sha256
-    from fusion.kernels.cache import codegen_version
-    from hwgen.gateware.sources import gateware_digest
-
-    hints = None
-    if data is not None:
-        h = hashlib.sha256()
-        for name in sorted(data.masks):
-            mask = data.masks[name]
-            h.update(f"{name}{mask.shape}".encode() + mask.tobytes())
-        hints = h.hexdigest()
-    return {"model": file_sha256(Path(args.model)), "input_shape": args.input_shape,
-            "batch": batch, "variant": variant.config.key(), "gateware": gateware_digest(),
-            "platform": variant.platform.to_dict(), "no_fusion": args.no_fusion,
-            "min_gain": args.min_gain, "no_host_fallback": args.no_host_fallback,
-            "without": args.without.to_dict() if args.without else None,
-            "codegen": codegen_version(), "zero_hints": hints}
 
 
 def kernel_cache(args: argparse.Namespace):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hwgen.atomic import replacing
 from hwgen.platform import PlatformConfig
+from hwgen.process import run_command
 from sim import toolchain
 from sim.build import MAKE_ARGS, BuildError, default_root, locked
 from sim.dram.generate import MODULE, SPEC_FILE, VERILOG_FILE, DramVerilog, generate, write
@@ -103,7 +104,7 @@ def _make(dram: DramVerilog, work: Path, want_digest: str, keep_log: Path) -> di
            str(work / "dram" / VERILOG_FILE), str(DRIVER)]
     log = work / "build.log"
     with open(log, "w") as out:
-        status = toolchain.run_command(cmd, cwd=work, env=toolchain.tool_env(tool), stdout=out)
+        status = run_command(cmd, cwd=work, env=toolchain.tool_env(tool), stdout=out)
     binary = work / "obj" / BINARY
     if status != 0 or not binary.is_file():
         shutil.copyfile(log, keep_log)

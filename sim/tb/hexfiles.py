@@ -36,8 +36,12 @@ def load_text(job: JobSpec, port_bytes: int) -> str:
 
 
 def dumped_words(text: str) -> list[str]:
-    """The words of a ``$writememh`` file, one hex string each (comments and @ dropped)."""
-    return [line for line in text.split() if not line.startswith(("//", "@"))]
+    """The words of a ``$writememh`` file, one hex string each (comment lines and @ dropped)."""
+    words = []
+    for line in text.splitlines():
+        if not line.lstrip().startswith("//"):
+            words += [w for w in line.split() if not w.startswith("@")]
+    return words
 
 
 def region_bytes(text: str, words: int, port_bytes: int, what: str) -> np.ndarray:

@@ -179,11 +179,14 @@ SOURCES = (
 )
 
 
-def build_copy_engine(config: VariantConfig, root: Path | None = None):
-    """Build (or find) the simulation of the copy engine for ``config``."""
+def build_copy_engine(config: VariantConfig, root: Path | None = None,
+                      harness: str | None = None):
+    """Build (or find) the simulation of the copy engine for ``config``, for ``harness``
+    (the C++ driver by default)."""
     from sim.build import build_variant
 
-    return build_variant(config, verilog=copy_engine_verilog, sources=SOURCES, root=root)
+    return build_variant(config, verilog=copy_engine_verilog, sources=SOURCES, root=root,
+                         harness=harness)
 
 
 def copies_correctly(build, config: VariantConfig) -> bool:

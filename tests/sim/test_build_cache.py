@@ -12,6 +12,7 @@ import pytest
 
 import hwgen
 from hwgen.config import VariantConfig
+from hwgen.platform import PlatformConfig
 from sim import build as sim_build
 from sim.toolchain import ToolchainError
 from tests.helpers.copy_engine import SOURCES, copy_engine_verilog
@@ -36,8 +37,9 @@ def build(root: Path) -> sim_build.BuildInfo:
 
 
 def folder(root: Path) -> Path:
-    digest = sim_build.source_digest(counting_verilog, SOURCES)
-    return root / f"{CONFIG.key()}-{digest}"
+    digest = sim_build.build_digest(sim_build.source_digest(counting_verilog, SOURCES),
+                                    harness="cxx")
+    return root / sim_build.folder_name(CONFIG, PlatformConfig(), digest, "cxx")
 
 
 def fake_old_verilator(root: Path) -> Path:

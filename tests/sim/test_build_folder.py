@@ -17,6 +17,7 @@ from hwgen.cli import main
 from hwgen.config import VariantConfig
 from hwgen.gateware.folder import sha256_of
 from hwgen.gateware.sources import gateware_digest
+from hwgen.platform import PlatformConfig
 from sim import build as sim_build
 from sim.run import MemoryImage, run_program
 from tests.helpers.copy_engine import HALT, build_copy_engine, copy, copy_engine_verilog
@@ -43,8 +44,8 @@ def variant_folder(path: Path, text: str) -> Path:
 
 def as_default_build(pristine: sim_build.BuildInfo, root: Path) -> Path:
     """The copy engine's build placed where this hwgen's default build of CFG would be."""
-    digest = sim_build.source_digest()
-    target = root / f"{CFG.key()}-{digest}"
+    digest = sim_build.build_digest(sim_build.source_digest(), harness="cxx")
+    target = root / sim_build.folder_name(CFG, PlatformConfig(), digest, "cxx")
     shutil.copytree(pristine.directory, target, symlinks=True)
     marker = json.loads((target / sim_build.MARKER).read_text())
     marker["digest"] = digest
@@ -78,7 +79,8 @@ def test_a_folder_with_other_verilog_gets_its_own_build_and_gemm_runs_it(
     build = sim_build.build_folder(folder, root=root)
     assert not build.cached and build.directory != default
     sha = sha256_of(shipped.encode())
-    assert build.directory.name == f"{CFG.key()}-{sim_build.folder_digest(sha)}"
+    digest = sim_build.build_digest(sim_build.folder_digest(sha), harness="cxx")
+    assert build.directory.name == f"{CFG.key()}-cxx-{digest}"
     marker = json.loads((build.directory / sim_build.MARKER).read_text())
     assert marker["verilog_sha256"] == sha
     assert (build.directory / "hwgen_accel.v").read_text() == shipped

@@ -110,8 +110,9 @@ def test_a_damaged_build_is_rebuilt_once_with_a_notice(pristine, tmp_path, capfd
 
 def test_a_folder_renamed_from_another_variant_is_not_used(pristine, tmp_path, capfd):
     root = tmp_path / "cache"
-    digest = sim_build.source_digest(copy_engine_verilog, SOURCES)
-    copied(pristine, root, f"{OTHER.key()}-{digest}")
+    digest = sim_build.build_digest(sim_build.source_digest(copy_engine_verilog, SOURCES),
+                                    harness="cxx")
+    copied(pristine, root, f"{OTHER.key()}-cxx-{digest}")
     build = build_copy_engine(OTHER, root)
     assert not build.cached
     assert json.loads((build.directory / sim_build.MARKER).read_text())["key"] == OTHER.key()

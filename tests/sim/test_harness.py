@@ -1,5 +1,6 @@
-"""The cocotb testbench and run API end to end, on the copy engine (tests/sim/copy_engine.py):
-a stand-in with the accelerator's ports, so these tests do not depend on the real gateware.
+"""Both harnesses (the C++ driver and the cocotb testbench) and the run API end to end, on the
+copy engine (tests/sim/copy_engine.py): a stand-in with the accelerator's ports, so these tests
+do not depend on the real gateware. Every test runs on each harness.
 
 Copy engine timing, per the fixture: FETCH and DECODE take a cycle each per instruction, and
 each copied word takes ``port_latency + 2`` cycles, so ``[copy n, halt]`` runs in exactly
@@ -21,9 +22,16 @@ CFG = VariantConfig(port_bytes=8, port_latency=4, mem_addr_bits=14, imem_depth=6
 WIDE = VariantConfig(port_bytes=16, port_latency=1, mem_addr_bits=12, imem_depth=16)
 
 
+@pytest.fixture(scope="module", params=["cxx", "cocotb"])
+def harness(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def engine():
-    return build_copy_engine(CFG)
+def engine(harness):
+    build = build_copy_engine(CFG, harness=harness)
+    assert build.harness == harness
+    return build
 
 
 def plus_one(data: bytes, port_bytes: int) -> np.ndarray:
@@ -53,8 +61,8 @@ def test_a_copy_reads_writes_and_counts(engine):
     assert 0 < result.wall_seconds < 5
 
 
-def test_wide_words_and_a_one_cycle_latency():
-    engine = build_copy_engine(WIDE)
+def test_wide_words_and_a_one_cycle_latency(harness):
+    engine = build_copy_engine(WIDE, harness=harness)
     # Word 0 carries out of its low 64 bits, word 1 wraps around 128 bits.
     data = bytes([0xFF] * 8 + [0] * 8) + bytes([0xFF] * 16) + bytes(range(16))
     memory = MemoryImage(writes=((10, data),), reads={"out": (20, 48)})
@@ -115,3 +123,21 @@ def test_a_hung_job_does_not_spoil_the_next(engine):
     assert len(results) == 2
     assert results[1].outputs["o"].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
     assert results[1].cycles == copy_cycles(1, CFG)
+
+
+def test_the_driver_refuses_a_job_list_it_cannot_read(tmp_path, monkeypatch):
+    from sim import cxx_driver
+    from sim.launch import SimError
+
+    build = build_copy_engine(CFG, harness="cxx")
+    (tmp_path / cxx_driver.JOBS_TXT).write_text("hwgen-jobs 1\njob 0 1\n")
+    assert cxx_driver.run(build.executable, tmp_path, tmp_path / "log") == 2
+    assert "malformed job line" in (tmp_path / "log").read_text()
+
+    # through run_programs: one SimError naming the log, and no rebuild (the build is sound)
+    def damaged(folder, header, specs):
+        (folder / cxx_driver.JOBS_TXT).write_text("hwgen-jobs 2\n")
+
+    monkeypatch.setattr(cxx_driver, "write_inputs", damaged)
+    with pytest.raises(SimError, match="refused its inputs(.|\n)*not a job list of format 1"):
+        run_program(CFG, [HALT], MemoryImage(), build=build)
