@@ -30,12 +30,6 @@ class DriverError(RuntimeError):
     """The driver failed or wrote results that do not read back; the message says which."""
 
 
-def cycle_limit(spec: jobfile.JobSpec, script: str) -> int:
-    """Cycles after which a job's host counts as hung: its own watchdog ends the wait for the
-    interrupt at the job's limit, and a bus access takes three cycles at most."""
-    return spec.timeout_cycles + 4 * script.count("\n") + 1024
-
-
 def write_inputs(folder: Path, header: dict[str, Any], specs: list[jobfile.JobSpec]) -> None:
     """Write the job list, and each job's host script and memory file, into ``folder``."""
     port_bytes = header["port_bytes"]
@@ -47,8 +41,8 @@ def write_inputs(folder: Path, header: dict[str, Any], specs: list[jobfile.JobSp
         load = hexfiles.load_text(spec, port_bytes)
         if load:
             (folder / f"job{i}.load.hex").write_text(load)
-        lines.append(f"job {i} {int(bool(load))} {cycle_limit(spec, script)} "
-                     f"{len(spec.reads)}")
+        limit = host_script.hung_after(spec.timeout_cycles, script)
+        lines.append(f"job {i} {int(bool(load))} {limit} {len(spec.reads)}")
         lines += [f"region {addr} {addr + size // port_bytes - 1}"
                   for addr, size in spec.reads.values()]
     (folder / JOBS_TXT).write_text("\n".join(lines) + "\n")

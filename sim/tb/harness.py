@@ -61,21 +61,21 @@ async def _pulse(signal: Any) -> None:
     await Timer(1, "ps")
 
 
-async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, folder: Path) -> int:
+async def _load(h: _Handles, job: jobfile.JobSpec, port_bytes: int, folder: Path) -> str:
     """Write memory and host script; the design is in reset, so this takes no cycle.
-    Returns the script's length in commands."""
+    Returns the script."""
     script, h.imem = host_script.job_script(job.program, h.imem, h.imem_depth,
                                             job.timeout_cycles)
     (folder / jobfile.HOST_HEX).write_text(script)
     await _pulse(h.load_host)
     if h.dram:
         await _load_dram(h, job, port_bytes, folder)
-        return script.count("\n")
+        return script
     text = hexfiles.load_text(job, port_bytes)
     if text:
         (folder / jobfile.LOAD_HEX).write_text(text)
         await _pulse(h.load_mem)
-    return script.count("\n")
+    return script
 
 
 def _dumped(folder: Path) -> list[str]:
@@ -145,7 +145,7 @@ async def _run_job(
     await RisingEdge(h.clk)
     await RisingEdge(h.clk)
     began = time.perf_counter()
-    commands = await _load(h, job, port_bytes, folder)
+    script = await _load(h, job, port_bytes, folder)
     load_seconds = time.perf_counter() - began
     # Drive on falling edges so the design samples stable values on the rising ones.
     await FallingEdge(h.clk)
@@ -155,8 +155,8 @@ async def _run_job(
     began = time.perf_counter()
     finished = RisingEdge(h.host_done)
     # The host's own watchdog ends the wait for the interrupt after the job's limit; this
-    # timer only catches a host that hangs on the bus (three cycles an access at most).
-    limit = job.timeout_cycles + 4 * commands + 1024
+    # timer only catches a host that hangs on the bus.
+    limit = host_script.hung_after(job.timeout_cycles, script)
     fired = await First(finished, Timer(limit * header["clock_period_ns"], "ns"))
     if fired is not finished:
         raise RuntimeError(f"the host did not finish its script within {limit} cycles: the "

@@ -131,6 +131,13 @@ def job_script(program: Sequence[int], imem: Sequence[int], imem_depth: int,
     return "\n".join(lines) + "\n", words
 
 
+def hung_after(timeout_cycles: int, script: str) -> int:
+    """Cycles after which a job's host counts as hung on the bus (both harnesses): its own
+    watchdog ends the wait for the interrupt at ``timeout_cycles``, and each of the
+    script's commands takes three bus cycles at most."""
+    return timeout_cycles + 4 * script.count("\n") + 1024
+
+
 def counters_from_reads(words: Sequence[int]) -> dict[str, int]:
     """The counters from a script's reads (:func:`job_script`'s order)."""
     if len(words) < 2 * len(COUNTERS):
