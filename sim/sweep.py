@@ -336,6 +336,8 @@ class SweepResult:
     mismatched: int = 0
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Wall seconds planning took (compiling the models it draws from), before any run.
+    planning_seconds: float = 0.0
 
     @property
     def runs_per_minute(self) -> float:
@@ -345,51 +347,94 @@ class SweepResult:
         return {"tasks": self.tasks, "runs": self.runs, "added": self.added,
                 "skipped": self.skipped, "mismatched": self.mismatched, "failed": self.failed,
                 "seconds": round(self.seconds, 1),
+                "planning_seconds": round(self.planning_seconds, 1),
                 "runs_per_minute": round(self.runs_per_minute, 1)}
+
+
+def _candidates_of(folder: str, model: str, seed: int, network: int
+                   ) -> list[tuple[GemmSpec, GemmFeatures]]:
+    """A planning task: :func:`candidate_specs` on the variant ``folder`` (opened where it
+    runs: only names and numbers travel)."""
+    from hwgen.gateware.folder import open_variant
+
+    variant = open_variant(folder)
+    return candidate_specs(model, variant.config, variant.platform, seed, network)
+
+
+def _model_features(folder: str, model: str, network: int, fused: bool) -> list[Any]:
+    """A planning task: the features of each kernel of a model task (what its rows' keys
+    hold), to leave out a model the database already holds whole."""
+    from hwgen.gateware.folder import open_variant
+
+    variant = open_variant(folder)
+    config = variant.config
+    compiled = _compile(model, network, fused, config, variant.platform)
+    return [k.spec.kind.features(config, k.spec.params) for k in compiled.kernels]
 
 
 def plan_tasks(folders: Sequence[str], samples: int, seed: int, done: set[str],
                run_key: Callable[[Row, str, int], str], *, models: bool = True,
                networks: int = 0, candidates_of: Sequence[str] = (),
-               network_candidates: int = 0) -> tuple[list[Task], int]:
+               network_candidates: int = 0, executor: Executor | None = None,
+               progress: bool = False) -> tuple[list[Task], int]:
     """The tasks of a sweep over ``folders``, leaving out every run whose key is in ``done``
     (what the database holds); and how many runs were left out. ``models``: the bundled
     examples' kernels too; ``networks``: that many random networks' kernels too;
     ``candidates_of``: every candidate of these models' GEMMs too (:func:`candidate_specs`);
     ``network_candidates``: of the first that many random networks' GEMMs too (training data
     shaped like a model's candidates: convolutions' GEMMs, the engine's tilings, alone and
-    where the network's memory plan puts them)."""
+    where the network's memory plan puts them).
+
+    Planning compiles every model and network it draws from; those compiles are tasks on
+    ``executor`` (the sweep's workers, local or Dask) when given, joined in their order, so
+    that the tasks are the same wherever they were planned; ``progress``: a line counting
+    them."""
+    from fusion.progress import steps
     from hwgen.gateware.folder import open_variant
 
-    tasks: list[Task] = []
-    skipped = 0
+    def submit(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        if executor is None:
+            return lambda: fn(*args)
+        return executor.submit(fn, *args).result
+
+    # every compile of every folder submitted first: the workers plan while results come in
+    planned = []
     for folder in folders:
         variant = open_variant(folder)
+        drawn = [submit(_candidates_of, str(folder), model, seed, -1) for model in candidates_of]
+        drawn += [submit(_candidates_of, str(folder), "", seed, network_seed(seed, i))
+                  for i in range(network_candidates)]
+        whole = [(m, n, f, submit(_model_features, str(folder), m, n, f))
+                 for m, n, f in model_specs(networks, seed) if n >= 0 or models]
+        planned.append((folder, variant, drawn, whole))
+    total = sum(len(d) + len(w) for _, _, d, w in planned)
+    bar = iter(steps(range(total), "planning", show=progress, unit="compile"))
+    tasks: list[Task] = []
+    skipped = 0
+    for folder, variant, drawn, whole in planned:
         config, platform = variant.config, variant.platform
         todo = []
-        drawn = gemm_specs(config, samples, seed)
-        for model in candidates_of:
-            drawn += candidate_specs(model, config, platform, seed)
-        for i in range(network_candidates):
-            drawn += candidate_specs("", config, platform, seed, network_seed(seed, i))
-        for spec, features in drawn:
+        specs = gemm_specs(config, samples, seed)
+        for result in drawn:
+            specs += result()
+            next(bar, None)
+        for spec, features in specs:
             if run_key(Row(features, {}, platform=platform), SOURCE, spec.seed) in done:
                 skipped += 1
             else:
                 todo.append(spec)
         for i in range(0, len(todo), GEMMS_PER_TASK):
             tasks.append(Task(str(folder), tuple(todo[i:i + GEMMS_PER_TASK])))
-        for model, network, fused in model_specs(networks, seed):
-            if network < 0 and not models:
-                continue
-            compiled = _compile(model, network, fused, config, platform)
-            keys = [run_key(Row(k.spec.kind.features(config, k.spec.params), {},
-                                platform=platform), SOURCE, seed) for k in compiled.kernels]
+        for model, network, fused, result in whole:
+            keys = [run_key(Row(f, {}, platform=platform), SOURCE, seed) for f in result()]
+            next(bar, None)
             if keys and all(k in done for k in keys):
                 skipped += len(keys)
                 continue
             tasks.append(Task(str(folder), model=model, network=network, fused=fused,
                               seed=seed))
+    for _ in bar:  # closes the line
+        pass
     return tasks, skipped
 
 

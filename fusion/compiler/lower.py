@@ -47,6 +47,7 @@ Integer lanes: the accelerator computes on int8 and int32. A uint8 tensor is hel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,3 +341,14 @@ def residual_input(node: Node, running: str) -> str:
 
 def _rank(stage: str | None) -> int:
     return EPILOGUE_STAGES.index(stage) if stage is not None else -1
+
+
+def refuse_host_compute(graph: Graph, nodes: Sequence[Node], how: str) -> CompileError:
+    """The refusal of compute ops on the host: a first line with the fix, then one line per op
+    naming the node and the op."""
+    lines = [f"{len(nodes)} op(s) have no accelerator kernel and {how} keeps them off the "
+             f"host; drop {how} to run them on the host (listed in the plan), or change the "
+             f"model:"]
+    for n in nodes:
+        lines.append(f"  node {n.name!r} ({n.op}: {ops.get(n.op).summary})")
+    return CompileError("\n".join(lines))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import CompileError
+from fusion.ir.graph import Graph
 from hwgen.config import VariantConfig
 
 ALIGN_BYTES = 64
@@ -231,3 +232,21 @@ def _assign(buffers: list[Buffer]) -> None:
             offset = max(offset, hi)
         buf.offset = offset
         placed.append(buf)
+
+
+def check_batch_fits(graph: Graph, config: VariantConfig, batch: int) -> None:
+    """Refuse, before any work, a batch whose data cannot fit the variant's external
+    memory: the largest tensor computed from the inputs, at one byte an element (int8 on
+    the accelerator), must fit beside the weights whatever the plan."""
+    import math
+
+    if batch == 1:
+        return
+    weights = sum(int(v.size) for v in graph.initializers.values() if v.ndim >= 2)
+    name, largest = max(((n, math.prod(t.shape)) for n, t in graph.tensors.items()
+                         if n not in graph.initializers), key=lambda p: p[1])
+    need = weights + largest
+    if need > config.mem_bytes:
+        raise too_big(config, need, f"--batch {batch}: the model needs at least", "",
+                      f"its largest tensor {name} has {largest:,} elements at batch {batch} "
+                      f"beside {weights:,} B of weights")

@@ -1,13 +1,13 @@
-"""The chains of a compile priced on several cores.
+"""The chains of a compile priced as independent tasks (:mod:`fusion.compiler.scheduler`).
 
 Pricing every candidate of every chain (:func:`fusion.compiler.engine.decide_chain`) is most of
-a compile (MobileNetV1-0.25 on an 8x8: 82%), and the chains do not depend on each other. With
-``jobs`` > 1, :func:`decide_chains` deals them out to forked worker processes (the chain with
-the most nodes first, each to the least loaded worker), which inherit the graph and the
-settings and send back their decisions; the parent joins them in chain order. The decisions
-are the serial compile's: each chain's is a pure function of the graph, the chain and the
-settings (the serial compile's memo only saves pricing a layer twice, it never changes a
-price), so the plan is the same byte for byte (``tests/fusion/compiler/test_parallel_pricing.py``).
+a compile (MobileNetV1-0.25 on an 8x8: 82%), and the chains do not depend on each other. Each
+chain is one task; the scheduler runs them on the workers ``--jobs``/``--scheduler`` give,
+the chain with the most segments first, and the parent joins the decisions in chain order.
+They are the serial compile's: each chain's is a pure function of the graph, the chain and
+the settings (the memo only saves pricing a layer twice, it never changes a price; a
+worker keeps its own and sends back what it added, for a later compile of the same graph),
+so the plan is the same byte for byte (``tests/fusion/compiler/test_parallel_pricing.py``).
 
 Only the analytical model prices in workers: a measured or learned model holds files and
 connections that a fork must not share, so with one the chains are priced here, one by one.
@@ -15,58 +15,10 @@ connections that a fork must not share, so with one the chains are priced here, 
 
 from __future__ import annotations
 
-import heapq
-import multiprocessing
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
 from typing import Any
 
-#: What the forked workers price with: set in the parent just before the fork.
-_WORK: dict[str, Any] = {}
-
-
-def _decide(indices: Sequence[int]) -> tuple[list[tuple[int, Any]], dict]:
-    """In a worker: the decisions of its chains, and what it priced (the parent's memo
-    grows by it, for a later compile of the same graph)."""
-    decide, chains = _WORK["decide"], _WORK["chains"]
-    memo = dict(_WORK["memo"])  # the parent's, inherited: identical layers priced once
-    known = set(memo)
-    out = [(i, decide(chains[i], memo)) for i in indices]
-    return out, {k: v for k, v in memo.items() if k not in known}
-
-
-def _deal(sizes: Sequence[int], workers: int) -> list[list[int]]:
-    """Chain indices per worker, the largest chain first to the least loaded worker."""
-    loads = [(0, w) for w in range(workers)]
-    out: list[list[int]] = [[] for _ in range(workers)]
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        load, w = heapq.heappop(loads)
-        out[w].append(i)
-        heapq.heappush(loads, (load + sizes[i], w))
-    return [sorted(g) for g in out if g]
-
-
-def decide_chains(chains: Sequence[Any], decide: Callable[[Any, dict], Any], *, jobs: int,
-                  memo: dict, sizes: Sequence[int]) -> list[Any]:
-    """``decide(chain, memo)`` of every chain, in chain order: here when ``jobs`` is 1 (with
-    the compile's ``memo``), else on up to ``jobs`` forked workers (``sizes``: each chain's
-    expected work, to balance them)."""
-    if jobs <= 1 or len(chains) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [decide(c, memo) for c in chains]
-    groups = _deal(sizes, min(jobs, len(chains)))
-    _WORK.update(decide=decide, chains=list(chains), memo=memo)
-    try:
-        with ProcessPoolExecutor(max_workers=len(groups),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
-            parts = list(pool.map(_decide, groups))
-    finally:
-        _WORK.clear()
-    out: list[Any] = [None] * len(chains)
-    for part, priced in parts:
-        memo.update(priced)
-        for i, decision in part:
-            out[i] = decision
-    return out
+from fusion.compiler.scheduler import CompileTimes, Workers, run_tasks
 
 
 def _analytical(model: Any) -> bool:
@@ -81,18 +33,47 @@ def _analytical(model: Any) -> bool:
 
 
 def decide_all(graph: Any, config: Any, model: Any, found: Sequence[Any], *, memo: dict,
-               jobs: int, progress: bool, **settings: Any) -> list[Any]:
+               workers: Workers, progress: bool, times: CompileTimes | None = None,
+               **settings: Any) -> list[Any]:
     """The engine's decision of every chain in ``found`` (``settings``: the keyword
-    arguments of :func:`fusion.compiler.engine.decide_chain`), on ``jobs`` cores when the
-    analytical model prices (see the module docstring), with a progress line when serial."""
+    arguments of :func:`fusion.compiler.engine.decide_chain`), on ``workers`` when the
+    analytical model prices (see the module docstring), with a progress line."""
     from fusion.compiler import engine
-    from fusion.progress import steps
 
-    def decide(chain: Any, memo: dict) -> Any:
-        return engine.decide_chain(graph, config, model, chain, memo=memo, **settings)
+    def price(group: Sequence[int]) -> tuple[list[Any], dict]:
+        known = set(memo)
+        decisions = [engine.decide_chain(graph, config, model, found[i], memo=memo, **settings)
+                     for i in group]
+        return decisions, {k: v for k, v in memo.items() if k not in known}
 
-    if jobs > 1 and _analytical(model):
-        # a chain of n nodes has n (n + 1) / 2 segments to price
-        return decide_chains(found, decide, jobs=jobs, memo=memo,
-                             sizes=[len(c.nodes) * (len(c.nodes) + 1) for c in found])
-    return [decide(c, memo) for c in steps(found, "pricing", show=progress, unit="chain")]
+    local = _analytical(model)
+    groups = alike(graph, found) if local and workers.parallel else [[i] for i in range(len(found))]
+    names = [found[g[0]].name + (f" (+{len(g) - 1} alike)" if len(g) > 1 else "") for g in groups]
+    # a chain of n nodes has n (n + 1) / 2 segments to price; its alike ones, little more
+    sizes = [len(found[g[0]].nodes) * (len(found[g[0]].nodes) + 1) * (1 + 0.1 * (len(g) - 1))
+             for g in groups]
+    out: list[Any] = [None] * len(found)
+    for group, (decisions, priced) in zip(groups, run_tasks(
+            price, groups, workers=workers, sizes=sizes, stage="pricing", names=names,
+            times=times, local=local, progress=progress), strict=True):
+        memo.update(priced)
+        for i, decision in zip(group, decisions, strict=True):
+            out[i] = decision
+    return out
+
+
+def alike(graph: Any, found: Sequence[Any]) -> list[list[int]]:
+    """The chains' indices grouped so that chains of the same ops on the same shapes (a
+    network's repeated blocks) are one task: one worker prices their layers once, where
+    two would each price them (the memo is a worker's own). A grouping only moves work: the
+    decisions are the same whatever it is."""
+    def shape(name: str) -> tuple:
+        t = graph.tensors.get(name)
+        return tuple(t.shape) if t is not None else ()
+
+    groups: dict[tuple, list[int]] = {}
+    for i, chain in enumerate(found):
+        key = tuple((n.op, tuple(shape(t) for t in (*n.inputs, *n.outputs)))
+                    for n in chain.nodes)
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())

@@ -19,20 +19,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion.compiler import engine, relayout
+from fusion.compiler import engine, lower, relayout
 from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.kernels import KernelSpec
 from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.parallel_pricing import decide_all
-from fusion.compiler.placed_choice import ranked
+from fusion.compiler.placed_choice import Candidate, ranked_all
 from fusion.compiler.repack import Repack, find_repacks
+from fusion.compiler.scheduler import HERE, CompileTimes, Workers
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
-from fusion.ir import ops
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
 from fusion.kernels.codegen import ProgramTooLong
@@ -119,17 +119,6 @@ def host_step(graph: Graph, node: Node, model: HostCostModel, reason: str = "") 
     return HostStep(node, role, reason, seconds, model.cycles(seconds))
 
 
-def refuse_host_compute(graph: Graph, nodes: Sequence[Node], how: str) -> CompileError:
-    """The refusal of compute ops on the host: a first line with the fix, then one line per op
-    naming the node and the op."""
-    lines = [f"{len(nodes)} op(s) have no accelerator kernel and {how} keeps them off the "
-             f"host; drop {how} to run them on the host (listed in the plan), or change the "
-             f"model:"]
-    for n in nodes:
-        lines.append(f"  node {n.name!r} ({n.op}: {ops.get(n.op).summary})")
-    return CompileError("\n".join(lines))
-
-
 @dataclass
 class CompiledModel:
     """A model compiled for one variant."""
@@ -153,6 +142,8 @@ class CompiledModel:
     host_model: HostCostModel = field(default_factory=HostCostModel)
     #: The copies the compiler inserted into the graph (:mod:`fusion.compiler.relayout`).
     relayouts: list[relayout.Relayout] = field(default_factory=list)
+    #: Where the compile's time went (never in the plan: it differs run to run).
+    times: CompileTimes = field(default_factory=CompileTimes)
 
     @property
     def kernels(self) -> list[KernelStep]:
@@ -362,7 +353,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
                   host_fallback: bool = True, host_model: HostCostModel | None = None,
                   batch: int = 1, options: CompileOptions = DEFAULT,
                   platform: PlatformConfig | None = None, data: ZeroHints | None = None,
-                  progress: bool = False, jobs: int = 1) -> CompiledModel:
+                  progress: bool = False, workers: Workers = HERE,
+                  times: CompileTimes | None = None) -> CompiledModel:
     """Compile ``graph`` for ``config``.
 
     Parameters
@@ -393,9 +385,10 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         DRAM tilings and loop orders differ in row locality, :mod:`fusion.cost.memory`).
     data : ZeroHints, optional
         What is known of the inputs it will run on (:mod:`fusion.compiler.data_hints`).
-    progress, jobs : bool, int
-        A progress line while the chains are priced (:mod:`fusion.progress`); on ``jobs``
-        cores (:mod:`fusion.compiler.parallel_pricing`: the same plan).
+    progress, workers : bool, Workers
+        A progress line while pricing; on ``workers`` (:mod:`fusion.compiler.parallel_pricing`).
+    times : CompileTimes, optional
+        Where the stages' and tasks' seconds go (the result's ``times``; new when not given).
 
     Raises
     ------
@@ -403,7 +396,9 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
         For a node neither the accelerator nor the host runs, a chain with no legal kernel, a
         host compute op without ``host_fallback``, or a model that does not fit the memory.
     """
-    g = after_passes(graph, config, options, optimized=optimized)
+    times = CompileTimes() if times is None else times
+    with times.stage("passes"):
+        g = after_passes(graph, config, options, optimized=optimized)
     platform = PlatformConfig() if platform is None else platform
     model = model or AnalyticalModel(platform)
     host_model = host_model or HostCostModel()
@@ -411,7 +406,8 @@ def compile_model(graph: Graph, config: VariantConfig, *, cache: KernelCache | N
     plan = functools.partial(_plan, config=config, cache=cache, model=model, fusion=fusion,
                              min_gain=min_gain, host_fallback=host_fallback,
                              host_model=host_model, batch=batch, options=options,
-                             platform=platform, memo=memo, data=data, progress=progress, jobs=jobs)
+                             platform=platform, memo=memo, data=data, progress=progress,
+                             workers=workers, times=times)
     compiled = plan(g)
     copies = relayout.requests(compiled) if options.relayout and compiled.repacks else []
     if copies:  # the repacked tensors copied on the accelerator: kept when cheaper
@@ -425,16 +421,18 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
           fusion: bool, min_gain: float, host_fallback: bool, host_model: HostCostModel,
           batch: int, options: CompileOptions, platform: PlatformConfig, memo: dict,
           relayouts: Sequence[relayout.Relayout] = (), data: ZeroHints | None = None,
-          progress: bool = False, jobs: int = 1) -> CompiledModel:
+          progress: bool, workers: Workers, times: CompileTimes) -> CompiledModel:
     """:func:`compile_model` of the graph after the passes ``g``: choose, order, place and
     build its kernels."""
     found, host = chains(g)
     fallback = [n for n in host if is_fallback(n)]
     if fallback and not host_fallback:
-        raise refuse_host_compute(g, fallback, "--no-host-fallback")
-    decisions = decide_all(g, config, model, found, memo=memo, jobs=jobs, progress=progress,
-                           fusion=fusion, min_gain=min_gain, options=options, data=data,
-                           host=host_model if host_fallback else None)
+        raise lower.refuse_host_compute(g, fallback, "--no-host-fallback")
+    with times.stage("pricing"):
+        decisions = decide_all(g, config, model, found, memo=memo, workers=workers,
+                               progress=progress, times=times, fusion=fusion,
+                               min_gain=min_gain, options=options, data=data,
+                               host=host_model if host_fallback else None)
     chosen: dict[str, tuple[KernelSpec, engine.Option, engine.ChainDecision]] = {}
     reasons: dict[str, str] = {}
     for d in decisions:
@@ -454,31 +452,32 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
               if options.kmajor_store else set())
     chosen = {name: (with_kmajor(spec) if name in kmajor else spec, option, d)
               for name, (spec, option, d) in chosen.items()}
-    order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
+    with times.stage("placement"):
+        order, memory = order_and_place(g, config, [c[0] for c in chosen.values()], host)
     before = cache.stats.to_dict() if cache is not None else {}
-    steps: list[KernelStep | HostStep] = []
-    for step in order:
-        if not isinstance(step, KernelSpec):
-            steps.append(host_step(g, step, host_model, reasons.get(step.name, "")))
-            continue
-        spec, option, decision = chosen[step.name]
-        steps.append(_build(config, spec, option, decision, memory.placements[spec.name],
-                            cache, model, platform))
+    with times.stage("placed pricing"):
+        kernels = [(*chosen[s.name], memory.placements[s.name]) for s in order
+                   if isinstance(s, KernelSpec)]
+        ranked = iter(zip(kernels, ranked_all(config, kernels, model, platform,
+                                              workers=workers, times=times), strict=True))
+    with times.stage("builds"):
+        steps = [_build(config, *next(ranked), cache) if isinstance(step, KernelSpec)
+                 else host_step(g, step, host_model, reasons.get(step.name, ""))
+                 for step in order]
     stats = {}
     if cache is not None:
         after = cache.stats.to_dict()
         stats = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
     return CompiledModel(g, config, steps, memory, decisions, fusion, stats, batch, options,
-                         platform, model.describe(), host_model, list(relayouts))
+                         platform, model.describe(), host_model, list(relayouts), times)
 
 
-def _build(config: VariantConfig, spec: KernelSpec, option: engine.Option,
-           decision: engine.ChainDecision, placement: dict[str, int],
-           cache: KernelCache | None, model: CostModel, platform: PlatformConfig) -> KernelStep:
-    """Build the best variant at its placement (:func:`fusion.compiler.placed_choice.ranked`:
-    on a DRAM the variants are priced again there); when its program is too long for the
-    instruction memory, the next. Any other error is a bug and propagates."""
-    candidates = ranked(config, spec, option, decision, placement, model, platform)
+def _build(config: VariantConfig, kernel: tuple, candidates: Sequence[Candidate],
+           cache: KernelCache | None) -> KernelStep:
+    """Build ``kernel`` (spec, option, decision, placement) as the first of ``candidates``
+    (:func:`fusion.compiler.placed_choice.ranked`) whose program fits the instruction
+    memory, at its placement. Any other error is a bug and propagates."""
+    spec, _, _, placement = kernel
     note, error = "", None
     for n, c in enumerate(candidates):
         try:

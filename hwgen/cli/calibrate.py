@@ -6,9 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from hwgen.cli.common import count, executor_from_args, positive_int, seed
+from hwgen.cli.common import (
+    available_cores,
+    count,
+    executor_from_args,
+    positive_int,
+    seed,
+)
 from hwgen.files import check_regular
 
 HELP = "measure a sweep of kernels on Verilator into a profile database"
@@ -34,8 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also every candidate of the first N random networks' GEMMs (as "
                         "--candidates-of measures a model's), grouped as each network's "
                         "workload: training data shaped like a model's candidates (default 0)")
-    p.add_argument("--jobs", type=positive_int, default=1,
-                   help="local worker processes (default 1)")
+    p.add_argument("--jobs", type=positive_int, default=None,
+                   help="local worker processes, which plan the sweep (compile its models) "
+                        "and run it (default: the cores available)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="a Dask scheduler (e.g. tcp://host:8786) to run the sweep on instead "
                         "of local processes")
@@ -44,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-models", dest="models", action="store_false",
                    help="no whole-model kernels: GEMMs only (and --networks if given)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="plan the sweep (what it would run, what the database holds) and "
+                        "stop before any simulation")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
 
@@ -64,29 +75,44 @@ def run(args: argparse.Namespace) -> int:
         check_regular(model, "--candidates-of")
         if not Path(model).is_file():
             raise ValueError(f"--candidates-of {model}: no such file; give an ONNX model")
+    args.jobs = args.jobs or available_cores()
+    progress = not args.quiet and sys.stderr.isatty()
     with ProfileDB(args.db) as db:
-        tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
-                                    ProfileDB.run_key, models=args.models,
-                                    networks=_networks(args),
-                                    candidates_of=args.candidates_of,
-                                    network_candidates=args.network_candidates)
 
         def sink(rows) -> int:
             return db.add(rows, source=SOURCE)  # each row's seed is its extra["seed"]
 
-        executor, close = executor_from_args(args) if tasks else (None, lambda: None)
+        executor, close = executor_from_args(args)
         try:
-            result = run_sweep(tasks, sink, executor=executor,
-                               progress=not args.quiet and sys.stderr.isatty())
+            began = time.perf_counter()
+            tasks, skipped = plan_tasks(args.variant, args.samples, args.seed, db.run_keys(),
+                                        ProfileDB.run_key, models=args.models,
+                                        networks=_networks(args),
+                                        candidates_of=args.candidates_of,
+                                        network_candidates=args.network_candidates,
+                                        executor=executor, progress=progress)
+            planning = time.perf_counter() - began
+            result = run_sweep([] if args.dry_run else tasks, sink, executor=executor,
+                               progress=progress)
         finally:
             close()
-    result.skipped = skipped
+    result.skipped, result.planning_seconds = skipped, planning
+    if args.dry_run:
+        runs = sum(t.runs for t in tasks)
+        if args.json:
+            print(json.dumps({"dry_run": True, "tasks": len(tasks), "runs": runs,
+                              "skipped": skipped, "planning_seconds": round(planning, 2)}))
+        else:
+            print(f"calibrate --dry-run: {runs} runs in {len(tasks)} launches to do, {skipped} "
+                  f"already in {args.db}; planned in {planning:.1f} s on {args.jobs} "
+                  f"worker(s); nothing run")
+        return 0
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
         print(f"calibrate: {result.runs} runs in {result.tasks} launches, {result.added} new in "
-              f"{args.db}, {skipped} already there; {result.seconds:.1f} s "
-              f"({result.runs_per_minute:.0f} runs/min)")
+              f"{args.db}, {skipped} already there; planned in {planning:.1f} s, ran in "
+              f"{result.seconds:.1f} s ({result.runs_per_minute:.0f} runs/min)")
         for line in result.failed:
             print(f"  failed: {line}", file=sys.stderr)
         if result.mismatched:

@@ -159,7 +159,7 @@ def platform_files(config: VariantConfig, platform: PlatformConfig) -> dict[str,
 
 def executor_from_args(args: argparse.Namespace):
     """The executor ``--scheduler``/``--jobs`` ask for, and the call that closes it: a Dask
-    cluster's, or a local process pool.
+    cluster's (:func:`fusion.compiler.scheduler.client`), or a local process pool.
 
     Raises
     ------
@@ -167,21 +167,43 @@ def executor_from_args(args: argparse.Namespace):
         If Dask is missing or the scheduler cannot be reached.
     """
     if args.scheduler:
-        try:
-            from distributed import Client
-        except ImportError as exc:
-            raise ValueError(f"--scheduler needs dask[distributed] ({exc}); run 'make setup'") \
-                from None
-        try:
-            client = Client(args.scheduler, timeout="10s")
-        except OSError as exc:
-            raise ValueError(f"cannot reach the Dask scheduler at {args.scheduler} ({exc}); "
-                             f"start one (dask scheduler) or leave out --scheduler") from None
-        return client.get_executor(), client.close
+        from fusion.compiler.scheduler import client
+
+        dask = client(args.scheduler)
+        return dask.get_executor(), lambda: None  # the client stays for the process
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=args.jobs)
     return pool, pool.shutdown
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def add_worker_arguments(p: argparse.ArgumentParser, jobs_help: str) -> None:
+    """``--jobs J`` (``jobs_help`` says what runs on them) and ``--scheduler ADDRESS``."""
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="J", help=jobs_help)
+    p.add_argument("--scheduler", metavar="ADDRESS", default="",
+                   help="a Dask scheduler (e.g. tcp://host:8786) whose workers price the "
+                        "chains instead of local processes (the same plan; its workers need "
+                        "hwgen installed)")
+
+
+def workers_from_args(args: argparse.Namespace):
+    """The :class:`~fusion.compiler.scheduler.Workers` of ``--jobs`` (the cores available by
+    default) and ``--scheduler``, which is reached now, before any work (else ValueError)."""
+    from fusion.compiler.scheduler import Workers, client
+
+    workers = Workers(jobs=getattr(args, "jobs", None) or available_cores(),
+                      scheduler=getattr(args, "scheduler", None) or "")
+    if workers.scheduler:
+        client(workers.scheduler)
+    return workers
 
 
 def platform_from_args(args: argparse.Namespace) -> PlatformConfig:
@@ -304,25 +326,22 @@ def _imports(args: argparse.Namespace):
     return ImportCache(kernel_cache(args).root / "imports")
 
 
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
     """Load the model and the variant, and compile (through the kernel cache). With
     ``plan_cache``, a plan compiled before from the same model, variant, options and data is
     read back instead (:mod:`fusion.compiler.plan_cache`; not with a measured or learned cost
-    model, whose files would decide the plan too)."""
+    model, whose files would decide the plan too). The result's ``times`` include the
+    import, and reading the plan back."""
+    from fusion.compiler import memplan
+    from fusion.compiler.scheduler import CompileTimes
     from hwgen.gateware.folder import open_variant
 
     variant = open_variant(args.variant)  # its platform prices the candidates
     config = variant.config
-    graph, batch = load_args(args, keep=False)
-    check_batch_fits(graph, config, batch)  # a refused model leaves no file behind
+    times = CompileTimes()
+    with times.stage("import"):
+        graph, batch = load_args(args, keep=False)
+    memplan.check_batch_fits(graph, config, batch)  # a refused model leaves no file behind
     _imports(args).keep(args.model, dict(args.input_shape or ()), batch, graph)
     cache = kernel_cache(args)
     learned = getattr(args, "profiles", None) or getattr(args, "cost_model", None)
@@ -334,12 +353,14 @@ def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
 
         plans = PlanCache(Path(cache.root) / "plans")
         key = plans.key(plan_parts(args, variant, batch, data))
-        known = plans.get(key, config, args.variant)
+        with times.stage("plan read-back"):
+            known = plans.get(key, config, args.variant)
         if known is not None:
+            known.times = times
             return known
     model = cost_model(args, variant.platform)
     compiled = compile_graph(args, graph, config, variant.platform, cache=cache, model=model,
-                             batch=batch, data=data)
+                             batch=batch, data=data, times=times)
     if plans is not None:
         plans.put(key, compiled, args.model)
     if learned:
@@ -372,7 +393,7 @@ def _input_hints(args: argparse.Namespace, graph):
 
 
 def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platform, *,
-                  cache, model, batch: int = 1, fusion: bool = True, data=None):
+                  cache, model, batch: int = 1, fusion: bool = True, data=None, times=None):
     """``graph`` compiled for ``config`` on ``platform`` with the command's compile options
     (``--no-fusion``, ``--min-gain``, ``--no-host-fallback``, ``--without``); ``fusion``
     False compiles it unfused whatever they say."""
@@ -384,7 +405,7 @@ def compile_graph(args: argparse.Namespace, graph, config: VariantConfig, platfo
                          min_gain=min_gain, host_fallback=not args.no_host_fallback,
                          batch=batch, platform=platform, model=model, data=data,
                          progress=progress.wanted(),
-                         jobs=getattr(args, "jobs", None) or available_cores(),
+                         workers=workers_from_args(args), times=times,
                          **({"options": args.without} if args.without else {}))
 
 
@@ -410,26 +431,6 @@ def cost_model(args: argparse.Namespace, platform):
         db = ProfileDB(args.profiles)
         measured = lambda features: db.measured(features, platform)  # noqa: E731
     return TieredModel(model, measured)
-
-
-def check_batch_fits(graph, config: VariantConfig, batch: int) -> None:
-    """Refuse, before any work, a batch whose data cannot fit the variant's external
-    memory: the largest tensor computed from the inputs, at one byte an element (int8 on
-    the accelerator), must fit beside the weights whatever the plan."""
-    import math
-
-    from fusion.compiler.memplan import too_big
-
-    if batch == 1:
-        return
-    weights = sum(int(v.size) for v in graph.initializers.values() if v.ndim >= 2)
-    name, largest = max(((n, math.prod(t.shape)) for n, t in graph.tensors.items()
-                         if n not in graph.initializers), key=lambda p: p[1])
-    need = weights + largest
-    if need > config.mem_bytes:
-        raise too_big(config, need, f"--batch {batch}: the model needs at least", "",
-                      f"its largest tensor {name} has {largest:,} elements at batch {batch} "
-                      f"beside {weights:,} B of weights")
 
 
 def host_op_lines(steps, measured: bool) -> list[str]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from hwgen.cli.common import (
     add_model_arguments,
+    add_worker_arguments,
     compile_args,
     host_op_lines,
     kernel_table,
-    positive_int,
 )
 
 HELP = "compile a model for a variant: kernels, microcode, memory plan"
@@ -23,9 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan folder to write: new, empty, or an old plan (replaced whole)")
     p.add_argument("--explain", action="store_true",
                    help="show every candidate, its predicted cycles, and why it lost")
-    p.add_argument("--jobs", type=positive_int, default=None, metavar="J",
-                   help="cores to price the chains on (default: the cores available; the "
-                        "plan is the same)")
+    add_worker_arguments(p, "processes to price the chains on (default: the cores "
+                            "available; the plan is the same)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,13 +33,15 @@ def run(args: argparse.Namespace) -> int:
     # before the work, not after it; what it holds then is what may be replaced
     checked = check_output_folder(Path(args.output))
     compiled = compile_args(args)
-    plan = write_plan(compiled, Path(args.output), source=Path(args.model), checked=checked)
+    with compiled.times.stage("write"):
+        plan = write_plan(compiled, Path(args.output), source=Path(args.model), checked=checked)
     if args.json:
-        print(json.dumps({**plan, "explain": compiled.explain().splitlines()}
-                         if args.explain else plan))
+        extra = {"explain": compiled.explain().splitlines()} if args.explain else {}
+        print(json.dumps({**plan, **extra, "compile_times": compiled.times.to_dict()}))
         return 0
     if args.explain:
         print(compiled.explain())
+        print("\n".join(compiled.times.lines()))
         print()
     rows = [("kernel", "program words", "predicted cycles", "ops")]
     for k in compiled.kernels:

@@ -11,6 +11,7 @@ from pathlib import Path
 from fusion.progress import wanted
 from hwgen.cli.common import (
     add_model_arguments,
+    add_worker_arguments,
     available_cores,
     compile_args,
     count,
@@ -20,8 +21,8 @@ from hwgen.cli.common import (
     kernel_table,
     load_args,
     named_paths,
-    positive_int,
     seed,
+    workers_from_args,
 )
 from hwgen.files import load_array
 
@@ -58,10 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"both ends, rounding ties) each kernel also runs on, beside the "
                         f"model's own values, each shadow-checked (default "
                         f"{DEFAULT_SHADOW_INPUTS}; 0 for none)")
-    p.add_argument("--jobs", type=positive_int, default=None, metavar="J",
-                   help="simulator processes at once (default: the cores available): the "
-                        "model's kernels run chained on one memory in one of them, the "
-                        "directed shadow sets are dealt out to all")
+    add_worker_arguments(p, "simulator processes at once, and processes pricing the chains "
+                            "when it compiles (default: the cores available): the model's "
+                            "kernels run chained on one memory in one of them, the directed "
+                            "shadow sets are dealt out to all")
     p.add_argument("--rerun-shadow-sets", dest="rerun_shadow", action="store_true",
                    help="run every directed set, also those a kernel program already passed "
                         "on this build (recorded beside the kernel cache)")
@@ -119,6 +120,7 @@ def shadow_verdicts(args: argparse.Namespace):
 
 def _compiled(args: argparse.Namespace):
     """The model compiled now, or the plan folder's, checked (``--plan``)."""
+    workers_from_args(args)  # a --scheduler it cannot reach is refused, compiled or not
     if args.plan is None:
         if args.model is None:
             raise ValueError("give a MODEL to compile and run, or --plan DIR (a folder written "
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
 
     compiled = _compiled(args)
     if args.plan is not None and args.no_host_fallback and compiled.fallbacks:
-        from fusion.compiler.plan import refuse_host_compute
+        from fusion.compiler.lower import refuse_host_compute
 
         raise refuse_host_compute(compiled.graph, [h.node for h in compiled.fallbacks],
                                   "--no-host-fallback")
@@ -251,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
                           "model": graph.name, "variant": compiled.config.key(),
                           "time": clock.figures(report.total_cycles, report.batch),
                           "cache": compiled.cache_stats, "whole_model": whole.to_dict(),
+                          "compile_times": compiled.times.to_dict(),
                           **({} if board is None else {"board": board.figures()}),
                           **({} if whole.ok else {"ok": False})}))
         return _whole_model_status(whole)

@@ -1,28 +1,119 @@
-"""Chains priced on several cores (:mod:`fusion.compiler.parallel_pricing`): the same plan as
-one core, byte for byte; only the analytical model prices in forked workers."""
+"""A compile's independent tasks on several workers (:mod:`fusion.compiler.scheduler`,
+:mod:`fusion.compiler.parallel_pricing`): the same plan as one process, byte for byte, on
+forked local workers and on a Dask cluster; only the analytical model prices elsewhere; and
+the record of where the time went, per stage and per task."""
 
 import json
 
-from fusion.compiler.parallel_pricing import _analytical, _deal
-from fusion.compiler.plan import compile_model
+import pytest
+
+from fusion.compiler.lower import chains
+from fusion.compiler.parallel_pricing import _analytical, alike
+from fusion.compiler.plan import after_passes, compile_model
+from fusion.compiler.scheduler import CompileTimes, Workers, run_tasks
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.tiered import TieredModel
 from fusion.frontend.load import load_model
+from hwgen.cli import main
 from hwgen.config import VariantConfig
 
 V4 = VariantConfig(rows=4, cols=4, epilogue=("bias", "requant", "relu", "clamp", "residual"))
+CNN = "examples/qdq_cnn.onnx"
 
 
-def test_two_cores_give_the_plan_one_core_gives():
-    graph = load_model("examples/qdq_cnn.onnx")
-    plans = [json.dumps(compile_model(graph, V4, jobs=jobs).to_dict(), sort_keys=True,
-                        default=str) for jobs in (1, 2)]
-    assert plans[0] == plans[1]
+def _plan(workers: Workers) -> str:
+    compiled = compile_model(load_model(CNN), V4, workers=workers)
+    return json.dumps(compiled.to_dict(), sort_keys=True, default=str)
 
 
-def test_chains_are_dealt_largest_first_and_only_the_analytical_model_forks():
-    assert _deal([6, 2, 2, 2], 2) == [[0], [1, 2, 3]]
-    assert _deal([1], 3) == [[0]]
+def test_two_local_workers_give_the_plan_one_process_gives():
+    assert _plan(Workers(jobs=1)) == _plan(Workers(jobs=2))
+
+
+@pytest.mark.slow  # starts a Dask cluster of worker processes
+def test_a_dask_cluster_gives_the_plan_one_process_gives():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        workers = Workers(scheduler=cluster.scheduler_address)
+        compiled = compile_model(load_model(CNN), V4, workers=workers)
+        assert json.dumps(compiled.to_dict(), sort_keys=True, default=str) == \
+            _plan(Workers(jobs=1))
+        assert compiled.times.where["pricing"] == f"on {cluster.scheduler_address}"
+        assert all(t.worker.split(":")[-1].isdigit() for t in compiled.times.tasks)
+
+
+def test_the_times_name_every_stage_and_every_chain():
+    graph = load_model(CNN)
+    compiled = compile_model(graph, V4, workers=Workers(jobs=2))
+    times = compiled.times
+    assert list(times.stages) == ["passes", "pricing", "placement", "placed pricing", "builds"]
+    assert all(s >= 0 for s in times.stages.values())
+    found, _ = chains(after_passes(graph, V4))
+    priced = [t for t in times.tasks if t.stage == "pricing"]
+    # one task per group of alike chains, named by its first chain
+    assert len(priced) == len(alike(compiled.graph, found))
+    assert {t.name.split(" (+")[0] for t in priced} <= {c.name for c in found}
+    assert times.where["pricing"] == "on 2 local workers"
+    text = "\n".join(times.lines())
+    assert text.startswith("compile time:") and "pricing" in text and "slowest:" in text
+    assert json.loads(json.dumps(times.to_dict()))["stages"].keys() == times.stages.keys()
+
+
+def test_alike_chains_are_one_task_and_every_chain_is_in_one():
+    graph = after_passes(load_model("examples/real/mobilenet_v1_025_qdq.onnx"), V4)
+    found, _ = chains(graph)
+    groups = alike(graph, found)
+    assert sorted(i for g in groups for i in g) == list(range(len(found)))
+    assert len(groups) < len(found)  # MobileNet repeats its blocks
+    for g in groups:
+        ops = {tuple(n.op for n in found[i].nodes) for i in g}
+        assert len(ops) == 1
+
+
+def _square(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative {x}")
+    return x * x
+
+
+def test_tasks_come_back_in_their_order_and_their_errors_propagate():
+    times = CompileTimes()
+    items = [3, 1, 4, 1, 5]
+    out = run_tasks(_square, items, workers=Workers(jobs=2), sizes=items, stage="t",
+                    names=[str(i) for i in items], times=times)
+    assert out == [9, 1, 16, 1, 25]
+    assert [t.name for t in times.tasks] == ["3", "1", "4", "1", "5"]
+    with pytest.raises(ValueError, match="negative -2"):
+        run_tasks(_square, [1, -2], workers=Workers(jobs=2), sizes=[1, 1], stage="t",
+                  names=["a", "b"])
+    # local False keeps them here whatever the workers
+    run_tasks(_square, [2, 3], workers=Workers(jobs=2), sizes=[1, 1], stage="here",
+              names=["a", "b"], times=times, local=False)
+    assert times.where["here"] == "here"
+
+
+def test_only_the_analytical_model_prices_elsewhere():
     analytical = AnalyticalModel()
     assert _analytical(analytical) and _analytical(TieredModel(analytical, None))
     assert not _analytical(TieredModel(analytical, lambda f: None))  # a measured tier
+
+
+def test_compile_reports_its_times_and_refuses_an_unreachable_scheduler(tmp_path, capsys):
+    variant = tmp_path / "v"
+    assert main(["generate", "--rows", "4", "--cols", "4", "--epilogue",
+                 "bias,requant,relu,clamp,residual", "-o", str(variant)]) == 0
+    capsys.readouterr()
+    assert main(["compile", CNN, "--variant", str(variant), "-o", str(tmp_path / "p"),
+                 "--jobs", "2", "--json", "--cache", str(tmp_path / "kc")]) == 0
+    times = json.loads(capsys.readouterr().out)["compile_times"]
+    assert {"import", "passes", "pricing", "builds", "write"} <= set(times["stages"])
+    assert times["where"]["pricing"] == "on 2 local workers" and times["tasks"]
+    assert main(["compile", CNN, "--variant", str(variant), "-o", str(tmp_path / "p"),
+                 "--explain", "--cache", str(tmp_path / "kc")]) == 0
+    assert "compile time:" in capsys.readouterr().out
+    assert main(["compile", CNN, "--variant", str(variant), "-o", str(tmp_path / "q"),
+                 "--scheduler", "tcp://127.0.0.1:9", "--cache", str(tmp_path / "kc")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach the Dask scheduler" in err
+    assert not (tmp_path / "q").exists()
