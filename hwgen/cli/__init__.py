@@ -79,3 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         # User-facing errors carry their own fix; a bug elsewhere still shows a traceback.
         print(f"hwgen: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        # the command's kernel cache keeps derived facts (kernel_cache); a caller calling
+        # main again, or the library, starts without the store
+        from fusion.kernels import derived
+
+        derived.use(None)

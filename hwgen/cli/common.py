@@ -370,14 +370,18 @@ def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
 
 
 def kernel_cache(args: argparse.Namespace):
-    """The kernel cache ``--cache`` names (the default one otherwise)."""
+    """The kernel cache ``--cache`` names (the default one otherwise), with the facts derived
+    from kernels' parameters kept beside it from now on (:mod:`fusion.kernels.derived`)."""
+    from fusion.kernels import derived
     from fusion.kernels.cache import KernelCache
 
     if args.cache and Path(args.cache).exists() and not Path(args.cache).is_dir():
         # the cache ignores failed writes (never a reason to fail), so say it here
         raise ValueError(f"--cache {args.cache} is a file, not a folder; give a folder for "
                          f"the kernel cache")
-    return KernelCache(args.cache) if args.cache else KernelCache()
+    cache = KernelCache(args.cache) if args.cache else KernelCache()
+    derived.use(Path(cache.root) / "derived")
+    return cache
 
 
 def _input_hints(args: argparse.Namespace, graph):

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from fusion.cost.analytical import estimate_program
 from fusion.cost.model import Features
+from fusion.kernels import derived
 from fusion.kernels.conv.params import ConvParams
 from fusion.kernels.conv.program import conv_regions, program
 from fusion.kernels.layout import place
@@ -60,5 +61,8 @@ class ConvFeatures(Features):
 @functools.lru_cache(maxsize=256)
 def _cycles(config: VariantConfig, params: ConvParams,
             platform: PlatformConfig | None = None) -> int:
-    regions = place(config, conv_regions(config, params))
-    return estimate_program(config, program(config, params, regions).instrs, platform)
+    def derive() -> int:
+        regions = place(config, conv_regions(config, params))
+        return int(estimate_program(config, program(config, params, regions).instrs, platform))
+
+    return derived.cycles("conv_cycles", config, params, platform, derive)

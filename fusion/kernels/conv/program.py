@@ -19,6 +19,7 @@ import functools
 import itertools
 from collections.abc import Mapping
 
+from fusion.kernels import derived
 from fusion.kernels.codegen import Program, assemble_program, drop_redundant_li, render
 
 # the program's context and the loops and window loads it uses, re-exported: their homes
@@ -136,13 +137,27 @@ def plain_plan(geo: ConvGeometry) -> tuple[int, bool] | None:
     Narrower chunks load their windows more often, but equal chunks are one loop body:
     SqueezeNet's 3x3 convolution of 32 to 128 channels at 14x14 fits in chunks of 4 column
     blocks (122,948 cycles), not of 6 or 7. None when none fits."""
+    return derived.remembered("conv_plain_plan", {"geometry": geo},
+                              lambda: _plain_plan(geo), _decode_plan)
+
+
+def _decode_plan(value: object) -> tuple[int, bool] | None:
+    if value is None:
+        return None
+    if (isinstance(value, list) and len(value) == 2 and type(value[0]) is int
+            and value[0] > 0 and type(value[1]) is bool):
+        return value[0], value[1]
+    raise ValueError(f"{value!r} is not a plan")
+
+
+def _plain_plan(geo: ConvGeometry) -> list | None:
     from fusion.cost.analytical import estimate_program  # the cost model reads kernels
 
     widest = column_chunk(geo, "residual" in geo.params.stages)
     if widest < 1:
         return None
     if chunk_loop(geo, widest) is False:
-        return widest, False
+        return [widest, False]
     first = -(-geo.Nb // widest)
     widths = list(dict.fromkeys(-(-geo.Nb // c) for c in range(first, 4 * first + 1)))
     best: tuple[int, int, bool] | None = None
@@ -153,7 +168,7 @@ def plain_plan(geo: ConvGeometry) -> tuple[int, bool] | None:
         cycles = estimate_program(geo.config, _dummy_instrs(geo, tn, 0, looped))
         if best is None or cycles < best[0]:
             best = (cycles, tn, looped)
-    return None if best is None else best[1:]
+    return None if best is None else [best[1], best[2]]
 
 
 #: Chunk widths :func:`plain_plan` tries where the widest fits only looped, or not at all.

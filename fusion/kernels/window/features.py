@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from fusion.cost.analytical import estimate_program
 from fusion.cost.model import Features
+from fusion.kernels import derived
 from fusion.kernels.layout import place
 from fusion.kernels.window.params import WindowParams
 from fusion.kernels.window.program import program, window_regions
@@ -59,5 +60,8 @@ class WindowFeatures(Features):
 @functools.lru_cache(maxsize=256)
 def _cycles(config: VariantConfig, params: WindowParams,
             platform: PlatformConfig | None = None) -> int:
-    regions = place(config, window_regions(config, params))
-    return estimate_program(config, program(config, params, regions).instrs, platform)
+    def derive() -> int:
+        regions = place(config, window_regions(config, params))
+        return int(estimate_program(config, program(config, params, regions).instrs, platform))
+
+    return derived.cycles("window_cycles", config, params, platform, derive)
