@@ -2,8 +2,9 @@
 
 Pricing every candidate of every chain (:func:`fusion.compiler.engine.decide_chain`) is most of
 a compile (MobileNetV1-0.25 on an 8x8: 82%), and the chains do not depend on each other. Each
-chain is one task; the scheduler runs them on the workers ``--jobs``/``--scheduler`` give,
-the chain with the most segments first, and the parent joins the decisions in chain order.
+chain is one task, or chains of the same ops on the same shapes together (:func:`alike`); the
+scheduler runs them on the workers ``--jobs``/``--scheduler`` give, the most segments first,
+and the parent joins the decisions in chain order.
 They are the serial compile's: each chain's is a pure function of the graph, the chain and
 the settings (the memo only saves pricing a layer twice, it never changes a price; a
 worker keeps its own and sends back what it added, for a later compile of the same graph),

@@ -162,6 +162,13 @@ def client(address: str) -> Any:
     return found
 
 
+def close_clients() -> None:
+    """Close every Dask client this process connected (a command's end)."""
+    while _CLIENTS:
+        _, found = _CLIENTS.popitem()
+        found.close()
+
+
 def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: Workers,
               sizes: Sequence[float], stage: str, names: Sequence[str],
               times: CompileTimes | None = None, local: bool = True,

@@ -80,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hwgen: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        # the command's kernel cache keeps derived facts (kernel_cache); a caller calling
-        # main again, or the library, starts without the store
+        # what the command set up for itself ends with it: the store of derived facts beside
+        # its kernel cache (kernel_cache), its Dask clients (--scheduler); a caller calling
+        # main again, or the library, starts without them
         from fusion.kernels import derived
 
         derived.use(None)
+        if "fusion.compiler.scheduler" in sys.modules:
+            sys.modules["fusion.compiler.scheduler"].close_clients()

@@ -167,10 +167,9 @@ def executor_from_args(args: argparse.Namespace):
         If Dask is missing or the scheduler cannot be reached.
     """
     if args.scheduler:
-        from fusion.compiler.scheduler import client
+        from fusion.compiler.scheduler import client, close_clients
 
-        dask = client(args.scheduler)
-        return dask.get_executor(), lambda: None  # the client stays for the process
+        return client(args.scheduler).get_executor(), close_clients
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=args.jobs)

@@ -216,11 +216,27 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
     rows). Smaller chunks start the array sooner and leave a shorter last chunk. Where a
     step's windows fit the A scratchpad whole, also with them :attr:`~fusion.kernels.conv.
     params.ConvGeometry.resident` (loaded once a step, not once a column chunk;
-    Inception-v1's 3x3 of 160 to 320 channels at 2x2: 67,716 cycles instead of 99,006)."""
-    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
-
+    Inception-v1's 3x3 of 160 to 320 channels at 2x2: 67,716 cycles instead of 99,006).
+    Kept beside the kernel cache (:mod:`fusion.kernels.derived`)."""
     if config.acc_banks < 2 or "residual" in p.stages:
         return None
+    return derived.remembered("conv_banked_plan", {"config": config, "params": p},
+                              lambda: _banked_plan(config, p), _decode_banked)
+
+
+def _decode_banked(value: object) -> tuple[int, int, int, bool] | None:
+    if value is None:
+        return None
+    if (isinstance(value, list) and len(value) == 4 and all(type(v) is int and v >= 0
+                                                            for v in value[:3])
+            and value[0] > 0 and value[1] > 0 and type(value[3]) is bool):
+        return value[0], value[1], value[2], value[3]
+    raise ValueError(f"{value!r} is not a banked plan")
+
+
+def _banked_plan(config: VariantConfig, p: ConvParams) -> list | None:
+    from fusion.cost.analytical import estimate_program  # the cost model reads kernels
+
 
     def priced(geo: ConvGeometry, tn: int, part: int) -> tuple[int, int, int, int, bool] | None:
         looped = chunk_loop(geo, tn, part)
@@ -270,9 +286,9 @@ def banked_plan(config: VariantConfig, p: ConvParams) -> tuple[int, int, int, bo
     plain = _plain_geometry(config, p)
     if (plain.a_half > config.spad_a_depth or column_chunk(plain, False) < 1
             or program_problem(plain, column_chunk(plain, False)) is not None):
-        return best[1:]
+        return list(best[1:])
     cycles = estimate_program(config, program(config, p, _DUMMY, step=plain.bps).instrs)
-    return best[1:] if best[0] < cycles else None
+    return list(best[1:]) if best[0] < cycles else None
 
 
 def _even_part(depth: int, part: int, align: int) -> int | None:
@@ -331,7 +347,19 @@ def fastest_step(config: VariantConfig, p: ConvParams) -> int:
     (:func:`fusion.cost.analytical.estimate_program`, at a dummy placement: addresses do not
     change the timing), among :attr:`ConvGeometry.step_choices` whose program fits the
     instruction memory and whose residual tiles fit the epilogue scratchpad; the smallest
-    when none does (the kind then refuses it with the reason)."""
+    when none does (the kind then refuses it with the reason). Kept beside the kernel cache
+    (:mod:`fusion.kernels.derived`)."""
+    return derived.remembered("conv_fastest_step", {"config": config, "params": p},
+                              lambda: _fastest_step(config, p), _decode_step)
+
+
+def _decode_step(value: object) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{value!r} is not a step")
+    return value
+
+
+def _fastest_step(config: VariantConfig, p: ConvParams) -> int:
     from fusion.cost.analytical import estimate_program  # the cost model reads kernels
 
     best: tuple[int, int] | None = None

@@ -10,7 +10,7 @@ import pytest
 from fusion.compiler.lower import chains
 from fusion.compiler.parallel_pricing import _analytical, alike
 from fusion.compiler.plan import after_passes, compile_model
-from fusion.compiler.scheduler import CompileTimes, Workers, run_tasks
+from fusion.compiler.scheduler import CompileTimes, Workers, close_clients, run_tasks
 from fusion.cost.analytical import AnalyticalModel
 from fusion.cost.tiered import TieredModel
 from fusion.frontend.load import load_model
@@ -41,6 +41,7 @@ def test_a_dask_cluster_gives_the_plan_one_process_gives():
             _plan(Workers(jobs=1))
         assert compiled.times.where["pricing"] == f"on {cluster.scheduler_address}"
         assert all(t.worker.split(":")[-1].isdigit() for t in compiled.times.tasks)
+        close_clients()
 
 
 def test_the_times_name_every_stage_and_every_chain():
