@@ -32,16 +32,20 @@ def test_run_reports_the_whole_model_deviation(variant_dir, capsys):
 
 
 @pytest.mark.slow
-def test_a_plan_without_model_says_the_check_is_not_done(variant_dir, tmp_path, capsys):
+def test_a_plan_without_model_says_the_check_is_not_done(variant_dir, tmp_path, capsys,
+                                                         monkeypatch):
     plan = tmp_path / "plan"
     assert main(["compile", CNN, "--variant", str(variant_dir), "-o", str(plan)]) == 0
     capsys.readouterr()
     assert main(["run", "--plan", str(plan), "--variant", str(variant_dir),
                  "--shadow-inputs", "0"]) == 0
     assert "whole model: not checked: no MODEL given" in capsys.readouterr().out
+    monkeypatch.setenv("HWGEN_KERNEL_CACHE", str(tmp_path / "kc"))  # --plan takes no --cache
     assert main(["run", CNN, "--plan", str(plan), "--variant", str(variant_dir),
                  "--shadow-inputs", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["whole_model"]["done"] is True
+    # MODEL imported once, through the import cache beside the kernel cache
+    assert len(list((tmp_path / "kc" / "imports").glob("*.json"))) == 1
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from hwgen.cli.common import (
     cycles,
     fraction,
     host_op_lines,
+    kernel_cache,
     kernel_table,
     load_args,
     named_paths,
@@ -312,11 +313,12 @@ def _whole_model(args: argparse.Namespace, compiled, inputs, outputs):
     if args.plan is None:
         imported, _ = load_args(args)
     else:
-        from fusion.frontend.load import load_model
+        from fusion.frontend.import_cache import ImportCache
         from fusion.ir.graph import GraphError
 
-        try:
-            imported = load_model(args.model, batch=compiled.batch)
+        try:  # through the import cache, at the plan's batch
+            imported = ImportCache(kernel_cache(args).root / "imports").load(
+                args.model, batch=compiled.batch)
         except GraphError as exc:  # e.g. dynamic shapes, which the plan fixed when compiled
             return not_done(f"MODEL does not import on its own: {exc}")
     return check_whole_model(imported, compiled.graph, inputs, outputs)
