@@ -146,8 +146,12 @@ class Graph:
         object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
         frozen = {}
         for key, value in dict(self.initializers).items():
-            array = np.array(value, copy=True)
-            array.setflags(write=False)
+            if (isinstance(value, np.ndarray) and value.flags.owndata
+                    and not value.flags.writeable):
+                array = value  # frozen already (another graph's, a pass's edit): not copied
+            else:  # every graph edit makes a graph: copying ResNet-50's weights each time
+                array = np.array(value, copy=True)  # was a third of its passes
+                array.setflags(write=False)
             frozen[key] = array
         object.__setattr__(self, "initializers", MappingProxyType(frozen))
         self._check()

@@ -38,6 +38,21 @@ def test_graph_is_immutable():
     g = chain()
     with pytest.raises(ValueError):
         g.initializers["w"][0, 0] = 3
+
+
+def test_initializers_are_copied_once_and_shared_by_graphs_made_from_them():
+    source = np.full((3, 4), 1, np.int8)
+    g = chain().replace(initializers={"w": source})
+    source[0, 0] = 7  # a writable array given is copied: the graph does not see this
+    assert g.initializers["w"][0, 0] == 1 and not g.initializers["w"].flags.writeable
+    h = g.replace(name="edited")  # an edit's graph shares the frozen arrays, never copies
+    assert h.initializers["w"] is g.initializers["w"]
+    base = np.full((6, 4), 1, np.int8)
+    view = base[:3]
+    view.setflags(write=False)  # read-only, but a view of a writable array: copied
+    k = chain().replace(initializers={"w": view})
+    base[0, 0] = 9
+    assert k.initializers["w"][0, 0] == 1
     with pytest.raises(TypeError):
         g.tensors["q"] = Tensor("q", (1,), "int8")
     with pytest.raises(AttributeError):
