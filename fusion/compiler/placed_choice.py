@@ -17,12 +17,12 @@ placement changes nothing and the engine's order stands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fusion.compiler.engine import ChainDecision, Option
 from fusion.compiler.kernels import KernelSpec
+from fusion.compiler.scheduler import HERE, CompileTimes, Workers, run_tasks
 from fusion.compiler.store_layout import with_kmajor
 from fusion.cost.model import CostModel
 from hwgen.config import VariantConfig
@@ -40,79 +40,69 @@ class Candidate:
     placed: bool = False
 
 
-def ranked(config: VariantConfig, spec: KernelSpec, option: Option, decision: ChainDecision,
-           placement: Mapping[str, int], model: CostModel,
-           platform: PlatformConfig) -> list[Candidate]:
-    """The kernels to try building for ``spec``, best first: the engine's choice, then the
-    other variants of its nodes; on a DRAM, those with its regions ordered by their price at
-    ``placement`` (ties keep the engine's order).
+def ranked(config: VariantConfig,
+           chosen: Sequence[tuple[KernelSpec, Option, ChainDecision, Mapping[str, int]]],
+           model: CostModel, platform: PlatformConfig, *, workers: Workers = HERE,
+           times: CompileTimes | None = None) -> list[list[Candidate]]:
+    """For each ``(spec, option, decision, placement)``, the kernels to try building, best
+    first: the engine's choice, then the other variants of its nodes; on a DRAM, those with
+    its regions ordered by their price at ``placement`` (ties keep the engine's order).
 
     A kernel stored K-major (chosen after pricing: :mod:`fusion.compiler.store_layout`) is
-    priced as it will run, with the same model."""
-    return _ordered(_alternatives(spec, option, decision),
-                    prices(config, spec, option, decision, placement, model, platform))
+    priced as it will run, with the same model. The pricing is a task per kernel on
+    ``workers`` (:func:`fusion.compiler.scheduler.run_tasks`; the analytical model only, as
+    in :mod:`fusion.compiler.parallel_pricing`), which sends back numbers, not specs."""
+    from fusion.compiler.parallel_pricing import _analytical
+
+    alternatives = [_alternatives(spec, option, decision) for spec, option, decision, _ in chosen]
+    again = [platform.is_dram or _kmajor(spec) for spec, *_ in chosen]
+
+    def price(i: int) -> list[tuple[float, str, bool]]:
+        return _prices(config, chosen[i][0], alternatives[i], chosen[i][3], model, platform)
+
+    sizes = [len(alts) if a else 0 for alts, a in zip(alternatives, again, strict=True)]
+    # nothing to price again (the ideal memory, no K-major store) is no work to send
+    priced = run_tasks(price, range(len(chosen)), workers=workers, sizes=sizes,
+                       stage="placed pricing", names=[c[0].name for c in chosen], times=times,
+                       local=_analytical(model) and any(again))
+    return [_ordered(alts, p) for alts, p in zip(alternatives, priced, strict=True)]
+
+
+def _kmajor(spec: KernelSpec) -> bool:
+    return bool(getattr(spec.params, "kmajor_out", False))
 
 
 def _alternatives(spec: KernelSpec, option: Option, decision: ChainDecision
                   ) -> list[tuple[KernelSpec, Option]]:
-    kmajor = bool(getattr(spec.params, "kmajor_out", False))
+    """The engine's choice, then the other variants of its nodes, each as built (K-major
+    when ``spec`` is), with the option that priced it."""
     alternatives = [option] + [o for o in decision.variants
                                if o is not option and o.spec.nodes == spec.nodes]
-    return [(with_kmajor(alt.spec) if kmajor else alt.spec, alt) for alt in alternatives]
+    return [(with_kmajor(alt.spec) if _kmajor(spec) else alt.spec, alt) for alt in alternatives]
 
 
-def prices(config: VariantConfig, spec: KernelSpec, option: Option, decision: ChainDecision,
-           placement: Mapping[str, int], model: CostModel, platform: PlatformConfig
-           ) -> list[tuple[float, str, bool]]:
-    """Each alternative's (cycles, what priced it, priced at ``placement``), in
-    :func:`ranked`'s order of alternatives: the work of :func:`ranked`, as plain values (a
-    task's result, :func:`fusion.compiler.plan`'s placed pricing on workers)."""
-    kmajor = bool(getattr(spec.params, "kmajor_out", False))
+def _prices(config: VariantConfig, spec: KernelSpec,
+            alternatives: Sequence[tuple[KernelSpec, Option]], placement: Mapping[str, int],
+            model: CostModel, platform: PlatformConfig) -> list[tuple[float, str, bool]]:
+    """Each alternative's (cycles, what priced it, priced at ``placement``)."""
     regions = spec.regions(config)
     out = []
-    for alt_spec, alt in _alternatives(spec, option, decision):
+    for alt_spec, alt in alternatives:
         features = alt_spec.kind.features(config, alt_spec.params)
         placed = (platform.is_dram and features.placeable
                   and alt_spec.regions(config) == regions)
         if placed:
             features = features.at(placement)
-        if placed or kmajor:
+        if placed or _kmajor(spec):
             out.append((float(model.predict(features)), model.source(features), placed))
         else:
             out.append((alt.cycles, alt.priced_by, False))
     return out
 
 
-def _ordered(alternatives: list[tuple[KernelSpec, Option]],
-             priced: list[tuple[float, str, bool]]) -> list[Candidate]:
+def _ordered(alternatives: Sequence[tuple[KernelSpec, Option]],
+             priced: Sequence[tuple[float, str, bool]]) -> list[Candidate]:
     out = [Candidate(alt_spec, cycles, by, placed)
            for (alt_spec, _), (cycles, by, placed) in zip(alternatives, priced, strict=True)]
     # sorted is stable: the engine's order breaks ties, and the unplaced stay behind
     return sorted(out, key=lambda c: (not c.placed, c.cycles if c.placed else 0.0))
-
-
-def ranked_all(config: VariantConfig, chosen: list[tuple[KernelSpec, Option, ChainDecision,
-                                                          Mapping[str, int]]],
-               model: CostModel, platform: PlatformConfig, *, workers: Any,
-               times: Any) -> list[list[Candidate]]:
-    """:func:`ranked` of each ``(spec, option, decision, placement)``, the pricing on
-    ``workers`` (:func:`fusion.compiler.scheduler.run_tasks`; the analytical model only, as
-    :mod:`fusion.compiler.parallel_pricing`), in their order."""
-    from fusion.compiler.parallel_pricing import _analytical
-    from fusion.compiler.scheduler import run_tasks
-
-    def price(item: tuple) -> list[tuple[float, str, bool]]:
-        return prices(config, *item, model, platform)
-
-    def repriced(item: tuple) -> int:  # the alternatives priced again: a task's size
-        spec, option, decision, _ = item
-        again = platform.is_dram or bool(getattr(spec.params, "kmajor_out", False))
-        return len(_alternatives(spec, option, decision)) if again else 0
-
-    sizes = [repriced(c) for c in chosen]
-    # a task with nothing to price again is no work to send
-    local = _analytical(model) and sum(sizes) > 0
-    priced = run_tasks(price, chosen, workers=workers, sizes=sizes, stage="placed pricing",
-                       names=[c[0].name for c in chosen], times=times, local=local)
-    return [_ordered(_alternatives(spec, option, decision), p)
-            for (spec, option, decision, _), p in zip(chosen, priced, strict=True)]

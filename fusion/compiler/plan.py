@@ -26,7 +26,7 @@ from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_rol
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.parallel_pricing import decide_all
-from fusion.compiler.placed_choice import Candidate, ranked_all
+from fusion.compiler.placed_choice import Candidate, ranked
 from fusion.compiler.repack import Repack, find_repacks
 from fusion.compiler.scheduler import HERE, CompileTimes, Workers
 from fusion.compiler.store_layout import kmajor_producers, with_kmajor
@@ -458,10 +458,10 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
     with times.stage("placed pricing"):
         kernels = [(*chosen[s.name], memory.placements[s.name]) for s in order
                    if isinstance(s, KernelSpec)]
-        ranked = iter(zip(kernels, ranked_all(config, kernels, model, platform,
-                                              workers=workers, times=times), strict=True))
+        built = iter(zip(kernels, ranked(config, kernels, model, platform, workers=workers,
+                                         times=times), strict=True))
     with times.stage("builds"):
-        steps = [_build(config, *next(ranked), cache) if isinstance(step, KernelSpec)
+        steps = [_build(config, *next(built), cache) if isinstance(step, KernelSpec)
                  else host_step(g, step, host_model, reasons.get(step.name, ""))
                  for step in order]
     stats = {}

@@ -1,9 +1,11 @@
 """Where a compile's independent tasks run: here, on forked local workers, or on a Dask
 cluster; and the record of where the compile's time went.
 
-A compile is a graph of stages (import, passes, pricing, placement, builds, writing the
-plan) whose wide stages are independent tasks: every chain's pricing, every random
-network's candidates in ``hwgen calibrate``'s planning. :func:`run_tasks` runs one stage's
+A compile is a graph of stages (import, passes, pricing, placement, placed pricing, builds,
+writing the plan) whose wide stages are independent tasks: every chain's pricing
+(:mod:`fusion.compiler.parallel_pricing`), every kernel's pricing again at its placement
+(:func:`fusion.compiler.placed_choice.ranked`). (``hwgen calibrate`` plans on its sweep's own
+executor instead: :func:`sim.sweep.plan_tasks`.) :func:`run_tasks` runs one stage's
 tasks as workers free up, the largest first (a chain of n nodes has n (n + 1) / 2 segments
 to price), and hands back their results in the tasks' order, so that what follows never
 depends on which worker finished first: the plan is the serial compile's, byte for byte
@@ -77,7 +79,7 @@ class CompileTimes:
 
     stages: dict[str, float] = field(default_factory=dict)
     tasks: list[TaskTime] = field(default_factory=list)
-    #: Where each wide stage ran: ``"2 local workers"``, ``"here"``, a scheduler's address.
+    #: Where each wide stage ran: ``"here"``, ``"on 2 local workers"``, ``"on ADDRESS"``.
     where: dict[str, str] = field(default_factory=dict)
 
     @contextmanager
@@ -102,7 +104,7 @@ class CompileTimes:
         out = [f"compile time: {total:.2f} s"]
         for name, seconds in self.stages.items():
             tasks = [t for t in self.tasks if t.stage == name]
-            line = f"  {name:<10} {seconds:7.3f} s"
+            line = f"  {name:<14} {seconds:7.3f} s"
             if tasks:
                 per: dict[str, float] = {}
                 for t in tasks:
