@@ -22,9 +22,11 @@ from typing import Any
 from fusion.compiler.scheduler import CompileTimes, Workers, run_tasks
 
 
-def _analytical(model: Any) -> bool:
+def analytical_only(model: Any) -> bool:
     """Whether ``model`` prices with the analytical model alone (the CLI wraps it in a
-    :class:`~fusion.cost.tiered.TieredModel` with no measured tier)."""
+    :class:`~fusion.cost.tiered.TieredModel` with no measured tier): the only model whose
+    pricing may run in another process (a measured or learned one holds files and
+    connections)."""
     from fusion.cost.analytical import AnalyticalModel
     from fusion.cost.tiered import TieredModel
 
@@ -47,7 +49,7 @@ def decide_all(graph: Any, config: Any, model: Any, found: Sequence[Any], *, mem
                      for i in group]
         return decisions, {k: v for k, v in memo.items() if k not in known}
 
-    local = _analytical(model)
+    local = analytical_only(model)
     groups = alike(graph, found) if local and workers.parallel else [[i] for i in range(len(found))]
     names = [found[g[0]].name + (f" (+{len(g) - 1} alike)" if len(g) > 1 else "") for g in groups]
     # a chain of n nodes has n (n + 1) / 2 segments to price; its alike ones, little more

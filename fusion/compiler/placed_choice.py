@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from fusion.compiler.engine import ChainDecision, Option
 from fusion.compiler.kernels import KernelSpec
+from fusion.compiler.parallel_pricing import analytical_only
 from fusion.compiler.scheduler import HERE, CompileTimes, Workers, run_tasks
 from fusion.compiler.store_layout import with_kmajor
 from fusion.cost.model import CostModel
@@ -52,8 +53,6 @@ def ranked(config: VariantConfig,
     priced as it will run, with the same model. The pricing is a task per kernel on
     ``workers`` (:func:`fusion.compiler.scheduler.run_tasks`; the analytical model only, as
     in :mod:`fusion.compiler.parallel_pricing`), which sends back numbers, not specs."""
-    from fusion.compiler.parallel_pricing import _analytical
-
     alternatives = [_alternatives(spec, option, decision) for spec, option, decision, _ in chosen]
     again = [platform.is_dram or _kmajor(spec) for spec, *_ in chosen]
 
@@ -64,7 +63,7 @@ def ranked(config: VariantConfig,
     # nothing to price again (the ideal memory, no K-major store) is no work to send
     priced = run_tasks(price, range(len(chosen)), workers=workers, sizes=sizes,
                        stage="placed pricing", names=[c[0].name for c in chosen], times=times,
-                       local=_analytical(model) and any(again))
+                       local=analytical_only(model) and any(again))
     return [_ordered(alts, p) for alts, p in zip(alternatives, priced, strict=True)]
 
 

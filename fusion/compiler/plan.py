@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusion.compiler import engine, lower, relayout
+from fusion.compiler.builds import build_all
 from fusion.compiler.data_hints import ZeroHints
 from fusion.compiler.kernels import KernelSpec
-from fusion.compiler.lower import HOST_BY_DESIGN, CompileError, chains, host_role, is_fallback
+from fusion.compiler.lower import HOST_BY_DESIGN, chains, host_role, is_fallback
 from fusion.compiler.memplan import MemoryPlan, plan_memory
 from fusion.compiler.options import DEFAULT, CompileOptions
 from fusion.compiler.parallel_pricing import decide_all
@@ -35,7 +36,6 @@ from fusion.cost.host import HostCostModel
 from fusion.cost.model import CostModel
 from fusion.ir.graph import Graph, Node
 from fusion.kernels.cache import KernelCache
-from fusion.kernels.codegen import ProgramTooLong
 from fusion.kernels.program import Kernel
 from hwgen.config import VariantConfig
 from hwgen.platform import PlatformConfig
@@ -458,10 +458,11 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
     with times.stage("placed pricing"):
         kernels = [(*chosen[s.name], memory.placements[s.name]) for s in order
                    if isinstance(s, KernelSpec)]
-        built = iter(zip(kernels, ranked(config, kernels, model, platform, workers=workers,
-                                         times=times), strict=True))
+        candidates = ranked(config, kernels, model, platform, workers=workers, times=times)
     with times.stage("builds"):
-        steps = [_build(config, *next(built), cache) if isinstance(step, KernelSpec)
+        built = iter(build_all(config, [k[0] for k in kernels], [k[3] for k in kernels],
+                               candidates, cache, workers=workers, times=times))
+        steps = [_kernel_step(*next(built)) if isinstance(step, KernelSpec)
                  else host_step(g, step, host_model, reasons.get(step.name, ""))
                  for step in order]
     stats = {}
@@ -472,28 +473,5 @@ def _plan(g: Graph, *, config: VariantConfig, cache: KernelCache | None, model: 
                          platform, model.describe(), host_model, list(relayouts), times)
 
 
-def _build(config: VariantConfig, kernel: tuple, candidates: Sequence[Candidate],
-           cache: KernelCache | None) -> KernelStep:
-    """Build ``kernel`` (spec, option, decision, placement) as the first of ``candidates``
-    (:func:`fusion.compiler.placed_choice.ranked`) whose program fits the instruction
-    memory, at its placement. Any other error is a bug and propagates."""
-    spec, _, _, placement = kernel
-    note, error = "", None
-    for n, c in enumerate(candidates):
-        try:
-            compiled = c.spec.compile(config, placement, cache)
-        except ProgramTooLong as exc:
-            error = exc
-            note += (f"{c.spec.kind.variant_label(c.spec.params)} does not fit the "
-                     f"instruction memory ({exc}); ")
-            continue
-        if n:
-            note += "built with the next-best variant"
-        elif c.placed and c.spec.params != spec.params:
-            label = c.spec.kind.variant_label
-            note += (f"at its placement {label(c.spec.params)} is predicted fastest "
-                     f"({c.cycles:,.0f} cycles), not {label(spec.params)}")
-        return KernelStep(c.spec, compiled, c.cycles, note, c.priced_by)
-    raise CompileError(f"kernel {spec.name!r} ({spec.describe()}): no variant gives a program "
-                       f"that fits the instruction memory ({error}); generate a variant with "
-                       f"a larger --imem-depth")
+def _kernel_step(c: Candidate, compiled: Kernel, note: str) -> KernelStep:
+    return KernelStep(c.spec, compiled, c.cycles, note, c.priced_by)

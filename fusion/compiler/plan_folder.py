@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from fusion.compiler.plan import PLAN_TAG, CompiledModel
-from fusion.frontend.json_format import to_dict as graph_to_dict
+from fusion.frontend.json_format import to_text as graph_to_text
 from hwgen.atomic import contents, replacing
-from hwgen.files import NotRegularFile, loads_json, open_regular, read_bytes
+from hwgen.files import NotRegularFile, dumps_json, loads_json, open_regular, read_bytes
 from hwgen.gateware.sources import gateware_digest
 
 PLAN_FILE = "plan.json"
@@ -208,8 +208,7 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
     plan["source"] = (None if source is None else
                       {"path": str(source), "sha256": file_sha256(Path(source))})
     blobs: dict[str, bytes] = {
-        GRAPH_FILE: (json.dumps(graph_to_dict(compiled.graph), indent=1, allow_nan=False)
-                     + "\n").encode(),
+        GRAPH_FILE: graph_to_text(compiled.graph).encode(),
         EXPLAIN_FILE: (compiled.explain() + "\n").encode()}
     kernel_steps = iter(compiled.kernels)
     for i, entry in enumerate(plan["steps"]):
@@ -223,7 +222,7 @@ def write_plan(compiled: CompiledModel, folder: Path | str, *,
     plan["files"] = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                      for name, data in blobs.items()}
     plan["digest"] = plan_digest(plan)
-    blobs[PLAN_FILE] = (json.dumps(plan, indent=1, allow_nan=False) + "\n").encode()
+    blobs[PLAN_FILE] = (dumps_json(plan) + "\n").encode()
     with replacing(target, checked=now if checked is None else checked) as tmp:
         (tmp / KERNELS_DIR).mkdir()
         for name, data in blobs.items():  # plan.json last: a folder without it is no plan

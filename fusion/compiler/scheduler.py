@@ -1,20 +1,25 @@
-"""Where a compile's independent tasks run: here, on forked local workers, or on a Dask
-cluster; and the record of where the compile's time went.
+"""Where a compile's independent tasks run: here, here and on forked local processes, or on
+a Dask cluster; and the record of where the compile's time went.
 
 A compile is a graph of stages (import, passes, pricing, placement, placed pricing, builds,
 writing the plan) whose wide stages are independent tasks: every chain's pricing
 (:mod:`fusion.compiler.parallel_pricing`), every kernel's pricing again at its placement
-(:func:`fusion.compiler.placed_choice.ranked`). (``hwgen calibrate`` plans on its sweep's own
-executor instead: :func:`sim.sweep.plan_tasks`.) :func:`run_tasks` runs one stage's
-tasks as workers free up, the largest first (a chain of n nodes has n (n + 1) / 2 segments
-to price), and hands back their results in the tasks' order, so that what follows never
-depends on which worker finished first: the plan is the serial compile's, byte for byte
+(:func:`fusion.compiler.placed_choice.ranked`), every kernel's build
+(:mod:`fusion.compiler.builds`). (``hwgen calibrate`` plans on its sweep's own executor
+instead: :func:`sim.sweep.plan_tasks`.) :func:`run_tasks` runs one stage's tasks as
+processes free up, the largest first (a chain of n nodes has n (n + 1) / 2 segments to
+price), and hands back their results in the tasks' order, so that what follows never
+depends on which process finished first: the plan is the serial compile's, byte for byte
 (``tests/fusion/compiler/test_parallel_pricing.py``).
 
 :class:`Workers` says where (``--jobs``, ``--scheduler``); it is frozen and flows through the
-compile like the options. Local workers are forked when the stage starts, so they inherit
-what the tasks read (the graph, the settings) instead of receiving a copy of it; a Dask
-cluster receives it once (``scatter``, broadcast to its workers), then only task indices.
+compile like the options. Locally, the scheduler profiles a stage as it goes: it runs the
+smallest tasks here for :data:`PROBE_SECONDS`, predicts the rest from their sizes, and
+forks only when that is worth a fork (:attr:`Workers.fork_above`; a warm compile's placed
+pricing and builds take milliseconds). This process then works alongside ``--jobs - 1``
+forks, each taking the next task from a counter they share. Forks inherit what the tasks
+read (the graph, the settings) instead of receiving a copy of it; a Dask cluster receives it
+once (``scatter``, broadcast to its workers), then only task indices.
 
 :class:`CompileTimes` records each stage's wall seconds and each task's seconds on its worker:
 ``--explain`` prints it and ``--json`` carries it (never the plan: it would differ run to run).
@@ -22,12 +27,12 @@ cluster receives it once (``scatter``, broadcast to its workers), then only task
 
 from __future__ import annotations
 
-import multiprocessing
+import gc
+import math
 import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +54,18 @@ class Workers:
     scheduler : str
         A Dask scheduler's address (``tcp://host:8786``); when given, the tasks run on its
         cluster and ``jobs`` is not used.
+    fork_above : float
+        Local tasks are forked only when a stage's smallest, run here for
+        :data:`PROBE_SECONDS`, predict that those left take longer than this (seconds); 0:
+        forked at once. A fork costs about 0.02 s to start and slows both processes while
+        they copy the pages they write (MobileNetV1-0.25's pricing: 1.49 to 1.52 s of work
+        on two processes against 1.40 s on one), so a warm compile's placed pricing and
+        builds (a few milliseconds) stay here.
     """
 
     jobs: int = 1
     scheduler: str = ""
+    fork_above: float = 0.1
 
     @property
     def parallel(self) -> bool:
@@ -79,7 +92,8 @@ class CompileTimes:
 
     stages: dict[str, float] = field(default_factory=dict)
     tasks: list[TaskTime] = field(default_factory=list)
-    #: Where each wide stage ran: ``"here"``, ``"on 2 local workers"``, ``"on ADDRESS"``.
+    #: Where each wide stage ran: ``"here"``, ``"on 2 local processes"`` (this one and a
+    #: fork), ``"on ADDRESS"``.
     where: dict[str, str] = field(default_factory=dict)
 
     @contextmanager
@@ -128,10 +142,102 @@ def _timed(fn: Callable[[Any], Any], item: Any) -> tuple[Any, float, str]:
     return result, time.perf_counter() - began, _worker_name()
 
 
-def _forked(index: int) -> tuple[int, tuple[Any, float, str]]:
-    """In a forked worker: task ``index`` of what the parent set before the fork."""
-    fn, items = _WORK["fn"], _WORK["items"]
-    return index, _timed(fn, items[index])
+def _can_fork() -> bool:
+    import multiprocessing  # here: a compile on one process starts no other
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+#: Seconds of a stage's smallest tasks run here first, to predict the rest by their sizes
+#: (:attr:`Workers.fork_above`).
+PROBE_SECONDS = 0.02
+
+
+def _here_then_forks(fn: Callable[[Any], Any], items: Sequence[Any], order: Sequence[int],
+                     sizes: Sequence[float], workers: Workers, forked: list[int]
+                     ) -> Iterator[tuple[int, tuple[Any, float, str]]]:
+    """Each task's ``(index, (result, seconds, worker))``: the smallest run here for
+    :data:`PROBE_SECONDS`, which predicts the rest by their sizes; the rest here too when
+    predicted under ``workers.fork_above``, else on this process and forks
+    (:func:`_on_forks`), whose number goes to ``forked``."""
+    began, probed, left = time.perf_counter(), 0.0, len(order)
+    while left and workers.fork_above and time.perf_counter() - began < PROBE_SECONDS:
+        left -= 1
+        probed += sizes[order[left]]
+        yield order[left], _timed(fn, items[order[left]])
+    rest = order[:left]
+    spent = time.perf_counter() - began
+    predicted = spent * sum(sizes[i] for i in rest) / probed if probed > 0 else math.inf
+    if len(rest) < 2 or predicted < workers.fork_above:
+        for i in rest:
+            yield i, _timed(fn, items[i])
+        return
+    forked.append(min(workers.jobs, len(rest)))
+    yield from _on_forks(fn, items, rest, forked[0])
+
+
+def _on_forks(fn: Callable[[Any], Any], items: Sequence[Any], order: Sequence[int],
+              count: int) -> Iterator[tuple[int, tuple[Any, float, str]]]:
+    """The tasks ``order`` on this process and ``count - 1`` forked ones, each taking the
+    next task in ``order`` when it frees up (from a counter they share): this process works
+    too, instead of waiting while ``count`` others start."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    forks = multiprocessing.get_context("fork")
+    counter = forks.Value("l", 0)
+    _WORK.update(fn=fn, items=items, order=list(order), next=counter)
+    # what the parent holds stays out of the workers' collections: a collection there would
+    # write to every object's header, copying the parent's pages into each worker
+    gc.freeze()
+    pool = ProcessPoolExecutor(max_workers=count - 1, mp_context=forks)
+    try:
+        # as many calls as tasks, each running tasks for a while: a fork never waits for
+        # this process to hand it work, and a call that finds none left returns at once
+        calls = [pool.submit(_batch) for _ in order]
+        taken = [False] * len(calls)
+        while (got := _next_task()) is not None:
+            yield got
+            for k, call in enumerate(calls):
+                if not taken[k] and call.done():
+                    taken[k] = True
+                    yield from call.result()
+        for call in as_completed([c for k, c in enumerate(calls) if not taken[k]]):
+            yield from call.result()  # a task's exception, if one failed
+    finally:
+        with counter.get_lock():  # after a failure, the forks take no more
+            counter.value = len(order)
+        pool.shutdown(wait=False)  # the forks' exit overlaps what comes next
+        gc.unfreeze()
+        _WORK.clear()
+
+
+#: Seconds of tasks a fork runs before it sends their results (the progress line's step).
+_BATCH_SECONDS = 0.05
+
+
+def _batch() -> list[tuple[int, tuple[Any, float, str]]]:
+    """In a fork: tasks (:func:`_next_task`) until about :data:`_BATCH_SECONDS` have passed
+    or none is left, their results together: one call back a batch, not one a task."""
+    began, out = time.perf_counter(), []
+    while (got := _next_task()) is not None:
+        out.append(got)
+        if time.perf_counter() - began > _BATCH_SECONDS:
+            break
+    return out
+
+
+def _next_task() -> tuple[int, tuple[Any, float, str]] | None:
+    """The next task of what the parent set before the fork, run here: its ``(index,
+    (result, seconds, worker))``; None when none is left."""
+    counter = _WORK["next"]
+    with counter.get_lock():
+        k = counter.value
+        counter.value = k + 1
+    if k >= len(_WORK["order"]):
+        return None
+    i = _WORK["order"][k]
+    return i, _timed(_WORK["fn"], _WORK["items"][i])
 
 
 def _on_dask(payload: tuple[Callable[[Any], Any], Sequence[Any]], index: int
@@ -191,8 +297,7 @@ def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: Worker
     timed: list[Any] = [None] * n
     where = "here"
     if not local or n == 0 or not workers.parallel or (
-            not workers.scheduler and (n == 1 or "fork" not in
-                                       multiprocessing.get_all_start_methods())):
+            not workers.scheduler and (n == 1 or not _can_fork())):
         for i in counted(range(n)):
             timed[i] = _timed(fn, items[i])
     elif workers.scheduler:
@@ -206,18 +311,11 @@ def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: Worker
             timed[index[future.key]] = future.result()
         where = f"on {workers.scheduler}"
     else:
-        count = min(workers.jobs, n)
-        _WORK.update(fn=fn, items=list(items))
-        try:
-            with ProcessPoolExecutor(max_workers=count,
-                                     mp_context=multiprocessing.get_context("fork")) as pool:
-                for future in counted(as_completed([pool.submit(_forked, i)
-                                                    for i in order])):
-                    i, result = future.result()
-                    timed[i] = result
-        finally:
-            _WORK.clear()
-        where = f"on {count} local workers"
+        forked: list[int] = []
+        for i, result in counted(_here_then_forks(fn, items, order, sizes, workers, forked)):
+            timed[i] = result
+        if forked:
+            where = f"on {forked[0]} local processes"
     out = []
     for i, (result, seconds, worker) in enumerate(timed):
         out.append(result)

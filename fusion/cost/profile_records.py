@@ -13,7 +13,6 @@ import json
 import platform as python_platform
 from datetime import UTC, datetime
 from functools import cache
-from importlib import metadata
 from typing import Any
 
 from fusion.cost.data import Row, check_counters, row_features
@@ -168,6 +167,8 @@ def run_key(row: Row, source: str, seed: int | None = None) -> str:
 
 @cache
 def _library_versions() -> dict[str, str]:
+    from importlib import metadata  # here: only a measured profile records them
+
     versions = {"python": python_platform.python_version()}
     for name, dist in (("numpy", "numpy"), ("sklearn", "scikit-learn")):
         try:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fusion.ir.graph import Graph, GraphError, Node, Quant, Tensor
-from hwgen.files import loads_json, read_text
+from hwgen.files import dumps_json, loads_json, read_text
 
 #: The value of the ``format`` key of every hwgen graph file.
 FORMAT = "hwgen-graph"
@@ -105,8 +105,19 @@ def save_json(graph: Graph, path: str | Path) -> None:
         If an attribute or initializer cannot be stored (a non-finite float attribute, an
         unsupported array dtype).
     """
-    text = json.dumps(to_dict(graph), indent=1, allow_nan=False)
-    Path(path).write_text(text + "\n")
+    Path(path).write_text(to_text(graph))
+
+
+def to_text(graph: Graph) -> str:
+    """The text :func:`save_json` writes: :func:`to_dict` as indented JSON, each list of
+    numbers on one line (:func:`hwgen.files.dumps_json`).
+
+    Raises
+    ------
+    GraphFormatError
+        As :func:`save_json`.
+    """
+    return dumps_json(to_dict(graph)) + "\n"
 
 
 # -- reading ------------------------------------------------------------------------------

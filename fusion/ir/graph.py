@@ -26,8 +26,14 @@ class GraphError(ValueError):
     """A graph that is malformed: the message names the node or tensor and the fix."""
 
 
+#: Attribute items kept as they are (exact types: numpy scalars are converted).
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def _freeze_attr(value: Any) -> Any:
     if isinstance(value, list | tuple):
+        if all(type(v) in _PLAIN for v in value):  # the usual attribute: every node edit
+            return tuple(value)                     # remakes the node (ResNet-50's passes)
         return tuple(_freeze_attr(v) for v in value)
     if isinstance(value, np.ndarray):
         return tuple(_freeze_attr(v) for v in value.tolist())
@@ -53,12 +59,16 @@ class Quant:
     axis: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", tuple(float(s) for s in np.ravel(self.scale)))
-        object.__setattr__(self, "zero_point", tuple(int(z) for z in np.ravel(self.zero_point)))
+        # as arrays, not element by element: ResNet-50's passes make 800 of ~270 channels
+        scale = np.ravel(np.asarray(self.scale, dtype=np.float64))
+        object.__setattr__(self, "scale", tuple(scale.tolist()))
+        zero = np.ravel(self.zero_point)
+        object.__setattr__(self, "zero_point", tuple(zero.tolist()) if zero.dtype.kind in "iu"
+                           else tuple(int(z) for z in zero))
         if not self.scale or len(self.scale) != len(self.zero_point):
             raise GraphError(f"quantization needs as many scales as zero points, not "
                              f"{len(self.scale)} and {len(self.zero_point)}")
-        if any(not (s > 0 and np.isfinite(s)) for s in self.scale):
+        if not bool(np.all((scale > 0) & np.isfinite(scale))):
             raise GraphError(f"quantization scales must be positive and finite, not {self.scale}")
         if self.axis is None and len(self.scale) != 1:
             raise GraphError("per-tensor quantization has one scale; give `axis` for per-channel")

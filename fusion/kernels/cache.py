@@ -226,6 +226,23 @@ class CacheStats:
                 "writes": self.writes, "write_errors": self.write_errors,
                 "reasons": dict(self.reasons)}
 
+    _COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "evictions", "writes",
+               "write_errors")
+
+    def since(self, before: CacheStats) -> CacheStats:
+        """What was counted after ``before`` (a copy of these stats taken earlier)."""
+        return CacheStats(**{n: getattr(self, n) - getattr(before, n) for n in self._COUNTS},
+                          reasons=self.reasons - before.reasons,
+                          errors=self.errors[len(before.errors):])
+
+    def add(self, other: CacheStats) -> None:
+        """Count what another copy of the cache counted (:meth:`since`, in a forked worker:
+        :mod:`fusion.compiler.builds`)."""
+        for name in self._COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.reasons.update(other.reasons)
+        self.errors.extend(other.errors[:max(0, _MAX_ERRORS - len(self.errors))])
+
     def _refuse(self, reason: str, message: str) -> None:
         self.corrupt += 1
         self.reasons[reason] += 1

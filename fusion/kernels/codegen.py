@@ -12,13 +12,14 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from hwgen.asm import assemble_instrs, disassemble
 from hwgen.config import VariantConfig
 from hwgen.isa import Dst, Instr, Op, Unit, encode, window_words
+
+if TYPE_CHECKING:
+    import jinja2
 
 #: Largest value of the 16-bit LOAD ``count``/``len``, MATMUL ``k`` and EPIPASS ``rows``.
 FIELD_MAX = 0xFFFF
@@ -40,6 +41,8 @@ def environment() -> jinja2.Environment:
     Every template sees :class:`hwgen.isa.Unit` as ``Unit``, so that a WAIT names the units it
     waits for (``c.wait(Unit.LOAD, Unit.FEED)``) instead of spelling their bits.
     """
+    import jinja2  # here: a compile whose kernels are all cached renders none (16 ms)
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rtl_templates", "microcode"),
         undefined=jinja2.StrictUndefined,

@@ -417,6 +417,13 @@ def compile_kernel(kind: KernelKind, config: VariantConfig, params: Any, *,
         return CacheEntry.create(built.program.words, built.program.text, meta)
 
     entry = build() if cache is None else cache.get_or_build(parts, build)
+    return kernel_of(kind, config, params, entry)
+
+
+def kernel_of(kind: KernelKind, config: VariantConfig, params: Any,
+              entry: CacheEntry) -> Kernel:
+    """The kernel of ``entry`` (built or read by :func:`compile_kernel`, here or in a
+    forked worker), checked to be of ``config``."""
     if entry.metadata.get("variant") != config.key():
         raise ValueError(f"the cached kernel was compiled for variant "
                          f"{entry.metadata.get('variant')!r}, not {config.key()!r}")

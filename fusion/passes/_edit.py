@@ -139,7 +139,8 @@ class Edit:
             nodes.append(node)
         if not inserted:
             nodes.extend(self.added)
-        nodes = [self._renamed(n) for n in nodes]
+        if self.rename:
+            nodes = [self._renamed(n) for n in nodes]
         outputs = tuple(self._resolve(o) for o in self.graph.outputs)
         # Build the graph once (construction checks and sorts it): drop what nothing uses.
         read = set(outputs) | set(self.graph.inputs) | {i for n in nodes for i in n.inputs if i}

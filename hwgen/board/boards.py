@@ -111,3 +111,11 @@ def board(name: str) -> Board:
     except KeyError:
         raise ValueError(f"unknown board {name!r}; hwgen builds for "
                          f"{', '.join(sorted(BOARDS))}") from None
+
+
+#: nextpnr's routers (``hwgen build --router``), the default first: router2 routes the 4x4
+#: board designs in 4 to 15 minutes; router1, nextpnr's own default, is slower and more
+#: timing-driven (the ULX3S 4x4: 71 MHz in 16 minutes against router2's 54 to 57). Neither
+#: converged on the ULX3S 8x8 until yosys was told not to pack wide functions
+#: (``wide_luts=False``, docs/boards.md).
+ROUTERS = ("router2", "router1")

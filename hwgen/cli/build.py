@@ -24,8 +24,7 @@ def _mhz(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from hwgen.board.boards import BOARDS
-    from hwgen.board.build import ROUTERS
+    from hwgen.board.boards import BOARDS, ROUTERS
 
     p.add_argument("--board", required=True, choices=sorted(BOARDS),
                    help="the board (docs/boards.md)")

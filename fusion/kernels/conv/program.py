@@ -111,7 +111,13 @@ def b_prefetch(geo: ConvGeometry) -> int:
     instruction memory unrolled. Where a small plane makes the weights most of the bytes
     (ResNet-50's 1x1 of 512 to 1,024 channels at 4x4, stride 2) the chunks otherwise
     wait for their weights with the array idle. No residual stage (its tiles take both
-    epilogue halves), and at least two chunks."""
+    epilogue halves), and at least two chunks. Kept in the derived store
+    (:mod:`fusion.kernels.derived`): it assembles up to two programs."""
+    return derived.remembered("conv_b_prefetch", {"geometry": geo},
+                              lambda: _b_prefetch(geo), derived.whole_number)
+
+
+def _b_prefetch(geo: ConvGeometry) -> int:
     from fusion.cost.analytical import estimate_program  # the cost model reads kernels
 
     tn = min(geo.Nb, geo.config.spad_b_depth // 2 // geo.Kp)
@@ -175,12 +181,25 @@ def _plain_plan(geo: ConvGeometry) -> list | None:
 _NARROWER = 5
 
 
+@functools.lru_cache(maxsize=256)
 def chunk_loop(geo: ConvGeometry, tn: int, part: int = 0) -> bool | None:
     """Whether the program's column chunks of ``tn`` blocks go in a hardware loop
     (:class:`~fusion.kernels.conv.loops.ChunkLoop`): False when the program fits the
     instruction memory unrolled (the loop's counter and chunk registers cost a few cycles a
     chunk), True when only looped, None when neither (or, with a residual stage or one
-    chunk, there is no loop to make)."""
+    chunk, there is no loop to make). Kept in the derived store: it assembles up to two
+    programs."""
+    return derived.remembered("conv_chunk_loop", {"geometry": geo, "tn": tn, "part": part},
+                              lambda: _chunk_loop(geo, tn, part), _decode_loop)
+
+
+def _decode_loop(value: object) -> bool | None:
+    if value is None or type(value) is bool:
+        return value
+    raise ValueError(f"{value!r} is not a loop choice")
+
+
+def _chunk_loop(geo: ConvGeometry, tn: int, part: int) -> bool | None:
     if _fits(geo, tn, part):
         return False
     if "residual" in geo.params.stages or geo.Nb < 2 * tn or bias_windowed(geo, tn):

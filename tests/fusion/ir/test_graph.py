@@ -81,3 +81,25 @@ def test_bad_tensors_and_quantization_are_refused():
         Quant((0.0,), (0,))
     with pytest.raises(GraphError, match="give `axis` for per-channel"):
         Quant((1.0, 2.0), (0, 0))
+    for bad in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(GraphError, match="positive and finite"):
+            Quant((1.0, bad), (0, 0), axis=0)
+
+
+def test_quantization_holds_python_numbers_whatever_it_is_given():
+    # converted as arrays (the passes make hundreds), to the values element by element gives
+    scale = np.array([0.5, 0.1, 1 / 3], dtype=np.float32)
+    for zero in (np.array([1, -2, 3], dtype=np.int8), [1, -2, 3], np.array([1.0, -2.0, 3.7])):
+        q = Quant(scale, zero, axis=0)
+        assert q.scale == tuple(float(s) for s in scale)
+        assert q.zero_point == (1, -2, 3)
+        assert all(type(v) is float for v in q.scale)
+        assert all(type(z) is int for z in q.zero_point)
+    assert Quant(0.25, np.int64(4)) == Quant((0.25,), (4,))
+
+
+def test_node_attributes_are_frozen_to_python_values():
+    node = Node("n", "op", ("a",), ("b",), {"k": [1, 2], "f": np.array([1.5]),
+                                            "i": np.int32(3), "nested": [[1, np.int8(2)]]})
+    assert node.attr_dict == {"k": (1, 2), "f": (1.5,), "i": 3, "nested": ((1, 2),)}
+    assert type(node.attr("nested")[0][1]) is int

@@ -254,3 +254,22 @@ def test_entry_file_is_plain_json(tmp_path):
     assert entry["format"] == "hwgen-kernel-cache" and entry["version"] == CACHE_VERSION
     assert entry["kernel"]["words"] == [0, (1 << 64) - 1, 0x1234]
     assert entry["key_parts"]["stages"] == ["bias"]
+
+
+def test_what_a_forked_copy_counted_adds_up(tmp_path):
+    # the compile's builds run on forked copies of the cache (fusion.compiler.builds)
+    import copy
+
+    cache = KernelCache(tmp_path)
+    cache.get_or_build(PARTS, Builder())
+    before = copy.deepcopy(cache.stats)
+    cache.get_or_build({**PARTS, "shape": [9]}, Builder(1))
+    cache.clear_memory()
+    cache.get_or_build(PARTS, Builder())
+    since = cache.stats.since(before)
+    assert (since.misses, since.writes, since.disk_hits, since.memory_hits) == (1, 1, 1, 0)
+    total = KernelCache(tmp_path / "other")
+    total.stats.add(since)
+    total.stats.add(since)
+    assert (total.stats.misses, total.stats.disk_hits) == (2, 2)
+    assert total.stats.lookups == 4

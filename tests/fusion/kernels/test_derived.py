@@ -27,8 +27,8 @@ def store(tmp_path):
 
 def _fresh():
     """Forget what this process derived, as a new command would."""
-    program.plain_plan.cache_clear()
-    features._cycles.cache_clear()
+    for memo in (program.plain_plan, program.chunk_loop, program.b_prefetch, features._cycles):
+        memo.cache_clear()
 
 
 def test_the_store_gives_what_deriving_gives_and_is_read_back(store, monkeypatch):
@@ -44,6 +44,26 @@ def test_the_store_gives_what_deriving_gives_and_is_read_back(store, monkeypatch
     # read back, not derived: deriving now would fail
     monkeypatch.setattr(program, "_plain_plan", lambda g: pytest.fail("derived again"))
     assert program.plain_plan(geo) == plan and isinstance(plan, tuple)
+
+
+def test_chunk_loops_and_prefetching_are_kept_and_read_back(store, monkeypatch):
+    # what a build asks of a convolution (conv.program.schedule), each assembling programs
+    _fresh()
+    geo = ConvGeometry(V8, LAYER)
+    loops = [program.chunk_loop(geo, tn) for tn in (1, 2)]
+    prefetch = program.b_prefetch(geo)
+    assert len(list((store / "conv_chunk_loop").glob("*.json"))) == 2
+    assert len(list((store / "conv_b_prefetch").glob("*.json"))) == 1
+    _fresh()
+    monkeypatch.setattr(program, "_chunk_loop", lambda *a: pytest.fail("derived again"))
+    monkeypatch.setattr(program, "_b_prefetch", lambda g: pytest.fail("derived again"))
+    assert [program.chunk_loop(geo, tn) for tn in (1, 2)] == loops
+    assert program.b_prefetch(geo) == prefetch
+    monkeypatch.undo()
+    derived.use(None)
+    _fresh()
+    assert [program.chunk_loop(geo, tn) for tn in (1, 2)] == loops
+    assert program.b_prefetch(geo) == prefetch
 
 
 @pytest.mark.parametrize("damage", [
