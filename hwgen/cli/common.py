@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -357,6 +358,10 @@ def compile_args(args: argparse.Namespace, *, plan_cache: bool = False):
         if known is not None:
             known.times = times
             return known
+    # What is loaded now lives as long as the command: out of the collector's full passes,
+    # which walk every object (ResNet-50's compile: 25 of them, 1.05 s of 20.9 s).
+    # hwgen.cli.main unfreezes it at the command's end.
+    gc.freeze()
     model = cost_model(args, variant.platform)
     compiled = compile_graph(args, graph, config, variant.platform, cache=cache, model=model,
                              batch=batch, data=data, times=times)
