@@ -7,9 +7,10 @@ same parameters at other placements (a network's repeated blocks) one task, so t
 process derives what they share once. A build renders and assembles a program (tens of
 milliseconds for a convolution) and writes its cache entry; reading one back takes about a
 millisecond, so a warm compile's builds stay here (the scheduler prices a stage before it
-forks). They never go to a Dask cluster: the kernel cache is this machine's folder. A
-fork hands back the cache entry and what its copy of the cache counted; the kernel is made
-here (:func:`fusion.kernels.program.kernel_of`), so the plan is the serial compile's.
+forks). They never go to a Dask cluster: the kernel cache is this machine's folder (and a
+process connected to one does not fork: they stay here). A fork hands back the cache entry
+and what its copy of the cache counted; the kernel is made here
+(:func:`fusion.kernels.program.kernel_of`), so the plan is the serial compile's.
 """
 
 from __future__ import annotations

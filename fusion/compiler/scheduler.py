@@ -143,9 +143,12 @@ def _timed(fn: Callable[[Any], Any], item: Any) -> tuple[Any, float, str]:
 
 
 def _can_fork() -> bool:
+    """Whether local tasks may go to forks: not where fork is missing, nor in a process
+    connected to a Dask cluster (its client's threads would be forked mid-work; the builds
+    of a ``--scheduler`` compile stay here)."""
     import multiprocessing  # here: a compile on one process starts no other
 
-    return "fork" in multiprocessing.get_all_start_methods()
+    return not _CLIENTS and "fork" in multiprocessing.get_all_start_methods()
 
 
 #: Seconds of a stage's smallest tasks run here first, to predict the rest by their sizes
