@@ -285,9 +285,11 @@ def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: Worker
               times: CompileTimes | None = None, local: bool = True,
               progress: bool = False) -> list[Any]:
     """``fn(item)`` of every item, in the items' order, run where ``workers`` says, the
-    largest (by ``sizes``) first. ``fn`` must not depend on what other tasks did: each
-    may run in another process. ``local`` False keeps the tasks here (what holds open files
-    or connections cannot be forked or sent). Each task's seconds go to ``times`` under
+    largest (by ``sizes``, in any unit that is proportional to their work) first; locally,
+    the smallest first predict whether the rest are worth forking for (see the module
+    docstring). ``fn`` must not depend on what other tasks did: each may run in another
+    process. ``local`` False keeps the tasks here (what holds open files or connections
+    cannot be forked or sent). Each task's seconds go to ``times`` under
     ``stage`` with its name from ``names``; ``progress``: a line counting them
     (:mod:`fusion.progress`). A task's exception propagates."""
     from fusion.progress import steps

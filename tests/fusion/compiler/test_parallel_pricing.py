@@ -33,7 +33,9 @@ def _plan(workers: Workers) -> str:
 
 
 def test_two_local_workers_give_the_plan_one_process_gives():
-    assert _plan(Workers(jobs=1)) == _plan(FORKING)
+    one = _plan(Workers(jobs=1))
+    assert _plan(FORKING) == one
+    assert _plan(Workers(jobs=2)) == one  # forking where the probe says it is worth it
 
 
 def test_builds_on_forks_give_the_kernels_and_the_cache_counts_one_process_gives(tmp_path):
