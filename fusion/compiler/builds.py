@@ -53,13 +53,12 @@ def build_all(config: VariantConfig, specs: Sequence[KernelSpec],
 
     def task(group: list[int]) -> list[tuple[int, CacheEntry, str, CacheStats | None]]:
         out = []
+        forked = cache is not None and os.getpid() != here
         for i in group:
-            before = copy.deepcopy(cache.stats) if cache is not None else None
+            before = copy.deepcopy(cache.stats) if forked else None
             n, kernel, note = _first_fitting(config, *jobs[i], cache)
-            # what a worker's copy of the cache counted, which this process's copy did not
-            counted = (None if cache is None or os.getpid() == here
-                       else cache.stats.since(before))
-            out.append((n, kernel.entry, note, counted))
+            # what a fork's copy of the cache counted, which this process's copy did not
+            out.append((n, kernel.entry, note, cache.stats.since(before) if forked else None))
         return out
 
     done = run_tasks(task, groups, workers=dataclasses.replace(workers, scheduler=""),
@@ -84,9 +83,9 @@ def _alike(jobs: Sequence[tuple]) -> list[list[int]]:
     network's repeated blocks): one worker builds each group, reusing what the first build
     derived (the schedule, the code generator's memos)."""
     groups: dict[str, list[int]] = {}
-    for i, (spec, _, cands) in enumerate(jobs):
+    for i, (_, _, cands) in enumerate(jobs):
         key = json.dumps([[c.spec.kind.name, c.spec.kind.key_params(c.spec.params)]
-                          for c in cands] or [spec.name], sort_keys=True, default=str)
+                          for c in cands], sort_keys=True)
         groups.setdefault(key, []).append(i)
     return list(groups.values())
 

@@ -220,14 +220,12 @@ class CacheStats:
         """Every lookup is a memory hit, a disk hit or a miss (a corrupt entry is a miss)."""
         return self.hits + self.misses
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"memory_hits": self.memory_hits, "disk_hits": self.disk_hits,
-                "misses": self.misses, "corrupt": self.corrupt, "evictions": self.evictions,
-                "writes": self.writes, "write_errors": self.write_errors,
-                "reasons": dict(self.reasons)}
-
+    #: The counters, in the order :meth:`to_dict` gives them.
     _COUNTS = ("memory_hits", "disk_hits", "misses", "corrupt", "evictions", "writes",
                "write_errors")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{n: getattr(self, n) for n in self._COUNTS}, "reasons": dict(self.reasons)}
 
     def since(self, before: CacheStats) -> CacheStats:
         """What was counted after ``before`` (a copy of these stats taken earlier)."""

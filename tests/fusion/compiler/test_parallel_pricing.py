@@ -124,7 +124,7 @@ _PARENT = os.getpid()
 
 
 def _fails_in_a_fork(x: int) -> int:
-    time.sleep(0.02)  # long enough that the fork takes some
+    time.sleep(0.05)  # long enough that the fork, started meanwhile, takes some
     if os.getpid() != _PARENT:
         raise ValueError(f"failed in a fork on {x}")
     return x
