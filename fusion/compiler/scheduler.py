@@ -17,9 +17,10 @@ compile like the options. Locally, the scheduler profiles a stage as it goes: it
 smallest tasks here for :data:`PROBE_SECONDS`, predicts the rest from their sizes, and
 forks only when that is worth a fork (:attr:`Workers.fork_above`; a warm compile's placed
 pricing and builds take milliseconds). This process then works alongside ``--jobs - 1``
-forks, each taking the next task from a counter they share. Forks inherit what the tasks
-read (the graph, the settings) instead of receiving a copy of it; a Dask cluster receives it
-once (``scatter``, broadcast to its workers), then only task indices.
+forks, each taking the next task from a pipe they share (:mod:`fusion.compiler.forks`).
+Forks inherit what the tasks read (the graph, the settings) instead of receiving a copy of
+it; a Dask cluster receives it once (``scatter``, broadcast to its workers), then only task
+indices.
 
 :class:`CompileTimes` records each stage's wall seconds and each task's seconds on its worker:
 ``--explain`` prints it and ``--json`` carries it (never the plan: it would differ run to run).
@@ -27,7 +28,6 @@ once (``scatter``, broadcast to its workers), then only task indices.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import socket
@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-#: What forked workers run: set in the parent just before the fork (see the module docstring).
-_WORK: dict[str, Any] = {}
+from fusion.compiler.forks import most_tasks, on_forks
+
 #: Dask clients by scheduler address: connected once per process.
 _CLIENTS: dict[str, Any] = {}
 
@@ -146,9 +146,7 @@ def _can_fork() -> bool:
     """Whether local tasks may go to forks: not where fork is missing, nor in a process
     connected to a Dask cluster (its client's threads would be forked mid-work; the builds
     of a ``--scheduler`` compile stay here)."""
-    import multiprocessing  # here: a compile on one process starts no other
-
-    return not _CLIENTS and "fork" in multiprocessing.get_all_start_methods()
+    return not _CLIENTS and hasattr(os, "fork")
 
 
 #: Seconds of a stage's smallest tasks run here first, to predict the rest by their sizes
@@ -162,7 +160,7 @@ def _here_then_forks(fn: Callable[[Any], Any], items: Sequence[Any], order: Sequ
     """Each task's ``(index, (result, seconds, worker))``: the smallest run here for
     :data:`PROBE_SECONDS`, which predicts the rest by their sizes; the rest here too when
     predicted under ``workers.fork_above``, else on this process and forks
-    (:func:`_on_forks`), whose number goes to ``forked``."""
+    (:func:`fusion.compiler.forks.on_forks`), whose number goes to ``forked``."""
     began, probed, left = time.perf_counter(), 0.0, len(order)
     while left and workers.fork_above and time.perf_counter() - began < PROBE_SECONDS:
         left -= 1
@@ -171,76 +169,13 @@ def _here_then_forks(fn: Callable[[Any], Any], items: Sequence[Any], order: Sequ
     rest = order[:left]
     spent = time.perf_counter() - began
     predicted = spent * sum(sizes[i] for i in rest) / probed if probed > 0 else math.inf
-    if len(rest) < 2 or predicted < workers.fork_above:
+    # a stage of more tasks than a pipe holds (hundreds of thousands) stays here too
+    if len(rest) < 2 or predicted < workers.fork_above or len(rest) > most_tasks():
         for i in rest:
             yield i, _timed(fn, items[i])
         return
     forked.append(min(workers.jobs, len(rest)))
-    yield from _on_forks(fn, items, rest, forked[0])
-
-
-def _on_forks(fn: Callable[[Any], Any], items: Sequence[Any], order: Sequence[int],
-              count: int) -> Iterator[tuple[int, tuple[Any, float, str]]]:
-    """The tasks ``order`` on this process and ``count - 1`` forked ones, each taking the
-    next task in ``order`` when it frees up (from a counter they share): this process works
-    too, instead of waiting while ``count`` others start."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    forks = multiprocessing.get_context("fork")
-    counter = forks.Value("l", 0)
-    _WORK.update(fn=fn, items=items, order=list(order), next=counter)
-    # what the parent holds stays out of the workers' collections: a collection there would
-    # write to every object's header, copying the parent's pages into each worker
-    gc.freeze()
-    pool = ProcessPoolExecutor(max_workers=count - 1, mp_context=forks)
-    try:
-        # as many calls as tasks, each running tasks for a while: a fork never waits for
-        # this process to hand it work, and a call that finds none left returns at once
-        calls = [pool.submit(_batch) for _ in order]
-        taken = [False] * len(calls)
-        while (got := _next_task()) is not None:
-            yield got
-            for k, call in enumerate(calls):
-                if not taken[k] and call.done():
-                    taken[k] = True
-                    yield from call.result()
-        for call in as_completed([c for k, c in enumerate(calls) if not taken[k]]):
-            yield from call.result()  # a task's exception, if one failed
-    finally:
-        with counter.get_lock():  # after a failure, the forks take no more
-            counter.value = len(order)
-        pool.shutdown(wait=False)  # the forks' exit overlaps what comes next
-        gc.unfreeze()
-        _WORK.clear()
-
-
-#: Seconds of tasks a fork runs before it sends their results (the progress line's step).
-_BATCH_SECONDS = 0.05
-
-
-def _batch() -> list[tuple[int, tuple[Any, float, str]]]:
-    """In a fork: tasks (:func:`_next_task`) until about :data:`_BATCH_SECONDS` have passed
-    or none is left, their results together: one call back a batch, not one a task."""
-    began, out = time.perf_counter(), []
-    while (got := _next_task()) is not None:
-        out.append(got)
-        if time.perf_counter() - began > _BATCH_SECONDS:
-            break
-    return out
-
-
-def _next_task() -> tuple[int, tuple[Any, float, str]] | None:
-    """The next task of what the parent set before the fork, run here: its ``(index,
-    (result, seconds, worker))``; None when none is left."""
-    counter = _WORK["next"]
-    with counter.get_lock():
-        k = counter.value
-        counter.value = k + 1
-    if k >= len(_WORK["order"]):
-        return None
-    i = _WORK["order"][k]
-    return i, _timed(_WORK["fn"], _WORK["items"][i])
+    yield from on_forks(lambda i: _timed(fn, items[i]), rest, forked[0])
 
 
 def _on_dask(payload: tuple[Callable[[Any], Any], Sequence[Any]], index: int
