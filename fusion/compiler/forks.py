@@ -36,6 +36,8 @@ _LENGTH = struct.Struct("<Q")
 #: Bytes asked of a fork's result pipe: room for many results before a fork waits on this
 #: process (Linux's default is 64 KiB; an unprivileged process may ask up to 1 MiB).
 _RESULT_PIPE_BYTES = 1 << 20
+#: Whether this process is a fork, or has forks working (:func:`busy`).
+_BUSY = [False]
 #: Forks that ended but had not finished exiting when last looked at: collected later, so
 #: that this process never waits on a fork's exit (unmapping its copy of our memory).
 _EXITING: list[int] = []
@@ -50,6 +52,13 @@ def most_tasks() -> int:
     finally:
         os.close(read)
         os.close(write)
+
+
+def busy() -> bool:
+    """Whether this process is a fork, or is running a stage with forks: its tasks' own stages
+    (a library's compiles are tasks whose pricing is a stage) then stay where they are,
+    instead of forking again onto cores that are already working."""
+    return _BUSY[0]
 
 
 def on_forks(task: Callable[[int], Any], order: Sequence[int], count: int
@@ -74,6 +83,7 @@ def on_forks(task: Callable[[int], Any], order: Sequence[int], count: int
     # what this process holds stays out of the forks' collections: a collection there would
     # write to every object's header, copying this process's pages into each fork
     gc.freeze()
+    _BUSY[0] = True  # the forks inherit it
     try:
         for _ in range(count - 1):
             read, write = os.pipe()
@@ -100,6 +110,7 @@ def on_forks(task: Callable[[int], Any], order: Sequence[int], count: int
         os.close(tokens)
         for fork in forks.values():
             fork.close()
+        _BUSY[0] = False
         gc.unfreeze()
 
 
@@ -164,6 +175,7 @@ def _serve(task: Callable[[int], Any], tokens: int, out: int) -> None:
     """In a fork: the tasks it takes, each result sent at once, until none is left or one
     fails; then exit, whatever happened."""
     status = 0
+    os.environ["HWGEN_NO_PROGRESS"] = "1"  # the parent's line counts this fork's tasks
     try:
         while (i := _take(tokens)) is not None:
             _send(out, "done", (i, task(i)))

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusion.compiler.forks import most_tasks, on_forks
+from fusion.compiler.forks import busy, most_tasks, on_forks
 
 #: Dask clients by scheduler address: connected once per process.
 _CLIENTS: dict[str, Any] = {}
@@ -145,8 +145,9 @@ def _timed(fn: Callable[[Any], Any], item: Any) -> tuple[Any, float, str]:
 def _can_fork() -> bool:
     """Whether local tasks may go to forks: not where fork is missing, nor in a process
     connected to a Dask cluster (its client's threads would be forked mid-work; the builds
-    of a ``--scheduler`` compile stay here)."""
-    return not _CLIENTS and hasattr(os, "fork")
+    of a ``--scheduler`` compile stay here), nor in a task of a stage already on forks
+    (:func:`fusion.compiler.forks.busy`)."""
+    return not _CLIENTS and hasattr(os, "fork") and not busy()
 
 
 #: Seconds of a stage's smallest tasks run here first, to predict the rest by their sizes

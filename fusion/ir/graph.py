@@ -331,6 +331,12 @@ class Graph:
     def __hash__(self) -> int:
         return hash(self.signature())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled as its fields (its mappings are read-only views, which do not pickle): a
+        # compile on a forked process sends its plan, graph included, back this way
+        return (Graph, (self.nodes, dict(self.tensors), self.inputs, self.outputs,
+                        dict(self.initializers), self.name))
+
     # -- building new graphs --------------------------------------------------------------
 
     def replace(self, **changes: Any) -> Graph:

@@ -7,7 +7,13 @@ import argparse
 import json
 import sys
 
-from hwgen.cli.common import compile_graph, cost_model, kernel_cache, kernel_table
+from hwgen.cli.common import (
+    compile_graph,
+    cost_model,
+    kernel_cache,
+    kernel_table,
+    workers_from_args,
+)
 
 #: ``hwgen run`` options that mean nothing with a library: the model and its variant come
 #: from the workload and the library, and a run's files are the workload's.
@@ -17,6 +23,7 @@ _SINGLE_MODEL = {"model": "MODEL", "variant": "--variant", "plan": "--plan",
 
 
 def run_workload(args: argparse.Namespace) -> int:
+    from fusion.compiler.parallel_pricing import analytical_only
     from fusion.runtime.reconfig.library import open_library
     from fusion.runtime.reconfig.manager import run_workload as run
     from fusion.runtime.reconfig.workload import read_workload
@@ -47,7 +54,8 @@ def run_workload(args: argparse.Namespace) -> int:
                      swap_cycles=args.swap_cycles,
                      shadow_inputs=0 if args.shadow_inputs is None else args.shadow_inputs,
                      seed=args.seed, compare_unfused=args.compare_unfused,
-                     saturate_nonfinite=args.saturate_nonfinite, progress=progress)
+                     saturate_nonfinite=args.saturate_nonfinite, progress=progress,
+                     workers=workers_from_args(args), local=analytical_only(model))
     except (ShadowMismatch, WholeModelMismatch) as exc:
         return mismatch(exc, args.json)
     data = report.to_dict()

@@ -5,8 +5,9 @@ bitstream when it pays.
 library (:func:`fusion.runtime.reconfig.library.open_library`):
 
 1. **Prices** every model on every variant: each model is compiled for each variant (the
-   variant's platform and the cost model given), and a run's predicted cost is the sum of its
-   kernels' predicted cycles. A variant that cannot compile a model (a layer that does not
+   variant's platform and the cost model given; each compile a task, on forks of this process
+   with ``--jobs``: :func:`price`), and a run's predicted cost is the sum of its kernels'
+   predicted cycles. A variant that cannot compile a model (a layer that does not
    fit, an op with no kernel and no host fallback) cannot run it (``inf``). Every kernel a plan
    puts on a variant must be one its descriptor's capabilities cover
    (:func:`fusion.runtime.reconfig.library.check_covers`); otherwise the descriptor is refused.
@@ -38,11 +39,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from fusion.compiler.scheduler import HERE, CompileTimes, Workers, run_tasks
 from fusion.runtime.reconfig.library import LibraryVariant, check_covers
 from fusion.runtime.reconfig.planner import INF, WorkFunction, offline_plan, static_plan
 from fusion.runtime.reconfig.workload import Phase, Step, Workload
@@ -186,9 +188,24 @@ def phase_inputs(phase: Phase, graph, seed: int, saturate: bool) -> dict[str, np
 
 
 def price(workload: Workload, library: list[LibraryVariant],
-          compile_for: Callable[[Any, LibraryVariant, bool], Any],
+          compile_for: Callable[[Any, LibraryVariant, bool], Any], *,
+          workers: Workers = HERE, local: bool = True, times: CompileTimes | None = None
           ) -> tuple[dict, dict, dict, dict]:
-    """Compile every model for every variant.
+    """Compile every model for every variant: each (model, variant) compile a task
+    (:func:`fusion.compiler.scheduler.run_tasks`), on forks of this process when ``workers``
+    has more than one job and the first compiles predict it pays; a compile on a fork keeps
+    its own stages on it.
+
+    Parameters
+    ----------
+    workload, library, compile_for
+        As :func:`run_workload` takes them.
+    workers : Workers
+        Local processes only: a Dask cluster's workers do not hold the kernel cache's folder.
+    local : bool
+        False keeps the compiles here (a cost model that holds files or connections).
+    times : CompileTimes, optional
+        Receives each compile's seconds, as stage ``"library compiles"``.
 
     Returns
     -------
@@ -199,22 +216,32 @@ def price(workload: Workload, library: list[LibraryVariant],
     from fusion.compiler.lower import CompileError
     from fusion.frontend.load import load_model
 
-    graphs, compiled, predicted, refused = {}, {}, {}, {}
-    for path in workload.models():
-        name = path.stem
-        graphs[name] = graph = load_model(path)
-        compiled[name], predicted[name], refused[name] = {}, {}, {}
-        for v in library:
-            try:
-                plan = compile_for(graph, v, True)
-            except CompileError as exc:
-                predicted[name][v.name] = INF
-                refused[name][v.name] = str(exc).splitlines()[0]
-                continue
-            for k in plan.kernels:
-                check_covers(v, k.spec.kind.name, k.spec.kind.stages(k.spec.params), k.name)
-            compiled[name][v.name] = plan
-            predicted[name][v.name] = float(plan.predicted_cycles)
+    graphs = {path.stem: load_model(path) for path in workload.models()}
+    pairs = [(name, v) for name in graphs for v in library]
+
+    def compile_one(pair: tuple[str, LibraryVariant]) -> tuple[Any, str]:
+        name, v = pair
+        try:
+            return compile_for(graphs[name], v, True), ""
+        except CompileError as exc:
+            return None, str(exc).splitlines()[0]
+
+    done = run_tasks(compile_one, pairs, workers=replace(workers, scheduler=""),
+                     sizes=[len(graphs[name].nodes) for name, _ in pairs],
+                     stage="library compiles", names=[f"{name} on {v.name}" for name, v in pairs],
+                     times=times, local=local)
+    compiled: dict = {name: {} for name in graphs}
+    predicted: dict = {name: {} for name in graphs}
+    refused: dict = {name: {} for name in graphs}
+    for (name, v), (plan, why) in zip(pairs, done, strict=True):
+        if plan is None:
+            predicted[name][v.name] = INF
+            refused[name][v.name] = why
+            continue
+        for k in plan.kernels:
+            check_covers(v, k.spec.kind.name, k.spec.kind.stages(k.spec.params), k.name)
+        compiled[name][v.name] = plan
+        predicted[name][v.name] = float(plan.predicted_cycles)
     return graphs, compiled, predicted, refused
 
 
@@ -223,7 +250,8 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                  policy: str = "online", swap_cycles: int | None = None,
                  shadow_inputs: int = 0, seed: int = 0, compare_unfused: bool = False,
                  saturate_nonfinite: bool = False,
-                 progress: Callable[[str], None] | None = None) -> WorkloadReport:
+                 progress: Callable[[str], None] | None = None,
+                 workers: Workers = HERE, local: bool = True) -> WorkloadReport:
     """Run ``workload`` on ``library`` (see the module docstring).
 
     Parameters
@@ -249,6 +277,8 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
         fused-versus-unfused plot).
     progress : callable, optional
         Called with a line for each run.
+    workers, local : Workers, bool
+        Where the library's compiles run (:func:`price`).
 
     Raises
     ------
@@ -276,7 +306,12 @@ def run_workload(workload: Workload, library: list[LibraryVariant], *,
                          f"({unknown[0].reconfig_reason or 'none recorded'}); give "
                          f"--swap-cycles N to price swaps")
     swap = [swap_cycles if swap_cycles is not None else v.reconfig_cycles for v in library]
-    graphs, compiled, predicted, refused = price(workload, library, compile_for)
+    times = CompileTimes()
+    with times.stage("library compiles"):
+        graphs, compiled, predicted, refused = price(workload, library, compile_for,
+                                                     workers=workers, local=local, times=times)
+    say(f"compiled {len(graphs)} model(s) for {len(library)} variant(s) in "
+        f"{times.stages['library compiles']:.1f} s {times.where['library compiles']}")
     steps = workload.steps()
     # each phase's inputs read and checked against its model before any simulation (its
     # repeats share them)
