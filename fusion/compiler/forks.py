@@ -130,8 +130,8 @@ class _Fork:
             except BlockingIOError:
                 break
             if not chunk:
-                status = self._wait()
-                raise RuntimeError(f"a forked compile process (pid {self.pid}) exited with "
+                pid, status = self.pid, self._wait()
+                raise RuntimeError(f"a forked compile process (pid {pid}) exited with "
                                    f"status {status} before finishing its tasks; run with "
                                    f"--jobs 1 to compile on this process only")
             self.buffer += chunk

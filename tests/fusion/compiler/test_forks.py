@@ -78,8 +78,8 @@ def _exits_in_the_fork(i: int) -> int:
 
 
 def test_a_fork_that_exits_midway_fails_the_stage():
-    with pytest.raises(RuntimeError, match=r"exited with status 3 before finishing its tasks; "
-                                           r"run with --jobs 1"):
+    with pytest.raises(RuntimeError, match=r"\(pid [1-9]\d*\) exited with status 3 before "
+                                           r"finishing its tasks; run with --jobs 1"):
         list(on_forks(_exits_in_the_fork, list(range(50)), 2))
     assert _leftover_forks() == []
 
