@@ -57,9 +57,9 @@ class Workers:
     fork_above : float
         Local tasks are forked only when a stage's smallest, run here for
         :data:`PROBE_SECONDS`, predict that those left take longer than this (seconds); 0:
-        forked at once. A fork costs about 0.02 s to start and slows both processes while
-        they copy the pages they write (MobileNetV1-0.25's pricing: 1.47 to 1.52 s of work
-        on two processes against 1.40 s on one), so a warm compile's placed pricing and
+        forked at once. A fork slows both processes while they copy the pages they write
+        (MobileNetV1-0.25's pricing: 1.44 to 1.53 s of work on two processes against 1.38
+        to 1.44 s on one), so a warm compile's placed pricing and
         builds (a few milliseconds) stay here.
     """
 
