@@ -59,7 +59,7 @@ class Workers:
         :data:`PROBE_SECONDS`, predict that those left take longer than this (seconds); 0:
         forked at once. A fork slows both processes while they copy the pages they write
         (MobileNetV1-0.25's pricing: 1.44 to 1.53 s of work on two processes against 1.38
-        to 1.44 s on one), so a warm compile's placed pricing and
+        to 1.48 s on one), so a warm compile's placed pricing and
         builds (a few milliseconds) stay here.
     """
 

@@ -22,10 +22,14 @@ def _where(i: int) -> tuple[int, int]:
 
 
 def _leftover_forks() -> list[int]:
-    """Forks of this process not collected yet (the ones still exiting are, just after)."""
-    time.sleep(0.2)
-    forks._collect_exited()
-    return list(forks._EXITING)
+    """Forks of this process still not collected once they have had 10 s to exit (one still
+    exiting when its stage ended is collected later)."""
+    deadline = time.monotonic() + 10
+    while True:
+        forks._collect_exited()
+        if not forks._EXITING or time.monotonic() > deadline:
+            return list(forks._EXITING)
+        time.sleep(0.02)
 
 
 def test_every_task_runs_once_on_one_of_the_processes():
